@@ -1,0 +1,282 @@
+"""The typed schema of ``evolution.yaml``.
+
+Every section is a pydantic model that forbids unknown keys, so a typo fails
+before any work starts with a message that names the key and the fix.
+Relative paths are resolved against the directory of the config file, and
+files that must exist are checked at load time.
+
+The fully resolved config (defaults filled in, paths absolute) is what the
+pipeline hashes for caching and stores as provenance; see
+:func:`resolved_dict`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ConfigError",
+    "ClusterConfig",
+    "CorpusConfig",
+    "ExtractConfig",
+    "AttentionConfig",
+    "ModelConfig",
+    "EvolutionConfig",
+    "load_config",
+    "resolved_dict",
+]
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be run; the message names the key and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _resolve(path: str | Path, info: ValidationInfo) -> Path:
+    base = (info.context or {}).get("base_dir")
+    p = Path(path).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = Path(base) / p
+    return p.resolve() if base is not None else p
+
+
+def _must_exist(path: Path, what: str) -> Path:
+    if not path.exists():
+        raise ValueError(f"{what} {str(path)!r} does not exist; fix the path (relative paths are "
+                         "resolved against the config file's directory)")
+    return path
+
+
+class ClusterConfig(_Section):
+    """Where the Dask task graphs run.
+
+    ``kind: local`` starts a :class:`distributed.LocalCluster` of worker
+    processes sized to the machine (one single-threaded worker per core unless
+    ``n_workers`` says otherwise); ``kind: address`` connects to a running
+    scheduler; ``kind: synchronous`` runs every task in this process, which is
+    what a debugger wants.
+    """
+
+    kind: Literal["local", "address", "synchronous"] = "local"
+    address: str | None = Field(None, description="scheduler address, e.g. tcp://host:8786")
+    n_workers: int | None = Field(None, ge=1, description="local workers; default: one per core")
+    threads_per_worker: int = Field(1, ge=1)
+    memory_limit: str = Field("auto", description="per local worker, as distributed accepts it")
+
+    @model_validator(mode="after")
+    def _address_iff_kind(self) -> "ClusterConfig":
+        if self.kind == "address" and not self.address:
+            raise ValueError("cluster.kind is 'address' but cluster.address is empty; "
+                             "give the scheduler address, e.g. address: tcp://host:8786")
+        if self.kind != "address" and self.address:
+            raise ValueError(f"cluster.address is set but cluster.kind is {self.kind!r}; "
+                             "set kind: address or remove the address")
+        return self
+
+
+def _coerce_cluster(value: Any) -> Any:
+    # Shorthands: `cluster: local`, `cluster: synchronous`, `cluster: {address: tcp://...}`.
+    if isinstance(value, str):
+        if value.startswith(("tcp://", "tls://", "inproc://", "ucx://")):
+            return {"kind": "address", "address": value}
+        return {"kind": value}
+    if isinstance(value, dict) and "address" in value and "kind" not in value:
+        return {"kind": "address", **value}
+    return value
+
+
+class CorpusConfig(_Section):
+    """The sentences that are analysed.
+
+    ``source: text`` reads one sentence per line from a UTF-8 file. Empty lines
+    are dropped (and counted in the log); the original line number of every
+    kept sentence is stored as the ``line`` coordinate.
+    """
+
+    source: Literal["text"] = "text"
+    path: Path
+    max_sentences: int | None = Field(None, ge=1, description="keep the first N sentences")
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _path(cls, v: Any, info: ValidationInfo) -> Path:
+        return _must_exist(_resolve(v, info), "corpus.path")
+
+
+class AttentionConfig(_Section):
+    """Which attention maps to store: all heads of all layers for the first
+    ``sentences`` sentences (attention grows with length squared, so the
+    analyses of Clark et al. 2019 use a few hundred to a thousand sentences)."""
+
+    sentences: int = Field(1000, ge=1)
+    dtype: Literal["float16", "float32"] = "float16"
+
+
+class ExtractConfig(_Section):
+    """How representations are extracted.
+
+    ``chunk_tokens`` is both the Zarr chunk length along ``token`` and the
+    unit of work of one task, so a worker's memory is bounded by
+    ``(layers + 1) * chunk_tokens * d_model`` floats whatever the corpus size.
+    """
+
+    store: str | None = Field(None, description="Zarr store path or fsspec URL; default <workdir>/reps.zarr")
+    dtype: Literal["float32", "float16"] = "float32"
+    chunk_tokens: int = Field(4096, ge=16)
+    max_batch_tokens: int = Field(4096, ge=16, description="padded tokens per forward pass")
+    too_long: Literal["truncate", "skip", "error"] = Field(
+        "truncate", description="what to do with a sentence longer than the model's maximum positions")
+    attention: AttentionConfig | None = None
+    torch_threads: int = Field(1, ge=1, description="torch intra-op threads in each task")
+
+
+class ModelConfig(_Section):
+    """One model to analyse.
+
+    * ``kind: huggingface``: ``path`` is a local directory with ``config.json``,
+      weights and a tokenizer (BERT-like encoders, GPT-2-like decoders, and the
+      encoder of Marian/T5-like encoder-decoders).
+    * ``kind: fairseq``: ``path`` is a checkpoint file of the ``translation``,
+      ``language_modeling`` or ``masked_lm`` task; ``data`` is the directory
+      holding its ``dict*.txt``; ``sentencepiece`` optionally names the
+      subword model applied to raw text (otherwise text is split on spaces).
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    kind: Literal["huggingface", "fairseq"]
+    path: Path
+    data: Path | None = None
+    sentencepiece: Path | None = None
+    objective: Literal["mt", "lm", "mlm"] | None = Field(
+        None, description="recorded as provenance; inferred from the model when omitted")
+
+    @field_validator("path", "data", "sentencepiece", mode="before")
+    @classmethod
+    def _paths(cls, v: Any, info: ValidationInfo) -> Path | None:
+        if v is None:
+            return None
+        return _must_exist(_resolve(v, info), f"models[].{info.field_name}")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "ModelConfig":
+        if self.kind == "huggingface":
+            if not self.path.is_dir():
+                raise ValueError(f"model {self.name!r}: a huggingface model path must be a directory "
+                                 f"with config.json, got the file {str(self.path)!r}")
+            if self.data is not None or self.sentencepiece is not None:
+                raise ValueError(f"model {self.name!r}: 'data' and 'sentencepiece' are fairseq-only; "
+                                 "a huggingface directory carries its own tokenizer")
+        else:
+            if self.path.is_dir():
+                raise ValueError(f"model {self.name!r}: a fairseq model path must be a checkpoint "
+                                 f"file (e.g. checkpoint_best.pt), got the directory {str(self.path)!r}")
+            if self.data is None:
+                raise ValueError(f"model {self.name!r}: fairseq models need 'data', the directory "
+                                 "with the dictionary (dict.txt or dict.<lang>.txt) used in training")
+        return self
+
+
+class EvolutionConfig(_Section):
+    """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``extract``, ``models``."""
+
+    workdir: Path = Path("runs/default")
+    seed: int = 0
+    cluster: Annotated[ClusterConfig, Field(default_factory=ClusterConfig)]
+    corpus: CorpusConfig
+    extract: Annotated[ExtractConfig, Field(default_factory=ExtractConfig)]
+    models: list[ModelConfig] = Field(min_length=1)
+
+    @field_validator("workdir", mode="before")
+    @classmethod
+    def _workdir(cls, v: Any, info: ValidationInfo) -> Path:
+        return _resolve(v, info)
+
+    @field_validator("cluster", mode="before")
+    @classmethod
+    def _cluster(cls, v: Any) -> Any:
+        return _coerce_cluster(v)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "EvolutionConfig":
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"models: names must be unique, {dupes} appear more than once")
+        if self.extract.max_batch_tokens < 2:
+            raise ValueError("extract.max_batch_tokens must be at least 2")
+        return self
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"no model named {name!r}; configured: {[m.name for m in self.models]}")
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: the config cannot be run:"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key; remove it or check its spelling against docs/config.md"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) -> EvolutionConfig:
+    """Read and validate a YAML config.
+
+    Parameters
+    ----------
+    path
+        The YAML file. Relative paths inside it are resolved against its directory.
+    overrides
+        Top-level keys that replace those in the file (the CLI's ``--workdir``).
+
+    Raises
+    ------
+    ConfigError
+        With one line per problem, naming the key and what to do.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys (workdir, corpus, models, ...)")
+    data.update(overrides or {})
+    try:
+        return EvolutionConfig.model_validate(data, context={"base_dir": path.resolve().parent})
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, str(path))) from None
+
+
+def resolved_dict(section: BaseModel) -> dict[str, Any]:
+    """A JSON-compatible dict of a config section with every default filled in."""
+    return section.model_dump(mode="json")

@@ -1,0 +1,156 @@
+"""The adapter interface every model family implements.
+
+An adapter answers two questions with one alignment convention:
+
+* :meth:`Adapter.tokenize` turns a sentence into *content* tokens (no special
+  tokens) with their subword strings and word indices;
+* :meth:`Adapter.forward` runs the network on *model inputs* (content plus the
+  special tokens the objective was trained with, see :meth:`Adapter.build_input`)
+  and returns hidden states of layers 0..L and, on request, per-head attention.
+
+Content token ``i`` of a sentence sits at input position
+``content_offset + i`` for every objective, so token position ``i`` means the
+same input token in an MT encoder (``x1..xn </s>``), a causal LM
+(``<bos> x1..xn``: the state at ``x_i`` has read ``x_1..x_i`` and predicts
+``x_(i+1)``) and a masked LM (``<s> x1..xn </s>``). Hidden states stored for
+analysis are those of content tokens only; attention maps keep every input
+position, special tokens included, because attention *to* them is itself a
+finding (Clark et al., 2019).
+
+Shapes (``B`` sentences, ``T`` padded input length, ``L`` layers, ``H`` heads,
+``d`` model width)::
+
+    hidden     (L + 1, B, T, d)   float32, layer 0 = embedding output
+    attention  (L, B, H, T, T)    float32, rows are queries, columns keys
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+Objective = Literal["mt", "lm", "mlm"]
+
+__all__ = ["Adapter", "Tokenized", "ModelLoadError", "Objective", "word_ids_from_pieces"]
+
+
+class ModelLoadError(RuntimeError):
+    """A path that is not a loadable model; the message says what was expected."""
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """One sentence's content tokens (no special tokens)."""
+
+    ids: list[int]
+    pieces: list[str]
+    word_ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def truncated(self, n: int) -> "Tokenized":
+        return Tokenized(self.ids[:n], self.pieces[:n], self.word_ids[:n])
+
+
+def word_ids_from_pieces(pieces: Sequence[str]) -> list[int]:
+    """Word index of each subword piece.
+
+    Understands SentencePiece (a piece starting with ``▁`` opens a word),
+    subword-nmt (a piece ending in ``@@`` continues into the next) and GPT-2
+    byte-level BPE (``Ġ`` opens a word); a plain whitespace token is one word.
+    """
+    out: list[int] = []
+    word = -1
+    continues = False
+    sp_style = any(p.startswith(("▁", "Ġ")) for p in pieces)
+    for i, p in enumerate(pieces):
+        if sp_style:
+            opens = i == 0 or p.startswith(("▁", "Ġ"))
+        else:
+            opens = not continues
+        if opens:
+            word += 1
+        out.append(word)
+        continues = p.endswith("@@")
+    return out
+
+
+class Adapter(abc.ABC):
+    """A model seen as ``tokenize`` + ``forward`` with the alignment above.
+
+    Subclasses set: ``name``, ``objective``, ``num_layers`` (L),
+    ``num_heads``, ``d_model``, ``max_positions`` (model inputs, special
+    tokens included), ``prefix`` and ``suffix`` (special token ids around the
+    content), ``pad_id`` and ``special_ids``.
+    """
+
+    name: str
+    objective: Objective
+    num_layers: int
+    num_heads: int
+    d_model: int
+    max_positions: int
+    prefix: list[int]
+    suffix: list[int]
+    pad_id: int
+    special_ids: frozenset[int]
+
+    @property
+    def content_offset(self) -> int:
+        """Input position of content token 0."""
+        return len(self.prefix)
+
+    @property
+    def max_content_tokens(self) -> int:
+        """The longest content the model accepts once special tokens are added."""
+        return self.max_positions - len(self.prefix) - len(self.suffix)
+
+    def build_input(self, ids: Sequence[int]) -> list[int]:
+        """Content ids -> model input ids (special tokens added as in training)."""
+        return [*self.prefix, *ids, *self.suffix]
+
+    @abc.abstractmethod
+    def tokenize(self, sentence: str) -> Tokenized:
+        """Content tokens of one sentence."""
+
+    @abc.abstractmethod
+    def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Run a batch of model inputs (right-padded internally).
+
+        Returns ``hidden`` of shape ``(L + 1, B, T, d)`` and, when
+        ``attention`` is true, ``attention`` of shape ``(L, B, H, T, T)``;
+        values at padded positions are unspecified.
+        """
+
+    def describe(self) -> dict:
+        """Attributes recorded with every extracted array."""
+        return {
+            "objective": self.objective,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "d_model": self.d_model,
+            "max_positions": self.max_positions,
+            "content_offset": self.content_offset,
+            "prefix_ids": list(self.prefix),
+            "suffix_ids": list(self.suffix),
+        }
+
+    def _pad(self, inputs: Sequence[Sequence[int]]):
+        import torch
+
+        lengths = [len(x) for x in inputs]
+        t = max(lengths)
+        ids = torch.full((len(inputs), t), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(inputs), t), dtype=torch.long)
+        for b, x in enumerate(inputs):
+            ids[b, : len(x)] = torch.as_tensor(list(x), dtype=torch.long)
+            mask[b, : len(x)] = 1
+        return ids, mask, lengths

@@ -1,0 +1,168 @@
+"""fairseq checkpoints of the ``translation``, ``language_modeling`` and
+``masked_lm`` tasks (and of this project's plugin, which registers the same
+three objectives on one encoder class).
+
+Model inputs follow what each task feeds in training:
+
+=========  ======================  ====================
+objective  model input             analysed stack
+=========  ======================  ====================
+mt         ``x1..xn </s>``         encoder
+lm         ``</s> x1..xn``         decoder (causal)
+mlm        ``<s> x1..xn </s>``     sentence encoder
+=========  ======================  ====================
+
+(fairseq's language-modelling data start every sentence with ``</s>`` as
+beginning-of-sentence unless ``--add-bos-token`` was used, in which case
+``<s>``.) Hidden states are captured with hooks: layer 0 is the input of the
+first block (embeddings, positions, embedding layer norm if any), layer ``i``
+the output of block ``i``; a final encoder layer norm of pre-norm models is
+*not* applied, so every layer is a block output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from evolution.models.base import Adapter, ModelLoadError, Tokenized, word_ids_from_pieces
+from evolution.models.compat import capture_attention, enable_head_weights, import_fairseq, quiet, trusted_checkpoints
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FairseqAdapter"]
+
+_TASK_OBJECTIVE = {"translation": "mt", "language_modeling": "lm", "masked_lm": "mlm"}
+
+
+class FairseqAdapter(Adapter):
+    """Adapter for one fairseq checkpoint file.
+
+    Parameters
+    ----------
+    path
+        The checkpoint (``checkpoint_best.pt``).
+    data
+        Directory with the dictionary the model was trained with.
+    sentencepiece
+        Optional SentencePiece model applied to raw text; without it, text is
+        taken as already segmented and split on spaces.
+    """
+
+    def __init__(self, path: str | Path, *, data: str | Path, sentencepiece: str | Path | None = None,
+                 name: str | None = None, objective: str | None = None):
+        import_fairseq()
+        self.path = Path(path)
+        self.data = Path(data)
+        self.name = name or self.path.stem
+        self._spm = None
+        if sentencepiece is not None:
+            import sentencepiece as spm
+
+            self._spm = spm.SentencePieceProcessor(model_file=str(sentencepiece))
+        self._load()
+        task_name = self.cfg.task._name
+        self.objective = objective or _TASK_OBJECTIVE.get(task_name) or getattr(self._task, "objective", None)
+        if self.objective not in ("mt", "lm", "mlm"):
+            raise ModelLoadError(f"{self.path}: fairseq task {task_name!r} is not one of "
+                                 f"{sorted(_TASK_OBJECTIVE)}; set models[].objective to mt, lm or mlm")
+        d = self.dictionary
+        if self.objective == "mt":
+            self.prefix, self.suffix = [], [d.eos()]
+        elif self.objective == "lm":
+            self.prefix = [d.bos() if getattr(self.cfg.task, "add_bos_token", False) else d.eos()]
+            self.suffix = []
+        else:
+            self.prefix, self.suffix = [d.bos()], [d.eos()]
+        self.pad_id = d.pad()
+        self.special_ids = frozenset(range(d.nspecial)) | (
+            {d.index("<mask>")} if "<mask>" in d.indices else set())
+        layers = self._layers
+        self.num_layers = len(layers)
+        self.num_heads = layers[0].self_attn.num_heads
+        self.d_model = layers[0].self_attn.embed_dim
+        self.max_positions = int(self._stack.max_positions())
+
+    def _load(self) -> None:
+        from fairseq import checkpoint_utils, tasks
+
+        if not self.path.is_file():
+            raise ModelLoadError(f"fairseq checkpoint {self.path} does not exist")
+        try:
+            with trusted_checkpoints(), quiet():
+                state = checkpoint_utils.load_checkpoint_to_cpu(str(self.path), {"data": str(self.data)})
+        except Exception as exc:  # torch raises many types for a non-checkpoint file
+            raise ModelLoadError(f"{self.path} is not a fairseq checkpoint ({type(exc).__name__}: {exc}); "
+                                 "point models[].path at a checkpoint_*.pt written by fairseq-train") from exc
+        if "cfg" not in state or state["cfg"] is None or "model" not in state:
+            raise ModelLoadError(f"{self.path} has no fairseq config/model; it is not a fairseq-train checkpoint")
+        self.cfg = state["cfg"]
+        try:
+            with quiet():
+                self._task = tasks.setup_task(self.cfg.task)
+        except FileNotFoundError as exc:
+            raise ModelLoadError(f"{self.data}: the dictionary for {self.path.name} is missing ({exc}); "
+                                 "models[].data must be the fairseq data directory used in training") from exc
+        model = self._task.build_model(self.cfg.model)
+        model.load_state_dict(state["model"], strict=True, model_cfg=self.cfg.model)
+        enable_head_weights(model)
+        self._model = model.eval()
+
+    @property
+    def dictionary(self):
+        return self._task.source_dictionary
+
+    @property
+    def _stack(self):
+        """The module whose blocks are analysed."""
+        m = self._model
+        if self.objective == "mt":
+            return m.encoder
+        if self.objective == "lm":
+            return m.decoder
+        return m.encoder.sentence_encoder if hasattr(m.encoder, "sentence_encoder") else m.encoder
+
+    @property
+    def _layers(self):
+        return list(self._stack.layers)
+
+    def tokenize(self, sentence: str) -> Tokenized:
+        pieces = self._spm.encode(sentence, out_type=str) if self._spm is not None else sentence.split()
+        ids = [self.dictionary.index(p) for p in pieces]
+        return Tokenized(ids=ids, pieces=list(pieces), word_ids=word_ids_from_pieces(pieces))
+
+    def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+        import torch
+
+        ids, _, lengths = self._pad(inputs)
+        layers = self._layers
+        states: list[torch.Tensor] = []
+
+        def first_input(module, args, kwargs):
+            states.append(args[0] if args else kwargs["x"])
+
+        def block_output(module, args, output):
+            states.append(output[0] if isinstance(output, tuple) else output)
+
+        with contextlib.ExitStack() as ctx, torch.inference_mode():
+            handles = [layers[0].register_forward_pre_hook(first_input, with_kwargs=True)]
+            handles += [layer.register_forward_hook(block_output) for layer in layers]
+            for h in handles:
+                ctx.callback(h.remove)
+            captured = (ctx.enter_context(capture_attention([layer.self_attn for layer in layers]))
+                        if attention else None)
+            stack = self._stack
+            if self.objective == "mt":
+                stack(ids, src_lengths=torch.as_tensor(lengths))
+            elif self.objective == "lm":
+                stack.extract_features(ids, encoder_out=None)
+            else:
+                stack(ids)
+        hidden = torch.stack([s.transpose(0, 1) for s in states]).float().numpy()  # (L+1, B, T, d)
+        att = torch.stack(captured).float().numpy() if attention else None
+        return hidden, att

@@ -1,0 +1,129 @@
+"""Hugging Face models from a local directory.
+
+Supported: BERT-like encoders (objective ``mlm``), GPT-2-like decoders
+(``lm``) and the encoder of Marian/T5-like encoder-decoders (``mt``).
+Attention is forced to the eager implementation so that per-head weights
+exist. Hidden states are Hugging Face's ``hidden_states`` (for GPT-2 the last
+entry has the final layer norm applied, as Hugging Face defines it).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from evolution.models.base import Adapter, ModelLoadError, Tokenized, word_ids_from_pieces
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HuggingFaceAdapter"]
+
+_CAUSAL_TYPES = {"gpt2", "gpt_neo", "gptj", "gpt_neox", "llama", "mistral", "opt", "bloom", "qwen2"}
+
+
+def _first_attr(config, names: Sequence[str]):
+    for n in names:
+        v = getattr(config, n, None)
+        if v is not None:
+            return v
+    return None
+
+
+class HuggingFaceAdapter(Adapter):
+    """Adapter for a local Hugging Face model directory.
+
+    The tokenizer is loaded at construction (cheap); the weights on the first
+    :meth:`forward`, so a driver process can tokenize without holding a model.
+    """
+
+    def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None):
+        from transformers import AutoConfig, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+        self.path = Path(path)
+        if not (self.path / "config.json").is_file():
+            raise ModelLoadError(f"{self.path} is not a Hugging Face model directory (no config.json); "
+                                 "point models[].path at a directory written by save_pretrained()")
+        self.name = name or self.path.name
+        try:
+            self.config = AutoConfig.from_pretrained(self.path, local_files_only=True)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"{self.path}: cannot load the Hugging Face config or tokenizer: {exc}") from exc
+        cfg = self.config
+        self.is_encoder_decoder = bool(getattr(cfg, "is_encoder_decoder", False))
+        inferred = ("mt" if self.is_encoder_decoder
+                    else "lm" if cfg.model_type in _CAUSAL_TYPES or getattr(cfg, "is_decoder", False)
+                    else "mlm")
+        self.objective = objective or inferred
+        self.num_layers = int(_first_attr(cfg, ["num_hidden_layers", "n_layer", "num_layers", "encoder_layers"]))
+        if self.is_encoder_decoder:
+            self.num_layers = int(_first_attr(cfg, ["encoder_layers", "num_layers", "num_hidden_layers"]))
+        self.num_heads = int(_first_attr(cfg, ["encoder_attention_heads", "num_attention_heads", "n_head",
+                                               "num_heads"]))
+        self.d_model = int(_first_attr(cfg, ["hidden_size", "d_model", "n_embd"]))
+        max_pos = _first_attr(cfg, ["max_position_embeddings", "n_positions"])
+        if max_pos is None:  # relative positions (T5): the tokenizer's limit, else 512
+            tok_max = getattr(self.tokenizer, "model_max_length", None)
+            max_pos = tok_max if tok_max and tok_max < 1_000_000 else 512
+            logger.info("%s: no absolute position limit; using max_positions=%d", self.name, max_pos)
+        self.max_positions = int(max_pos)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.special_ids = frozenset(int(i) for i in self.tokenizer.all_special_ids)
+        self.prefix, self.suffix = self._special_template()
+        self._model = None
+
+    def _special_template(self) -> tuple[list[int], list[int]]:
+        """Special tokens the tokenizer puts around content (e.g. [CLS] ... [SEP])."""
+        plain = self.tokenizer("a b", add_special_tokens=False)["input_ids"]
+        full = self.tokenizer("a b", add_special_tokens=True)["input_ids"]
+        for start in range(len(full) - len(plain) + 1):
+            if full[start:start + len(plain)] == plain:
+                return list(full[:start]), list(full[start + len(plain):])
+        raise ModelLoadError(f"{self.path}: the tokenizer's special tokens do not wrap the content "
+                             "as prefix + content + suffix; this layout is not supported")
+
+    def tokenize(self, sentence: str) -> Tokenized:
+        enc = self.tokenizer(sentence, add_special_tokens=False)
+        ids = [int(i) for i in enc["input_ids"]]
+        pieces = self.tokenizer.convert_ids_to_tokens(ids)
+        try:
+            wids = enc.word_ids()
+        except (AttributeError, ValueError):
+            wids = None
+        if wids is None or any(w is None for w in wids):
+            wids = word_ids_from_pieces(pieces)
+        return Tokenized(ids=ids, pieces=[str(p) for p in pieces], word_ids=[int(w) for w in wids])
+
+    @property
+    def model(self):
+        if self._model is None:
+            import torch
+            from transformers import AutoModel
+
+            try:
+                model = AutoModel.from_pretrained(self.path, attn_implementation="eager", local_files_only=True,
+                                                  dtype=torch.float32)
+            except (OSError, ValueError) as exc:
+                raise ModelLoadError(f"{self.path}: cannot load the Hugging Face weights: {exc}") from exc
+            if self.is_encoder_decoder:
+                model = model.get_encoder()
+            self._model = model.eval()
+        return self._model
+
+    def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+        import torch
+
+        ids, mask, _ = self._pad(inputs)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True,
+                             output_attentions=attention, return_dict=True)
+        hidden = torch.stack(out.hidden_states).float().numpy()
+        att = torch.stack(out.attentions).float().numpy() if attention else None
+        return hidden, att

@@ -1,0 +1,138 @@
+"""The Zarr layout of extracted representations (zarr format 3, opened by xarray).
+
+::
+
+    reps.zarr/<model>/hidden             (layer, token, feature)  float32|float16
+                                          chunks (1, chunk_tokens, feature)
+    reps.zarr/<model>                    coordinates on token: sentence, position,
+                                          token_id, token_str, word_id, is_special,
+                                          freq_rank; coordinate layer = 0..L
+    reps.zarr/<model>/attention/attention (sentence, layer, head, query, key)
+                                          chunks (1, L, H, T, T), padded to T
+    reps.zarr/<model>/attention          sentence (corpus index), length (input
+                                          length incl. special tokens), input_id
+                                          (sentence, key), -1 where padded
+
+The model width dimension is called ``feature`` because a variable may not
+share its name with a dimension in xarray (``hidden`` is the variable).
+Open with :func:`open_representations` / :func:`open_attention`, or directly
+with ``xr.open_zarr(store, group=model)``.
+
+A group is trusted only when its attribute ``evolution_complete`` equals its
+``evolution_fingerprint``; that attribute is written last, after every chunk,
+so an interrupted write is detected and redone, never read.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import xarray as xr
+import zarr
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DIMS_HIDDEN",
+    "DIMS_ATTENTION",
+    "open_representations",
+    "open_attention",
+    "group_is_complete",
+    "mark_complete",
+    "create_hidden_group",
+    "create_attention_group",
+]
+
+DIMS_HIDDEN = ("layer", "token", "feature")
+DIMS_ATTENTION = ("sentence", "layer", "head", "query", "key")
+_COMPLETE = "evolution_complete"
+_FINGERPRINT = "evolution_fingerprint"
+
+
+def _open_root(store: str, mode: str = "a") -> zarr.Group:
+    return zarr.open_group(store, mode=mode, zarr_format=3)
+
+
+def group_is_complete(store: str, group: str, fingerprint: str) -> bool:
+    """Whether ``group`` exists, was fully written, and for this ``fingerprint``."""
+    try:
+        g = zarr.open_group(store, mode="r", path=group, zarr_format=3)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, KeyError, ValueError):
+        return False
+    return g.attrs.get(_COMPLETE) == fingerprint and g.attrs.get(_FINGERPRINT) == fingerprint
+
+
+def mark_complete(store: str, group: str, fingerprint: str) -> None:
+    """Record that ``group`` is fully written; call after every chunk is written."""
+    g = zarr.open_group(store, mode="r+", path=group, zarr_format=3)
+    g.attrs[_COMPLETE] = fingerprint
+
+
+def _write_skeleton(ds: xr.Dataset, store: str, group: str) -> None:
+    # compute=False writes metadata and the eager (coordinate) arrays; the dask
+    # placeholder data variables stay unwritten, to be filled region by region.
+    ds.to_zarr(store, group=group, mode="w", compute=False, zarr_format=3, consolidated=False)
+
+
+def create_hidden_group(store: str, group: str, *, columns: dict[str, np.ndarray], n_layers: int,
+                        d_model: int, chunk_tokens: int, dtype: str, attrs: dict[str, Any],
+                        fingerprint: str) -> None:
+    """(Re)create ``group`` with token coordinates and an unwritten ``hidden`` array.
+
+    ``n_layers`` counts layer 0, i.e. L + 1.
+    """
+    import dask.array as da
+
+    n_tokens = len(columns["token_id"])
+    hidden = da.empty((n_layers, n_tokens, d_model), dtype=dtype,
+                      chunks=(1, min(chunk_tokens, n_tokens), d_model))
+    coords: dict[str, Any] = {name: ("token", values) for name, values in columns.items()}
+    coords["layer"] = ("layer", np.arange(n_layers, dtype=np.int32))
+    ds = xr.Dataset({"hidden": (DIMS_HIDDEN, hidden)}, coords=coords,
+                    attrs={**attrs, _FINGERPRINT: fingerprint})
+    ds["hidden"].encoding["fill_value"] = np.nan
+    _write_skeleton(ds, store, group)
+
+
+def create_attention_group(store: str, group: str, *, sentence: np.ndarray, inputs: list[list[int]],
+                           n_layers: int, n_heads: int, dtype: str, attrs: dict[str, Any]) -> None:
+    """(Re)create ``group`` (``<model>/attention``) for the sentences given.
+
+    ``inputs`` are the model input ids (special tokens included) per sentence.
+    """
+    import dask.array as da
+
+    lengths = np.array([len(x) for x in inputs], dtype=np.int32)
+    t = int(lengths.max())
+    input_id = np.full((len(inputs), t), -1, dtype=np.int32)
+    for k, x in enumerate(inputs):
+        input_id[k, : len(x)] = x
+    att = da.empty((len(inputs), n_layers, n_heads, t, t), dtype=dtype, chunks=(1, n_layers, n_heads, t, t))
+    ds = xr.Dataset(
+        {"attention": (DIMS_ATTENTION, att), "input_id": (("sentence", "key"), input_id)},
+        coords={"sentence": ("sentence", sentence.astype(np.int32)), "length": ("sentence", lengths),
+                "layer": ("layer", np.arange(1, n_layers + 1, dtype=np.int32))},
+        attrs=attrs,
+    )
+    ds["attention"].encoding["fill_value"] = np.nan
+    _write_skeleton(ds, store, group)
+
+
+def open_representations(store: str, model: str, *, check: bool = True) -> xr.Dataset:
+    """The ``hidden`` dataset of one model, lazily (dask-backed).
+
+    With ``check``, refuse a group that was not completely written.
+    """
+    if check:
+        g = zarr.open_group(store, mode="r", path=model, zarr_format=3)
+        if g.attrs.get(_COMPLETE) != g.attrs.get(_FINGERPRINT):
+            raise ValueError(f"{store}: group {model!r} is incomplete (an interrupted extraction); "
+                             "rerun the pipeline to finish it")
+    return xr.open_zarr(store, group=model, consolidated=False)
+
+
+def open_attention(store: str, model: str) -> xr.Dataset:
+    """The attention dataset of one model (``<model>/attention``), lazily."""
+    return xr.open_zarr(store, group=f"{model}/attention", consolidated=False)

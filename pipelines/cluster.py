@@ -1,0 +1,59 @@
+"""Dask client set-up from the ``cluster`` section of the config."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Iterator
+
+from evolution.config import ClusterConfig
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["dask_client", "default_workers"]
+
+
+def default_workers(threads_per_worker: int = 1) -> int:
+    """One worker per ``threads_per_worker`` cores this process may use."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // threads_per_worker)
+
+
+@contextlib.contextmanager
+def dask_client(cfg: ClusterConfig) -> Iterator[object | None]:
+    """Yield a :class:`distributed.Client`, or ``None`` for ``kind: synchronous``.
+
+    A local cluster is started with worker *processes* (the GIL would serialise
+    threads running Python-heavy tokenisation and small matrix products) and
+    shut down on exit, Ctrl-C included.
+    """
+    if cfg.kind == "synchronous":
+        logger.info("cluster: synchronous (every task in this process)")
+        yield None
+        return
+    from distributed import Client, LocalCluster
+
+    for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    if cfg.kind == "address":
+        logger.info("cluster: connecting to %s", cfg.address)
+        try:
+            client = Client(cfg.address, timeout="30s")
+        except OSError as exc:
+            raise ConnectionError(f"cannot reach the Dask scheduler at {cfg.address} ({exc}); start it with "
+                                  "`dask scheduler` or use cluster: local") from exc
+        with client:
+            yield client
+        return
+    n = cfg.n_workers or default_workers(cfg.threads_per_worker)
+    logger.info("cluster: local, %d worker process(es) x %d thread(s), memory_limit=%s", n,
+                cfg.threads_per_worker, cfg.memory_limit)
+    with LocalCluster(n_workers=n, threads_per_worker=cfg.threads_per_worker, processes=True,
+                      memory_limit=cfg.memory_limit, dashboard_address=None, silence_logs=logging.WARNING
+                      ) as cluster, Client(cluster) as client:
+        yield client

@@ -1,0 +1,118 @@
+"""Command line: ``python -m pipelines.run CONFIG [--stage NAME] [--force NAME] [--dry-run] [--workdir DIR]``.
+
+Runs the stages of the pipeline DAG in order, skipping those whose outputs are
+cached for the same config and inputs. Exit codes: 0 done, 2 bad config or
+input (nothing written), 130 interrupted (rerun to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from evolution.config import ConfigError, load_config
+from evolution.corpus import CorpusError
+from evolution.models import ModelLoadError
+from evolution.tokens import SentenceTooLong
+from pipelines.cluster import dask_client
+from pipelines.stages import STAGES, Context, downstream, stage_order
+
+logger = logging.getLogger("pipelines.run")
+
+__all__ = ["main", "run"]
+
+
+_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=_FORMAT,
+                        handlers=[logging.StreamHandler(sys.stderr)], force=True)
+    for noisy in ("fairseq", "hydra", "distributed", "transformers", "urllib3", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _log_to_file(workdir: Path) -> Path:
+    """Also write this run's log to ``<workdir>/logs/run-<time>.log``."""
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
+    path = workdir / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(_FORMAT))
+    logging.getLogger().addHandler(handler)
+    return path
+
+
+def run(config_path: str | Path, *, stage: str | None = None, force: list[str] | None = None,
+        dry_run: bool = False, workdir: str | Path | None = None, progress: bool = True) -> Context:
+    """Run the pipeline as the CLI does; returns the run's :class:`Context`."""
+    overrides = {"workdir": str(Path(workdir).resolve())} if workdir else None
+    config = load_config(config_path, overrides=overrides)
+    order = stage_order(stage)
+    forced: set[str] = set()
+    for name in force or []:
+        if name not in STAGES:
+            raise ConfigError(f"--force {name}: unknown stage; stages are {list(STAGES)}")
+        forced |= downstream(name)
+    ctx = Context(config=config, force=forced, progress=progress)
+    plan = {name: STAGES[name].pending(ctx) for name in order}
+    for name in order:
+        lines = plan[name]
+        logger.info("%-8s %s", name, "cached" if not lines else f"to run ({len(lines)} item(s))")
+        for line in lines:
+            logger.info("         - %s", line)
+    if dry_run:
+        return ctx
+    config.workdir.mkdir(parents=True, exist_ok=True)
+    logger.info("log: %s", _log_to_file(config.workdir))
+    resolved = config.model_dump(mode="json")
+    (config.workdir / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False),
+                                                         encoding="utf-8")
+    needs_cluster = any(STAGES[n].uses_cluster and plan[n] for n in order)
+    t0 = time.perf_counter()
+    with dask_client(config.cluster) if needs_cluster else _null() as client:
+        ctx.client = client
+        for name in order:
+            STAGES[name].run(ctx)
+    logger.info("done in %.1f s; results under %s", time.perf_counter() - t0, config.workdir)
+    return ctx
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.run", description=__doc__.splitlines()[0])
+    parser.add_argument("config", help="the YAML config, e.g. evolution.yaml")
+    parser.add_argument("--stage", choices=list(STAGES), help="run up to and including this stage")
+    parser.add_argument("--force", action="append", default=[], metavar="NAME", choices=list(STAGES),
+                        help="redo this stage and every stage after it (repeatable)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would run and stop")
+    parser.add_argument("--workdir", help="override the config's workdir")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        run(args.config, stage=args.stage, force=args.force, dry_run=args.dry_run, workdir=args.workdir,
+            progress=not args.no_progress)
+    except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, ConnectionError) as exc:
+        logger.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:
+        logger.error("interrupted; rerun the same command to resume (incomplete outputs are redone)")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
