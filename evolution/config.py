@@ -197,7 +197,8 @@ class ModelConfig(_Section):
 class EvolutionConfig(_Section):
     """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``extract``, ``models``."""
 
-    workdir: Path = Path("runs/default")
+    workdir: Path = Field(Path("runs/default"), validate_default=True,
+                          description="where every stage writes; relative to the config file")
     seed: int = 0
     cluster: Annotated[ClusterConfig, Field(default_factory=ClusterConfig)]
     corpus: CorpusConfig

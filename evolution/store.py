@@ -121,7 +121,8 @@ def create_attention_group(store: str, group: str, *, sentence: np.ndarray, inpu
 
 
 def open_representations(store: str, model: str, *, check: bool = True) -> xr.Dataset:
-    """The ``hidden`` dataset of one model, lazily (dask-backed).
+    """The ``hidden`` dataset of one model: ``hidden`` lazily (dask-backed),
+    token coordinates in memory.
 
     With ``check``, refuse a group that was not completely written.
     """
@@ -130,7 +131,9 @@ def open_representations(store: str, model: str, *, check: bool = True) -> xr.Da
         if g.attrs.get(_COMPLETE) != g.attrs.get(_FINGERPRINT):
             raise ValueError(f"{store}: group {model!r} is incomplete (an interrupted extraction); "
                              "rerun the pipeline to finish it")
-    return xr.open_zarr(store, group=model, consolidated=False)
+    ds = xr.open_zarr(store, group=model, consolidated=False)
+    # token coordinates are small; load them so that boolean selections work
+    return ds.assign_coords({name: ds[name].load() for name in ds.coords if name not in ds.indexes})
 
 
 def open_attention(store: str, model: str) -> xr.Dataset:

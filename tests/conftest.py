@@ -1,0 +1,70 @@
+"""Shared fixtures: tiny randomly initialised models of every family, built locally."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from evolution.models.random_init import make_fairseq_model, make_hf_model, vocabulary_of
+
+SENTENCES = [
+    "the cat sat on the mat",
+    "a dog ran to the cat",
+    "the mat was red and the dog was blue",
+    "on the mat sat a red cat",
+    "the blue dog sat",
+    "a cat",
+    "the dog ran on and on and on to the red mat",
+    "red blue red blue",
+] * 3
+WORDS = vocabulary_of(SENTENCES)
+
+HF_ARCHS = ["bert", "gpt2", "marian", "t5"]
+FAIRSEQ_TASKS = ["translation", "language_modeling", "masked_lm"]
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def model_specs(model_dir) -> dict[str, dict]:
+    """name -> spec dict (as ModelConfig dumps it) for 4 HF and 3 fairseq models."""
+    specs = {}
+    for arch in HF_ARCHS:
+        path = make_hf_model(model_dir / arch, arch=arch, words=WORDS, layers=2, d_model=16, heads=2,
+                             max_positions=32, seed=1)
+        specs[arch] = {"name": arch, "kind": "huggingface", "path": str(path), "data": None,
+                       "sentencepiece": None, "objective": None}
+    for task in FAIRSEQ_TASKS:
+        ckpt, data = make_fairseq_model(model_dir / task, task=task, words=WORDS, layers=2, d_model=16, heads=2,
+                                        max_positions=32, seed=1)
+        specs[task] = {"name": task, "kind": "fairseq", "path": str(ckpt), "data": str(data),
+                       "sentencepiece": None, "objective": None}
+    return specs
+
+
+@pytest.fixture()
+def corpus_file(tmp_path) -> Path:
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    return path
+
+
+def write_config(path: Path, *, corpus: Path, models: list[dict], workdir: Path, cluster: str = "synchronous",
+                 extra: str = "") -> Path:
+    """A minimal YAML config for the given model specs."""
+    lines = [f"workdir: {workdir}", f"cluster: {cluster}", "corpus:", f"  path: {corpus}",
+             "extract:", "  chunk_tokens: 32", "  max_batch_tokens: 64", "  attention:", "    sentences: 5"]
+    lines += [textwrap.indent(extra, "") ] if extra else []
+    lines.append("models:")
+    for m in models:
+        entry = f"  - {{name: {m['name']}, kind: {m['kind']}, path: {m['path']}"
+        if m.get("data"):
+            entry += f", data: {m['data']}"
+        lines.append(entry + "}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

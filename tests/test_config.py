@@ -1,0 +1,73 @@
+"""Config validation: every bad input fails before work starts, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolution.config import ConfigError, load_config
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+@pytest.fixture()
+def good(tmp_path, model_specs):
+    (tmp_path / "c.txt").write_text("a b\n")
+    spec = model_specs["translation"]
+    return f"corpus: {{path: c.txt}}\nmodels:\n  - {{name: m, kind: fairseq, path: {spec['path']}, data: {spec['data']}}}\n"
+
+
+def test_defaults_and_relative_paths(tmp_path, good):
+    cfg = load_config(_write(tmp_path, good))
+    assert cfg.corpus.path == (tmp_path / "c.txt").resolve()
+    assert cfg.workdir == (tmp_path / "runs/default").resolve()
+    assert cfg.cluster.kind == "local" and cfg.extract.too_long == "truncate" and cfg.extract.attention is None
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("corpus: {path: c.txt, colour: red}", r"corpus\.colour: unknown key"),
+    ("corpus: {path: missing.txt}", r"corpus\.path: .*missing\.txt' does not exist"),
+    ("extract: {chunk_tokens: many}", r"extract\.chunk_tokens: .*integer"),
+    ("extract: {too_long: crop}", r"extract\.too_long: .*'truncate', 'skip' or 'error'"),
+    ("cluster: {kind: address}", r"cluster: .*give the scheduler address"),
+    ("seeed: 3", r"seeed: unknown key"),
+])
+def test_errors_name_the_key(tmp_path, good, edit, message):
+    key = edit.split(":")[0]
+    text = "\n".join(line for line in good.splitlines() if not line.startswith(key + ":")) + "\n" + edit + "\n"
+    with pytest.raises(ConfigError, match=message):
+        load_config(_write(tmp_path, text))
+
+
+def test_impossible_model_combinations(tmp_path, model_specs):
+    (tmp_path / "c.txt").write_text("a\n")
+    fs = model_specs["translation"]
+    cases = {
+        f"- {{name: m, kind: fairseq, path: {fs['path']}}}": "fairseq models need 'data'",
+        f"- {{name: m, kind: huggingface, path: {fs['path']}}}": "must be a directory",
+        f"- {{name: m, kind: fairseq, path: {fs['data']}, data: {fs['data']}}}": "must be a checkpoint file",
+        f"- {{name: m, kind: fairseq, path: {tmp_path}/nope.pt, data: {fs['data']}}}": r"models\.0\.path: .*does not exist",
+    }
+    for model, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config(_write(tmp_path, f"corpus: {{path: c.txt}}\nmodels:\n  {model}\n"))
+    dup = f"  - {{name: m, kind: fairseq, path: {fs['path']}, data: {fs['data']}}}\n"
+    with pytest.raises(ConfigError, match="unique"):
+        load_config(_write(tmp_path, "corpus: {path: c.txt}\nmodels:\n" + dup + dup))
+
+
+def test_cluster_shorthands(tmp_path, good):
+    assert load_config(_write(tmp_path, good + "cluster: tcp://10.0.0.1:8786\n")).cluster.kind == "address"
+    assert load_config(_write(tmp_path, good + "cluster: synchronous\n")).cluster.kind == "synchronous"
+
+
+def test_not_a_mapping_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(_write(tmp_path, "- a\n- b\n"))
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(_write(tmp_path, "a: [\n"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
