@@ -8,6 +8,7 @@ input (nothing written), 130 interrupted (rerun to resume).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -37,14 +38,15 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _log_to_file(workdir: Path) -> Path:
-    """Also write this run's log to ``<workdir>/logs/run-<time>.log``."""
+def _log_to_file(workdir: Path) -> logging.Handler:
+    """Also write this run's log to ``<workdir>/logs/run-<time>.log``; remove the handler when done."""
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     path = workdir / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(_FORMAT))
     logging.getLogger().addHandler(handler)
-    return path
+    logger.info("log: %s", path)
+    return handler
 
 
 def run(config_path: str | Path, *, stage: str | None = None, force: list[str] | None = None,
@@ -68,26 +70,27 @@ def run(config_path: str | Path, *, stage: str | None = None, force: list[str] |
     if dry_run:
         return ctx
     config.workdir.mkdir(parents=True, exist_ok=True)
-    logger.info("log: %s", _log_to_file(config.workdir))
+    log_handler = _log_to_file(config.workdir)
+    try:
+        _execute(ctx, order, plan)
+    finally:
+        logging.getLogger().removeHandler(log_handler)
+        log_handler.close()
+    return ctx
+
+
+def _execute(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None:
+    config = ctx.config
     resolved = config.model_dump(mode="json")
     (config.workdir / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False),
                                                          encoding="utf-8")
     needs_cluster = any(STAGES[n].uses_cluster and plan[n] for n in order)
     t0 = time.perf_counter()
-    with dask_client(config.cluster) if needs_cluster else _null() as client:
+    with dask_client(config.cluster) if needs_cluster else contextlib.nullcontext() as client:
         ctx.client = client
         for name in order:
             STAGES[name].run(ctx)
     logger.info("done in %.1f s; results under %s", time.perf_counter() - t0, config.workdir)
-    return ctx
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def main(argv: list[str] | None = None) -> int:
