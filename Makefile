@@ -1,0 +1,45 @@
+# The two commands of the README:
+#   make run    set up from scratch and run the main job (evolution.yaml)
+#   make test   set up from scratch and run the test suite (what CI runs)
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+# fairseq 0.12 for Python 3.11, installed without its declared deps (they would pull
+# torchaudio and a CUDA torch); the `train` extra lists what it really needs.
+FAIRSEQ := ve-fairseq==0.12.3
+
+.PHONY: setup models run test test-fast bench clean
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[train,dev]'
+	$(PIP) install --no-deps $(FAIRSEQ)
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Randomly initialised MT / LM / MLM fairseq models over the default corpus
+# (until the train stage lands: issue 3).
+data/random-init/mlm/checkpoint.pt: $(VENV)/.installed
+	$(PY) -m evolution.models.random_init data/random-init --corpus evolution/data/web-genesis.en.txt
+
+models: data/random-init/mlm/checkpoint.pt
+
+run: setup models
+	$(PY) -m pipelines.run evolution.yaml
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) benchmarks/extract.py
+
+clean:
+	rm -rf runs data/random-init

@@ -1,0 +1,161 @@
+"""Extraction speed and memory, as ratios against plain baselines in the same run.
+
+    python benchmarks/extract.py [--tokens 200000] [--d-model 256] [--layers 6]
+
+Prints:
+
+* throughput: pipeline tokens/s (``python -m pipelines.run``'s extract stage
+  on a LocalCluster of one single-threaded worker per core) divided by a bare
+  loop's tokens/s (tokenised inputs, the same batches, ``adapter.forward``
+  on all cores, results discarded). Target >= 0.85.
+* peak RSS of the pipeline (synchronous scheduler, one process, so that
+  ``ru_maxrss`` covers everything) at N/2 and N tokens, next to a naive loop
+  that keeps every hidden state in memory and concatenates. Target: the
+  pipeline's flat, the naive loop's growing with N.
+
+The model is a randomly initialised fairseq translation encoder (speed does
+not depend on the weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def make_corpus(path: Path, n_tokens: int, words: list[str], seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    lines, total = [], 0
+    while total < n_tokens:
+        n = int(rng.integers(8, 60))
+        lines.append(" ".join(rng.choice(words, n)))
+        total += n
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_config(path: Path, *, corpus: Path, model: Path, data: Path, workdir: Path, cluster: str) -> Path:
+    path.write_text(f"""workdir: {workdir}
+cluster: {cluster}
+corpus: {{path: {corpus}}}
+extract: {{chunk_tokens: 4096, max_batch_tokens: 4096}}
+models:
+  - {{name: mt, kind: fairseq, path: {model}, data: {data}}}
+""", encoding="utf-8")
+    return path
+
+
+def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool) -> dict:
+    """Forward passes only (keep=False), or keep-everything-in-memory (keep=True)."""
+    import torch
+
+    from evolution.extract import batches
+    from evolution.models import load_adapter
+
+    torch.set_num_threads(threads)
+    adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data)})
+    sentences = corpus.read_text(encoding="utf-8").splitlines()
+    inputs = [adapter.build_input(adapter.tokenize(s).ids) for s in sentences]
+    n_tokens = sum(len(x) - 1 for x in inputs)
+    kept = []
+    t0 = time.perf_counter()
+    for batch in batches([len(x) for x in inputs], max_batch_tokens=4096):
+        hidden, _ = adapter.forward([inputs[i] for i in batch])
+        if keep:
+            for b, i in enumerate(batch):
+                kept.append(hidden[:, b, : len(inputs[i]) - 1].copy())
+    if keep:
+        np.concatenate(kept, axis=1)
+    seconds = time.perf_counter() - t0
+    return {"tokens": n_tokens, "seconds": seconds, "tokens_per_s": n_tokens / seconds,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def pipeline(config: Path) -> dict:
+    from pipelines.run import run
+
+    t0 = time.perf_counter()
+    run(config, progress=False, stage="extract")
+    seconds = time.perf_counter() - t0
+    import xarray as xr
+
+    n = xr.open_zarr(config.parent / "w" / "reps.zarr", group="mt", consolidated=False).sizes["token"]
+    return {"tokens": n, "seconds": seconds, "tokens_per_s": n / seconds,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def in_subprocess(fn: str, **kwargs) -> dict:
+    code = (f"import json, sys; sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(REPO / 'benchmarks')!r});"
+            f"import logging; logging.disable(logging.INFO);"
+            f"from extract import *; from pathlib import Path;"
+            f"print('RESULT', json.dumps({fn}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
+    return json.loads(line[len("RESULT "):])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tokens", type=int, default=200_000)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--layers", type=int, default=6)
+    args = p.parse_args()
+
+    from evolution.models.random_init import make_fairseq_model, vocabulary_of
+    from pipelines.cluster import default_workers
+
+    words = vocabulary_of((REPO / "evolution/data/web-genesis.en.txt").read_text().splitlines(), max_size=8000)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-extract-"))
+    model, data = make_fairseq_model(tmp / "model", task="translation", words=words, layers=args.layers,
+                                     d_model=args.d_model, heads=max(1, args.d_model // 64), max_positions=256)
+    cores = default_workers()
+    print(f"model: fairseq translation encoder, {args.layers} layers, d={args.d_model}; {cores} core(s)")
+
+    sizes = {"half": args.tokens // 2, "full": args.tokens}
+    corpora = {}
+    for name, n in sizes.items():
+        corpora[name] = tmp / f"{name}.txt"
+        make_corpus(corpora[name], n, words)
+
+    bare = in_subprocess(f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpora['full'])!r}), "
+                         f"threads={cores}, keep=False)")
+    (tmp / "local").mkdir()
+    cfg = write_config(tmp / "local" / "c.yaml", corpus=corpora["full"], model=model, data=data,
+                       workdir=tmp / "local" / "w", cluster="local")
+    piped = in_subprocess(f"pipeline(Path({str(cfg)!r}))")
+    print(f"\nthroughput on {bare['tokens']:,} tokens")
+    print(f"  bare forward loop ({cores} threads):    {bare['tokens_per_s']:10,.0f} tokens/s")
+    print(f"  pipeline (LocalCluster, {cores} workers): {piped['tokens_per_s']:10,.0f} tokens/s "
+          "(includes model loading, Zarr writes, cluster start)")
+    print(f"  ratio pipeline / bare: {piped['tokens_per_s'] / bare['tokens_per_s']:.3f}  (target >= 0.85)")
+
+    print("\npeak RSS (MB)        " + "".join(f"{n:>14,} tok" for n in sizes.values()))
+    rows = {"pipeline (synchronous)": [], "naive keep-all loop": []}
+    for name in sizes:
+        d = tmp / f"sync-{name}"
+        d.mkdir()
+        c = write_config(d / "c.yaml", corpus=corpora[name], model=model, data=data, workdir=d / "w",
+                         cluster="synchronous")
+        rows["pipeline (synchronous)"].append(in_subprocess(f"pipeline(Path({str(c)!r}))")["peak_rss_mb"])
+        rows["naive keep-all loop"].append(in_subprocess(
+            f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpora[name])!r}), "
+            f"threads={cores}, keep=True)")["peak_rss_mb"])
+    for label, values in rows.items():
+        growth = values[1] / values[0]
+        print(f"  {label:<24}" + "".join(f"{v:18,.0f}" for v in values) + f"   x{growth:.2f} for 2x tokens")
+
+
+if __name__ == "__main__":
+    main()
