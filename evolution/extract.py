@@ -17,6 +17,7 @@ worker process.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -142,8 +143,12 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
             torch_threads=torch_threads, dask_key_name=f"extract-{group}-{task.index}"))
     logger.info("%s: %d tokens of %d sentences in %d task(s) of <= %d tokens", group, table.n_tokens,
                 table.n_sentences, len(tasks), chunk_tokens)
+    t0 = time.perf_counter()
     results = _compute(delayed, client=client, progress=progress, label=f"extract {group}")
-    return sum(r["tokens"] for r in results)
+    seconds = time.perf_counter() - t0
+    n = sum(r["tokens"] for r in results)
+    logger.info("%s: task graph computed in %.1f s (%.0f tokens/s)", group, seconds, n / seconds)
+    return n
 
 
 def _compute(delayed: list, *, client, progress: bool, label: str) -> list:
