@@ -66,14 +66,16 @@ def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool
     adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data)})
     sentences = corpus.read_text(encoding="utf-8").splitlines()
     inputs = [adapter.build_input(adapter.tokenize(s).ids) for s in sentences]
-    n_tokens = sum(len(x) - 1 for x in inputs)
+    n_specials = len(adapter.prefix) + len(adapter.suffix)
+    off = adapter.content_offset
+    n_tokens = sum(len(x) - n_specials for x in inputs)
     kept = []
     t0 = time.perf_counter()
     for batch in batches([len(x) for x in inputs], max_batch_tokens=4096):
         hidden, _ = adapter.forward([inputs[i] for i in batch])
         if keep:
             for b, i in enumerate(batch):
-                kept.append(hidden[:, b, : len(inputs[i]) - 1].copy())
+                kept.append(hidden[:, b, off:len(inputs[i]) - n_specials + off].copy())
     if keep:
         np.concatenate(kept, axis=1)
     seconds = time.perf_counter() - t0
@@ -82,19 +84,20 @@ def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool
 
 
 def pipeline(config: Path) -> dict:
-    from pipelines.run import run
-
-    t0 = time.perf_counter()
-    run(config, progress=False, stage="extract")
-    seconds = time.perf_counter() - t0
     import xarray as xr
 
-    n = xr.open_zarr(config.parent / "w" / "reps.zarr", group="mt", consolidated=False).sizes["token"]
+    from pipelines.run import run
+    from pipelines.stages import STAGES
+
+    t0 = time.perf_counter()
+    ctx = run(config, progress=False, stage="extract")
+    seconds = time.perf_counter() - t0
+    n = xr.open_zarr(STAGES["extract"].store(ctx), group="mt", consolidated=False).sizes["token"]
     return {"tokens": n, "seconds": seconds, "tokens_per_s": n / seconds,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def in_subprocess(fn: str, **kwargs) -> dict:
+def in_subprocess(fn: str) -> dict:
     code = (f"import json, sys; sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(REPO / 'benchmarks')!r});"
             f"import logging; logging.disable(logging.INFO);"
             f"from extract import *; from pathlib import Path;"

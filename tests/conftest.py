@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -59,7 +58,7 @@ def write_config(path: Path, *, corpus: Path, models: list[dict], workdir: Path,
     """A minimal YAML config for the given model specs."""
     lines = [f"workdir: {workdir}", f"cluster: {cluster}", "corpus:", f"  path: {corpus}",
              "extract:", "  chunk_tokens: 32", "  max_batch_tokens: 64", "  attention:", "    sentences: 5"]
-    lines += [textwrap.indent(extra, "") ] if extra else []
+    lines += [extra] if extra else []
     lines.append("models:")
     for m in models:
         entry = f"  - {{name: {m['name']}, kind: {m['kind']}, path: {m['path']}"
