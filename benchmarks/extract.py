@@ -6,8 +6,13 @@ Prints:
 
 * throughput: pipeline tokens/s (``python -m pipelines.run``'s extract stage
   on a LocalCluster of one single-threaded worker per core) divided by a bare
-  loop's tokens/s (tokenised inputs, the same batches, ``adapter.forward``
-  on all cores, results discarded). Target >= 0.85.
+  loop's tokens/s (tokenised inputs, batches from a global length sort,
+  ``adapter.forward`` on all cores, results discarded). Target >= 0.85.
+  The headline ratio uses the extraction task graph's wall time (forward
+  passes, Zarr writes, scheduling, stragglers), like the bare loop without
+  tokenisation or model loading; the end-to-end ratio (stage wall time,
+  tokenisation in the client and workers' model loading included) is
+  printed beside it.
 * peak RSS of the pipeline (synchronous scheduler, one process, so that
   ``ru_maxrss`` covers everything) at N/2 and N tokens, next to a naive loop
   that keeps every hidden state in memory and concatenates. Target: the
@@ -48,14 +53,15 @@ def write_config(path: Path, *, corpus: Path, model: Path, data: Path, workdir: 
     path.write_text(f"""workdir: {workdir}
 cluster: {cluster}
 corpus: {{path: {corpus}}}
-extract: {{chunk_tokens: 4096, max_batch_tokens: 4096}}
+extract: {{chunk_tokens: 4096, task_chunks: 4}}
 models:
   - {{name: mt, kind: fairseq, path: {model}, data: {data}}}
 """, encoding="utf-8")
     return path
 
 
-def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool) -> dict:
+def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool,
+              max_batch_tokens: int = 4096) -> dict:
     """Forward passes only (keep=False), or keep-everything-in-memory (keep=True)."""
     import torch
 
@@ -71,7 +77,7 @@ def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool
     n_tokens = sum(len(x) - n_specials for x in inputs)
     kept = []
     t0 = time.perf_counter()
-    for batch in batches([len(x) for x in inputs], max_batch_tokens=4096):
+    for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
         hidden, _ = adapter.forward([inputs[i] for i in batch])
         if keep:
             for b, i in enumerate(batch):
@@ -80,6 +86,7 @@ def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool
         np.concatenate(kept, axis=1)
     seconds = time.perf_counter() - t0
     return {"tokens": n_tokens, "seconds": seconds, "tokens_per_s": n_tokens / seconds,
+            "max_batch_tokens": max_batch_tokens,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -93,8 +100,10 @@ def pipeline(config: Path) -> dict:
     ctx = run(config, progress=False, stage="extract")
     seconds = time.perf_counter() - t0
     n = xr.open_zarr(STAGES["extract"].store(ctx), group="mt", consolidated=False).sizes["token"]
+    stats = ctx.timings["extract.mt"]
     return {"tokens": n, "seconds": seconds, "tokens_per_s": n / seconds,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "graph_tokens_per_s": n / stats["seconds"], "stage_tokens_per_s": n / stats["stage_seconds"],
+            "timings": stats, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def in_subprocess(fn: str) -> dict:
@@ -132,17 +141,27 @@ def main() -> None:
         corpora[name] = tmp / f"{name}.txt"
         make_corpus(corpora[name], n, words)
 
-    bare = in_subprocess(f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpora['full'])!r}), "
-                         f"threads={cores}, keep=False)")
+    # the baseline at its fastest batch budget, so the ratio cannot be flattered by a slow baseline
+    bare = max((in_subprocess(f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), "
+                              f"Path({str(corpora['full'])!r}), threads={cores}, keep=False, max_batch_tokens={m})")
+                for m in (1024, 2048, 4096)), key=lambda r: r["tokens_per_s"])
     (tmp / "local").mkdir()
     cfg = write_config(tmp / "local" / "c.yaml", corpus=corpora["full"], model=model, data=data,
                        workdir=tmp / "local" / "w", cluster="local")
     piped = in_subprocess(f"pipeline(Path({str(cfg)!r}))")
     print(f"\nthroughput on {bare['tokens']:,} tokens")
-    print(f"  bare forward loop ({cores} threads):    {bare['tokens_per_s']:10,.0f} tokens/s")
-    print(f"  pipeline (LocalCluster, {cores} workers): {piped['tokens_per_s']:10,.0f} tokens/s "
-          "(includes model loading, Zarr writes, cluster start)")
-    print(f"  ratio pipeline / bare: {piped['tokens_per_s'] / bare['tokens_per_s']:.3f}  (target >= 0.85)")
+    print(f"  bare forward loop ({cores} threads, best of max_batch_tokens 1024/2048/4096 = "
+          f"{bare['max_batch_tokens']}): {bare['tokens_per_s']:10,.0f} tokens/s")
+    t = piped["timings"]
+    print(f"  pipeline task graph (LocalCluster, {cores} workers): {piped['graph_tokens_per_s']:10,.0f} tokens/s "
+          f"(summed over tasks: forward {t['forward_s']:.1f} s, Zarr write {t['write_s']:.1f} s, "
+          f"model load {t['load_s']:.1f} s)")
+    print(f"  pipeline extract stage, end to end:      {piped['stage_tokens_per_s']:10,.0f} tokens/s "
+          "(+ tokenisation in the client, model loading on workers)")
+    print(f"  whole run (+ cluster start, imports):     {piped['tokens_per_s']:10,.0f} tokens/s")
+    print(f"  ratio pipeline task graph / bare: {piped['graph_tokens_per_s'] / bare['tokens_per_s']:.3f}  "
+          "(target >= 0.85)")
+    print(f"  ratio extract stage end to end / bare: {piped['stage_tokens_per_s'] / bare['tokens_per_s']:.3f}")
 
     print("\npeak RSS (MB)        " + "".join(f"{n:>14,} tok" for n in sizes.values()))
     rows = {"pipeline (synchronous)": [], "naive keep-all loop": []}

@@ -1,12 +1,12 @@
 """Extraction of layerwise representations (and attention) as a Dask task graph.
 
-One task per Zarr chunk along ``token``: task ``k`` owns tokens
-``[k*C, (k+1)*C)`` (``C = extract.chunk_tokens``), runs every sentence that
-overlaps that range (a sentence straddling a boundary is run by both
-neighbours, each writing only its own tokens) and writes its region of
-``hidden``. Writes are therefore disjoint, whole-chunk and lock-free, and a
-task's memory is bounded by ``(L + 1) * C * d`` floats plus one batch,
-whatever the corpus size. Attention maps (chunked one sentence per chunk) are
+One task per ``K`` consecutive Zarr chunks along ``token``: task ``k`` owns
+tokens ``[k*K*C, (k+1)*K*C)`` (``C = extract.chunk_tokens``,
+``K = extract.task_chunks``), runs every sentence that overlaps that range (a
+sentence straddling a boundary is run by both neighbours, each writing only
+its own tokens) and writes its region of ``hidden``. Writes are therefore
+disjoint, whole-chunk and lock-free, and a task's memory is bounded by
+``(L + 1) * K * C * d`` floats plus one batch, whatever the corpus size. Attention maps (chunked one sentence per chunk) are
 written by the task that owns a sentence's first token.
 
 The model never travels in the graph: a task carries the model's config (a
@@ -28,7 +28,7 @@ from evolution.tokens import TokenTable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ChunkTask", "plan_tasks", "run_chunk", "batches", "extract_model"]
+__all__ = ["ChunkTask", "plan_tasks", "run_chunk", "batches", "extract_model", "warm_workers"]
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,15 @@ class ChunkTask:
     attention_rows: tuple[int, ...]  # rows of the attention group this task writes
 
 
-def plan_tasks(table: TokenTable, *, chunk_tokens: int, attention_sentences: int = 0) -> list[ChunkTask]:
-    """Split the token axis into chunk-aligned tasks."""
+def plan_tasks(table: TokenTable, *, chunk_tokens: int, task_chunks: int = 1,
+               attention_sentences: int = 0) -> list[ChunkTask]:
+    """Split the token axis into tasks of ``task_chunks`` whole chunks each."""
     n = table.n_tokens
     offsets = table.offsets
+    width = chunk_tokens * task_chunks
     tasks = []
-    for k, start in enumerate(range(0, n, chunk_tokens)):
-        stop = min(start + chunk_tokens, n)
+    for k, start in enumerate(range(0, n, width)):
+        stop = min(start + width, n)
         first = int(np.searchsorted(offsets, start, side="right") - 1)
         last = int(np.searchsorted(offsets, stop, side="left"))  # exclusive
         starts_here = [s for s in range(first, last) if start <= offsets[s] < stop and s < attention_sentences]
@@ -91,8 +93,11 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
     import torch
     import zarr
 
+    t_start = time.perf_counter()
     torch.set_num_threads(torch_threads)
     adapter: Adapter = cached_adapter(spec)
+    t_loaded = time.perf_counter()
+    forward_s = 0.0
     off = adapter.content_offset
     hidden_arr = zarr.open_array(store, path=f"{group}/hidden", mode="r+", zarr_format=3)
     buf = np.empty((hidden_arr.shape[0], task.stop - task.start, hidden_arr.shape[2]), dtype=np.float32)
@@ -102,7 +107,9 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
                if att_row_of else None)
     for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
         need_att = any(i in att_row_of for i in batch)
+        t0 = time.perf_counter()
         hidden, att = adapter.forward([inputs[i] for i in batch], attention=need_att)
+        forward_s += time.perf_counter() - t0
         for b, i in enumerate(batch):
             lo, n = token_offsets[i], content_lengths[i]
             # rows of this sentence inside the task's range
@@ -114,22 +121,30 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
                 row = np.full(att_arr.shape[1:], np.nan, dtype=attention_dtype)
                 row[:, :, :t, :t] = att[:, b, :, :t, :t]
                 att_arr[att_row_of[i]] = row
+    t0 = time.perf_counter()
     hidden_arr[:, task.start:task.stop] = buf.astype(dtype, copy=False)
-    return {"index": task.index, "tokens": task.stop - task.start}
+    t_end = time.perf_counter()
+    return {"index": task.index, "tokens": task.stop - task.start, "load_s": t_loaded - t_start,
+            "forward_s": forward_s, "write_s": t_end - t0, "total_s": t_end - t_start}
 
 
 def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str, group: str,
-                  chunk_tokens: int, max_batch_tokens: int, dtype: str, attention_sentences: int,
-                  attention_dtype: str | None, torch_threads: int, client=None, progress: bool = True) -> int:
+                  chunk_tokens: int, task_chunks: int, max_batch_tokens: int, dtype: str,
+                  attention_sentences: int,
+                  attention_dtype: str | None, torch_threads: int, client=None,
+                  progress: bool = True) -> dict[str, float]:
     """Build and compute the task graph for one model; the group's skeleton must exist.
 
     ``client`` is a :class:`distributed.Client`, or ``None`` for the
-    synchronous scheduler (everything in this process). Returns the number of
-    tokens written.
+    synchronous scheduler (everything in this process). Returns timings:
+    ``tokens`` written, wall ``seconds`` of the graph, and ``load_s``,
+    ``forward_s``, ``write_s`` summed over tasks (model loading happens in
+    the first task a worker runs, unless :func:`warm_workers` did it).
     """
     import dask
 
-    tasks = plan_tasks(table, chunk_tokens=chunk_tokens, attention_sentences=attention_sentences)
+    tasks = plan_tasks(table, chunk_tokens=chunk_tokens, task_chunks=task_chunks,
+                       attention_sentences=attention_sentences)
     lengths = [len(x) for x in table.ids]
     delayed = []
     for task in tasks:
@@ -142,13 +157,35 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
             max_batch_tokens=max_batch_tokens, dtype=dtype, attention_dtype=attention_dtype,
             torch_threads=torch_threads, dask_key_name=f"extract-{group}-{task.index}"))
     logger.info("%s: %d tokens of %d sentences in %d task(s) of <= %d tokens", group, table.n_tokens,
-                table.n_sentences, len(tasks), chunk_tokens)
+                table.n_sentences, len(tasks), chunk_tokens * task_chunks)
     t0 = time.perf_counter()
     results = _compute(delayed, client=client, progress=progress, label=f"extract {group}")
     seconds = time.perf_counter() - t0
     n = sum(r["tokens"] for r in results)
-    logger.info("%s: task graph computed in %.1f s (%.0f tokens/s)", group, seconds, n / seconds)
-    return n
+    times = {k: sum(r[k] for r in results) for k in ("load_s", "forward_s", "write_s", "total_s")}
+    logger.info("%s: task graph computed in %.1f s (%.0f tokens/s); summed over tasks: model load %.1f s, "
+                "forward %.1f s, Zarr write %.1f s, other %.1f s", group, seconds, n / seconds, times["load_s"],
+                times["forward_s"], times["write_s"],
+                times["total_s"] - times["load_s"] - times["forward_s"] - times["write_s"])
+    return {"tokens": n, "seconds": seconds, **times}
+
+
+def _warm(spec: dict) -> None:
+    cached_adapter(spec)
+
+
+def warm_workers(client, spec: dict) -> list:
+    """Start loading the model on every worker now (one task pinned to each),
+    so that loading overlaps with tokenisation in the client process.
+
+    Returns the futures; keep them until the graph has run. A no-op (empty
+    list) for the synchronous scheduler.
+    """
+    if client is None:
+        return []
+    workers = list(client.scheduler_info()["workers"])
+    return [client.submit(_warm, spec, workers=[w], allow_other_workers=False, pure=False,
+                          key=f"load-model-{i}-{id(spec)}") for i, w in enumerate(workers)]
 
 
 def _compute(delayed: list, *, client, progress: bool, label: str) -> list:

@@ -13,6 +13,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["dask_client", "default_workers"]
 
+#: glibc malloc trim and mmap thresholds for local workers (bytes).
+MALLOC_THRESHOLD = 1 << 30
+
 
 def default_workers(threads_per_worker: int = 1) -> int:
     """One worker per ``threads_per_worker`` cores this process may use."""
@@ -54,11 +57,14 @@ def dask_client(cfg: ClusterConfig) -> Iterator[object | None]:
     n = cfg.n_workers or default_workers(cfg.threads_per_worker)
     logger.info("cluster: local, %d worker process(es) x %d thread(s), memory_limit=%s", n,
                 cfg.threads_per_worker, cfg.memory_limit)
-    # distributed's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in workers, which makes glibc hand
-    # every large tensor back to the OS and fault it in again: measured here, a torch matmul
-    # loop ran 40% slower in a worker than in the parent. Workers get glibc's defaults back.
-    environ = {"MALLOC_TRIM_THRESHOLD_": str(1 << 30), "OMP_NUM_THREADS": str(cfg.threads_per_worker),
-               "MKL_NUM_THREADS": str(cfg.threads_per_worker), "OPENBLAS_NUM_THREADS": str(cfg.threads_per_worker)}
+    # distributed's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in workers. Setting that variable at
+    # all (to any value) switches off glibc's dynamic mmap threshold, so every tensor above 128 KiB
+    # is mmap'ed, page-faulted in and unmapped again: measured here, a 6-layer encoder forwarded
+    # 3.9k tokens/s in a worker against 6.1k in a plain process. Fixing both thresholds restores
+    # the plain-process speed (docs/decisions.md, "Worker memory allocator").
+    environ = {"MALLOC_TRIM_THRESHOLD_": str(MALLOC_THRESHOLD), "MALLOC_MMAP_THRESHOLD_": str(MALLOC_THRESHOLD),
+               "OMP_NUM_THREADS": str(cfg.threads_per_worker), "MKL_NUM_THREADS": str(cfg.threads_per_worker),
+               "OPENBLAS_NUM_THREADS": str(cfg.threads_per_worker)}
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), LocalCluster(n_workers=n, threads_per_worker=cfg.threads_per_worker, processes=True,
                       memory_limit=cfg.memory_limit, dashboard_address=None, silence_logs=logging.WARNING
                       ) as cluster, Client(cluster) as client:

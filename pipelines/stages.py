@@ -43,6 +43,8 @@ class Context:
     force: set[str] = field(default_factory=set)
     client: Any = None
     progress: bool = True
+    #: per-stage measurements of this run (e.g. extraction timings per model), for logs and benchmarks
+    timings: dict[str, Any] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -139,7 +141,7 @@ class ExtractStage(Stage):
         return [f"extract: model {m.name} ({m.kind}) -> {self.store(ctx)} group {m.name}" for m in self._todo(ctx)]
 
     def run(self, ctx: Context) -> None:
-        from evolution.extract import extract_model
+        from evolution.extract import extract_model, warm_workers
         from evolution.models import cached_adapter
         from evolution.store import create_attention_group, create_hidden_group, mark_complete
         from evolution.tokens import build_token_table
@@ -155,6 +157,7 @@ class ExtractStage(Stage):
             key = self.model_key(ctx, model)
             spec = resolved_dict(model)
             t0 = time.perf_counter()
+            warming = warm_workers(ctx.client, spec)
             adapter = cached_adapter(spec)  # shared with in-process tasks; workers load their own
             table = build_token_table(corpus.sentences, adapter, too_long=xcfg.too_long, lines=corpus.lines,
                                       source=corpus.source)
@@ -174,7 +177,7 @@ class ExtractStage(Stage):
             }
             create_hidden_group(store, model.name, columns=table.columns, n_layers=adapter.num_layers + 1,
                                 d_model=adapter.d_model, chunk_tokens=xcfg.chunk_tokens, dtype=xcfg.dtype,
-                                attrs=attrs, fingerprint=key)
+                                attrs=attrs, fingerprint=key, compressor=xcfg.compressor)
             n_att = 0
             if xcfg.attention is not None:
                 n_att = min(xcfg.attention.sentences, table.n_sentences)
@@ -183,13 +186,18 @@ class ExtractStage(Stage):
                     inputs=[adapter.build_input(ids) for ids in table.ids[:n_att]],
                     n_layers=adapter.num_layers, n_heads=adapter.num_heads, dtype=xcfg.attention.dtype,
                     attrs={"special_ids": sorted(adapter.special_ids), **attrs})
-            n = extract_model(spec, table, adapter, store=store, group=model.name,
-                              chunk_tokens=xcfg.chunk_tokens, max_batch_tokens=xcfg.max_batch_tokens,
+            stats = extract_model(spec, table, adapter, store=store, group=model.name,
+                              chunk_tokens=xcfg.chunk_tokens, task_chunks=xcfg.task_chunks,
+                              max_batch_tokens=xcfg.max_batch_tokens,
                               dtype=xcfg.dtype, attention_sentences=n_att,
                               attention_dtype=xcfg.attention.dtype if xcfg.attention else None,
                               torch_threads=xcfg.torch_threads, client=ctx.client, progress=ctx.progress)
+            del warming
             mark_complete(store, model.name, key)
-            logger.info("extract: %s, %d tokens in %.1f s -> %s", model.name, n, time.perf_counter() - t0, store)
+            stats["stage_seconds"] = time.perf_counter() - t0
+            ctx.timings[f"extract.{model.name}"] = stats
+            logger.info("extract: %s, %d tokens in %.1f s -> %s", model.name, stats["tokens"],
+                        stats["stage_seconds"], store)
 
 
 STAGES: dict[str, Stage] = {s.name: s for s in (CorpusStage(), ExtractStage())}

@@ -57,7 +57,7 @@ def write_config(path: Path, *, corpus: Path, models: list[dict], workdir: Path,
                  extra: str = "") -> Path:
     """A minimal YAML config for the given model specs."""
     lines = [f"workdir: {workdir}", f"cluster: {cluster}", "corpus:", f"  path: {corpus}",
-             "extract:", "  chunk_tokens: 32", "  max_batch_tokens: 64", "  attention:", "    sentences: 5"]
+             "extract:", "  chunk_tokens: 32", "  task_chunks: 2", "  max_batch_tokens: 64", "  attention:", "    sentences: 5"]
     lines += [extra] if extra else []
     lines.append("models:")
     for m in models:

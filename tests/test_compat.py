@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -86,3 +88,21 @@ def test_lm_dim_args_and_exact_batching(tmp_path):
     assert model.decoder.embed_tokens.embedding_dim == 32
     assert model.decoder.output_projection.weight.shape[1] == 32
     assert args.required_batch_size_multiple == 1
+
+
+def test_import_fairseq_leaves_the_root_logger_alone():
+    # fairseq calls logging.basicConfig(level=INFO/DEBUG) at import; in a fresh process (as a
+    # Dask worker is) that would print every library's DEBUG records. Run in a subprocess so
+    # that fairseq is not yet imported.
+    import subprocess
+    import sys
+
+    code = ("import logging; from evolution.models import compat; compat.import_fairseq(); "
+            "root = logging.getLogger(); print(len(root.handlers), root.level)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", str(logging.WARNING)]
+    # and the failure it prevents is real: a plain import adds a handler
+    raw = subprocess.run([sys.executable, "-c", "import logging, numpy; numpy.compat = type(numpy)('c'); "
+                          "numpy.compat.long = int; import fairseq; print(len(logging.getLogger().handlers))"],
+                         capture_output=True, text=True, check=True)
+    assert int(raw.stdout.split()[-1]) >= 1

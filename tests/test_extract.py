@@ -25,12 +25,15 @@ def test_batches_cover_everything_within_budget():
     assert batches(lengths, max_batch_tokens=100) == out  # deterministic
 
 
-def test_plan_tasks_partition_tokens(model_specs):
+@pytest.mark.parametrize("task_chunks", [1, 3])
+def test_plan_tasks_partition_tokens(model_specs, task_chunks):
     a = load_adapter(model_specs["bert"])
     table = build_token_table(SENTENCES, a)
-    tasks = plan_tasks(table, chunk_tokens=7, attention_sentences=10)
+    tasks = plan_tasks(table, chunk_tokens=7, task_chunks=task_chunks, attention_sentences=10)
     covered = np.zeros(table.n_tokens, dtype=int)
     for t in tasks:
+        assert t.start % 7 == 0 and (t.stop % 7 == 0 or t.stop == table.n_tokens)  # whole chunks
+        assert t.stop - t.start <= 7 * task_chunks
         covered[t.start:t.stop] += 1
         for s in t.sentences:  # every listed sentence overlaps the task's range
             assert table.offsets[s] < t.stop and table.offsets[s + 1] > t.start

@@ -98,6 +98,12 @@ def import_fairseq():
     import logging
 
     patch_numpy_compat()
+    # Importing fairseq runs logging.basicConfig(level=INFO or DEBUG) in three modules
+    # (text_to_speech, frm_text_to_speech, wav2vec2_classification). In a process whose root
+    # logger has no handler yet (a Dask worker), that turns on DEBUG output from every library.
+    # The root logger's handlers and level are put back as they were.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     try:
         import fairseq  # noqa: F401
         from fairseq import checkpoint_utils  # noqa: F401
@@ -106,6 +112,11 @@ def import_fairseq():
     except ImportError as exc:
         raise ImportError("fairseq is not installed; install the project's `train` extra "
                           "(pip install -e '.[train]'), which pins ve-fairseq") from exc
+    finally:
+        for h in root.handlers[:]:
+            if h not in handlers:
+                root.removeHandler(h)
+        root.setLevel(level)
     return fairseq
 
 
