@@ -1,0 +1,6 @@
+"""Voita-style metrics on layerwise representations (METHODS.md sections 2-6).
+
+One module per method; each takes plain NumPy arrays (occurrences x
+feature) and labels, so it can be tested against a reference implementation
+on small data and scheduled by the ``metrics`` stage per (model, layer).
+"""

@@ -1,0 +1,111 @@
+"""Who are your neighbours? (Voita, Sennrich & Titov 2019, section 5; METHODS.md 3).
+
+For occurrences pooled from many token types: the share of each query's k
+nearest neighbours (itself excluded) that are the same token. Within the
+occurrences of one token type: the mean position distance to the neighbours,
+and the share of neighbours with the same left / right neighbour token (or
+any other per-occurrence annotation, such as POS).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+__all__ = ["knn", "same_label_rate", "within_type_measures"]
+
+Metric = Literal["euclidean", "cosine"]
+
+
+def _prepare(vectors: np.ndarray, metric: Metric) -> np.ndarray:
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    if metric == "cosine":
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        x = x / np.where(norms > 0, norms, 1)
+    elif metric != "euclidean":
+        raise ValueError(f"metric must be 'euclidean' or 'cosine', not {metric!r}")
+    return x
+
+
+def knn(vectors: np.ndarray, *, k: int, metric: Metric = "euclidean", index: str = "exact",
+        nprobe: int = 16) -> np.ndarray:
+    """Indices (n, k) of each row's k nearest other rows of ``vectors`` (n, d).
+
+    ``index="exact"`` is a flat faiss index (brute force, the same neighbours
+    as sklearn's ``NearestNeighbors(algorithm="brute")`` up to ties);
+    ``index="ivf"`` an inverted-file index with ``sqrt(n)`` lists searched
+    ``nprobe`` at a time (approximate; for large n). Cosine distance is
+    Euclidean distance between unit-normalised rows (same order).
+    """
+    import faiss
+
+    x = _prepare(vectors, metric)
+    n, d = x.shape
+    if n < 2:
+        raise ValueError("need at least 2 occurrences for nearest neighbours")
+    k = min(k, n - 1)
+    if index == "exact":
+        idx = faiss.IndexFlatL2(d)
+    elif index == "ivf":
+        nlist = max(1, int(np.sqrt(n)))
+        idx = faiss.IndexIVFFlat(faiss.IndexFlatL2(d), d, nlist)
+        idx.train(x)
+        idx.nprobe = min(nprobe, nlist)
+    else:
+        raise ValueError(f"index must be 'exact' or 'ivf', not {index!r}")
+    idx.add(x)
+    _, found = idx.search(x, k + 1)
+    return _drop_self(found, k)
+
+
+def _drop_self(found: np.ndarray, k: int) -> np.ndarray:
+    """Remove each row's own index (or, if a duplicate point pushed it out, the last hit)."""
+    n = len(found)
+    is_self = found == np.arange(n)[:, None]
+    missing = ~is_self.any(axis=1)
+    is_self[missing, -1] = True  # self not among the k + 1: drop the farthest instead
+    is_self[np.cumsum(is_self, axis=1) > 1] = False  # at most one per row
+    return found[~is_self].reshape(n, k)
+
+
+def same_label_rate(neighbors: np.ndarray, labels: np.ndarray) -> float:
+    """Mean over queries of the share of neighbours with the query's label.
+
+    ``neighbors`` (n, k) indices (-1 = none, ignored), ``labels`` (n,).
+    """
+    labels = np.asarray(labels)
+    valid = neighbors >= 0
+    same = (labels[np.where(valid, neighbors, 0)] == labels[:, None]) & valid
+    per_query = same.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
+    return float(per_query[valid.any(axis=1)].mean())
+
+
+def within_type_measures(vectors: np.ndarray, *, types: np.ndarray, position: np.ndarray,
+                         annotations: dict[str, np.ndarray], k: int, metric: Metric = "euclidean",
+                         min_occurrences: int = 2) -> dict[str, float]:
+    """Neighbour statistics among the occurrences of each token type.
+
+    For each type with at least ``min_occurrences`` occurrences, neighbours
+    are searched among that type's occurrences only (k capped at count - 1).
+    Returns ``position_distance`` (mean |pos(q) - pos(n)|, averaged over
+    queries, then types) and ``same_<name>`` for each annotation (share of
+    neighbours with the query's value, averaged the same way). Values of -1
+    in an annotation (no left neighbour at sentence start, ...) never match.
+    """
+    types = np.asarray(types)
+    position = np.asarray(position)
+    out: dict[str, list[float]] = {"position_distance": [], **{f"same_{a}": [] for a in annotations}}
+    for t in np.unique(types):
+        rows = np.flatnonzero(types == t)
+        if len(rows) < max(2, min_occurrences):
+            continue
+        nb = rows[knn(vectors[rows], k=k, metric=metric)]  # global indices (m, k')
+        out["position_distance"].append(float(np.abs(position[nb] - position[rows][:, None]).mean()))
+        for name, values in annotations.items():
+            values = np.asarray(values)
+            q = values[rows][:, None]
+            out[f"same_{name}"].append(float(((values[nb] == q) & (q >= 0)).mean()))
+    if not out["position_distance"]:
+        raise ValueError(f"no token type has {max(2, min_occurrences)} occurrences")
+    return {name: float(np.mean(v)) for name, v in out.items()}

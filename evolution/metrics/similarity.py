@@ -1,0 +1,101 @@
+"""PWCCA (Morcos, Raghu & Bengio, 2018) and linear CKA (Kornblith et al., 2019).
+
+A *view* is one layer's representations of a fixed set of occurrences,
+shape (n, d). :class:`View` centres it and factorises it once (thin SVD),
+so that comparing V views pairwise costs V factorisations plus a small
+(r x r) SVD per pair, not a factorisation per pair (METHODS.md 4).
+
+Distances are ``1 - similarity``: 0 for identical views, invariant to
+rotations and isotropic scaling of either view.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO"]
+
+#: Default minimum occurrences per dimension: CCA on fewer points than ~10 d
+#: overfits (correlations tend to 1 as n approaches d).
+MIN_RATIO = 10
+
+
+class View:
+    """Centred representations of one layer, factorised once.
+
+    Parameters
+    ----------
+    x : array (n, d)
+    epsilon : float
+        Directions whose singular value is below ``epsilon`` times the
+        largest are dropped (rank deficiency, e.g. dead units).
+    min_ratio : float
+        Refuse n < ``min_ratio`` * d.
+    name : str
+        For error messages.
+
+    Attributes
+    ----------
+    x_ : (n, d) float64, centred
+    basis_ : (n, r) orthonormal basis of the column space (r = numerical rank)
+    gram_norm_ : ||x^T x||_F, for CKA
+    """
+
+    def __init__(self, x: np.ndarray, *, epsilon: float = 1e-6, min_ratio: float = MIN_RATIO, name: str = "view"):
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2:
+            raise ValueError(f"{name}: expected (occurrences, feature), got shape {x.shape}")
+        n, d = x.shape
+        if n < min_ratio * d:
+            raise ValueError(f"{name}: {n} occurrences for {d} dimensions; PWCCA/CKA need at least "
+                             f"{min_ratio:g} x d = {int(np.ceil(min_ratio * d))} (use more sentences, or "
+                             "lower metrics.similarity.min_ratio knowingly)")
+        self.name = name
+        self.x_ = x - x.mean(axis=0)
+        u, s, _ = np.linalg.svd(self.x_, full_matrices=False)
+        keep = s > epsilon * (s[0] if len(s) and s[0] > 0 else 1.0)
+        if not keep.any():
+            raise ValueError(f"{name}: the representations are constant over occurrences")
+        self.basis_ = u[:, keep]
+        self.gram_norm_ = float(np.sqrt((s ** 4).sum()))  # ||X^T X||_F = sqrt(sum sigma^4)
+
+    @property
+    def n(self) -> int:
+        return self.x_.shape[0]
+
+
+def _check(a: View, b: View) -> None:
+    if a.n != b.n:
+        raise ValueError(f"{a.name} and {b.name} cover different occurrences ({a.n} vs {b.n})")
+
+
+def pwcca(a: View, b: View) -> float:
+    """Projection-weighted CCA similarity in [0, 1], weights from view ``a``.
+
+    CCA via the orthonormal bases: the canonical correlations are the
+    singular values of Qa^T Qb and the canonical variates of ``a`` are
+    ``h = Qa U``. Weight alpha_i = sum_j |<h_i, x_j>| over the original
+    (centred) dimensions x_j of ``a``, normalised to sum 1;
+    PWCCA = sum_i alpha_i rho_i. Not symmetric.
+    """
+    _check(a, b)
+    u, rho, _ = np.linalg.svd(a.basis_.T @ b.basis_, full_matrices=False)
+    m = len(rho)  # min(rank_a, rank_b)
+    h = a.basis_ @ u[:, :m]  # (n, m) canonical variates of a
+    alpha = np.abs(h.T @ a.x_).sum(axis=1)
+    return float(np.clip((alpha * np.clip(rho, 0, 1)).sum() / alpha.sum(), 0.0, 1.0))
+
+
+def cka(a: View, b: View) -> float:
+    """Linear CKA: ||b^T a||_F^2 / (||a^T a||_F ||b^T b||_F) on centred views. Symmetric."""
+    _check(a, b)
+    cross = np.linalg.norm(b.x_.T @ a.x_) ** 2
+    return float(np.clip(cross / (a.gram_norm_ * b.gram_norm_), 0.0, 1.0))
+
+
+def pwcca_distance(a: View, b: View) -> float:
+    return 1.0 - pwcca(a, b)
+
+
+def cka_distance(a: View, b: View) -> float:
+    return 1.0 - cka(a, b)

@@ -1,0 +1,154 @@
+"""Metrics against reference implementations and known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import mutual_info_score
+from sklearn.neighbors import NearestNeighbors
+
+from evolution.metrics.mi import entropy, layer_mi, mutual_information, select_frequent
+from evolution.metrics.neighbors import knn, same_label_rate, within_type_measures
+from evolution.metrics.similarity import View, cka, cka_distance, pwcca, pwcca_distance
+from evolution.metrics.tsne import tsne_layout
+
+
+def test_mi_equals_sklearn():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 40, 4000)
+    c = (x * 7 + rng.integers(0, 5, 4000)) % 90
+    assert mutual_information(x, c) == pytest.approx(mutual_info_score(x, c), abs=1e-12)
+    assert mutual_information(x, x) == pytest.approx(entropy(x), abs=1e-12)  # I(X;X) = H(X)
+
+
+def test_mi_recovers_known_value_on_clustered_data():
+    # 8 equiprobable tokens, each a tight, well separated blob: clusters = tokens, MI = H(X) = ln 8.
+    rng = np.random.default_rng(1)
+    centres = rng.normal(size=(8, 16)) * 20
+    labels = np.repeat(np.arange(8), 200)
+    x = centres[labels] + rng.normal(size=(len(labels), 16)) * 0.1
+    r = layer_mi(x, labels, k=8, restarts=2, seed=0)
+    assert r.entropy == pytest.approx(np.log(8))
+    assert np.mean(r.mi) > 0.95 * np.log(8)
+    assert r.shuffled < 0.05  # the shuffled control is near zero
+    # a layer that carries no token information: MI near the shuffled control
+    noise = layer_mi(rng.normal(size=x.shape), labels, k=8, restarts=2, seed=0)
+    assert np.mean(noise.mi) < 0.05
+
+
+def test_mi_caps_k_and_flags_saturation():
+    rng = np.random.default_rng(2)
+    labels = np.repeat(np.arange(20), 10)
+    r = layer_mi(rng.normal(size=(200, 4)), labels, k=1000, restarts=1)
+    assert r.k == 20  # n // 10
+    # k large for the data: 5 well separated tokens, 20 clusters -> every cluster is pure, MI = H(X)
+    few = np.repeat(np.arange(5), 40)
+    sat = layer_mi(np.eye(5)[few] * 100 + rng.normal(size=(200, 5)), few, k=20, restarts=1)
+    assert sat.saturated and np.mean(sat.mi) == pytest.approx(np.log(5))
+
+
+def test_select_frequent():
+    labels = np.array([5] * 6 + [3] * 6 + [9] * 4 + [1] * 2)
+    assert set(labels[select_frequent(labels, n_types=2, min_count=3)]) == {3, 5}  # tie 3/5 by label
+    assert set(labels[select_frequent(labels, n_types=10, min_count=3)]) == {3, 5, 9}
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+def test_knn_equals_sklearn_brute(metric):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(600, 12)).astype(np.float32)
+    ours = knn(x, k=7, metric=metric)
+    ref = NearestNeighbors(n_neighbors=8, algorithm="brute", metric=metric).fit(x).kneighbors(
+        x, return_distance=False)[:, 1:]
+    assert (ours == ref).mean() > 0.999  # float32 vs float64 may swap near-ties
+    labels = rng.integers(0, 5, 600)
+    assert same_label_rate(ours, labels) == pytest.approx(same_label_rate(ref, labels), abs=1e-3)
+
+
+def test_knn_with_duplicate_points_excludes_exactly_one_self():
+    x = np.zeros((5, 3), dtype=np.float32)
+    nb = knn(x, k=3)
+    assert nb.shape == (5, 3)
+    assert all(i not in row for i, row in enumerate(nb))
+
+
+def test_same_label_rate_known_answer():
+    # two far-apart groups: every neighbour is in the query's group
+    x = np.concatenate([np.zeros((10, 2)), np.ones((10, 2)) * 100]) + np.random.default_rng(4).normal(size=(20, 2))
+    labels = np.repeat([0, 1], 10)
+    assert same_label_rate(knn(x, k=5), labels) == 1.0
+    # half the group has another label: expected rate = (4/9 + 5/9) / 2 mix, computed by hand
+    mixed = np.tile([0, 1], 10)
+    rate = same_label_rate(knn(x, k=9), mixed)
+    assert rate == pytest.approx(4 / 9)  # each query sees its 9 group mates: 4 share its label
+
+
+def test_within_type_measures_position_and_context():
+    # type 0: representation = position, so neighbours are the closest positions
+    pos = np.arange(10)
+    x = pos[:, None].astype(np.float32)
+    types = np.zeros(10, dtype=int)
+    left = np.where(pos % 2 == 0, 7, 8)
+    out = within_type_measures(x, types=types, position=pos, annotations={"left": left}, k=2)
+    # ends have neighbours at distance 1 and 2, inner points at 1 and 1
+    assert out["position_distance"] == pytest.approx((2 * 1.5 + 8 * 1.0) / 10)
+    # neighbours at +-1 have the other parity, at +2 the same: ends 1/2 same, inner 0
+    assert out["same_left"] == pytest.approx((2 * 0.5) / 10)
+
+
+def _views(seed=0, n=1500, d=12):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    return x, q, rng
+
+
+def test_similarity_identity_rotation_scaling_symmetry():
+    x, q, rng = _views()
+    a = View(x)
+    b = View(2.5 * x @ q + 3.0)  # rotated, scaled, shifted
+    for f in (pwcca_distance, cka_distance):
+        assert f(a, a) == pytest.approx(0, abs=1e-10)
+        assert f(a, b) == pytest.approx(0, abs=1e-10)
+    c = View(rng.normal(size=x.shape) + 0.3 * x)
+    assert cka(a, c) == pytest.approx(cka(c, a), abs=1e-12)  # CKA is symmetric
+    assert 0 < pwcca(a, c) < 1
+
+
+def test_cka_and_pwcca_small_case_by_hand():
+    # a = [e1 | e2] spread, b keeps dimension 1 and replaces dimension 2 by an orthogonal signal.
+    s1 = np.array([1., -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1])
+    s2 = np.tile([1., 1, -1, -1], 5)
+    s3 = np.tile([1., 1, 1, 1, -1, -1, -1, -1], 3)[:20]
+    s3 = s3 - s3.mean()
+    s3 -= s3 @ s1 / (s1 @ s1) * s1 + s3 @ s2 / (s2 @ s2) * s2  # orthogonal to s1, s2
+    a = View(np.stack([s1, 2 * s2], axis=1), min_ratio=1)
+    b = View(np.stack([s1, s3], axis=1), min_ratio=1)
+    # CCA: correlations 1 (s1) and 0; canonical variate weights from a: |<s1,s1>| and |<s2, 2 s2>|
+    n1, n2 = s1 @ s1, 2 * (s2 @ s2)
+    w1, w2 = n1 / np.sqrt(n1), n2 / np.sqrt(s2 @ s2)
+    assert pwcca(a, b) == pytest.approx(w1 / (w1 + w2))
+    # CKA: ||B^T A||^2 = (s1.s1)^2; ||A^T A|| = sqrt((s1.s1)^2 + (4 s2.s2)^2); ||B^T B|| likewise
+    expected = (s1 @ s1) ** 2 / (np.hypot(s1 @ s1, 4 * (s2 @ s2)) * np.hypot(s1 @ s1, s3 @ s3))
+    assert cka(a, b) == pytest.approx(expected)
+
+
+def test_similarity_refuses_too_few_occurrences():
+    with pytest.raises(ValueError, match="at least 10 x d"):
+        View(np.random.default_rng(0).normal(size=(50, 10)), name="mt layer 3")
+
+
+def test_rank_deficient_view_is_handled():
+    x, _, _ = _views()
+    dead = np.concatenate([x, np.zeros((len(x), 3))], axis=1)  # three dead units
+    assert pwcca_distance(View(x), View(dead)) == pytest.approx(0, abs=1e-10)
+    assert View(dead).basis_.shape[1] == x.shape[1]
+
+
+def test_tsne_separates_clusters_deterministically():
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.normal(size=(60, 10)), rng.normal(size=(60, 10)) + 8])
+    labels = np.repeat([0, 1], 60)
+    y = tsne_layout(x, perplexity=15, seed=3)
+    assert np.array_equal(y, tsne_layout(x, perplexity=15, seed=3))
+    assert same_label_rate(knn(y, k=5), labels) > 0.98  # the embedding keeps the clusters apart
