@@ -34,6 +34,7 @@ __all__ = [
     "ClusterConfig",
     "CorpusConfig",
     "ExtractConfig",
+    "MetricsConfig",
     "AttentionConfig",
     "ModelConfig",
     "EvolutionConfig",
@@ -154,6 +155,71 @@ class ExtractConfig(_Section):
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads in each task")
 
 
+class TokenSelection(_Section):
+    """The analysis set of MI and neighbours: the ``top`` most frequent token
+    types with at least ``min_count`` occurrences (Voita et al.: 1,000 and
+    1,000; scale down for small corpora)."""
+
+    top: int = Field(1000, ge=2)
+    min_count: int = Field(1000, ge=2)
+
+
+class MIConfig(_Section):
+    """MI with the input token and the output label via k-means (METHODS.md 2)."""
+
+    k: int = Field(10_000, ge=2, description="clusters; capped at occurrences / 10 (logged)")
+    restarts: int = Field(3, ge=1, description="k-means restarts; mean and spread are reported")
+    niter: int = Field(20, ge=1, description="Lloyd iterations")
+
+
+class NeighborsConfig(_Section):
+    """kNN token identity, position and context measures (METHODS.md 3)."""
+
+    k: int = Field(50, ge=1)
+    metric: Literal["euclidean", "cosine"] = "euclidean"
+    index: Literal["exact", "ivf"] = Field("exact", description="faiss flat index, or IVF (approximate) for large N")
+    max_per_type: int = Field(200, ge=2, description="occurrences sampled per token type (bounds the cost)")
+
+
+class SimilarityConfig(_Section):
+    """PWCCA / linear CKA between layers and models, and change by frequency (METHODS.md 4)."""
+
+    methods: list[Literal["pwcca", "cka"]] = Field(default_factory=lambda: ["pwcca", "cka"], min_length=1)
+    sentences: int = Field(5000, ge=1, description="all tokens of the first N sentences (Voita et al.: 5,000)")
+    min_ratio: float = Field(10.0, gt=0, description="refuse fewer than min_ratio x d occurrences")
+    epsilon: float = Field(1e-6, gt=0, description="relative singular-value threshold for rank deficiency")
+    freq_bins: list[int] = Field(
+        default_factory=lambda: [1, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000],
+        min_length=2, description="frequency-rank bin edges [lo, hi) (Voita et al., figure 4)")
+
+
+class TSNESelection(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
+    tokens: list[str] = Field(min_length=1)
+    color: Literal["token", "position"] = "token"
+
+
+class TSNEConfig(_Section):
+    """openTSNE layouts of selected occurrences (METHODS.md 6)."""
+
+    perplexity: float = Field(30.0, gt=0)
+    max_points: int = Field(1000, ge=4, description="occurrences sampled per selection")
+    selections: list[TSNESelection] = Field(default_factory=lambda: [
+        TSNESelection(name="be", tokens=["is", "are", "were", "was"], color="token"),
+        TSNESelection(name="it", tokens=["it"], color="position")])
+
+
+class MetricsConfig(_Section):
+    """Which metrics the ``metrics`` stage computes, and how. A section set
+    to ``null`` is skipped."""
+
+    tokens: Annotated[TokenSelection, Field(default_factory=TokenSelection)]
+    mi: MIConfig | None = Field(default_factory=MIConfig)
+    neighbors: NeighborsConfig | None = Field(default_factory=NeighborsConfig)
+    similarity: SimilarityConfig | None = Field(default_factory=SimilarityConfig)
+    tsne: TSNEConfig | None = Field(default_factory=TSNEConfig)
+
+
 class ModelConfig(_Section):
     """One model to analyse.
 
@@ -201,7 +267,7 @@ class ModelConfig(_Section):
 
 
 class EvolutionConfig(_Section):
-    """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``extract``, ``models``."""
+    """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``extract``, ``metrics``, ``models``."""
 
     workdir: Path = Field(Path("runs/default"), validate_default=True,
                           description="where every stage writes; relative to the config file")
@@ -209,6 +275,7 @@ class EvolutionConfig(_Section):
     cluster: Annotated[ClusterConfig, Field(default_factory=ClusterConfig)]
     corpus: CorpusConfig
     extract: Annotated[ExtractConfig, Field(default_factory=ExtractConfig)]
+    metrics: Annotated[MetricsConfig, Field(default_factory=MetricsConfig)]
     models: list[ModelConfig] = Field(min_length=1)
 
     @field_validator("workdir", mode="before")

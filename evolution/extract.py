@@ -28,7 +28,7 @@ from evolution.tokens import TokenTable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ChunkTask", "plan_tasks", "run_chunk", "batches", "extract_model", "warm_workers"]
+__all__ = ["ChunkTask", "plan_tasks", "run_chunk", "batches", "extract_model", "warm_workers", "compute"]
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
     logger.info("%s: %d tokens of %d sentences in %d task(s) of <= %d tokens", group, table.n_tokens,
                 table.n_sentences, len(tasks), chunk_tokens * task_chunks)
     t0 = time.perf_counter()
-    results = _compute(delayed, client=client, progress=progress, label=f"extract {group}")
+    results = compute(delayed, client=client, progress=progress, label=f"extract {group}")
     seconds = time.perf_counter() - t0
     n = sum(r["tokens"] for r in results)
     times = {k: sum(r[k] for r in results) for k in ("load_s", "forward_s", "write_s", "total_s")}
@@ -188,7 +188,8 @@ def warm_workers(client, spec: dict) -> list:
                           key=f"load-model-{i}-{id(spec)}") for i, w in enumerate(workers)]
 
 
-def _compute(delayed: list, *, client, progress: bool, label: str) -> list:
+def compute(delayed: list, *, client, progress: bool, label: str) -> list:
+    """Compute Dask delayed objects on ``client`` (or synchronously), with a progress bar."""
     import dask
 
     if client is None:

@@ -32,7 +32,7 @@ from evolution.provenance import config_hash, file_hash, tree_hash, versions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Context", "Stage", "CorpusStage", "ExtractStage", "STAGES", "stage_order"]
+__all__ = ["Context", "Stage", "CorpusStage", "ExtractStage", "MetricsStage", "STAGES", "stage_order"]
 
 
 @dataclass
@@ -200,7 +200,219 @@ class ExtractStage(Stage):
                         stats["stage_seconds"], store)
 
 
-STAGES: dict[str, Stage] = {s.name: s for s in (CorpusStage(), ExtractStage())}
+class MetricsStage(Stage):
+    """MI, neighbours, t-SNE per (model, layer) and similarity across views -> ``metrics.zarr``.
+
+    Each (model, layer) task is cached as a JSON file keyed by that model's
+    extraction key, the metrics config and the layer, so adding a model
+    computes only its layers; the similarity task (one per set of models
+    that tokenise identically) is cheap by comparison and keyed by all of
+    its models. ``metrics.zarr`` is rebuilt from the cache, written under a
+    temporary name and moved into place.
+    """
+
+    name = "metrics"
+    after = ("extract",)
+    uses_cluster = True
+
+    def path(self, ctx: Context) -> Path:
+        return ctx.workdir / "metrics.zarr"
+
+    def cache_dir(self, ctx: Context) -> Path:
+        return ctx.workdir / "metrics" / "cache"
+
+    def _layer_cfg(self, ctx: Context) -> dict:
+        m = resolved_dict(ctx.config.metrics)
+        return {k: m[k] for k in ("tokens", "mi", "neighbors", "tsne")}
+
+    def _layer_key(self, ctx: Context, model: ModelConfig, layer: int) -> str:
+        return config_hash({"extract": ExtractStage().model_key(ctx, model), "metrics": self._layer_cfg(ctx),
+                            "seed": ctx.config.seed, "layer": layer})
+
+    def _models(self, ctx: Context) -> dict[str, Any]:
+        """Per model: its coordinates, number of layers, objective (read once per run)."""
+        def compute():
+            from evolution.store import open_representations
+
+            store = ExtractStage().store(ctx)
+            out = {}
+            for m in ctx.config.models:
+                ds = open_representations(store, m.name)
+                out[m.name] = {"ds": ds, "n_layers": ds.sizes["layer"],
+                               "objective": m.objective or ds.attrs.get("objective")}
+            return out
+        return ctx.memo("metrics.models", compute)
+
+    def fingerprint(self, ctx: Context) -> str:
+        keys = {m.name: [self._layer_key(ctx, m, layer) for layer in range(self._n_layers_cheap(ctx, m))]
+                for m in ctx.config.models}
+        return config_hash({"layers": keys, "similarity": resolved_dict(ctx.config.metrics).get("similarity"),
+                            "models": [ExtractStage().model_key(ctx, m) for m in ctx.config.models]})
+
+    def _n_layers_cheap(self, ctx: Context, model: ModelConfig) -> int:
+        import zarr
+
+        try:
+            arr = zarr.open_array(ExtractStage().store(ctx), path=f"{model.name}/hidden", mode="r", zarr_format=3)
+            return int(arr.shape[0])
+        except Exception:  # noqa: BLE001 - not extracted yet
+            return -1
+
+    def pending(self, ctx: Context) -> list[str]:
+        from evolution.metrics.results import metrics_fingerprint
+
+        if self.name not in ctx.force and ExtractStage().pending(ctx) == [] and \
+                metrics_fingerprint(self.path(ctx)) == self.fingerprint(ctx):
+            return []
+        return [f"metrics: {', '.join(m.name for m in ctx.config.models)} -> {self.path(ctx)}"]
+
+    def run(self, ctx: Context) -> None:
+        import dask
+        import numpy as np
+
+        from evolution.extract import compute
+        from evolution.metrics.plan import plan_occurrences
+        from evolution.metrics.results import attach_tsne_labels, build_datasets, write_metrics
+        from evolution.metrics.tasks import layer_task, similarity_task
+
+        if not self.pending(ctx):
+            logger.info("metrics: cached at %s", self.path(ctx))
+            return
+        t0 = time.perf_counter()
+        cfg = ctx.config.metrics
+        store = ExtractStage().store(ctx)
+        cache = self.cache_dir(ctx)
+        cache.mkdir(parents=True, exist_ok=True)
+        models = self._models(ctx)
+        layer_cfg = self._layer_cfg(ctx)
+        results: dict[tuple[str, int], dict] = {}
+        todo, todo_keys = [], []
+        plans, tsne_labels = {}, {}
+        for m in ctx.config.models:
+            info = models[m.name]
+            ds = info["ds"]
+            plan = plan_occurrences(token_id=ds["token_id"].values, token_str=ds["token_str"].values,
+                                    sentence=ds["sentence"].values, position=ds["position"].values,
+                                    objective=info["objective"], cfg=cfg, seed=ctx.config.seed)
+            plans[m.name] = plan
+            tsne_labels[m.name] = plan.tsne
+            task_plan = {"mi": plan.mi, "neighbors": plan.neighbors or None,
+                         "tsne": {k: {"rows": v["rows"]} for k, v in plan.tsne.items()}}
+            for layer in range(info["n_layers"]):
+                f = cache / f"layer-{m.name}-{layer}-{self._layer_key(ctx, m, layer)}.json"
+                if f.is_file() and self.name not in ctx.force:
+                    results[(m.name, layer)] = json.loads(f.read_text(encoding="utf-8"))
+                    continue
+                todo.append(dask.delayed(layer_task, pure=True)(
+                    store=store, group=m.name, layer=layer, plan=task_plan, cfg=layer_cfg, seed=ctx.config.seed,
+                    dask_key_name=f"metrics-{m.name}-{layer}"))
+                todo_keys.append(((m.name, layer), f))
+        # similarity: one task per set of models with identical tokenisation of the corpus
+        sim = None
+        scfg = cfg.similarity
+        if scfg is not None:
+            classes: dict[bytes, list[str]] = {}
+            for m in ctx.config.models:
+                ids = models[m.name]["ds"]["token_id"].values
+                classes.setdefault(ids.tobytes(), []).append(m.name)
+            if len(classes) > 1:
+                logger.warning("metrics: models tokenise the corpus differently (%s); similarity is computed "
+                               "within each group only", "; ".join(", ".join(v) for v in classes.values()))
+            sim_tasks = []
+            for names in classes.values():
+                ds0 = models[names[0]]["ds"]
+                rows = plans[names[0]].similarity_rows
+                key = config_hash({"models": [ExtractStage().model_key(ctx, m) for m in ctx.config.models
+                                              if m.name in names], "similarity": resolved_dict(scfg)})
+                f = cache / f"similarity-{key}.json"
+                if f.is_file() and self.name not in ctx.force:
+                    sim_tasks.append(json.loads(f.read_text(encoding="utf-8")))
+                    continue
+                sim_tasks.append(None)
+                todo.append(dask.delayed(similarity_task, pure=True)(
+                    store=store, groups=names, n_layers={n: models[n]["n_layers"] for n in names}, rows=rows,
+                    freq_rank=ds0["freq_rank"].values[rows], cfg=resolved_dict(scfg),
+                    dask_key_name=f"similarity-{key[:12]}"))
+                todo_keys.append((("similarity", len(sim_tasks) - 1), f))
+        logger.info("metrics: %d task(s) to compute, %d (model, layer) result(s) cached", len(todo), len(results))
+        computed = compute(todo, client=ctx.client, progress=ctx.progress, label="metrics") if todo else []
+        for (key, f), r in zip(todo_keys, computed):
+            r = json.loads(json.dumps(r, default=_jsonable))
+            tmp = f.with_name(f.name + ".partial")
+            tmp.write_text(json.dumps(r), encoding="utf-8")
+            os.replace(tmp, f)
+            if key[0] == "similarity":
+                sim_tasks[key[1]] = r
+            else:
+                results[key] = r
+        if scfg is not None:
+            sim = _merge_similarity(sim_tasks)
+            for note in sim["notes"]:
+                logger.info("metrics: %s", note)
+        _warn_saturation(results)
+        attrs = {"config": resolved_dict(cfg), "seed": ctx.config.seed, "versions": versions(),
+                 "representations": store, "extract_keys": {m.name: ExtractStage().model_key(ctx, m)
+                                                             for m in ctx.config.models},
+                 "objectives": {n: str(v["objective"]) for n, v in models.items()},
+                 "notes": [n for p in plans.values() for n in p.notes]}
+        names = [m.name for m in ctx.config.models]
+        datasets = build_datasets(models=names, n_layers={n: models[n]["n_layers"] for n in names},
+                                  layer_results=results, similarity=sim, attrs=attrs)
+        attach_tsne_labels(datasets, tsne_labels, names)
+        write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
+        logger.info("metrics: %s in %.1f s -> %s", ", ".join(sorted(datasets)), time.perf_counter() - t0,
+                    self.path(ctx))
+
+
+def _warn_saturation(results: dict[tuple[str, int], dict]) -> None:
+    """One warning per (model, target) whose MI is within 2% of H(X) at some layers."""
+    import numpy as np
+
+    flagged: dict[tuple[str, str], list] = {}
+    for (m, layer), r in sorted(results.items()):
+        for t, v in r.get("mi", {}).items():
+            if v["saturated"]:
+                flagged.setdefault((m, t), []).append((layer, v))
+    for (m, t), hits in flagged.items():
+        v = hits[0][1]
+        logger.warning("metrics: MI(%s) of %s is within 2%% of H(X) = %.3f nats at layer(s) %s: almost every "
+                       "cluster holds one token. Either those layers keep token identity intact, or k = %d is "
+                       "too large for %d occurrences (%.0f per cluster) and the curve cannot show change. "
+                       "Check with a smaller metrics.mi.k or more text.", t, m, v["entropy"],
+                       ",".join(str(layer) for layer, _ in hits), v["k"], v["n"], v["n"] / v["k"])
+
+
+def _jsonable(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON-serialisable: {type(o)}")
+
+
+def _merge_similarity(parts: list[dict]) -> dict:
+    """One similarity result from per-tokenisation-class results (NaN across classes)."""
+    import numpy as np
+
+    if len(parts) == 1:
+        return parts[0]
+    views = [v for p in parts for v in p["views"]]
+    methods = list(parts[0]["similarity"])
+    sim = {m: np.full((len(views), len(views)), np.nan) for m in methods}
+    off = 0
+    for p in parts:
+        n = len(p["views"])
+        for m in methods:
+            sim[m][off:off + n, off:off + n] = p["similarity"][m]
+        off += n
+    change = {m: {g: v for p in parts for g, v in p["change"][m].items()} for m in methods}
+    return {"views": views, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
+            "bins": parts[0]["bins"], "n": parts[0]["n"], "notes": [n for p in parts for n in p["notes"]]}
+
+
+STAGES: dict[str, Stage] = {s.name: s for s in (CorpusStage(), ExtractStage(), MetricsStage())}
 
 
 def stage_order(target: str | None = None) -> list[str]:

@@ -1,0 +1,113 @@
+"""Which occurrences each metric uses, decided once per model from the token coordinates.
+
+The plan is small (index arrays), is computed in the client and travels in
+the task graph; the representations never do: each (model, layer) task
+reads its rows from the Zarr store itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evolution.config import MetricsConfig
+from evolution.metrics.mi import select_frequent
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["OccurrencePlan", "plan_occurrences", "neighbour_ids", "next_token_labels", "END"]
+
+#: Label of "no token": the next token after the last one (end of sentence),
+#: the left neighbour of the first.
+END = -1
+
+
+@dataclass
+class OccurrencePlan:
+    """Rows of the ``token`` axis (sorted) and their labels, per metric."""
+
+    mi: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # target -> (rows, labels)
+    neighbors: dict[str, np.ndarray] = field(default_factory=dict)  # rows, token, position, left, right
+    tsne: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # selection -> rows, token, position
+    similarity_rows: np.ndarray | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def neighbour_ids(token_id: np.ndarray, sentence: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Left and right neighbour token ids (n,) within the sentence; :data:`END` at the edges."""
+    left = np.full(len(token_id), END, dtype=np.int64)
+    right = np.full(len(token_id), END, dtype=np.int64)
+    same = sentence[1:] == sentence[:-1]
+    left[1:][same] = token_id[:-1][same]
+    right[:-1][same] = token_id[1:][same]
+    return left, right
+
+
+def next_token_labels(token_id: np.ndarray, sentence: np.ndarray) -> np.ndarray:
+    """LM output label of each position: the next token, :data:`END` after the last
+    (the representation at t predicts x(t+1); METHODS.md 1)."""
+    return neighbour_ids(token_id, sentence)[1]
+
+
+def _sample_per_type(rows: np.ndarray, types: np.ndarray, *, max_per_type: int, rng) -> np.ndarray:
+    keep = []
+    for t in np.unique(types):
+        r = rows[types == t]
+        keep.append(r if len(r) <= max_per_type else rng.choice(r, max_per_type, replace=False))
+    return np.sort(np.concatenate(keep)) if keep else np.empty(0, dtype=np.int64)
+
+
+def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: np.ndarray,
+                     position: np.ndarray, objective: str | None, cfg: MetricsConfig, seed: int,
+                     sentence_order: np.ndarray | None = None) -> OccurrencePlan:
+    """Decide the rows of every metric for one model. Deterministic in ``seed``.
+
+    ``sentence_order`` lists sentence ids in corpus order (default: sorted
+    unique ids); similarity uses all tokens of its first ``sentences``.
+    """
+    rng = np.random.default_rng(seed)
+    token_id = np.asarray(token_id, dtype=np.int64)
+    sentence = np.asarray(sentence)
+    plan = OccurrencePlan()
+    sel = cfg.tokens
+    targets = {"input": token_id}
+    if objective == "lm":
+        targets["output"] = next_token_labels(token_id, sentence)
+    for target, labels in targets.items():
+        mask = select_frequent(labels, n_types=sel.top, min_count=sel.min_count)
+        rows = np.flatnonzero(mask)
+        n_types = len(np.unique(labels[rows]))
+        if n_types < 2:
+            plan.notes.append(f"MI ({target}): fewer than 2 token types with >= {sel.min_count} occurrences; "
+                              "lower metrics.tokens.min_count")
+            continue
+        if n_types < sel.top:
+            plan.notes.append(f"MI ({target}): only {n_types} token types have >= {sel.min_count} "
+                              f"occurrences (asked for {sel.top})")
+        plan.mi[target] = (rows, labels[rows])
+    if cfg.neighbors is not None:
+        mask = select_frequent(token_id, n_types=sel.top, min_count=sel.min_count)
+        rows = _sample_per_type(np.flatnonzero(mask), token_id[mask], max_per_type=cfg.neighbors.max_per_type,
+                                rng=rng)
+        left, right = neighbour_ids(token_id, sentence)
+        plan.neighbors = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
+                          "left": left[rows], "right": right[rows]}
+    if cfg.tsne is not None:
+        for s in cfg.tsne.selections:
+            rows = np.flatnonzero(np.isin(np.asarray(token_str), s.tokens))
+            if len(rows) < 4:
+                plan.notes.append(f"t-SNE '{s.name}': {len(rows)} occurrences of {s.tokens}; skipped")
+                continue
+            if len(rows) > cfg.tsne.max_points:
+                rows = np.sort(rng.choice(rows, cfg.tsne.max_points, replace=False))
+            plan.tsne[s.name] = {"rows": rows, "token": np.asarray(token_str)[rows],
+                                 "position": np.asarray(position)[rows]}
+    if cfg.similarity is not None:
+        order = np.unique(sentence) if sentence_order is None else np.asarray(sentence_order)
+        first = order[:cfg.similarity.sentences]
+        plan.similarity_rows = np.flatnonzero(np.isin(sentence, first))
+    for note in plan.notes:
+        logger.warning("metrics: %s", note)
+    return plan

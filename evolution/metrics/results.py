@@ -1,0 +1,175 @@
+"""Assemble task results into ``metrics.zarr`` (xarray-readable, zarr v3).
+
+========================  =============================================  ================================
+group / variable          dimensions                                     meaning
+========================  =============================================  ================================
+``mi/mi``                 (model, layer, target, restart)                I(X; cluster), nats
+``mi/mi_shuffled``        (model, layer, target)                         shuffled-label control
+``mi/entropy``            (model, target)                                H(X), the upper bound
+``mi/k``, ``mi/n``        (model, layer, target)                         clusters used, occurrences
+``neighbors/value``       (model, layer, measure)                        same_token, position_distance,
+                                                                         same_left, same_right
+``similarity/distance``   (metric, model_a, layer_a, model_b, layer_b)   1 - PWCCA (weights from a) or
+                                                                         1 - CKA
+``change/distance``       (metric, model, layer_pair, freq_bin)          layer n vs n + 1, per
+                                                                         frequency-rank bin
+``tsne_<name>/xy``        (model, layer, point, component)               t-SNE layout
+``tsne_<name>/token``,    (model, point)                                 what each point is
+``.../position``
+========================  =============================================  ================================
+
+Models with fewer layers are padded with NaN along ``layer``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+__all__ = ["build_datasets", "write_metrics", "open_metrics", "NEIGHBOR_MEASURES"]
+
+NEIGHBOR_MEASURES = ("same_token", "position_distance", "same_left", "same_right")
+
+
+def _s(values) -> np.ndarray:
+    """Strings as an object array: xarray stores it as zarr v3's variable-length string type
+    (a fixed-width NumPy ``U`` array has no stable zarr v3 encoding)."""
+    return np.array(list(values), dtype=object)
+
+
+def build_datasets(*, models: list[str], n_layers: dict[str, int], layer_results: dict[tuple[str, int], dict],
+                   similarity: dict[str, Any] | None, attrs: dict[str, Any]) -> dict[str, xr.Dataset]:
+    """Datasets by group name from :func:`~evolution.metrics.tasks.layer_task` and
+    :func:`~evolution.metrics.tasks.similarity_task` results."""
+    L = max(n_layers.values())
+    layer = np.arange(L)
+    out: dict[str, xr.Dataset] = {}
+    first = next(iter(layer_results.values()), {})
+
+    if "mi" in first:
+        targets = sorted({t for r in layer_results.values() for t in r.get("mi", {})})
+        restarts = max(len(v["mi"]) for r in layer_results.values() for v in r["mi"].values())
+        shape = (len(models), L, len(targets))
+        mi = np.full(shape + (restarts,), np.nan)
+        shuf, k, n = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
+        ent = np.full((len(models), len(targets)), np.nan)
+        for (m, l), r in layer_results.items():
+            for t, v in r.get("mi", {}).items():
+                i, j = models.index(m), targets.index(t)
+                mi[i, l, j, :len(v["mi"])] = v["mi"]
+                shuf[i, l, j], k[i, l, j], n[i, l, j] = v["shuffled"], v["k"], v["n"]
+                ent[i, j] = v["entropy"]
+        out["mi"] = xr.Dataset(
+            {"mi": (("model", "layer", "target", "restart"), mi, {"units": "nats"}),
+             "mi_shuffled": (("model", "layer", "target"), shuf, {"units": "nats"}),
+             "entropy": (("model", "target"), ent, {"units": "nats", "long_name": "H(X), upper bound of MI"}),
+             "k": (("model", "layer", "target"), k), "n": (("model", "layer", "target"), n)},
+            coords={"model": _s(models), "layer": layer, "target": _s(targets), "restart": np.arange(restarts)})
+
+    if "neighbors" in first:
+        val = np.full((len(models), L, len(NEIGHBOR_MEASURES)), np.nan)
+        for (m, l), r in layer_results.items():
+            for j, name in enumerate(NEIGHBOR_MEASURES):
+                val[models.index(m), l, j] = r.get("neighbors", {}).get(name, np.nan)
+        out["neighbors"] = xr.Dataset({"value": (("model", "layer", "measure"), val)},
+                                      coords={"model": _s(models), "layer": layer, "measure": _s(NEIGHBOR_MEASURES)})
+
+    names = sorted({s for r in layer_results.values() for s in r.get("tsne", {})})
+    for name in names:
+        points = max(len(r["tsne"][name]) for r in layer_results.values() if name in r.get("tsne", {}))
+        xy = np.full((len(models), L, points, 2), np.nan, dtype=np.float32)
+        for (m, l), r in layer_results.items():
+            if name in r.get("tsne", {}):
+                y = np.asarray(r["tsne"][name], dtype=np.float32)
+                xy[models.index(m), l, :len(y)] = y
+        out[f"tsne_{name}"] = xr.Dataset({"xy": (("model", "layer", "point", "component"), xy)},
+                                         coords={"model": _s(models), "layer": layer, "point": np.arange(points),
+                                                 "component": _s(["x", "y"])})
+
+    if similarity is not None:
+        methods = list(similarity["similarity"])
+        views = [tuple(v) for v in similarity["views"]]
+        dist = np.full((len(methods), len(models), L, len(models), L), np.nan)
+        for a_i, (ma, la) in enumerate(views):
+            for b_i, (mb, lb) in enumerate(views):
+                for q, meth in enumerate(methods):
+                    dist[q, models.index(ma), la, models.index(mb), lb] = 1.0 - similarity["similarity"][meth][a_i][b_i]
+        out["similarity"] = xr.Dataset(
+            {"distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"), dist)},
+            coords={"metric": _s(methods), "model_a": _s(models), "layer_a": layer, "model_b": _s(models),
+                    "layer_b": layer},
+            attrs={"n_occurrences": similarity["n"], "notes": similarity["notes"]})
+        bins = [f"{lo}-{hi}" for lo, hi in similarity["bins"]]
+        ch = np.full((len(methods), len(models), L - 1, len(bins)), np.nan)
+        for q, meth in enumerate(methods):
+            for m, rows in similarity["change"][meth].items():
+                arr = np.asarray(rows, dtype=float)
+                ch[q, models.index(m), :len(arr)] = arr
+        out["change"] = xr.Dataset(
+            {"distance": (("metric", "model", "layer_pair", "freq_bin"), ch,
+                          {"long_name": "distance between layer n and n + 1 on occurrences in a frequency-rank bin"})},
+            coords={"metric": _s(methods), "model": _s(models), "layer_pair": _s(f"{i}-{i + 1}" for i in range(L - 1)),
+                    "layer_from": ("layer_pair", np.arange(L - 1)), "freq_bin": _s(bins),
+                    "rank_lo": ("freq_bin", [lo for lo, _ in similarity["bins"]])})
+    for ds in out.values():
+        ds.attrs.update(attrs)
+    return out
+
+
+def attach_tsne_labels(datasets: dict[str, xr.Dataset], labels: dict[str, dict[str, dict[str, np.ndarray]]],
+                       models: list[str]) -> None:
+    """Add ``token`` and ``position`` (model, point) to each ``tsne_<name>`` dataset."""
+    for key, ds in datasets.items():
+        if not key.startswith("tsne_"):
+            continue
+        name = key[len("tsne_"):]
+        P = ds.sizes["point"]
+        tok = np.full((len(models), P), "", dtype=object)  # object: variable-length strings in zarr v3
+        pos = np.full((len(models), P), -1, dtype=np.int64)
+        for i, m in enumerate(models):
+            sel = labels.get(m, {}).get(name)
+            if sel is not None:
+                tok[i, :len(sel["token"])] = [str(t) for t in sel["token"]]
+                pos[i, :len(sel["position"])] = sel["position"]
+        datasets[key] = ds.assign(token=(("model", "point"), tok), position=(("model", "point"), pos))
+
+
+def write_metrics(path: Path, datasets: dict[str, xr.Dataset], *, fingerprint: str) -> None:
+    """Write all groups to ``path`` under a temporary name, then move it into place."""
+    import json
+
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for group, ds in datasets.items():
+        ds = ds.copy()
+        ds.attrs = {k: (v if isinstance(v, (str, int, float, bool)) or v is None else json.loads(json.dumps(v, default=str)))
+                    for k, v in ds.attrs.items()}
+        ds.to_zarr(tmp, group=group, mode="w", zarr_format=3, consolidated=False)
+    import zarr
+
+    zarr.open_group(tmp, mode="r+", zarr_format=3).attrs.update({"evolution_fingerprint": fingerprint,
+                                                                 "groups": sorted(datasets)})
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+def metrics_fingerprint(path: Path) -> str | None:
+    import zarr
+
+    try:
+        return zarr.open_group(path, mode="r", zarr_format=3).attrs.get("evolution_fingerprint")
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+    except Exception:  # noqa: BLE001 - any unreadable store is simply not done
+        return None
+
+
+def open_metrics(path: str | Path, group: str) -> xr.Dataset:
+    """``xr.open_zarr(path, group=group)`` for a metrics store written by the pipeline."""
+    return xr.open_zarr(path, group=group, consolidated=False)

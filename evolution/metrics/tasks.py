@@ -1,0 +1,125 @@
+"""The metrics stage's units of work, run on Dask workers.
+
+* :func:`layer_task`: MI, neighbours and t-SNE of one (model, layer);
+* :func:`similarity_task`: PWCCA/CKA between every pair of (model, layer)
+  views, and change between adjacent layers by frequency bin, with one
+  factorisation per view (:class:`evolution.metrics.similarity.View`).
+
+Each reads the rows it needs from the representation store and returns
+plain, JSON-serialisable results.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["read_rows", "layer_task", "similarity_task"]
+
+
+def read_rows(store: str, group: str, layer: int, rows: np.ndarray) -> np.ndarray:
+    """``hidden[layer, rows, :]`` as float32 (n, d), reading only the chunks needed."""
+    import zarr
+
+    arr = zarr.open_array(store, path=f"{group}/hidden", mode="r", zarr_format=3)
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == 0:
+        return np.empty((0, arr.shape[2]), dtype=np.float32)
+    lo, hi = int(rows.min()), int(rows.max()) + 1
+    if len(rows) > (hi - lo) // 4:  # dense: one contiguous read, then index in memory
+        return np.asarray(arr[layer, lo:hi], dtype=np.float32)[rows - lo]
+    return np.asarray(arr.get_orthogonal_selection((layer, rows, slice(None))), dtype=np.float32)
+
+
+def layer_task(*, store: str, group: str, layer: int, plan: dict[str, Any], cfg: dict[str, Any],
+               seed: int) -> dict[str, Any]:
+    """MI, neighbour measures and t-SNE layouts of one (model, layer)."""
+    from evolution.metrics.mi import layer_mi
+    from evolution.metrics.neighbors import knn, same_label_rate, within_type_measures
+    from evolution.metrics.tsne import tsne_layout
+
+    out: dict[str, Any] = {"model": group, "layer": layer}
+    if cfg.get("mi") is not None:
+        out["mi"] = {}
+        for target, (rows, labels) in plan["mi"].items():
+            r = layer_mi(read_rows(store, group, layer, rows), labels, k=cfg["mi"]["k"],
+                         restarts=cfg["mi"]["restarts"], niter=cfg["mi"]["niter"], seed=seed)
+            out["mi"][target] = {"mi": r.mi.tolist(), "shuffled": r.shuffled, "entropy": r.entropy, "k": r.k,
+                                 "n": r.n, "saturated": r.saturated}
+    nb = plan.get("neighbors")
+    if cfg.get("neighbors") is not None and nb is not None and len(nb["rows"]) > 1:
+        c = cfg["neighbors"]
+        x = read_rows(store, group, layer, nb["rows"])
+        ids = knn(x, k=c["k"], metric=c["metric"], index=c["index"])
+        out["neighbors"] = {"same_token": same_label_rate(ids, nb["token"]),
+                            **within_type_measures(x, types=nb["token"], position=nb["position"],
+                                                   annotations={"left": nb["left"], "right": nb["right"]},
+                                                   k=c["k"], metric=c["metric"])}
+    if cfg.get("tsne") is not None:
+        out["tsne"] = {}
+        for name, sel in plan["tsne"].items():
+            y = tsne_layout(read_rows(store, group, layer, sel["rows"]), perplexity=cfg["tsne"]["perplexity"],
+                            seed=seed)
+            out["tsne"][name] = y.tolist()
+    return out
+
+
+def _bins(edges: list[int]) -> list[tuple[int, int]]:
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def similarity_task(*, store: str, groups: list[str], n_layers: dict[str, int], rows: np.ndarray,
+                    freq_rank: np.ndarray, cfg: dict[str, Any]) -> dict[str, Any]:
+    """All-pairs similarity of (model, layer) views on the same occurrences,
+    and adjacent-layer change per frequency-rank bin.
+
+    ``rows`` index the token axis of every group (the caller checks that
+    the groups tokenise identically); ``freq_rank`` (len(rows),) is the
+    frequency rank of those occurrences. Returns ``similarity[method]`` as a
+    nested list (view_a, view_b) over ``views`` = [(group, layer), ...], and
+    ``change[method][group]`` as (layer_pair, bin) with NaN where a bin has
+    too few occurrences (listed in ``notes``).
+    """
+    from evolution.metrics.similarity import View, cka, pwcca
+
+    fns = {"pwcca": pwcca, "cka": cka}
+    methods = cfg["methods"]
+    kw = {"epsilon": cfg["epsilon"], "min_ratio": cfg["min_ratio"]}
+    views, keys = [], []
+    for g in groups:
+        for layer in range(n_layers[g]):
+            views.append(View(read_rows(store, g, layer, rows), name=f"{g} layer {layer}", **kw))
+            keys.append((g, layer))
+    sim = {m: np.full((len(views), len(views)), np.nan) for m in methods}
+    for i, a in enumerate(views):
+        for j, b in enumerate(views):
+            for m in methods:
+                if m == "cka" and j < i:
+                    sim[m][i, j] = sim[m][j, i]  # symmetric
+                else:
+                    sim[m][i, j] = fns[m](a, b)
+    del views
+    bins = _bins(cfg["freq_bins"])
+    change: dict[str, dict[str, list]] = {m: {} for m in methods}
+    notes = []
+    freq_rank = np.asarray(freq_rank)
+    for g in groups:
+        for m in methods:
+            change[m][g] = np.full((n_layers[g] - 1, len(bins)), np.nan).tolist()
+        for b, (lo, hi) in enumerate(bins):
+            sub = rows[(freq_rank >= lo) & (freq_rank < hi)]
+            states = [read_rows(store, g, layer, sub) for layer in range(n_layers[g])]
+            if len(sub) < kw["min_ratio"] * states[0].shape[1]:
+                notes.append(f"change {g} ranks [{lo}, {hi}): {len(sub)} occurrences < "
+                             f"{kw['min_ratio']:g} x d; left as NaN")
+                continue
+            vs = [View(s, name=f"{g} layer {i} ranks [{lo}, {hi})", **kw) for i, s in enumerate(states)]
+            for layer in range(n_layers[g] - 1):
+                for m in methods:
+                    change[m][g][layer][b] = 1.0 - fns[m](vs[layer], vs[layer + 1])
+    return {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
+            "bins": bins, "n": int(len(rows)), "notes": notes}
