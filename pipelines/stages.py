@@ -1,7 +1,7 @@
 """The pipeline's stages and their caching.
 
-Stages form a DAG, ``corpus -> extract`` today (``train``, ``metrics`` and
-``report`` join as they are built). Each stage knows its *key*: a hash of the
+Stages form a DAG, ``corpus -> extract -> metrics -> report`` today
+(``train`` joins before ``extract`` when it is built). Each stage knows its *key*: a hash of the
 config section it depends on plus its inputs' keys and content hashes. A
 stage is done when its output carries that key in a marker written last:
 
@@ -32,7 +32,7 @@ from evolution.provenance import config_hash, file_hash, tree_hash, versions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Context", "Stage", "CorpusStage", "ExtractStage", "MetricsStage", "STAGES", "stage_order"]
+__all__ = ["Context", "Stage", "CorpusStage", "ExtractStage", "MetricsStage", "ReportStage", "STAGES", "stage_order"]
 
 
 @dataclass
@@ -412,7 +412,38 @@ def _merge_similarity(parts: list[dict]) -> dict:
             "bins": parts[0]["bins"], "n": parts[0]["n"], "notes": [n for p in parts for n in p["notes"]]}
 
 
-STAGES: dict[str, Stage] = {s.name: s for s in (CorpusStage(), ExtractStage(), MetricsStage())}
+class ReportStage(Stage):
+    """Figures and ``report.html`` / ``report.md`` under ``<workdir>/report`` from ``metrics.zarr``."""
+
+    name = "report"
+    after = ("metrics",)
+
+    def directory(self, ctx: Context) -> Path:
+        return ctx.workdir / "report"
+
+    def _key(self, ctx: Context) -> str:
+        return MetricsStage().fingerprint(ctx)
+
+    def pending(self, ctx: Context) -> list[str]:
+        done = self.directory(ctx) / "done.json"
+        if self.name not in ctx.force and not MetricsStage().pending(ctx) and done.is_file() and \
+                json.loads(done.read_text(encoding="utf-8")).get("key") == self._key(ctx):
+            return []
+        return [f"report: figures and report.html -> {self.directory(ctx)}"]
+
+    def run(self, ctx: Context) -> None:
+        from evolution.report import write_report
+
+        if not self.pending(ctx):
+            logger.info("report: cached at %s", self.directory(ctx))
+            return
+        page = write_report(MetricsStage().path(ctx), self.directory(ctx),
+                            title=f"evolution: {ctx.config.workdir.name}")
+        (self.directory(ctx) / "done.json").write_text(json.dumps({"key": self._key(ctx)}), encoding="utf-8")
+        logger.info("report: %s", page)
+
+
+STAGES: dict[str, Stage] = {s.name: s for s in (CorpusStage(), ExtractStage(), MetricsStage(), ReportStage())}
 
 
 def stage_order(target: str | None = None) -> list[str]:

@@ -1,0 +1,212 @@
+"""One function per figure; each takes the metrics store path and returns a
+matplotlib Figure (or None when its group is absent). The notebook calls the
+same functions, so the report and the notebook cannot disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+__all__ = ["FIGURES", "draw_all", "STYLES"]
+
+#: Distinct colour + line style + marker per model, so coinciding curves stay visible.
+STYLES = [dict(color=c, linestyle=ls, marker=mk) for c, ls, mk in
+          [("tab:blue", "-", "o"), ("tab:orange", "--", "s"), ("tab:green", ":", "^"), ("tab:red", "-.", "D"),
+           ("tab:purple", "-", "v"), ("tab:brown", "--", "P")]]
+
+
+def _open(path, group) -> xr.Dataset | None:
+    try:
+        return xr.open_zarr(path, group=group, consolidated=False).load()  # metrics are small
+    except (FileNotFoundError, KeyError, ValueError, OSError):
+        return None
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def mi_by_layer(path):
+    """MI with the input token (and the output label where defined) per layer; band = restart spread."""
+    ds = _open(path, "mi")
+    if ds is None:
+        return None
+    plt = _plt()
+    targets = list(ds.target.values)
+    fig, axes = plt.subplots(1, len(targets), figsize=(5 * len(targets), 3.6), squeeze=False, layout="constrained")
+    for ax, t in zip(axes[0], targets):
+        for i, m in enumerate(ds.model.values):
+            v = ds.mi.sel(model=m, target=t)
+            mean, lo, hi = v.mean("restart"), v.min("restart"), v.max("restart")
+            if np.isnan(mean.values).all():
+                continue
+            ax.plot(ds.layer, mean, label=str(m), **STYLES[i % len(STYLES)])
+            ax.fill_between(ds.layer, lo, hi, color=STYLES[i % len(STYLES)]["color"], alpha=0.2)
+            ax.plot(ds.layer, ds.mi_shuffled.sel(model=m, target=t), color=STYLES[i % len(STYLES)]["color"],
+                    linestyle=":", linewidth=0.8)
+        h = ds.entropy.sel(target=t).max().item()
+        ax.axhline(h, color="grey", linewidth=0.8)
+        ax.text(ds.layer.values[0], h, " H(X)", va="bottom", fontsize=8, color="grey")
+        ax.set(title=f"MI with the {t} {'token' if t == 'input' else 'label'}", xlabel="layer", ylabel="MI (nats)")
+        ax.legend(fontsize=8)
+    fig.suptitle("Mutual information via k-means (dotted: shuffled-label control)", fontsize=10)
+    return fig
+
+
+def neighbors_by_layer(path):
+    """kNN measures per layer, one panel per measure."""
+    ds = _open(path, "neighbors")
+    if ds is None:
+        return None
+    plt = _plt()
+    labels = {"same_token": "same token among k-NN", "position_distance": "position distance (same token)",
+              "same_left": "same left neighbour (same token)", "same_right": "same right neighbour (same token)"}
+    fig, axes = plt.subplots(1, ds.sizes["measure"], figsize=(4 * ds.sizes["measure"], 3.4), squeeze=False, layout="constrained")
+    for ax, meas in zip(axes[0], ds.measure.values):
+        for i, m in enumerate(ds.model.values):
+            ax.plot(ds.layer, ds.value.sel(model=m, measure=meas), label=str(m), **STYLES[i % len(STYLES)])
+        ax.set(title=labels.get(str(meas), str(meas)), xlabel="layer")
+        ax.legend(fontsize=8)
+    return fig
+
+
+def similarity_heatmaps(path, metric: str = "pwcca"):
+    """Layer x layer distance within each model, and same-layer distance between models."""
+    ds = _open(path, "similarity")
+    if ds is None or metric not in ds.metric.values:
+        return None
+    plt = _plt()
+    d = ds.distance.sel(metric=metric).load()
+    models = list(ds.model_a.values)
+    fig, axes = plt.subplots(1, len(models) + 1, figsize=(3.6 * (len(models) + 1), 3.4), squeeze=False, layout="constrained")
+    for ax, m in zip(axes[0], models):
+        im = ax.imshow(d.sel(model_a=m, model_b=m), vmin=0, vmax=1, cmap="viridis", origin="lower")
+        ax.set(title=f"{m}: layer vs layer", xlabel="layer", ylabel="layer")
+    fig.colorbar(im, ax=axes[0][:len(models)].tolist(), fraction=0.02, label=f"{metric.upper()} distance")
+    ax = axes[0][-1]
+    k = 0
+    for i, a in enumerate(models):
+        for b in models[i + 1:]:
+            same = [d.sel(model_a=a, model_b=b, layer_a=layer, layer_b=layer).item() for layer in ds.layer_a.values]
+            ax.plot(ds.layer_a, same, label=f"{a} vs {b}", **STYLES[k % len(STYLES)])
+            k += 1
+    ax.set(title="between models, same layer", xlabel="layer", ylabel=f"{metric.upper()} distance", ylim=(0, 1))
+    if k:
+        ax.legend(fontsize=8)
+    return fig
+
+
+def change_by_frequency(path, metric: str = "pwcca"):
+    """Distance between layers n and n + 1 by frequency-rank bin, one panel per model."""
+    ds = _open(path, "change")
+    if ds is None or metric not in ds.metric.values:
+        return None
+    plt = _plt()
+    d = ds.distance.sel(metric=metric).load()
+    d = d.isel(freq_bin=~np.isnan(d).all(("model", "layer_pair")).values)
+    models = list(ds.model.values)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True, layout="constrained")
+    cmap = plt.get_cmap("viridis")
+    for ax, m in zip(axes[0], models):
+        n = d.sizes["layer_pair"]
+        for j, pair in enumerate(d.layer_pair.values):
+            ax.plot(np.arange(d.sizes["freq_bin"]), d.sel(model=m, layer_pair=pair), marker="o",
+                    color=cmap(j / max(1, n - 1)), label=f"layers {pair}")
+        ax.set_xticks(np.arange(d.sizes["freq_bin"]), [str(b) for b in d.freq_bin.values], rotation=45, fontsize=7)
+        ax.set(title=str(m), xlabel="frequency rank bin")
+    axes[0][0].set_ylabel(f"{metric.upper()} distance, layer n vs n+1")
+    axes[0][-1].legend(fontsize=7)
+    return fig
+
+
+def tsne_grid(path, name: str):
+    """models x layers small multiples of one t-SNE selection."""
+    ds = _open(path, f"tsne_{name}")
+    if ds is None:
+        return None
+    plt = _plt()
+    models, layers = list(ds.model.values), list(ds.layer.values)
+    fig, axes = plt.subplots(len(models), len(layers), figsize=(1.9 * len(layers), 2.0 * len(models)),
+                             squeeze=False, layout="constrained")
+    tokens = ds.token.values
+    by_position = bool((ds.position.values >= 0).any()) and len({t for t in tokens.ravel() if t}) == 1
+    vocab = sorted({t for t in tokens.ravel() if t})
+    cmap = plt.get_cmap("tab10")
+    for i, m in enumerate(models):
+        keep = ds.token.sel(model=m).values != ""
+        for j, layer in enumerate(layers):
+            ax = axes[i][j]
+            xy = ds.xy.sel(model=m, layer=layer).values[keep]
+            if by_position:
+                sc = ax.scatter(xy[:, 0], xy[:, 1], c=ds.position.sel(model=m).values[keep], s=3, cmap="viridis")
+            else:
+                for c, t in enumerate(vocab):
+                    sel = ds.token.sel(model=m).values[keep] == t
+                    ax.scatter(xy[sel, 0], xy[sel, 1], s=3, color=cmap(c % 10), label=t)
+            ax.set_xticks([]), ax.set_yticks([])
+            if i == 0:
+                ax.set_title(f"layer {layer}", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(str(m), fontsize=8)
+    if by_position:
+        fig.colorbar(sc, ax=axes.ravel().tolist(), fraction=0.02, label="position")
+    else:
+        axes[0][-1].legend(fontsize=6, markerscale=3, loc="upper right")
+    fig.suptitle(f"t-SNE of '{' / '.join(vocab)}' occurrences "
+                 f"({'coloured by position' if by_position else 'coloured by token'})", fontsize=9)
+    return fig
+
+
+def _tsne_names(path) -> list[str]:
+    import zarr
+
+    try:
+        groups = zarr.open_group(path, mode="r", zarr_format=3).attrs.get("groups", [])
+    except Exception:  # noqa: BLE001
+        return []
+    return [g[len("tsne_"):] for g in groups if g.startswith("tsne_")]
+
+
+#: figure name -> (function, caption)
+FIGURES = {
+    "mi": (mi_by_layer, "MI between a layer's k-means clusters and the input token / the output label "
+                        "(Voita et al. 2019, fig. 1-2). Band: spread over k-means restarts; dotted: shuffled control."),
+    "neighbors": (neighbors_by_layer, "Who are the k nearest neighbours: same-token rate over pooled "
+                                      "occurrences; among occurrences of one token, position distance and the "
+                                      "rate of the same left / right neighbour token (fig. 5)."),
+    "similarity_pwcca": (lambda p: similarity_heatmaps(p, "pwcca"),
+                         "PWCCA distance between layers of one model and between models at the same layer (fig. 3)."),
+    "similarity_cka": (lambda p: similarity_heatmaps(p, "cka"), "The same with linear CKA."),
+    "change_pwcca": (lambda p: change_by_frequency(p, "pwcca"),
+                     "Change between adjacent layers (PWCCA distance) by token frequency rank (fig. 4)."),
+}
+
+
+def draw_all(path, out_dir) -> list[tuple[str, Path, str]]:
+    """Draw every figure that the store supports into ``out_dir`` as PNG.
+    Returns (name, file, caption) per figure drawn."""
+    plt = _plt()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures = dict(FIGURES)
+    for name in _tsne_names(path):
+        figures[f"tsne_{name}"] = (lambda p, n=name: tsne_grid(p, n),
+                                   f"t-SNE (openTSNE, PCA init, fixed seed) of the '{name}' selection per model and layer.")
+    drawn = []
+    for name, (fn, caption) in figures.items():
+        fig = fn(path)
+        if fig is None:
+            continue
+        f = out_dir / f"{name}.png"
+        fig.savefig(f, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        drawn.append((name, f, caption))
+    return drawn
