@@ -322,6 +322,12 @@ class MetricsStage(Stage):
             for names in classes.values():
                 ds0 = models[names[0]]["ds"]
                 rows = plans[names[0]].similarity_rows
+                d = max(models[n]["ds"].sizes["feature"] for n in names)
+                if len(rows) < scfg.min_ratio * d:
+                    logger.warning("metrics: similarity skipped for %s: %d occurrences in the first %d sentences, "
+                                   "fewer than metrics.similarity.min_ratio x d = %g x %d", ", ".join(names),
+                                   len(rows), scfg.sentences, scfg.min_ratio, d)
+                    continue
                 key = config_hash({"models": [ExtractStage().model_key(ctx, m) for m in ctx.config.models
                                               if m.name in names], "similarity": resolved_dict(scfg)})
                 f = cache / f"similarity-{key}.json"
@@ -345,7 +351,7 @@ class MetricsStage(Stage):
                 sim_tasks[key[1]] = r
             else:
                 results[key] = r
-        if scfg is not None:
+        if scfg is not None and sim_tasks:
             sim = _merge_similarity(sim_tasks)
             for note in sim["notes"]:
                 logger.info("metrics: %s", note)

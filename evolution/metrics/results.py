@@ -49,9 +49,8 @@ def build_datasets(*, models: list[str], n_layers: dict[str, int], layer_results
     L = max(n_layers.values())
     layer = np.arange(L)
     out: dict[str, xr.Dataset] = {}
-    first = next(iter(layer_results.values()), {})
 
-    if "mi" in first:
+    if any(r.get("mi") for r in layer_results.values()):
         targets = sorted({t for r in layer_results.values() for t in r.get("mi", {})})
         restarts = max(len(v["mi"]) for r in layer_results.values() for v in r["mi"].values())
         shape = (len(models), L, len(targets))
@@ -71,7 +70,7 @@ def build_datasets(*, models: list[str], n_layers: dict[str, int], layer_results
              "k": (("model", "layer", "target"), k), "n": (("model", "layer", "target"), n)},
             coords={"model": _s(models), "layer": layer, "target": _s(targets), "restart": np.arange(restarts)})
 
-    if "neighbors" in first:
+    if any("neighbors" in r for r in layer_results.values()):
         val = np.full((len(models), L, len(NEIGHBOR_MEASURES)), np.nan)
         for (m, l), r in layer_results.items():
             for j, name in enumerate(NEIGHBOR_MEASURES):
@@ -146,12 +145,14 @@ def write_metrics(path: Path, datasets: dict[str, xr.Dataset], *, fingerprint: s
     path = Path(path)
     tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    import zarr
+
+    zarr.open_group(tmp, mode="w", zarr_format=3)  # the root exists even when no metric had enough data
     for group, ds in datasets.items():
         ds = ds.copy()
         ds.attrs = {k: (v if isinstance(v, (str, int, float, bool)) or v is None else json.loads(json.dumps(v, default=str)))
                     for k, v in ds.attrs.items()}
         ds.to_zarr(tmp, group=group, mode="w", zarr_format=3, consolidated=False)
-    import zarr
 
     zarr.open_group(tmp, mode="r+", zarr_format=3).attrs.update({"evolution_fingerprint": fingerprint,
                                                                  "groups": sorted(datasets)})

@@ -1,0 +1,110 @@
+"""The metrics and report stages end to end on tiny models: every group, caching, values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import evolution.metrics.tasks
+from evolution.metrics.mi import mutual_information
+from evolution.metrics.tasks import read_rows
+from evolution.store import open_representations
+from pipelines.run import run
+
+from conftest import write_config
+
+METRICS = """metrics:
+  tokens: {top: 6, min_count: 3}
+  mi: {k: 4, restarts: 2}
+  neighbors: {k: 3}
+  similarity: {min_ratio: 2, freq_bins: [1, 3, 10, 100]}
+  tsne:
+    perplexity: 3
+    selections:
+      - {name: animals, tokens: [cat, dog], color: token}
+      - {name: the, tokens: [the], color: position}"""
+
+
+@pytest.fixture()
+def two_models(tmp_path, corpus_file, model_specs):
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, workdir=tmp_path / "w", extra=METRICS,
+                       models=[model_specs["translation"], model_specs["language_modeling"]])
+    run(cfg, progress=False)
+    return cfg, tmp_path / "w"
+
+
+def test_every_group_is_written_and_consistent(two_models):
+    _, w = two_models
+    path = w / "metrics.zarr"
+    mi = xr.open_zarr(path, group="mi", consolidated=False).load()
+    assert mi.mi.dims == ("model", "layer", "target", "restart")
+    assert list(mi.model.values) == ["translation", "language_modeling"]
+    assert mi.sizes["layer"] == 3  # embeddings + 2 layers
+    # output label only for the LM
+    assert np.isnan(mi.mi.sel(model="translation", target="output")).all()
+    assert not np.isnan(mi.mi.sel(model="language_modeling", target="output")).any()
+    # MI is within [0, H(X)] and the entropy is that of the selected labels
+    assert (mi.mi.values[~np.isnan(mi.mi.values)] <= mi.entropy.max().item() + 1e-9).all()
+    nb = xr.open_zarr(path, group="neighbors", consolidated=False).load()
+    rate = nb.value.sel(measure="same_token").values
+    assert ((rate >= 0) & (rate <= 1)).all()
+    sim = xr.open_zarr(path, group="similarity", consolidated=False).load()
+    d = sim.distance.sel(metric="pwcca", model_a="translation", model_b="translation").values
+    assert np.allclose(np.diag(d), 0, atol=1e-8)  # a view against itself
+    cka = sim.distance.sel(metric="cka").values
+    assert np.allclose(cka, np.transpose(cka, (2, 3, 0, 1)), atol=1e-10)  # symmetric
+    change = xr.open_zarr(path, group="change", consolidated=False).load()
+    assert change.distance.dims == ("metric", "model", "layer_pair", "freq_bin")
+    # the adjacent-layer change on all occurrences equals the similarity entry (same definition)
+    t = xr.open_zarr(path, group="tsne_animals", consolidated=False).load()
+    assert t.xy.dims == ("model", "layer", "point", "component")
+    assert set(t.token.values.ravel()) <= {"cat", "dog", ""}
+    report = w / "report"
+    assert (report / "report.html").is_file() and (report / "mi.png").is_file()
+    assert (report / "tsne_the.png").is_file()
+    assert "MI with the input" in (report / "report.md").read_text()
+
+
+def test_mi_values_match_a_direct_computation(two_models):
+    # recompute layer 1's input MI by hand from the store and the same k-means seed
+    from evolution.metrics.mi import kmeans_labels, select_frequent
+
+    _, w = two_models
+    store = str(w / "reps.zarr")
+    ds = open_representations(store, "translation")
+    ids = ds.token_id.values
+    rows = np.flatnonzero(select_frequent(ids, n_types=6, min_count=3))
+    x = read_rows(store, "translation", 1, rows)
+    np.testing.assert_array_equal(x, ds.hidden.sel(layer=1).values[rows])
+    expected = mutual_information(ids[rows], kmeans_labels(x, k=4, seed=0))
+    mi = xr.open_zarr(w / "metrics.zarr", group="mi", consolidated=False).load()
+    assert mi.mi.sel(model="translation", layer=1, target="input", restart=0).item() == pytest.approx(expected)
+
+
+def test_added_model_reuses_cached_layers(two_models, corpus_file, model_specs, monkeypatch):
+    cfg, w = two_models
+    before = xr.open_zarr(w / "metrics.zarr", group="mi", consolidated=False).load()
+    calls = []
+    real = evolution.metrics.tasks.layer_task
+    monkeypatch.setattr(evolution.metrics.tasks, "layer_task", lambda **k: calls.append(k["group"]) or real(**k))
+    cfg = write_config(cfg, corpus=corpus_file, workdir=w, extra=METRICS,
+                       models=[model_specs["translation"], model_specs["language_modeling"], model_specs["masked_lm"]])
+    run(cfg, progress=False)
+    assert set(calls) == {"masked_lm"}  # only the new model's layers were computed
+    after = xr.open_zarr(w / "metrics.zarr", group="mi", consolidated=False).load()
+    xr.testing.assert_equal(after.mi.sel(model=["translation", "language_modeling"]), before.mi)
+    calls.clear()
+    run(cfg, progress=False)
+    assert calls == []  # everything cached
+
+
+def test_metrics_are_deterministic(two_models, tmp_path, corpus_file, model_specs):
+    cfg2 = write_config(tmp_path / "c2.yaml", corpus=corpus_file, workdir=tmp_path / "w2", extra=METRICS,
+                        models=[model_specs["translation"], model_specs["language_modeling"]])
+    run(cfg2, progress=False)
+    _, w = two_models
+    for group in ("mi", "neighbors", "similarity", "change", "tsne_animals"):
+        a = xr.open_zarr(w / "metrics.zarr", group=group, consolidated=False).load()
+        b = xr.open_zarr(tmp_path / "w2" / "metrics.zarr", group=group, consolidated=False).load()
+        xr.testing.assert_equal(a.drop_attrs(), b.drop_attrs())
