@@ -28,3 +28,20 @@ def test_notebook_executes(tmp_path, corpus_file, model_specs, monkeypatch):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 2  # norm plot + attention map
+
+
+@pytest.mark.slow
+def test_metrics_notebook_draws_every_figure(tmp_path, corpus_file, model_specs, monkeypatch):
+    from test_metrics_stage import METRICS
+
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, extra=METRICS, workdir=tmp_path / "w",
+                       models=[model_specs["translation"], model_specs["language_modeling"]])
+    run(cfg, progress=False)
+    monkeypatch.setenv("EVOLUTION_METRICS", str(tmp_path / "w" / "metrics.zarr"))
+    nb = nbformat.read(REPO / "notebooks" / "metrics.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    # raw MI line plot + MI, neighbours, 2 similarity, change, 2 t-SNE grids = 8 figures
+    assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 8
