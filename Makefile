@@ -9,7 +9,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # torchaudio and a CUDA torch); the `train` extra lists what it really needs.
 FAIRSEQ := ve-fairseq==0.12.3
 
-.PHONY: setup models run test test-fast bench clean
+.PHONY: setup models run test test-fast bench bench-extract bench-metrics clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -38,8 +38,13 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
-bench: setup
+bench: bench-extract bench-metrics
+
+bench-extract: setup
 	$(PY) benchmarks/extract.py
+
+bench-metrics: setup
+	$(PY) benchmarks/metrics.py
 
 clean:
 	rm -rf runs data/random-init

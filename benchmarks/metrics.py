@@ -1,0 +1,105 @@
+"""Metric estimators against plain baselines, in one run on this machine.
+
+    python benchmarks/metrics.py [--n 200000] [--d 256] [--k 2000] [--iters 10]
+
+Prints, on synthetic clustered data with known token labels:
+
+* k-means at the same k and iterations: faiss (what the pipeline uses) vs
+  sklearn ``KMeans`` (Lloyd, the quality reference) vs ``MiniBatchKMeans``:
+  time and the MI each clustering gives with the labels.
+* kNN: faiss exact vs sklearn ``NearestNeighbors`` brute (same-token rates),
+  and faiss IVF (approximate): recall of the exact neighbours, same-token
+  rate difference, speed-up.
+* t-SNE: openTSNE vs sklearn ``TSNE`` at a size sklearn finishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def clustered(n: int, d: int, n_types: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Token-like data: Zipfian labels, each type a Gaussian blob plus shared noise."""
+    rng = np.random.default_rng(seed)
+    p = 1 / np.arange(1, n_types + 1)
+    labels = rng.choice(n_types, size=n, p=p / p.sum())
+    centres = rng.normal(size=(n_types, d)).astype(np.float32)
+    x = centres[labels] + rng.normal(size=(n, d)).astype(np.float32) * 1.5
+    return x, labels
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=200_000)
+    p.add_argument("--d", type=int, default=256)
+    p.add_argument("--k", type=int, default=2000)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--types", type=int, default=1000)
+    args = p.parse_args()
+    from sklearn.cluster import KMeans, MiniBatchKMeans
+    from sklearn.neighbors import NearestNeighbors
+
+    from evolution.metrics.mi import entropy, kmeans_labels, mutual_information
+    from evolution.metrics.neighbors import knn, same_label_rate
+
+    x, labels = clustered(args.n, args.d, args.types)
+    print(f"data: {args.n:,} x {args.d}, {args.types} Zipfian token types, H(X) = {entropy(labels):.3f} nats")
+
+    print(f"\nk-means, k = {args.k}, {args.iters} iterations")
+    faiss_c, t_faiss = timed(lambda: kmeans_labels(x, k=args.k, niter=args.iters, seed=0,
+                                                   max_points_per_centroid=args.n))
+    lloyd, t_lloyd = timed(lambda: KMeans(args.k, n_init=1, max_iter=args.iters, tol=0, algorithm="lloyd",
+                                          init="random", random_state=0).fit_predict(x))
+    mb, t_mb = timed(lambda: MiniBatchKMeans(args.k, n_init=1, max_iter=args.iters, random_state=0,
+                                             batch_size=4096).fit_predict(x))
+    mi_lloyd = mutual_information(labels, lloyd)
+    for name, c, t in [("faiss", faiss_c, t_faiss), ("sklearn KMeans (Lloyd)", lloyd, t_lloyd),
+                       ("sklearn MiniBatchKMeans", mb, t_mb)]:
+        mi = mutual_information(labels, c)
+        print(f"  {name:<25} {t:7.1f} s  (x{t / t_lloyd:5.2f} of Lloyd)   MI {mi:.3f} nats "
+              f"({100 * (mi - mi_lloyd) / mi_lloyd:+.1f}% vs Lloyd)")
+
+    m = min(args.n, 20_000)
+    xs, ls = x[:m], labels[:m]
+    print(f"\nkNN, k = 50, {m:,} points")
+    ours, t_ours = timed(lambda: knn(xs, k=50))
+    ref, t_ref = timed(lambda: NearestNeighbors(n_neighbors=51, algorithm="brute").fit(xs).kneighbors(
+        xs, return_distance=False)[:, 1:])
+    print(f"  faiss exact {t_ours:6.2f} s, sklearn brute {t_ref:6.2f} s (x{t_ref / t_ours:.1f}); same-token rate "
+          f"{same_label_rate(ours, ls):.4f} vs {same_label_rate(ref, ls):.4f}")
+    big, lb = x[:100_000], labels[:100_000]
+    exact, t_exact = timed(lambda: knn(big, k=50))
+    for nprobe in (16, 32, 64, 128):  # the smallest nprobe that reaches recall 0.95
+        approx, t_approx = timed(lambda: knn(big, k=50, index="ivf", nprobe=nprobe))
+        recall = np.mean([len(np.intersect1d(a, b)) / 50 for a, b in zip(exact[:5000], approx[:5000])])
+        print(f"  {len(big):,} points: faiss IVF (nprobe {nprobe}) {t_approx:.1f} s vs exact {t_exact:.1f} s "
+              f"(x{t_exact / t_approx:.1f}), recall {recall:.3f}, same-token rate "
+              f"{same_label_rate(approx, lb):.4f} vs exact {same_label_rate(exact, lb):.4f}")
+        if recall >= 0.95:
+            break
+
+    from sklearn.manifold import TSNE as SKTSNE
+
+    from evolution.metrics.tsne import tsne_layout
+
+    s = 3000
+    _, t_open = timed(lambda: tsne_layout(x[:s], perplexity=30, seed=0, n_jobs=2))
+    _, t_sk = timed(lambda: SKTSNE(perplexity=30, init="pca", random_state=0, max_iter=750).fit_transform(x[:s]))
+    print(f"\nt-SNE, {s:,} points: openTSNE {t_open:.1f} s, sklearn {t_sk:.1f} s (x{t_sk / t_open:.1f})")
+
+
+if __name__ == "__main__":
+    main()
