@@ -184,8 +184,7 @@ def warm_workers(client, spec: dict) -> list:
     if client is None:
         return []
     workers = list(client.scheduler_info()["workers"])
-    return [client.submit(_warm, spec, workers=[w], allow_other_workers=False, pure=False,
-                          key=f"load-model-{i}-{id(spec)}") for i, w in enumerate(workers)]
+    return [client.submit(_warm, spec, workers=[w], allow_other_workers=False, pure=False) for w in workers]
 
 
 def compute(delayed: list, *, client, progress: bool, label: str) -> list:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evolution.atomic import replace_dir
 from evolution.config import EvolutionConfig, ModelConfig, resolved_dict
 from evolution.corpus import Corpus, read_text_corpus
 from evolution.provenance import config_hash, file_hash, tree_hash, versions
@@ -94,17 +94,14 @@ class CorpusStage(Stage):
             logger.info("corpus: cached at %s", final)
             return
         corpus = read_text_corpus(ctx.config.corpus.path, max_sentences=ctx.config.corpus.max_sentences)
-        tmp = final.with_name(f"{final.name}.partial-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        (tmp / "sentences.txt").write_text("".join(s + "\n" for s in corpus.sentences), encoding="utf-8")
-        meta = {"key": self.key(ctx), "source": corpus.source, "source_sha256": file_hash(corpus.source),
-                "n_sentences": len(corpus), "lines": corpus.lines, "config": resolved_dict(ctx.config.corpus),
-                "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-        (tmp / "done.json").write_text(json.dumps({"key": self.key(ctx)}), encoding="utf-8")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        with replace_dir(final) as tmp:
+            tmp.mkdir()
+            (tmp / "sentences.txt").write_text("".join(s + "\n" for s in corpus.sentences), encoding="utf-8")
+            meta = {"key": self.key(ctx), "source": corpus.source, "source_sha256": file_hash(corpus.source),
+                    "n_sentences": len(corpus), "lines": corpus.lines, "config": resolved_dict(ctx.config.corpus),
+                    "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+            (tmp / "done.json").write_text(json.dumps({"key": self.key(ctx)}), encoding="utf-8")
         logger.info("corpus: %d sentences -> %s", len(corpus), final)
 
     def load(self, ctx: Context) -> Corpus:
@@ -268,7 +265,6 @@ class MetricsStage(Stage):
 
     def run(self, ctx: Context) -> None:
         import dask
-        import numpy as np
 
         from evolution.extract import compute
         from evolution.metrics.plan import plan_occurrences
@@ -372,8 +368,6 @@ class MetricsStage(Stage):
 
 def _warn_saturation(results: dict[tuple[str, int], dict]) -> None:
     """One warning per (model, target) whose MI is within 2% of H(X) at some layers."""
-    import numpy as np
-
     flagged: dict[tuple[str, str], list] = {}
     for (m, layer), r in sorted(results.items()):
         for t, v in r.get("mi", {}).items():

@@ -23,13 +23,13 @@ Models with fewer layers are padded with NaN along ``layer``.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
+
+from evolution.atomic import replace_dir
 
 __all__ = ["build_datasets", "write_metrics", "open_metrics", "NEIGHBOR_MEASURES"]
 
@@ -142,22 +142,17 @@ def write_metrics(path: Path, datasets: dict[str, xr.Dataset], *, fingerprint: s
     """Write all groups to ``path`` under a temporary name, then move it into place."""
     import json
 
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     import zarr
 
-    zarr.open_group(tmp, mode="w", zarr_format=3)  # the root exists even when no metric had enough data
-    for group, ds in datasets.items():
-        ds = ds.copy()
-        ds.attrs = {k: (v if isinstance(v, (str, int, float, bool)) or v is None else json.loads(json.dumps(v, default=str)))
-                    for k, v in ds.attrs.items()}
-        ds.to_zarr(tmp, group=group, mode="w", zarr_format=3, consolidated=False)
-
-    zarr.open_group(tmp, mode="r+", zarr_format=3).attrs.update({"evolution_fingerprint": fingerprint,
-                                                                 "groups": sorted(datasets)})
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+    with replace_dir(path) as tmp:
+        zarr.open_group(tmp, mode="w", zarr_format=3)  # the root exists even when no metric had enough data
+        for group, ds in datasets.items():
+            ds = ds.copy()
+            # attributes as JSON would store them (tuples -> lists, paths -> strings)
+            ds.attrs = json.loads(json.dumps(ds.attrs, default=str))
+            ds.to_zarr(tmp, group=group, mode="w", zarr_format=3, consolidated=False)
+        zarr.open_group(tmp, mode="r+", zarr_format=3).attrs.update({"evolution_fingerprint": fingerprint,
+                                                                     "groups": sorted(datasets)})
 
 
 def metrics_fingerprint(path: Path) -> str | None:
@@ -165,9 +160,7 @@ def metrics_fingerprint(path: Path) -> str | None:
 
     try:
         return zarr.open_group(path, mode="r", zarr_format=3).attrs.get("evolution_fingerprint")
-    except (FileNotFoundError, ValueError, KeyError):
-        return None
-    except Exception:  # noqa: BLE001 - any unreadable store is simply not done
+    except Exception:  # noqa: BLE001 - a missing or unreadable store is simply not done
         return None
 
 

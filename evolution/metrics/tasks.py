@@ -110,14 +110,14 @@ def similarity_task(*, store: str, groups: list[str], n_layers: dict[str, int], 
     for g in groups:
         for m in methods:
             change[m][g] = np.full((n_layers[g] - 1, len(bins)), np.nan).tolist()
+        states = [read_rows(store, g, layer, rows) for layer in range(n_layers[g])]  # read once, sliced per bin
         for b, (lo, hi) in enumerate(bins):
-            sub = rows[(freq_rank >= lo) & (freq_rank < hi)]
-            states = [read_rows(store, g, layer, sub) for layer in range(n_layers[g])]
-            if len(sub) < kw["min_ratio"] * states[0].shape[1]:
-                notes.append(f"change {g} ranks [{lo}, {hi}): {len(sub)} occurrences < "
+            in_bin = (freq_rank >= lo) & (freq_rank < hi)
+            if in_bin.sum() < kw["min_ratio"] * states[0].shape[1]:
+                notes.append(f"change {g} ranks [{lo}, {hi}): {int(in_bin.sum())} occurrences < "
                              f"{kw['min_ratio']:g} x d; left as NaN")
                 continue
-            vs = [View(s, name=f"{g} layer {i} ranks [{lo}, {hi})", **kw) for i, s in enumerate(states)]
+            vs = [View(s[in_bin], name=f"{g} layer {i} ranks [{lo}, {hi})", **kw) for i, s in enumerate(states)]
             for layer in range(n_layers[g] - 1):
                 for m in methods:
                     change[m][g][layer][b] = 1.0 - fns[m](vs[layer], vs[layer + 1])

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
+from evolution.atomic import replace_dir
 from evolution.report.figures import _open, draw_all
 
 __all__ = ["write_report"]
@@ -42,74 +41,71 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
     ``out_dir`` (written under a temporary name, then moved into place).
     Returns the HTML file."""
     out_dir = Path(out_dir)
-    tmp = out_dir.with_name(f"{out_dir.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    figures = draw_all(metrics_path, tmp)
-    sections: list[tuple[str, list[list[str]] | None, str]] = []  # (heading, table, text)
-    mi = _open(metrics_path, "mi")
-    attrs = {}
-    if mi is not None:
-        attrs = mi.attrs
-        for t in mi.target.values:
-            m = mi.mi.sel(target=t).mean("restart").transpose("model", "layer").load()
-            if np.isnan(m.values).all():
-                continue
-            h = ", ".join(f"{k}: {v:.3f}" for k, v in zip(mi.model.values, mi.entropy.sel(target=t).values)
-                          if not np.isnan(v))
-            sections.append((f"MI with the {t} (nats; mean over restarts)", _table(m, "model", "layer"),
-                             f"H(X): {h}. k = {int(np.nanmax(mi.k.sel(target=t).values))}, occurrences = "
-                             f"{int(np.nanmax(mi.n.sel(target=t).values))}."))
-    nb = _open(metrics_path, "neighbors")
-    if nb is not None:
-        for meas in nb.measure.values:
-            sections.append((f"Neighbours: {meas}", _table(nb.value.sel(measure=meas).transpose("model", "layer").load(),
-                                                           "model", "layer"), ""))
-    sim = _open(metrics_path, "similarity")
-    if sim is not None:
-        for metric in sim.metric.values:
-            d = sim.distance.sel(metric=metric).load()
-            adj = xr.DataArray(
-                np.array([[d.sel(model_a=m, model_b=m, layer_a=i, layer_b=i + 1).item()
-                           for i in range(d.sizes["layer_a"] - 1)] for m in d.model_a.values]),
-                dims=("model", "layer_pair"),
-                coords={"model": d.model_a.values, "layer_pair": [f"{i}-{i + 1}" for i in range(d.sizes["layer_a"] - 1)]})
-            sections.append((f"{str(metric).upper()} distance between adjacent layers", _table(adj, "model", "layer_pair"),
-                             f"On {sim.attrs.get('n_occurrences')} occurrences."))
-    notes = list(attrs.get("notes", [])) if attrs else []
-    md = [f"# {title}", ""]
-    if attrs:
-        md += [f"Objectives: {json.dumps(attrs.get('objectives', {}))}. Seed {attrs.get('seed')}. "
-               f"Representations: `{attrs.get('representations')}`.", ""]
-    for name, f, caption in figures:
-        md += [f"## {name}", "", f"![{name}]({f.name})", "", caption, ""]
-    md += ["## Values", ""]
-    for heading, table, text in sections:
-        md += [f"### {heading}", "", _md(table), "", text, ""]
-    if notes:
-        md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    md += ["## Provenance", "", "```json", json.dumps({k: attrs.get(k) for k in ("config", "versions", "extract_keys")},
-                                                      indent=1, default=str), "```", ""]
-    (tmp / "report.md").write_text("\n".join(md), encoding="utf-8")
+    with replace_dir(out_dir) as tmp:
+        figures = draw_all(metrics_path, tmp)
+        sections: list[tuple[str, list[list[str]] | None, str]] = []  # (heading, table, text)
+        mi = _open(metrics_path, "mi")
+        attrs = {}
+        if mi is not None:
+            attrs = mi.attrs
+            for t in mi.target.values:
+                m = mi.mi.sel(target=t).mean("restart").transpose("model", "layer").load()
+                if np.isnan(m.values).all():
+                    continue
+                h = ", ".join(f"{k}: {v:.3f}" for k, v in zip(mi.model.values, mi.entropy.sel(target=t).values)
+                              if not np.isnan(v))
+                sections.append((f"MI with the {t} (nats; mean over restarts)", _table(m, "model", "layer"),
+                                 f"H(X): {h}. k = {int(np.nanmax(mi.k.sel(target=t).values))}, occurrences = "
+                                 f"{int(np.nanmax(mi.n.sel(target=t).values))}."))
+        nb = _open(metrics_path, "neighbors")
+        if nb is not None:
+            for meas in nb.measure.values:
+                sections.append((f"Neighbours: {meas}", _table(nb.value.sel(measure=meas).transpose("model", "layer").load(),
+                                                               "model", "layer"), ""))
+        sim = _open(metrics_path, "similarity")
+        if sim is not None:
+            for metric in sim.metric.values:
+                d = sim.distance.sel(metric=metric).load()
+                adj = xr.DataArray(
+                    np.array([[d.sel(model_a=m, model_b=m, layer_a=i, layer_b=i + 1).item()
+                               for i in range(d.sizes["layer_a"] - 1)] for m in d.model_a.values]),
+                    dims=("model", "layer_pair"),
+                    coords={"model": d.model_a.values, "layer_pair": [f"{i}-{i + 1}" for i in range(d.sizes["layer_a"] - 1)]})
+                sections.append((f"{str(metric).upper()} distance between adjacent layers", _table(adj, "model", "layer_pair"),
+                                 f"On {sim.attrs.get('n_occurrences')} occurrences."))
+        notes = list(attrs.get("notes", [])) if attrs else []
+        md = [f"# {title}", ""]
+        if attrs:
+            md += [f"Objectives: {json.dumps(attrs.get('objectives', {}))}. Seed {attrs.get('seed')}. "
+                   f"Representations: `{attrs.get('representations')}`.", ""]
+        for name, f, caption in figures:
+            md += [f"## {name}", "", f"![{name}]({f.name})", "", caption, ""]
+        md += ["## Values", ""]
+        for heading, table, text in sections:
+            md += [f"### {heading}", "", _md(table), "", text, ""]
+        if notes:
+            md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+        provenance = json.dumps({k: attrs.get(k) for k in ("config", "versions", "extract_keys")}, indent=1,
+                                default=str)
+        md += ["## Provenance", "", "```json", provenance, "```", ""]
+        (tmp / "report.md").write_text("\n".join(md), encoding="utf-8")
 
-    body = [f"<h1>{html.escape(title)}</h1>"]
-    if attrs:
-        body.append(f"<p>Objectives: {html.escape(json.dumps(attrs.get('objectives', {})))}; seed "
-                    f"{attrs.get('seed')}.</p>")
-    for name, f, caption in figures:
-        body.append(f"<h2>{html.escape(name)}</h2><img src='{f.name}' style='max-width:100%'>"
-                    f"<p>{html.escape(caption)}</p>")
-    body.append("<h2>Values</h2>")
-    for heading, table, text in sections:
-        body.append(f"<h3>{html.escape(heading)}</h3>{_html_table(table)}<p>{html.escape(text)}</p>")
-    if notes:
-        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
-    body.append("<h2>Provenance</h2><pre>" + html.escape(json.dumps(
-        {k: attrs.get(k) for k in ("config", "versions", "extract_keys")}, indent=1, default=str)) + "</pre>")
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:auto} table{border-collapse:collapse;font-size:12px}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}")
-    (tmp / "report.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-                                     f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>",
-                                     encoding="utf-8")
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(tmp, out_dir)
+        body = [f"<h1>{html.escape(title)}</h1>"]
+        if attrs:
+            body.append(f"<p>Objectives: {html.escape(json.dumps(attrs.get('objectives', {})))}; seed "
+                        f"{attrs.get('seed')}.</p>")
+        for name, f, caption in figures:
+            body.append(f"<h2>{html.escape(name)}</h2><img src='{f.name}' style='max-width:100%'>"
+                        f"<p>{html.escape(caption)}</p>")
+        body.append("<h2>Values</h2>")
+        for heading, table, text in sections:
+            body.append(f"<h3>{html.escape(heading)}</h3>{_html_table(table)}<p>{html.escape(text)}</p>")
+        if notes:
+            body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+        body.append("<h2>Provenance</h2><pre>" + html.escape(provenance) + "</pre>")
+        style = ("body{font-family:sans-serif;max-width:1200px;margin:auto} table{border-collapse:collapse;font-size:12px}"
+                 "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}")
+        (tmp / "report.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+                                         f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>",
+                                         encoding="utf-8")
     return out_dir / "report.html"
