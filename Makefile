@@ -20,7 +20,20 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install --no-deps $(FAIRSEQ)
 	touch $@
 
-setup: $(VENV)/.installed
+# The embedded default corpus: World English Bible + Reina-Valera 1909 (public domain) from
+# Debian's SWORD packages, unpacked into data/sword (no root needed when the apt lists exist;
+# as root, an `apt-get update` is tried once if the download fails).
+SWORD_DEBS := sword-text-web sword-text-sparv
+SWORD      := data/sword/mods.d/spaRV1909eb.conf
+$(SWORD):
+	@command -v apt-get >/dev/null || { echo "need apt-get (Debian/Ubuntu) for the default corpus; or set corpus.source: parallel in the config"; exit 1; }
+	rm -rf data/sword.partial && mkdir -p data/sword.partial/debs
+	cd data/sword.partial/debs && { apt-get download $(SWORD_DEBS) 2>/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get download $(SWORD_DEBS); }; }
+	for f in data/sword.partial/debs/*.deb; do dpkg-deb -x $$f data/sword.partial/root; done
+	rm -rf data/sword && mv data/sword.partial/root/usr/share/sword data/sword && rm -rf data/sword.partial
+	@test -f $@
+
+setup: $(VENV)/.installed $(SWORD)
 
 # Randomly initialised MT / LM / MLM fairseq models over the default corpus
 # (until the train stage lands: issue 3).
@@ -47,4 +60,4 @@ bench-metrics: setup
 	$(PY) benchmarks/metrics.py
 
 clean:
-	rm -rf runs data/random-init
+	rm -rf runs data/random-init data/sword

@@ -37,6 +37,7 @@ __all__ = [
     "MetricsConfig",
     "AttentionConfig",
     "ModelConfig",
+    "TrainConfig",
     "EvolutionConfig",
     "load_config",
     "resolved_dict",
@@ -104,22 +105,82 @@ def _coerce_cluster(value: Any) -> Any:
     return value
 
 
-class CorpusConfig(_Section):
-    """The sentences that are analysed.
+class SplitConfig(_Section):
+    """Which whole groups (Bible books; blocks of ``block_lines`` lines of
+    plain files) are held out. Either group names or fractions of the pairs."""
 
-    ``source: text`` reads one sentence per line from a UTF-8 file. Empty lines
-    are dropped (and counted in the log); the original line number of every
-    kept sentence is stored as the ``line`` coordinate.
+    valid: list[str] | float | None = Field(
+        None, description="group names, or a fraction of the pairs; default: Bible books below, else 0.02")
+    test: list[str] | float | None = Field(
+        None, description="group names, or a fraction of the pairs; default: Bible books below, else 0.08")
+    block_lines: int = Field(100, ge=1, description="lines per group for plain parallel files")
+
+
+#: The default held-out books of the Bible corpus: both testaments, several genres
+#: (~2% valid, ~9% test of the 30,460 verse pairs).
+BIBLE_VALID = ["Ruth", "Lam", "Eph", "Jas", "1Pet"]
+BIBLE_TEST = ["Josh", "Prov", "Mark", "Rom"]
+
+
+class CorpusConfig(_Section):
+    """The sentences that models are trained on and analysed with.
+
+    * ``source: text``: one sentence per line from ``path`` (analysis only:
+      nothing to train on).
+    * ``source: parallel``: a parallel corpus from ``path`` + ``target_path``
+      (line-aligned files) or from a TSV ``path`` with ``columns``.
+    * ``source: bible``: the embedded default, two SWORD modules (World
+      English Bible and Reina-Valera 1909 from Debian's ``sword-text-web`` and
+      ``sword-text-sparv``; ``make setup`` fetches them into ``data/sword``).
+
+    Parallel corpora are filtered by ``max_length_ratio`` (characters) and
+    split into train/valid/test by whole groups (``split``); the ``analyse``
+    split's source side is what the analyses read.
     """
 
-    source: Literal["text"] = "text"
-    path: Path
-    max_sentences: int | None = Field(None, ge=1, description="keep the first N sentences")
+    source: Literal["text", "parallel", "bible"] = "text"
+    path: Path | None = Field(None, description="text: the sentences; parallel: source-side file or TSV")
+    target_path: Path | None = Field(None, description="parallel: the target-side file, line-aligned")
+    columns: dict[str, str] | None = Field(
+        None, description="parallel TSV: {source: en, target: es[, ref: ref][, group: book]}")
+    sword_root: Path = Field(Path("data/sword"), validate_default=True,
+                             description="bible: SWORD root with mods.d/ and modules/")
+    modules: tuple[str, str] = Field(("engWEB2015eb", "spaRV1909eb"), description="bible: source, target module")
+    languages: tuple[str, str] = Field(("en", "es"), description="source and target language codes (file suffixes)")
+    max_length_ratio: float = Field(2.2, gt=1, description="drop pairs whose longer side has more characters")
+    split: Annotated[SplitConfig, Field(default_factory=SplitConfig)]
+    analyse: Literal["train", "valid", "test"] = Field("test", description="the split whose source side is analysed")
+    max_sentences: int | None = Field(None, ge=1, description="analyse only the first N sentences")
 
-    @field_validator("path", mode="before")
+    @field_validator("path", "target_path", mode="before")
     @classmethod
-    def _path(cls, v: Any, info: ValidationInfo) -> Path:
-        return _must_exist(_resolve(v, info), "corpus.path")
+    def _path(cls, v: Any, info: ValidationInfo) -> Path | None:
+        return None if v is None else _must_exist(_resolve(v, info), f"corpus.{info.field_name}")
+
+    @field_validator("sword_root", mode="before")
+    @classmethod
+    def _root(cls, v: Any, info: ValidationInfo) -> Path:
+        return _resolve(v, info)
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> "CorpusConfig":
+        if self.source in ("text", "parallel") and self.path is None:
+            raise ValueError(f"corpus.source is {self.source!r} but corpus.path is missing")
+        if self.source == "parallel" and (self.target_path is None) == (self.columns is None):
+            raise ValueError("corpus.source is 'parallel': give either target_path (two line-aligned files) "
+                             "or columns (a TSV with a header), not both or neither")
+        if self.columns is not None and not {"source", "target"} <= set(self.columns):
+            raise ValueError("corpus.columns needs at least 'source' and 'target' column names")
+        bible = self.source == "bible"
+        split = self.split.model_copy(update={
+            "valid": self.split.valid if self.split.valid is not None else (BIBLE_VALID if bible else 0.02),
+            "test": self.split.test if self.split.test is not None else (BIBLE_TEST if bible else 0.08)})
+        object.__setattr__(self, "split", split)
+        return self
+
+    @property
+    def parallel(self) -> bool:
+        return self.source in ("parallel", "bible")
 
 
 class AttentionConfig(_Section):
@@ -220,21 +281,90 @@ class MetricsConfig(_Section):
     tsne: TSNEConfig | None = Field(default_factory=TSNEConfig)
 
 
+class ObjectiveBudget(_Section):
+    """Training updates per objective (a fixed count, so that a run is reproducible;
+    the defaults were measured to fit the budget in docs/training.md)."""
+
+    mt: int = Field(500, ge=1)
+    lm: int = Field(800, ge=1)
+    mlm: int = Field(1300, ge=1)
+
+
+class TrainConfig(_Section):
+    """Training MT, LM and MLM on the corpus with fairseq (METHODS.md 1).
+
+    All three share one encoder class, the vocabulary (a joint SentencePiece
+    BPE of ``vocab_size`` pieces trained on both sides of the training split)
+    and the initial encoder weights of their seed. Runs are named ``mt``,
+    ``lm``, ``mlm``; extra ``seeds`` add ``mt-seed1`` ...; ``token_dropout``
+    adds ``mt-tokdrop`` ... trained with ``token_dropout_p`` random input
+    token replacement (the paper's controls).
+    """
+
+    objectives: list[Literal["mt", "lm", "mlm"]] = Field(default_factory=lambda: ["mt", "lm", "mlm"], min_length=1)
+    seeds: list[int] = Field(default_factory=list, description="extra seeds per objective (the 'init' baselines)")
+    token_dropout: list[Literal["mt", "lm", "mlm"]] = Field(default_factory=list,
+                                                            description="objectives also trained with input token dropout")
+    token_dropout_p: float = Field(0.1, ge=0, lt=1)
+    vocab_size: int = Field(8000, ge=16, description="joint SentencePiece BPE pieces")
+    layers: int = Field(6, ge=1, description="encoder blocks (Voita et al.: 6)")
+    embed_dim: int = Field(128, ge=8)
+    ffn_dim: int = Field(512, ge=8)
+    heads: int = Field(4, ge=1)
+    normalize_before: bool = Field(False, description="pre-norm blocks (fairseq's Transformer default is post-norm)")
+    dropout: float = Field(0.1, ge=0, lt=1)
+    decoder_layers: int = Field(3, ge=1, description="MT decoder blocks")
+    max_positions: int = Field(256, ge=8)
+    max_tokens: int = Field(4096, ge=64, description="tokens per batch")
+    lr: float = Field(1e-3, gt=0)
+    warmup_updates: int = Field(400, ge=0)
+    updates: Annotated[ObjectiveBudget, Field(default_factory=ObjectiveBudget)]
+    save_interval_updates: int = Field(200, ge=1, description="checkpoint_last.pt every N updates (resume point)")
+    threads: int = Field(2, ge=1, description="torch threads per training process")
+    beam: int = Field(4, ge=1, description="beam size for the MT test translation (BLEU/chrF)")
+
+    @model_validator(mode="after")
+    def _divisible(self) -> "TrainConfig":
+        if self.embed_dim % self.heads:
+            raise ValueError(f"train.embed_dim ({self.embed_dim}) must be divisible by train.heads ({self.heads})")
+        bad = [o for o in self.token_dropout if o not in self.objectives]
+        if bad:
+            raise ValueError(f"train.token_dropout names {bad}, which are not in train.objectives")
+        return self
+
+    def runs(self, base_seed: int) -> dict[str, dict]:
+        """Every training run: ``name -> {objective, seed, token_dropout}``."""
+        out = {}
+        for objective in self.objectives:
+            out[objective] = {"objective": objective, "seed": base_seed, "token_dropout": 0.0}
+            for seed in self.seeds:
+                if seed != base_seed:
+                    out[f"{objective}-seed{seed}"] = {"objective": objective, "seed": seed, "token_dropout": 0.0}
+            if objective in self.token_dropout:
+                out[f"{objective}-tokdrop"] = {"objective": objective, "seed": base_seed,
+                                               "token_dropout": self.token_dropout_p}
+        return out
+
+
 class ModelConfig(_Section):
     """One model to analyse.
 
+    * ``kind: trained``: a model of this config's ``train`` section; ``run``
+      names it (default: ``name``), e.g. ``mt``, ``lm-seed1``, ``mlm-tokdrop``.
     * ``kind: huggingface``: ``path`` is a local directory with ``config.json``,
       weights and a tokenizer (BERT-like encoders, GPT-2-like decoders, and the
       encoder of Marian/T5-like encoder-decoders).
     * ``kind: fairseq``: ``path`` is a checkpoint file of the ``translation``,
-      ``language_modeling`` or ``masked_lm`` task; ``data`` is the directory
-      holding its ``dict*.txt``; ``sentencepiece`` optionally names the
-      subword model applied to raw text (otherwise text is split on spaces).
+      ``language_modeling`` or ``masked_lm`` task (or of this project's
+      plugin); ``data`` is the directory holding its ``dict*.txt``;
+      ``sentencepiece`` optionally names the subword model applied to raw text
+      (otherwise text is split on spaces).
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    kind: Literal["huggingface", "fairseq"]
-    path: Path
+    kind: Literal["trained", "huggingface", "fairseq"]
+    run: str | None = Field(None, description="trained: the training run (default: name)")
+    path: Path | None = None
     data: Path | None = None
     sentencepiece: Path | None = None
     objective: Literal["mt", "lm", "mlm"] | None = Field(
@@ -249,6 +379,15 @@ class ModelConfig(_Section):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "ModelConfig":
+        if self.kind == "trained":
+            if self.path is not None or self.data is not None or self.sentencepiece is not None:
+                raise ValueError(f"model {self.name!r}: a trained model's files come from the train stage; "
+                                 "remove path/data/sentencepiece (or use kind: fairseq for files of your own)")
+            return self
+        if self.run is not None:
+            raise ValueError(f"model {self.name!r}: 'run' is for kind: trained only")
+        if self.path is None:
+            raise ValueError(f"model {self.name!r}: kind {self.kind!r} needs 'path'")
         if self.kind == "huggingface":
             if not self.path.is_dir():
                 raise ValueError(f"model {self.name!r}: a huggingface model path must be a directory "
@@ -265,9 +404,13 @@ class ModelConfig(_Section):
                                  "with the dictionary (dict.txt or dict.<lang>.txt) used in training")
         return self
 
+    @property
+    def run_name(self) -> str:
+        return self.run or self.name
+
 
 class EvolutionConfig(_Section):
-    """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``extract``, ``metrics``, ``models``."""
+    """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``train``, ``extract``, ``metrics``, ``models``."""
 
     workdir: Path = Field(Path("runs/default"), validate_default=True,
                           description="where every stage writes; relative to the config file")
@@ -276,7 +419,8 @@ class EvolutionConfig(_Section):
     corpus: CorpusConfig
     extract: Annotated[ExtractConfig, Field(default_factory=ExtractConfig)]
     metrics: Annotated[MetricsConfig, Field(default_factory=MetricsConfig)]
-    models: list[ModelConfig] = Field(min_length=1)
+    train: TrainConfig | None = Field(None, description="train MT/LM/MLM on the corpus (needs a parallel corpus)")
+    models: list[ModelConfig] = Field(default_factory=list, description="default: every run of `train`")
 
     @field_validator("workdir", mode="before")
     @classmethod
@@ -290,6 +434,23 @@ class EvolutionConfig(_Section):
 
     @model_validator(mode="after")
     def _unique_names(self) -> "EvolutionConfig":
+        if not self.models:
+            if self.train is None:
+                raise ValueError("models: list at least one model to analyse, or add a train section "
+                                 "(its runs are then analysed)")
+            object.__setattr__(self, "models", [ModelConfig(name=n, kind="trained")
+                                                for n in self.train.runs(self.seed)])
+        if self.train is not None and not self.corpus.parallel:
+            raise ValueError("train needs a parallel corpus (corpus.source: bible or parallel); "
+                             "corpus.source: text has no target side to translate into")
+        trained = [m for m in self.models if m.kind == "trained"]
+        if trained and self.train is None:
+            raise ValueError(f"models {[m.name for m in trained]} are kind: trained but there is no train section")
+        if trained:
+            runs = self.train.runs(self.seed)
+            unknown = [m.run_name for m in trained if m.run_name not in runs]
+            if unknown:
+                raise ValueError(f"models: no training run named {unknown}; the train section defines {list(runs)}")
         names = [m.name for m in self.models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

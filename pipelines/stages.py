@@ -1,7 +1,7 @@
 """The pipeline's stages and their caching.
 
-Stages form a DAG, ``corpus -> extract -> metrics -> report`` today
-(``train`` joins before ``extract`` when it is built). Each stage knows its *key*: a hash of the
+Stages form a DAG, ``corpus -> train -> extract -> metrics -> report``
+(``train`` does nothing when the config has no ``train`` section). Each stage knows its *key*: a hash of the
 config section it depends on plus its inputs' keys and content hashes. A
 stage is done when its output carries that key in a marker written last:
 
@@ -32,7 +32,7 @@ from evolution.provenance import config_hash, file_hash, tree_hash, versions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Context", "Stage", "CorpusStage", "ExtractStage", "MetricsStage", "ReportStage", "STAGES", "stage_order"]
+__all__ = ["Context", "Stage", "CorpusStage", "TrainStage", "ExtractStage", "MetricsStage", "ReportStage", "STAGES", "stage_order"]
 
 
 @dataclass
@@ -73,12 +73,27 @@ class Stage:
 
 
 class CorpusStage(Stage):
+    """Read the corpus; for a parallel one also filter it and split it by whole groups.
+
+    Output ``<workdir>/corpus/<key>/``: ``sentences.txt`` (what is analysed),
+    ``meta.json`` (counts, provenance) and, for parallel sources,
+    ``text/{train,valid,test}.{src,tgt}`` plus ``refs/<split>.txt``.
+    """
+
     name = "corpus"
+
+    def _inputs(self, ctx: Context) -> dict:
+        c = ctx.config.corpus
+        if c.source == "bible":
+            from evolution.corpus.sword import module_files
+
+            return {m: tree_hash(module_files(c.sword_root, m)) for m in c.modules}
+        return {str(p): file_hash(p) for p in (c.path, c.target_path) if p is not None}
 
     def key(self, ctx: Context) -> str:
         def compute():
             section = resolved_dict(ctx.config.corpus)
-            return config_hash({"corpus": section, "source_sha256": file_hash(ctx.config.corpus.path)})
+            return config_hash({"corpus": section, "inputs": self._inputs(ctx), "seed": ctx.config.seed})
         return ctx.memo("corpus.key", compute)
 
     def directory(self, ctx: Context) -> Path:
@@ -86,43 +101,183 @@ class CorpusStage(Stage):
 
     def pending(self, ctx: Context) -> list[str]:
         done = (self.directory(ctx) / "done.json").is_file() and self.name not in ctx.force
-        return [] if done else [f"corpus: read {ctx.config.corpus.path} -> {self.directory(ctx)}"]
+        c = ctx.config.corpus
+        what = {"text": c.path, "parallel": c.path, "bible": f"{c.sword_root} {'+'.join(c.modules)}"}[c.source]
+        return [] if done else [f"corpus: read {what} -> {self.directory(ctx)}"]
 
     def run(self, ctx: Context) -> None:
         final = self.directory(ctx)
         if not self.pending(ctx):
             logger.info("corpus: cached at %s", final)
             return
-        corpus = read_text_corpus(ctx.config.corpus.path, max_sentences=ctx.config.corpus.max_sentences)
+        c = ctx.config.corpus
+        meta: dict[str, Any] = {"key": self.key(ctx), "inputs": self._inputs(ctx), "config": resolved_dict(c),
+                                "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         with replace_dir(final) as tmp:
             tmp.mkdir()
-            (tmp / "sentences.txt").write_text("".join(s + "\n" for s in corpus.sentences), encoding="utf-8")
-            meta = {"key": self.key(ctx), "source": corpus.source, "source_sha256": file_hash(corpus.source),
-                    "n_sentences": len(corpus), "lines": corpus.lines, "config": resolved_dict(ctx.config.corpus),
-                    "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            if c.source == "text":
+                corpus = read_text_corpus(c.path, max_sentences=c.max_sentences)
+                sentences, lines = corpus.sentences, corpus.lines
+                meta.update(source=corpus.source, source_sha256=file_hash(corpus.source))
+            else:
+                sentences, lines = self._parallel(ctx, tmp, meta)
+            (tmp / "sentences.txt").write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+            meta.update(n_sentences=len(sentences), lines=lines)
             (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
             (tmp / "done.json").write_text(json.dumps({"key": self.key(ctx)}), encoding="utf-8")
-        logger.info("corpus: %d sentences -> %s", len(corpus), final)
+        logger.info("corpus: %d sentences to analyse -> %s", len(sentences), final)
+
+    def _parallel(self, ctx: Context, tmp: Path, meta: dict) -> tuple[list[str], list[int]]:
+        from evolution.corpus.parallel import (
+            SPLITS,
+            filter_length_ratio,
+            read_bible,
+            read_parallel_text,
+            read_parallel_tsv,
+            split_corpus,
+        )
+
+        c = ctx.config.corpus
+        if c.source == "bible":
+            corpus = read_bible(c.sword_root, source_module=c.modules[0], target_module=c.modules[1])
+        elif c.target_path is not None:
+            corpus = read_parallel_text(c.path, c.target_path, block_lines=c.split.block_lines)
+        else:
+            cols = c.columns or {}
+            corpus = read_parallel_tsv(c.path, source_column=cols["source"], target_column=cols["target"],
+                                       ref_column=cols.get("ref"), group_column=cols.get("group"),
+                                       block_lines=c.split.block_lines)
+        corpus = filter_length_ratio(corpus, max_ratio=c.max_length_ratio)
+        splits = split_corpus(corpus, valid=c.split.valid, test=c.split.test, seed=ctx.config.seed)
+        (tmp / "text").mkdir()
+        (tmp / "refs").mkdir()
+        src, tgt = c.languages
+        counts = {}
+        for name in SPLITS:
+            idx = splits[name]
+            (tmp / "text" / f"{name}.{src}").write_text("".join(corpus.source[i] + "\n" for i in idx), encoding="utf-8")
+            (tmp / "text" / f"{name}.{tgt}").write_text("".join(corpus.target[i] + "\n" for i in idx), encoding="utf-8")
+            (tmp / "refs" / f"{name}.txt").write_text("".join(corpus.refs[i] + "\n" for i in idx), encoding="utf-8")
+            groups = list(dict.fromkeys(corpus.groups[i] for i in idx))
+            counts[name] = {"pairs": len(idx), "groups": len(groups),
+                            "source_words": sum(len(corpus.source[i].split()) for i in idx),
+                            "target_words": sum(len(corpus.target[i].split()) for i in idx)}
+            if name != "train":
+                counts[name]["group_names"] = groups
+            logger.info("corpus: %s split: %d pairs in %d groups, %d %s / %d %s words", name, len(idx), len(groups),
+                        counts[name]["source_words"], src, counts[name]["target_words"], tgt)
+        analysed = splits[c.analyse][:c.max_sentences] if c.max_sentences else splits[c.analyse]
+        meta.update(source=corpus.origin, filter=corpus.stats, splits=counts, analysed_split=c.analyse,
+                    refs=[corpus.refs[i] for i in analysed])
+        # `lines`: 1-based position of each analysed sentence in its split
+        return [corpus.source[i] for i in analysed], list(range(1, len(analysed) + 1))
 
     def load(self, ctx: Context) -> Corpus:
         d = self.directory(ctx)
         meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
         sentences = (d / "sentences.txt").read_text(encoding="utf-8").splitlines()
-        return Corpus(sentences=sentences, lines=meta["lines"], source=meta["source"])
+        return Corpus(sentences=sentences, lines=meta["lines"], source=str(d / "sentences.txt"))
+
+
+class TrainStage(Stage):
+    """Train every run of the ``train`` section (see :mod:`evolution.training.trainer`).
+
+    Not all-or-nothing on purpose: fairseq's ``checkpoint_last.pt`` is the
+    resume point of an interrupted run, and finished runs are kept.
+    ``done.json`` (written last, with the evaluation) marks the whole stage.
+    """
+
+    name = "train"
+    after = ("corpus",)
+
+    def key(self, ctx: Context) -> str:
+        def compute():
+            train = resolved_dict(ctx.config.train) if ctx.config.train else None
+            return config_hash({"corpus": CorpusStage().key(ctx), "train": train, "seed": ctx.config.seed})
+        return ctx.memo("train.key", compute)
+
+    def directory(self, ctx: Context) -> Path:
+        return ctx.workdir / "train" / self.key(ctx)
+
+    def paths(self, ctx: Context):
+        from evolution.training.trainer import TrainingPaths
+
+        return TrainingPaths(self.directory(ctx), ctx.config.corpus.languages)
+
+    def pending(self, ctx: Context) -> list[str]:
+        if ctx.config.train is None:
+            return []
+        if (self.directory(ctx) / "done.json").is_file() and self.name not in ctx.force:
+            return []
+        runs = ctx.config.train.runs(ctx.config.seed)
+        todo = [n for n in runs if not (self.paths(ctx).run_dir(n) / "done.json").is_file()]
+        return [f"train: {', '.join(todo) or 'evaluate'} -> {self.directory(ctx)}"]
+
+    def run(self, ctx: Context) -> None:
+        import shutil
+
+        from evolution.training import trainer
+
+        if not self.pending(ctx):
+            if ctx.config.train is not None:
+                logger.info("train: cached at %s", self.directory(ctx))
+            return
+        cfg, languages = ctx.config.train, ctx.config.corpus.languages
+        paths = self.paths(ctx)
+        if self.name in ctx.force and paths.root.exists():
+            shutil.rmtree(paths.root)
+        paths.root.mkdir(parents=True, exist_ok=True)
+        if not paths.text.is_dir():
+            shutil.copytree(CorpusStage().directory(ctx) / "text", paths.text)
+        t0 = time.perf_counter()
+        prep = trainer.prepare_data(paths, cfg)
+        runs = cfg.runs(ctx.config.seed)
+        for seed in sorted({r["seed"] for r in runs.values()}):
+            trainer.initial_encoder(paths, cfg, seed=seed, languages=languages)
+        timings = {n: trainer.train_run(paths, cfg, n, spec, languages=languages, progress=ctx.progress)
+                   for n, spec in runs.items()}
+        train_seconds = time.perf_counter() - t0
+        evaluation = trainer.evaluate_runs(paths, cfg, runs, languages=languages)
+        summary = {"key": self.key(ctx), "prepare": prep, "runs": runs, "timings": timings,
+                   "train_seconds": round(train_seconds, 1), "evaluation": evaluation,
+                   "config": resolved_dict(cfg), "versions": versions()}
+        ctx.timings["train"] = summary
+        (paths.root / "eval.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+        (paths.root / "done.json").write_text(json.dumps({"key": self.key(ctx)}), encoding="utf-8")
+        logger.info("train: %d runs in %.0f s (incl. data preparation); %s", len(runs), train_seconds,
+                    "; ".join(f"{n}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items() if k != "seconds")
+                              for n, r in evaluation.items() if isinstance(r, dict)))
+
+    def model_spec(self, ctx: Context, model: ModelConfig) -> dict:
+        """The fairseq adapter spec of a ``kind: trained`` model."""
+        run = ctx.config.train.runs(ctx.config.seed)[model.run_name]
+        paths = self.paths(ctx)
+        spec = resolved_dict(model)
+        spec.update(kind="fairseq", path=str(paths.checkpoint(model.run_name)),
+                    data=str(paths.data(run["objective"])), sentencepiece=str(paths.spm_model),
+                    objective=run["objective"], run=model.run_name)
+        return spec
 
 
 class ExtractStage(Stage):
     name = "extract"
-    after = ("corpus",)
+    after = ("corpus", "train")
     uses_cluster = True
 
     def store(self, ctx: Context) -> str:
         return ctx.config.extract.store or str(ctx.workdir / "reps.zarr")
 
+    def spec(self, ctx: Context, model: ModelConfig) -> dict:
+        """What :func:`evolution.models.load_adapter` needs (trained models resolved to their checkpoint)."""
+        return TrainStage().model_spec(ctx, model) if model.kind == "trained" else resolved_dict(model)
+
     def model_key(self, ctx: Context, model: ModelConfig) -> str:
         def compute():
-            inputs = {p: tree_hash(getattr(model, p)) for p in ("path", "data", "sentencepiece")
-                      if getattr(model, p) is not None}
+            if model.kind == "trained":
+                inputs = {"train": TrainStage().key(ctx), "run": model.run_name}
+            else:
+                inputs = {p: tree_hash(getattr(model, p)) for p in ("path", "data", "sentencepiece")
+                          if getattr(model, p) is not None}
             return config_hash({"corpus": CorpusStage().key(ctx), "extract": resolved_dict(ctx.config.extract),
                                 "model": resolved_dict(model), "inputs": inputs})
         return ctx.memo(f"extract.key.{model.name}", compute)
@@ -152,7 +307,7 @@ class ExtractStage(Stage):
                 logger.info("extract: %s cached in %s", model.name, store)
                 continue
             key = self.model_key(ctx, model)
-            spec = resolved_dict(model)
+            spec = self.spec(ctx, model)
             t0 = time.perf_counter()
             warming = warm_workers(ctx.client, spec)
             adapter = cached_adapter(spec)  # shared with in-process tasks; workers load their own
@@ -165,7 +320,7 @@ class ExtractStage(Stage):
                 "corpus_key": CorpusStage().key(ctx),
                 "corpus_source": corpus.source,
                 "corpus_sha256": file_hash(corpus.source),
-                "model_sha256": tree_hash(model.path),
+                "model_sha256": tree_hash(Path(spec["path"])),
                 "seed": ctx.config.seed,
                 "versions": versions(),
                 "n_truncated": table.n_truncated,
@@ -443,7 +598,8 @@ class ReportStage(Stage):
         logger.info("report: %s", page)
 
 
-STAGES: dict[str, Stage] = {s.name: s for s in (CorpusStage(), ExtractStage(), MetricsStage(), ReportStage())}
+STAGES: dict[str, Stage] = {s.name: s for s in (CorpusStage(), TrainStage(), ExtractStage(), MetricsStage(),
+                                                 ReportStage())}
 
 
 def stage_order(target: str | None = None) -> list[str]:

@@ -56,6 +56,9 @@ class FairseqAdapter(Adapter):
     def __init__(self, path: str | Path, *, data: str | Path, sentencepiece: str | Path | None = None,
                  name: str | None = None, objective: str | None = None):
         import_fairseq()
+        from evolution.training.objectives import register
+
+        register()  # this project's evolution_mt / evolution_lm / evolution_mlm
         self.path = Path(path)
         self.data = Path(data)
         self.name = name or self.path.stem
@@ -66,7 +69,7 @@ class FairseqAdapter(Adapter):
             self._spm = spm.SentencePieceProcessor(model_file=str(sentencepiece))
         self._load()
         task_name = self.cfg.task._name
-        self.objective = objective or _TASK_OBJECTIVE.get(task_name) or getattr(self._task, "objective", None)
+        self.objective = objective or getattr(self._model, "objective", None) or _TASK_OBJECTIVE.get(task_name)
         if self.objective not in ("mt", "lm", "mlm"):
             raise ModelLoadError(f"{self.path}: fairseq task {task_name!r} is not one of "
                                  f"{sorted(_TASK_OBJECTIVE)}; set models[].objective to mt, lm or mlm")
@@ -120,6 +123,8 @@ class FairseqAdapter(Adapter):
     def _stack(self):
         """The module whose blocks are analysed."""
         m = self._model
+        if hasattr(m, "shared_encoder"):  # the plugin's models: one encoder class for all objectives
+            return m.shared_encoder
         if self.objective == "mt":
             return m.encoder
         if self.objective == "lm":
@@ -157,7 +162,9 @@ class FairseqAdapter(Adapter):
             captured = (ctx.enter_context(capture_attention([layer.self_attn for layer in layers]))
                         if attention else None)
             stack = self._stack
-            if self.objective == "mt":
+            if hasattr(self._model, "shared_encoder"):
+                stack(ids)  # causal for the LM by construction
+            elif self.objective == "mt":
                 stack(ids, src_lengths=torch.as_tensor(lengths))
             elif self.objective == "lm":
                 stack.extract_features(ids, encoder_out=None)

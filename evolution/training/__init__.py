@@ -1,0 +1,1 @@
+"""Training the MT, LM and MLM models on identical data with fairseq (issue 3)."""

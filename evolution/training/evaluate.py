@@ -1,0 +1,101 @@
+"""What a trained model is worth: LM/MLM perplexity against a unigram baseline, MT BLEU and chrF.
+
+* Perplexity is fairseq's (``fairseq-validate`` on the test split, base-2
+  loss per predicted token, so ppl = 2^loss). For the MLM the predicted
+  tokens are the 15% masked positions (fairseq's masking, seeded).
+* The unigram baseline is the perplexity of add-one-smoothed training-split
+  piece frequencies (source side, ``</s>`` included) on every test token: what
+  a model that ignores context achieves. A trained LM or MLM must beat it.
+* BLEU and chrF are sacrebleu's corpus scores of beam-search translations of
+  the test split (detokenised SentencePiece output) against the raw
+  references.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+__all__ = ["unigram_perplexity", "fairseq_perplexity", "translate", "bleu_chrf"]
+
+
+def unigram_perplexity(train_pieces: Path, test_pieces: Path, *, vocab_size: int) -> float:
+    """exp of the mean negative log-probability of ``test_pieces`` (plus one ``</s>`` per line)
+    under add-one-smoothed unigram counts of ``train_pieces`` over ``vocab_size`` symbols."""
+    counts: Counter = Counter()
+    lines = 0
+    for line in train_pieces.read_text(encoding="utf-8").splitlines():
+        counts.update(line.split())
+        lines += 1
+    counts["</s>"] += lines
+    total = sum(counts.values()) + vocab_size
+    nll, n = 0.0, 0
+    for line in test_pieces.read_text(encoding="utf-8").splitlines():
+        for piece in [*line.split(), "</s>"]:
+            nll -= math.log((counts.get(piece, 0) + 1) / total)
+            n += 1
+    return math.exp(nll / n)
+
+
+def _fairseq(tool: str, args: list[str], *, threads: int) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    proc = subprocess.run([sys.executable, "-m", "evolution.training.fairseq_cli", tool, *args],
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"fairseq-{tool} failed:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def fairseq_perplexity(*, task_args: list[str], checkpoint: Path, subset: str = "test", seed: int = 0,
+                       threads: int = 2, cpu: bool = True) -> float:
+    """fairseq's perplexity of ``checkpoint`` on ``subset`` (2 ** base-2 loss per predicted token)."""
+    drop = {"--arch", "--criterion", "--mask-prob", "--leave-unmasked-prob", "--random-token-prob"}
+    args, skip = [], False
+    for a in task_args:  # the data/task part of the training arguments, without model/criterion flags
+        if skip:
+            skip = False
+            continue
+        if a in drop:
+            skip = True
+            continue
+        args.append(a)
+    args += ["--path", str(checkpoint), "--valid-subset", subset, "--max-tokens", "8192", "--seed", str(seed),
+             "--log-format", "json", "--required-batch-size-multiple", "1", *(["--cpu"] if cpu else [])]
+    proc = _fairseq("validate", args, threads=threads)
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = re.search(r"\{.*\"%s_loss\".*\}" % re.escape(subset), line)
+        if m:
+            return 2 ** float(json.loads(m.group(0))[f"{subset}_loss"])
+    raise RuntimeError(f"fairseq-validate printed no {subset} loss:\n{proc.stderr[-2000:]}")
+
+
+def translate(*, data: Path, checkpoint: Path, subset: str = "test", beam: int = 4, threads: int = 2,
+              cpu: bool = True) -> list[str]:
+    """Detokenised beam-search translations of ``subset``, in corpus order."""
+    args = [str(data), "--path", str(checkpoint), "--gen-subset", subset, "--beam", str(beam),
+            "--max-tokens", "8192", "--remove-bpe", "sentencepiece", "--required-batch-size-multiple", "1",
+            "--max-len-a", "1.5", "--max-len-b", "10", *(["--cpu"] if cpu else [])]
+    proc = _fairseq("generate", args, threads=threads)
+    hyps: dict[int, str] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("D-"):
+            head, _score, *text = line.split("\t")
+            hyps[int(head[2:])] = text[0] if text else ""
+    return [hyps[i] for i in sorted(hyps)]
+
+
+def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict[str, float]:
+    """sacrebleu corpus BLEU and chrF (default signatures)."""
+    import sacrebleu
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} translations for {len(references)} references")
+    return {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+            "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score}
