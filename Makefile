@@ -35,14 +35,13 @@ $(SWORD):
 
 setup: $(VENV)/.installed $(SWORD)
 
-# Randomly initialised MT / LM / MLM fairseq models over the default corpus
-# (until the train stage lands: issue 3).
+# Randomly initialised MT / LM / MLM fairseq models (an untrained control; not part of `make run`).
 data/random-init/mlm/checkpoint.pt: $(VENV)/.installed
 	$(PY) -m evolution.models.random_init data/random-init --corpus evolution/data/web-genesis.en.txt
 
 models: data/random-init/mlm/checkpoint.pt
 
-run: setup models
+run: setup
 	$(PY) -m pipelines.run evolution.yaml
 
 test: setup
