@@ -577,7 +577,14 @@ class ReportStage(Stage):
         return ctx.workdir / "report"
 
     def _key(self, ctx: Context) -> str:
-        return MetricsStage().fingerprint(ctx)
+        train = TrainStage().key(ctx) if ctx.config.train is not None else None
+        return config_hash({"metrics": MetricsStage().fingerprint(ctx), "train": train})
+
+    def _training(self, ctx: Context) -> dict | None:
+        if ctx.config.train is None:
+            return None
+        path = TrainStage().directory(ctx) / "eval.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
     def pending(self, ctx: Context) -> list[str]:
         done = self.directory(ctx) / "done.json"
@@ -593,7 +600,7 @@ class ReportStage(Stage):
             logger.info("report: cached at %s", self.directory(ctx))
             return
         page = write_report(MetricsStage().path(ctx), self.directory(ctx),
-                            title=f"evolution: {ctx.config.workdir.name}")
+                            title=f"evolution: {ctx.config.workdir.name}", training=self._training(ctx))
         (self.directory(ctx) / "done.json").write_text(json.dumps({"key": self._key(ctx)}), encoding="utf-8")
         logger.info("report: %s", page)
 

@@ -36,14 +36,37 @@ def _html_table(rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = "evolution report") -> Path:
+def training_table(training: dict) -> tuple[list[list[str]], str]:
+    """Rows of the training summary (``eval.json`` of the train stage) and a caption."""
+    ev = training["evaluation"]
+    rows = [["run", "objective", "seed", "token dropout", "updates", "minutes", "test ppl", "BLEU", "chrF"]]
+    for name, run in training["runs"].items():
+        r, t = ev.get(name, {}), training["timings"].get(name, {})
+        rows.append([name, run["objective"], str(run["seed"]), f"{run['token_dropout']:g}", str(t.get("updates", "")),
+                     f"{t.get('seconds', float('nan')) / 60:.1f}",
+                     f"{r['ppl']:.1f}" if "ppl" in r else "", f"{r['bleu']:.2f}" if "bleu" in r else "",
+                     f"{r['chrf']:.1f}" if "chrf" in r else ""])
+    cfg = training.get("config", {})
+    caption = (f"Test split of the corpus. Unigram baseline perplexity (training-split piece frequencies): "
+               f"{ev['unigram_ppl']:.1f}. LM perplexity is per next token, MLM per masked token (15%). "
+               f"Encoder: {cfg.get('layers')} layers, d = {cfg.get('embed_dim')}, {cfg.get('heads')} heads, "
+               f"FFN {cfg.get('ffn_dim')}; vocabulary {cfg.get('vocab_size')} joint BPE pieces. "
+               f"Training and data preparation took {training['train_seconds'] / 60:.1f} minutes.")
+    return rows, caption
+
+
+def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = "evolution report",
+                 training: dict | None = None) -> Path:
     """Draw every figure and write ``report.md`` and ``report.html`` into
     ``out_dir`` (written under a temporary name, then moved into place).
+    ``training`` is the train stage's summary (``eval.json``), shown first.
     Returns the HTML file."""
     out_dir = Path(out_dir)
     with replace_dir(out_dir) as tmp:
         figures = draw_all(metrics_path, tmp)
         sections: list[tuple[str, list[list[str]] | None, str]] = []  # (heading, table, text)
+        if training is not None:
+            sections.append(("Trained models", *training_table(training)))
         mi = _open(metrics_path, "mi")
         attrs = {}
         if mi is not None:

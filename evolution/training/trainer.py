@@ -158,8 +158,7 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, initial=resumed, desc=f"train {name}", unit="update", leave=True,
-                   disable=not sys.stderr.isatty() and not os.environ.get("EVOLUTION_PROGRESS"))
+        bar = tqdm(total=total, initial=resumed, desc=f"train {name}", unit="update", leave=True)
     t0 = time.perf_counter()
     last = resumed
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:

@@ -1,0 +1,248 @@
+"""Training MT, LM and MLM on identical data with the plugin's one encoder class.
+
+One tiny training (2 layers, d = 16, a few updates per objective) on a
+synthetic parallel corpus serves every test of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from evolution.config import load_config
+from evolution.corpus import CorpusError
+from evolution.training import evaluate, trainer, vocab
+
+ROOT = Path(__file__).resolve().parents[1]
+ENCODER_PREFIX = {"mt": "encoder.", "lm": "decoder.encoder.", "mlm": "encoder."}
+
+
+def _corpus(tmp: Path) -> tuple[Path, Path]:
+    """Genesis lines and a 'translation' that is learnable: each word reversed, order kept."""
+    lines = [ln for ln in (ROOT / "evolution/data/web-genesis.en.txt").read_text(encoding="utf-8").splitlines()
+             if 3 <= len(ln.split()) <= 25][:400]
+    src, tgt = tmp / "corpus.en", tmp / "corpus.xx"
+    src.write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
+    tgt.write_text("".join(" ".join(w[::-1] for w in ln.split()) + "\n" for ln in lines), encoding="utf-8")
+    return src, tgt
+
+
+CONFIG = """
+workdir: {workdir}
+cluster: synchronous
+corpus:
+  source: parallel
+  path: {src}
+  target_path: {tgt}
+  languages: [en, xx]
+  split: {{valid: 0.1, test: 0.1, block_lines: 20}}
+  max_sentences: 30
+train:
+  vocab_size: 300
+  layers: 2
+  embed_dim: 16
+  ffn_dim: 32
+  heads: 2
+  decoder_layers: 1
+  max_positions: 128
+  max_tokens: 512
+  warmup_updates: 2
+  updates: {{mt: 4, lm: 4, mlm: 4}}
+  save_interval_updates: 2
+  token_dropout: [lm]
+  beam: 1
+  threads: 1
+extract:
+  chunk_tokens: 64
+  max_batch_tokens: 128
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from pipelines.run import main
+
+    tmp = tmp_path_factory.mktemp("training")
+    src, tgt = _corpus(tmp)
+    cfg_path = tmp / "train.yaml"
+    cfg_path.write_text(CONFIG.format(workdir=tmp / "run", src=src, tgt=tgt), encoding="utf-8")
+    assert main([str(cfg_path), "--stage", "extract"]) == 0
+    cfg = load_config(cfg_path)
+    from pipelines.stages import Context, TrainStage
+
+    ctx = Context(config=cfg)
+    return {"cfg": cfg, "cfg_path": cfg_path, "paths": TrainStage().paths(ctx), "ctx": ctx}
+
+
+def _encoder_state(checkpoint: Path, objective: str) -> dict[str, torch.Tensor]:
+    state = torch.load(str(checkpoint), map_location="cpu", weights_only=False)["model"]
+    prefix = ENCODER_PREFIX[objective]
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def test_three_objectives_start_from_identical_encoders(trained):
+    """Encoder state dicts at step 0 are equal (built by fairseq with --init-encoder)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from evolution.models.compat import quiet
+    from evolution.training.objectives import encoder_of, register
+
+    register()
+    paths = trained["paths"]
+    init = torch.load(str(paths.init(0)), map_location="cpu", weights_only=True)
+    for name in ("mt", "lm", "mlm", "lm-tokdrop"):
+        args = json.loads((paths.run_dir(name) / "args.json").read_text())
+        with quiet():
+            ns = options.parse_args_and_arch(options.get_training_parser(), input_args=args)
+            cfg = convert_namespace_to_omegaconf(ns)
+            task = tasks.setup_task(cfg.task)
+        torch.manual_seed(1234 + len(name))  # a different RNG state than the initial encoder's
+        state = encoder_of(task.build_model(cfg.model)).state_dict()
+        assert state.keys() == init.keys()
+        for k in init:
+            torch.testing.assert_close(state[k], init[k], rtol=0, atol=0, msg=f"{name}: {k}")
+
+
+def test_checkpoints_have_identical_encoder_keys_and_shapes(trained):
+    paths = trained["paths"]
+    init = torch.load(str(paths.init(0)), map_location="cpu", weights_only=True)
+    states = {o: _encoder_state(paths.checkpoint(o), o) for o in ("mt", "lm", "mlm")}
+    for o, state in states.items():
+        assert {k: tuple(v.shape) for k, v in state.items()} == {k: tuple(v.shape) for k, v in init.items()}, o
+        moved = state["layers.0.fc1.weight"] - init["layers.0.fc1.weight"]
+        assert moved.abs().max() > 0, f"{o}: the encoder did not train"
+    assert not torch.equal(states["lm"]["layers.0.fc1.weight"], states["mlm"]["layers.0.fc1.weight"])
+
+
+def test_one_vocabulary_same_ids_in_every_model(trained):
+    from evolution.models.fairseq import FairseqAdapter
+
+    paths = trained["paths"]
+    dicts = [paths.bin_mt / "dict.en.txt", paths.bin_mt / "dict.xx.txt", paths.bin_mono / "dict.txt"]
+    assert len({d.read_text(encoding="utf-8") for d in dicts}) == 1
+    assert dicts[0].read_text(encoding="utf-8").splitlines()[-1].startswith("<mask> ")
+    sentence = "In the beginning God created the heavens"
+    ids = {}
+    for o in ("mt", "lm", "mlm"):
+        adapter = FairseqAdapter(paths.checkpoint(o), data=paths.data(o), sentencepiece=paths.spm_model)
+        assert adapter.objective == o
+        ids[o] = adapter.tokenize(sentence).ids
+    assert ids["mt"] == ids["lm"] == ids["mlm"]
+    assert 3 not in ids["mt"]  # no <unk>
+
+
+def test_lm_is_causal_and_mlm_is_not(trained):
+    from evolution.models.fairseq import FairseqAdapter
+
+    paths = trained["paths"]
+    for o, causal in (("lm", True), ("mlm", False)):
+        adapter = FairseqAdapter(paths.checkpoint(o), data=paths.data(o), sentencepiece=paths.spm_model)
+        a = adapter.tokenize("God said let there be light").ids
+        b = a[:-1] + [a[0] if a[-1] != a[0] else a[1]]  # change the last token only
+        ha, _ = adapter.forward([adapter.build_input(a)])
+        hb, _ = adapter.forward([adapter.build_input(b)])
+        start = len(adapter.prefix)
+        before_last = slice(0, start + len(a) - 1)  # every position before the changed token
+        same = np.allclose(ha[-1, 0, before_last], hb[-1, 0, before_last], atol=1e-5)
+        assert same == causal, o
+
+
+def test_input_token_dropout_replaces_ordinary_tokens_only_in_training(trained):
+    from evolution.models.fairseq import FairseqAdapter
+
+    paths = trained["paths"]
+    adapter = FairseqAdapter(paths.checkpoint("lm-tokdrop"), data=paths.data("lm"), sentencepiece=paths.spm_model)
+    encoder = adapter._stack
+    assert encoder.input_token_dropout == pytest.approx(0.1)
+    d = adapter.dictionary
+    tokens = torch.randint(d.nspecial, len(d) - 1, (200, 50))
+    tokens[:, 0] = d.eos()
+    tokens[:, -1] = d.pad()
+    encoder.train()
+    torch.manual_seed(0)
+    dropped = encoder._drop_input_tokens(tokens)
+    changed = (dropped != tokens)
+    assert not changed[:, 0].any() and not changed[:, -1].any()  # specials never replaced
+    rate = changed[:, 1:-1].float().mean().item()
+    # replaced with p = 0.1; a replacement may draw the same token (1 / vocabulary)
+    assert abs(rate - 0.1 * (1 - 1 / (len(d) - 1 - d.nspecial))) < 0.01
+    assert dropped.max() < len(d) - 1  # never <mask>
+    encoder.eval()
+    assert torch.equal(encoder._drop_input_tokens(tokens), tokens)
+
+
+def test_interrupted_training_resumes_from_the_last_checkpoint(trained, tmp_path):
+    paths = trained["paths"]
+    copy = trainer.TrainingPaths(tmp_path / "train", ("en", "xx"))
+    shutil.copytree(paths.root, copy.root)
+    (copy.run_dir("lm") / "done.json").unlink()  # as if the process had been killed after update 4
+    for f in copy.run_dir("lm").glob("args.json"):
+        f.unlink()
+    cfg = trained["cfg"].train.model_copy(update={"updates": trained["cfg"].train.updates.model_copy(
+        update={"lm": 6})})
+    spec = cfg.runs(0)["lm"]
+    result = trainer.train_run(copy, cfg, "lm", spec, languages=("en", "xx"), progress=False)
+    assert result["resumed_from"] == 4 and result["updates"] == 6
+    log = (copy.run_dir("lm") / "train.log").read_text(encoding="utf-8")
+    assert "Loaded checkpoint" in log
+
+
+def test_evaluation_reports_perplexity_unigram_bleu_chrf(trained):
+    summary = json.loads((trained["paths"].root / "eval.json").read_text(encoding="utf-8"))
+    ev = summary["evaluation"]
+    assert ev["unigram_ppl"] > 1
+    for o in ("lm", "mlm", "lm-tokdrop"):
+        assert 1 < ev[o]["ppl"] < 10 * 300  # a few updates of a tiny model: near uniform, but finite
+    assert 0 <= ev["mt"]["bleu"] <= 100 and 0 <= ev["mt"]["chrf"] <= 100
+    assert set(summary["timings"]) == {"mt", "lm", "lm-tokdrop", "mlm"}
+
+
+def test_trained_models_are_extracted(trained):
+    import xarray as xr
+
+    store = trained["cfg"].workdir / "reps.zarr"
+    for name in ("mt", "lm", "mlm", "lm-tokdrop"):
+        ds = xr.open_zarr(store, group=name)
+        assert ds.sizes["layer"] == 3 and ds.sizes["dim"] == 16
+        assert ds.attrs["objective"] == name.split("-")[0]
+
+
+def test_unigram_perplexity_by_hand(tmp_path):
+    (tmp_path / "train").write_text("a a b\n", encoding="utf-8")
+    (tmp_path / "test").write_text("a c\n", encoding="utf-8")
+    # counts a 2, b 1, </s> 1; vocabulary 5 symbols -> total 4 + 5 = 9
+    p = [(2 + 1) / 9, (0 + 1) / 9, (1 + 1) / 9]  # a, c, </s>
+    expected = math.exp(-sum(math.log(x) for x in p) / 3)
+    got = evaluate.unigram_perplexity(tmp_path / "train", tmp_path / "test", vocab_size=5)
+    assert got == pytest.approx(expected)
+
+
+def test_bleu_chrf_of_the_references_is_100():
+    refs = ["el perro come", "la casa es roja y grande"]
+    scores = evaluate.bleu_chrf(refs, refs)
+    assert scores["bleu"] == pytest.approx(100) and scores["chrf"] == pytest.approx(100)
+    assert evaluate.bleu_chrf(["x y z", "q"], refs)["bleu"] < 5
+
+
+def test_vocabulary_larger_than_the_data_supports(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("a b c\nb c d\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match="train.vocab_size = 5000"):
+        vocab.train_sentencepiece([text], tmp_path / "spm", vocab_size=5000)
+
+
+def test_run_names_of_seeds_and_token_dropout():
+    from evolution.config import TrainConfig
+
+    runs = TrainConfig(seeds=[0, 1, 2], token_dropout=["mt", "lm"]).runs(0)
+    assert list(runs) == ["mt", "mt-seed1", "mt-seed2", "mt-tokdrop", "lm", "lm-seed1", "lm-seed2", "lm-tokdrop",
+                          "mlm", "mlm-seed1", "mlm-seed2"]
+    assert runs["lm-tokdrop"] == {"objective": "lm", "seed": 0, "token_dropout": 0.1}
+    assert runs["mlm-seed2"]["seed"] == 2
