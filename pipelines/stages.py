@@ -113,23 +113,26 @@ class CorpusStage(Stage):
         c = ctx.config.corpus
         meta: dict[str, Any] = {"key": self.key(ctx), "inputs": self._inputs(ctx), "config": resolved_dict(c),
                                 "versions": versions(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        # Read (and fail on bad input) before anything is written.
+        if c.source == "text":
+            corpus = read_text_corpus(c.path, max_sentences=c.max_sentences)
+            meta.update(source=corpus.source, source_sha256=file_hash(corpus.source))
+        else:
+            parallel, splits = self._read_parallel(ctx)
         with replace_dir(final) as tmp:
             tmp.mkdir()
             if c.source == "text":
-                corpus = read_text_corpus(c.path, max_sentences=c.max_sentences)
                 sentences, lines = corpus.sentences, corpus.lines
-                meta.update(source=corpus.source, source_sha256=file_hash(corpus.source))
             else:
-                sentences, lines = self._parallel(ctx, tmp, meta)
+                sentences, lines = self._write_parallel(ctx, tmp, meta, parallel, splits)
             (tmp / "sentences.txt").write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
             meta.update(n_sentences=len(sentences), lines=lines)
             (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
             (tmp / "done.json").write_text(json.dumps({"key": self.key(ctx)}), encoding="utf-8")
         logger.info("corpus: %d sentences to analyse -> %s", len(sentences), final)
 
-    def _parallel(self, ctx: Context, tmp: Path, meta: dict) -> tuple[list[str], list[int]]:
+    def _read_parallel(self, ctx: Context):
         from evolution.corpus.parallel import (
-            SPLITS,
             filter_length_ratio,
             read_bible,
             read_parallel_text,
@@ -148,7 +151,12 @@ class CorpusStage(Stage):
                                        ref_column=cols.get("ref"), group_column=cols.get("group"),
                                        block_lines=c.split.block_lines)
         corpus = filter_length_ratio(corpus, max_ratio=c.max_length_ratio)
-        splits = split_corpus(corpus, valid=c.split.valid, test=c.split.test, seed=ctx.config.seed)
+        return corpus, split_corpus(corpus, valid=c.split.valid, test=c.split.test, seed=ctx.config.seed)
+
+    def _write_parallel(self, ctx: Context, tmp: Path, meta: dict, corpus, splits) -> tuple[list[str], list[int]]:
+        from evolution.corpus.parallel import SPLITS
+
+        c = ctx.config.corpus
         (tmp / "text").mkdir()
         (tmp / "refs").mkdir()
         src, tgt = c.languages

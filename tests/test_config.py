@@ -71,3 +71,29 @@ def test_not_a_mapping_and_bad_yaml(tmp_path):
         load_config(_write(tmp_path, "a: [\n"))
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_shipped_configs_load():
+    """evolution.yaml and configs/bible-full.yaml load as they are; wmt.yaml names the missing data."""
+    from evolution.config import ConfigError, load_config
+
+    root = Path(__file__).resolve().parents[1]
+    default = load_config(root / "evolution.yaml")
+    assert [m.name for m in default.models] == ["mt", "lm", "mlm"] and default.train.layers == 6
+    full = load_config(root / "configs" / "bible-full.yaml")
+    assert full.train.model_dump(exclude={"updates", "warmup_updates", "save_interval_updates"}) == \
+        default.train.model_dump(exclude={"updates", "warmup_updates", "save_interval_updates"})
+    with pytest.raises(ConfigError, match="corpus.path"):
+        load_config(root / "configs" / "wmt.yaml")
+
+
+def test_train_needs_a_parallel_corpus(tmp_path):
+    from evolution.config import ConfigError, load_config
+
+    (tmp_path / "c.txt").write_text("a b\n")
+    (tmp_path / "c.yaml").write_text("corpus: {path: c.txt}\ntrain: {}\n")
+    with pytest.raises(ConfigError, match="train needs a parallel corpus"):
+        load_config(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("corpus: {path: c.txt}\nmodels: [{name: mt, kind: trained}]\n")
+    with pytest.raises(ConfigError, match="no train section"):
+        load_config(tmp_path / "c.yaml")

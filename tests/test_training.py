@@ -210,7 +210,7 @@ def test_trained_models_are_extracted(trained):
     store = trained["cfg"].workdir / "reps.zarr"
     for name in ("mt", "lm", "mlm", "lm-tokdrop"):
         ds = xr.open_zarr(store, group=name)
-        assert ds.sizes["layer"] == 3 and ds.sizes["dim"] == 16
+        assert ds.sizes["layer"] == 3 and ds.sizes["feature"] == 16
         assert ds.attrs["objective"] == name.split("-")[0]
 
 

@@ -83,7 +83,9 @@ class SharedEncoder(TransformerEncoderBase):
             x = x * (1 - padding.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)  # T x B x C
         T = x.size(0)
-        future = (torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
+        # 1.0 above the diagonal: the layer turns non-zero entries into -1e8 *added* to the scores.
+        # (A bool mask would be added as +1 on fairseq's own attention path, which per-head weights use.)
+        future = (torch.triu(torch.ones(T, T, dtype=x.dtype, device=x.device), diagonal=1)
                   if self.causal else None)
         states = [x] if return_all_hiddens else []
         for i, layer in enumerate(self.layers):
