@@ -79,6 +79,15 @@ def _define() -> None:  # noqa: C901 - the three models read best side by side
             load_initial_encoder(encoder, init)
         return encoder
 
+    def add_encoder_only_args(parser):
+        gen_parser_from_dataclass(parser, TransformerConfig(), delete_default=True, with_prefix="")
+        add_shared_args(parser)
+
+    def encoder_with_own_embedding(args, task, *, causal: bool) -> SharedEncoder:
+        dictionary = task.source_dictionary
+        embed = TransformerModel.build_embedding(args, dictionary, args.encoder_embed_dim)
+        return build_shared_encoder(args, dictionary, embed, causal=causal)
+
     def tied_logits(features: torch.Tensor, encoder: SharedEncoder) -> torch.Tensor:
         return F.linear(features, encoder.embed_tokens.weight)
 
@@ -133,15 +142,11 @@ def _define() -> None:  # noqa: C901 - the three models read best side by side
 
         @classmethod
         def add_args(cls, parser):
-            gen_parser_from_dataclass(parser, TransformerConfig(), delete_default=True, with_prefix="")
-            add_shared_args(parser)
+            add_encoder_only_args(parser)
 
         @classmethod
         def build_model(cls, args, task):
-            dictionary = task.source_dictionary
-            embed = TransformerModel.build_embedding(args, dictionary, args.encoder_embed_dim)
-            encoder = build_shared_encoder(args, dictionary, embed, causal=True)
-            return cls(CausalDecoder(dictionary, encoder))
+            return cls(CausalDecoder(task.source_dictionary, encoder_with_own_embedding(args, task, causal=True)))
 
         @property
         def shared_encoder(self):
@@ -158,14 +163,11 @@ def _define() -> None:  # noqa: C901 - the three models read best side by side
 
         @classmethod
         def add_args(cls, parser):
-            gen_parser_from_dataclass(parser, TransformerConfig(), delete_default=True, with_prefix="")
-            add_shared_args(parser)
+            add_encoder_only_args(parser)
 
         @classmethod
         def build_model(cls, args, task):
-            dictionary = task.source_dictionary
-            embed = TransformerModel.build_embedding(args, dictionary, args.encoder_embed_dim)
-            return cls(build_shared_encoder(args, dictionary, embed, causal=False))
+            return cls(encoder_with_own_embedding(args, task, causal=False))
 
         def forward(self, src_tokens, src_lengths=None, masked_tokens: Optional[torch.Tensor] = None, **kwargs):
             x = self.encoder(src_tokens)["encoder_out"][0].transpose(0, 1)  # B x T x C
