@@ -254,6 +254,19 @@ class SimilarityConfig(_Section):
         min_length=2, description="frequency-rank bin edges [lo, hi) (Voita et al., figure 4)")
 
 
+class InfluenceConfig(_Section):
+    """Token influence (METHODS.md 5): mask one occurrence out of the attention keys at
+    layer n; PWCCA/CKA distance of the other tokens' layer-n states, per frequency-rank
+    bin of the masked token. Needs this project's trained models (key masking)."""
+
+    max_per_bin: int = Field(100, ge=1, description="masked occurrences sampled per frequency bin")
+    methods: list[Literal["pwcca", "cka"]] = Field(default_factory=lambda: ["pwcca"], min_length=1)
+    min_ratio: float = Field(10.0, gt=0, description="rows per bin needed, as a multiple of d")
+    epsilon: float = Field(1e-6, gt=0)
+    freq_bins: list[int] = Field(
+        default_factory=lambda: [1, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000], min_length=2)
+
+
 class TSNESelection(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
     tokens: list[str] = Field(min_length=1)
@@ -279,6 +292,7 @@ class MetricsConfig(_Section):
     neighbors: NeighborsConfig | None = Field(default_factory=NeighborsConfig)
     similarity: SimilarityConfig | None = Field(default_factory=SimilarityConfig)
     tsne: TSNEConfig | None = Field(default_factory=TSNEConfig)
+    influence: InfluenceConfig | None = Field(default_factory=InfluenceConfig)
 
 
 class ObjectiveBudget(_Section):

@@ -499,6 +499,34 @@ class MetricsStage(Stage):
                     freq_rank=ds0["freq_rank"].values[rows], cfg=resolved_dict(scfg),
                     dask_key_name=f"similarity-{key[:12]}"))
                 todo_keys.append((("similarity", len(sim_tasks) - 1), f))
+        influence: dict[str, dict] = {}
+        icfg = cfg.influence
+        if icfg is not None:
+            from evolution.metrics.influence import sample_influencers
+            from evolution.metrics.tasks import influence_task
+
+            bins = list(zip(icfg.freq_bins[:-1], icfg.freq_bins[1:]))
+            for m in ctx.config.models:
+                if m.kind == "huggingface":
+                    continue
+                ds = models[m.name]["ds"]
+                key = config_hash({"extract": ExtractStage().model_key(ctx, m), "influence": resolved_dict(icfg),
+                                   "seed": ctx.config.seed})
+                f = cache / f"influence-{m.name}-{key}.json"
+                if f.is_file() and self.name not in ctx.force:
+                    influence[m.name] = json.loads(f.read_text(encoding="utf-8"))
+                    continue
+                sentence, token_id = ds["sentence"].values, ds["token_id"].values
+                samples = sample_influencers(sentence=sentence, position=ds["position"].values,
+                                             freq_rank=ds["freq_rank"].values, bins=bins,
+                                             max_per_bin=icfg.max_per_bin, seed=ctx.config.seed)
+                wanted = sorted({s for s, _, _ in samples})
+                content = {s: token_id[sentence == s].tolist() for s in wanted}
+                todo.append(dask.delayed(influence_task, pure=True)(
+                    spec=ExtractStage().spec(ctx, m), content_ids=content, samples=samples, n_bins=len(bins),
+                    cfg=resolved_dict(icfg), torch_threads=ctx.config.extract.torch_threads,
+                    dask_key_name=f"influence-{m.name}-{key[:12]}"))
+                todo_keys.append((("influence", m.name), f))
         logger.info("metrics: %d task(s) to compute, %d (model, layer) result(s) cached", len(todo), len(results))
         computed = compute(todo, client=ctx.client, progress=ctx.progress, label="metrics") if todo else []
         for (key, f), r in zip(todo_keys, computed):
@@ -508,6 +536,8 @@ class MetricsStage(Stage):
             os.replace(tmp, f)
             if key[0] == "similarity":
                 sim_tasks[key[1]] = r
+            elif key[0] == "influence":
+                influence[key[1]] = r
             else:
                 results[key] = r
         if scfg is not None and sim_tasks:
@@ -524,6 +554,15 @@ class MetricsStage(Stage):
         datasets = build_datasets(models=names, n_layers={n: models[n]["n_layers"] for n in names},
                                   layer_results=results, similarity=sim, attrs=attrs)
         attach_tsne_labels(datasets, tsne_labels, names)
+        if icfg is not None:
+            from evolution.metrics.results import influence_dataset
+
+            for name, r in influence.items():
+                for note in r.get("notes", []) + ([r["unsupported"]] if "unsupported" in r else []):
+                    logger.info("metrics: influence %s: %s", name, note)
+            ds_inf = influence_dataset(influence, freq_bins=icfg.freq_bins, methods=icfg.methods, attrs=attrs)
+            if ds_inf is not None:
+                datasets["influence"] = ds_inf
         write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
         logger.info("metrics: %s in %.1f s -> %s", ", ".join(sorted(datasets)), time.perf_counter() - t0,
                     self.path(ctx))

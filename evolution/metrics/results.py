@@ -13,6 +13,11 @@ group / variable          dimensions                                     meaning
                                                                          1 - CKA
 ``change/distance``       (metric, model, layer_pair, freq_bin)          layer n vs n + 1, per
                                                                          frequency-rank bin
+``influence/distance``    (metric, model, layer, freq_bin)               token influence: layer-n states
+                                                                         of the other tokens with vs
+                                                                         without one key masked at n
+``influence/rows``,       (model, layer, freq_bin)                       rows pooled, occurrences masked
+``influence/samples``
 ``tsne_<name>/xy``        (model, layer, point, component)               t-SNE layout
 ``tsne_<name>/token``,    (model, point)                                 what each point is
 ``.../position``
@@ -31,7 +36,7 @@ import xarray as xr
 
 from evolution.atomic import replace_dir
 
-__all__ = ["build_datasets", "write_metrics", "open_metrics", "NEIGHBOR_MEASURES"]
+__all__ = ["build_datasets", "influence_dataset", "write_metrics", "open_metrics", "NEIGHBOR_MEASURES"]
 
 NEIGHBOR_MEASURES = ("same_token", "position_distance", "same_left", "same_right")
 
@@ -118,6 +123,34 @@ def build_datasets(*, models: list[str], n_layers: dict[str, int], layer_results
     for ds in out.values():
         ds.attrs.update(attrs)
     return out
+
+
+def influence_dataset(results: dict[str, dict], *, freq_bins: list[int], methods: list[str],
+                      attrs: dict[str, Any]) -> xr.Dataset | None:
+    """The ``influence`` group from :func:`~evolution.metrics.tasks.influence_task` results
+    (models that cannot mask keys are left out). ``layer`` runs 1..L."""
+    results = {m: r for m, r in results.items() if "unsupported" not in r}
+    if not results:
+        return None
+    models = list(results)
+    L = max(len(r["rows"]) for r in results.values())
+    bins = [f"{lo}-{hi}" for lo, hi in zip(freq_bins[:-1], freq_bins[1:])]
+    dist = np.full((len(methods), len(models), L, len(bins)), np.nan)
+    rows = np.zeros((len(models), L, len(bins)), dtype=np.int64)
+    samples = np.zeros_like(rows)
+    for i, m in enumerate(models):
+        r = results[m]
+        n = len(r["rows"])
+        for q, meth in enumerate(methods):
+            dist[q, i, :n] = np.asarray(r["distance"][meth], dtype=float)
+        rows[i, :n], samples[i, :n] = r["rows"], r["samples"]
+    return xr.Dataset(
+        {"distance": (("metric", "model", "layer", "freq_bin"), dist,
+                      {"long_name": "distance of the other tokens' layer-n states with vs without the key masked"}),
+         "rows": (("model", "layer", "freq_bin"), rows), "samples": (("model", "layer", "freq_bin"), samples)},
+        coords={"metric": _s(methods), "model": _s(models), "layer": np.arange(1, L + 1), "freq_bin": _s(bins),
+                "rank_lo": ("freq_bin", freq_bins[:-1])},
+        attrs=dict(attrs, notes=[n for r in results.values() for n in r.get("notes", [])]))
 
 
 def attach_tsne_labels(datasets: dict[str, xr.Dataset], labels: dict[str, dict[str, dict[str, np.ndarray]]],

@@ -1,6 +1,7 @@
 """The metrics stage's units of work, run on Dask workers.
 
 * :func:`layer_task`: MI, neighbours and t-SNE of one (model, layer);
+* :func:`influence_task`: token influence of one model (it runs the model);
 * :func:`similarity_task`: PWCCA/CKA between every pair of (model, layer)
   views, and change between adjacent layers by frequency bin, with one
   factorisation per view (:class:`evolution.metrics.similarity.View`).
@@ -18,7 +19,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["read_rows", "layer_task", "similarity_task"]
+__all__ = ["read_rows", "layer_task", "similarity_task", "influence_task"]
 
 
 def read_rows(store: str, group: str, layer: int, rows: np.ndarray) -> np.ndarray:
@@ -123,3 +124,20 @@ def similarity_task(*, store: str, groups: list[str], n_layers: dict[str, int], 
                     change[m][g][layer][b] = 1.0 - fns[m](vs[layer], vs[layer + 1])
     return {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
             "bins": bins, "n": int(len(rows)), "notes": notes}
+
+
+def influence_task(*, spec: dict, content_ids: dict[int, list[int]], samples: list[tuple[int, int, int]],
+                   n_bins: int, cfg: dict[str, Any], torch_threads: int = 1) -> dict[str, Any]:
+    """Token influence of one model (:func:`evolution.metrics.influence.token_influence`);
+    ``{"unsupported": reason}`` for a model that cannot mask attention keys per layer."""
+    import torch
+
+    from evolution.metrics.influence import token_influence
+    from evolution.models import cached_adapter
+
+    torch.set_num_threads(torch_threads)
+    adapter = cached_adapter(spec)
+    if not adapter.supports_key_masking:
+        return {"unsupported": f"{spec['name']}: {type(adapter).__name__} cannot mask attention keys per layer"}
+    return token_influence(adapter, content_ids={int(k): v for k, v in content_ids.items()}, samples=samples,
+                           n_bins=n_bins, methods=cfg["methods"], epsilon=cfg["epsilon"], min_ratio=cfg["min_ratio"])

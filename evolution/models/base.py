@@ -130,6 +130,17 @@ class Adapter(abc.ABC):
         values at padded positions are unspecified.
         """
 
+    #: whether :meth:`forward_masked_keys` is available (this project's trained models)
+    supports_key_masking: bool = False
+
+    def forward_masked_keys(self, inputs: Sequence[Sequence[int]], *, masked: Sequence[tuple[int, int]]
+                            ) -> np.ndarray:
+        """Hidden states ``(L + 1, B, T, d)`` when row ``b`` hides input position
+        ``masked[b][1]`` from the attention keys of block ``masked[b][0]`` (0-based)
+        only: the token influence analysis (Voita et al. 2019, section 5)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot mask attention keys per layer; token influence "
+                                  "needs this project's trained models (models[].kind: trained)")
+
     def describe(self) -> dict:
         """Attributes recorded with every extracted array."""
         return {

@@ -135,12 +135,28 @@ class FairseqAdapter(Adapter):
     def _layers(self):
         return list(self._stack.layers)
 
+    @property
+    def supports_key_masking(self) -> bool:
+        return hasattr(self._model, "shared_encoder")
+
+    def forward_masked_keys(self, inputs: Sequence[Sequence[int]], *, masked: Sequence[tuple[int, int]]
+                            ) -> np.ndarray:
+        import torch
+
+        if not self.supports_key_masking:
+            return super().forward_masked_keys(inputs, masked=masked)
+        ids, _, _ = self._pad(inputs)
+        key_mask: dict[int, torch.Tensor] = {}
+        for b, (block, position) in enumerate(masked):
+            key_mask.setdefault(block, torch.zeros(ids.shape, dtype=torch.bool))[b, position] = True
+        return self.forward(inputs, key_mask=key_mask)[0]
+
     def tokenize(self, sentence: str) -> Tokenized:
         pieces = self._spm.encode(sentence, out_type=str) if self._spm is not None else sentence.split()
         ids = [self.dictionary.index(p) for p in pieces]
         return Tokenized(ids=ids, pieces=list(pieces), word_ids=word_ids_from_pieces(pieces))
 
-    def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False
+    def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False, key_mask: dict | None = None
                 ) -> tuple[np.ndarray, np.ndarray | None]:
         import torch
 
@@ -163,7 +179,7 @@ class FairseqAdapter(Adapter):
                         if attention else None)
             stack = self._stack
             if hasattr(self._model, "shared_encoder"):
-                stack(ids)  # causal for the LM by construction
+                stack(ids, key_mask=key_mask)  # causal for the LM by construction
             elif self.objective == "mt":
                 stack(ids, src_lengths=torch.as_tensor(lengths))
             elif self.objective == "lm":

@@ -127,6 +127,32 @@ def change_by_frequency(path, metric: str = "pwcca"):
     return fig
 
 
+def influence_by_frequency(path, metric: str = "pwcca"):
+    """Token influence by frequency-rank bin of the masked token, one panel per model, a line per layer."""
+    ds = _open(path, "influence")
+    if ds is None or metric not in ds.metric.values:
+        return None
+    plt = _plt()
+    d = ds.distance.sel(metric=metric).load()
+    d = d.isel(freq_bin=~np.isnan(d).all(("model", "layer")).values)
+    if d.sizes["freq_bin"] == 0:
+        return None
+    models = list(ds.model.values)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True,
+                             layout="constrained")
+    cmap = plt.get_cmap("viridis")
+    n = d.sizes["layer"]
+    for ax, m in zip(axes[0], models):
+        for j, layer in enumerate(d.layer.values):
+            ax.plot(np.arange(d.sizes["freq_bin"]), d.sel(model=m, layer=layer), marker="o",
+                    color=cmap(j / max(1, n - 1)), label=f"layer {layer}", lw=2.5 if layer == 1 else 1.2)
+        ax.set_xticks(np.arange(d.sizes["freq_bin"]), [str(b) for b in d.freq_bin.values], rotation=45, fontsize=7)
+        ax.set(title=str(m), xlabel="frequency rank bin of the masked token")
+    axes[0][0].set_ylabel(f"{metric.upper()} distance (influence)")
+    axes[0][-1].legend(fontsize=7)
+    return fig
+
+
 def tsne_grid(path, name: str):
     """models x layers small multiples of one t-SNE selection."""
     ds = _open(path, f"tsne_{name}")
@@ -187,6 +213,10 @@ FIGURES = {
     "similarity_cka": (lambda p: similarity_heatmaps(p, "cka"), "The same with linear CKA."),
     "change_pwcca": (lambda p: change_by_frequency(p, "pwcca"),
                      "Change between adjacent layers (PWCCA distance) by token frequency rank (fig. 4)."),
+    "influence_pwcca": (lambda p: influence_by_frequency(p, "pwcca"),
+                        "Token influence: PWCCA distance between the other tokens' layer-n states with and without "
+                        "one token masked out of the attention keys at layer n, by the frequency rank of the masked "
+                        "token (section 5; rare tokens influential at layer 1 in MT and LM)."),
 }
 
 
