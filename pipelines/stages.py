@@ -406,8 +406,10 @@ class MetricsStage(Stage):
     def fingerprint(self, ctx: Context) -> str:
         keys = {m.name: [self._layer_key(ctx, m, layer) for layer in range(self._n_layers_cheap(ctx, m))]
                 for m in ctx.config.models}
-        return config_hash({"layers": keys, "similarity": resolved_dict(ctx.config.metrics).get("similarity"),
-                            "models": [ExtractStage().model_key(ctx, m) for m in ctx.config.models]})
+        mcfg = resolved_dict(ctx.config.metrics)
+        return config_hash({"layers": keys, "similarity": mcfg.get("similarity"), "influence": mcfg.get("influence"),
+                            "seed": ctx.config.seed, "models": [ExtractStage().model_key(ctx, m)
+                                                                for m in ctx.config.models]})
 
     def _n_layers_cheap(self, ctx: Context, model: ModelConfig) -> int:
         import zarr
