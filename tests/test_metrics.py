@@ -152,3 +152,51 @@ def test_tsne_separates_clusters_deterministically():
     y = tsne_layout(x, perplexity=15, seed=3)
     assert np.array_equal(y, tsne_layout(x, perplexity=15, seed=3))
     assert same_label_rate(knn(y, k=5), labels) > 0.98  # the embedding keeps the clusters apart
+
+
+class _FakeAdapter:
+    """A 'model' whose layer-n states are fixed random vectors per token; masking a key
+    adds noise of a known size to the other positions, larger for token ids below 5."""
+
+    num_layers, content_offset, d_model, supports_key_masking = 2, 0, 4, True
+
+    def __init__(self, effect):
+        self.effect = effect
+        self.table = np.random.default_rng(0).normal(size=(50, 3, 4))
+
+    def build_input(self, ids):
+        return list(ids)
+
+    def forward(self, inputs):
+        h = np.stack([self.table[np.asarray(x)] for x in inputs])  # (B, T, L+1, d)
+        return h.transpose(2, 0, 1, 3), None
+
+    def forward_masked_keys(self, inputs, *, masked):
+        h = self.forward(inputs)[0].copy()
+        rng = np.random.default_rng(len(inputs))
+        for b, (block, pos) in enumerate(masked):
+            scale = self.effect(inputs[b][pos])
+            h[block + 1, b] += scale * rng.normal(size=h[block + 1, b].shape)
+        return h
+
+
+def test_token_influence_is_zero_without_effect_and_ranks_a_known_effect():
+    from evolution.metrics.influence import sample_influencers, token_influence
+
+    rng = np.random.default_rng(1)
+    content = {s: rng.integers(0, 50, size=12).tolist() for s in range(300)}
+    sentence = np.repeat(np.arange(300), 12)
+    position = np.tile(np.arange(12), 300)
+    token = np.concatenate([content[s] for s in range(300)])
+    rank = token  # pretend the id is the frequency rank
+    bins = [(0, 5), (5, 50)]
+    samples = sample_influencers(sentence=sentence, position=position, freq_rank=rank, bins=bins, max_per_bin=60)
+    assert len(samples) == 120 and {b for _, _, b in samples} == {0, 1}
+    assert all((rank[(sentence == s) & (position == p)][0] < 5) == (b == 0) for s, p, b in samples)
+    none = token_influence(_FakeAdapter(lambda t: 0.0), content_ids=content, samples=samples, n_bins=2)
+    np.testing.assert_allclose(none["distance"]["pwcca"], 0, atol=1e-9)
+    rare = token_influence(_FakeAdapter(lambda t: 0.5 if t < 5 else 0.05), content_ids=content, samples=samples,
+                           n_bins=2)
+    d = np.asarray(rare["distance"]["pwcca"])
+    assert (d[:, 0] > 5 * d[:, 1]).all() and (d > 0).all()
+    assert rare["samples"] == [[60, 60], [60, 60]] and rare["rows"][0][0] == 60 * 11

@@ -246,3 +246,24 @@ def test_run_names_of_seeds_and_token_dropout():
                           "mlm", "mlm-seed1", "mlm-seed2"]
     assert runs["lm-tokdrop"] == {"objective": "lm", "seed": 0, "token_dropout": 0.1}
     assert runs["mlm-seed2"]["seed"] == 2
+
+
+def test_masked_key_changes_only_what_attends_to_it(trained):
+    """Hiding position i from the keys of block n: layers below n are unchanged; in the LM
+    positions before i are unchanged at every layer (they never attend to i)."""
+    from evolution.models.fairseq import FairseqAdapter
+
+    paths = trained["paths"]
+    for o in ("lm", "mlm"):
+        adapter = FairseqAdapter(paths.checkpoint(o), data=paths.data(o), sentencepiece=paths.spm_model)
+        assert adapter.supports_key_masking
+        inp = adapter.build_input(adapter.tokenize("And God saw the light that it was good").ids)
+        i, block = len(inp) // 2, 1
+        base = adapter.forward([inp])[0][:, 0]
+        masked = adapter.forward_masked_keys([inp], masked=[(block, i)])[:, 0]
+        np.testing.assert_array_equal(base[:block + 1], masked[:block + 1])  # input and block 0 output
+        changed = np.abs(masked[block + 1] - base[block + 1]).max(axis=-1) > 1e-6
+        if o == "lm":
+            assert not changed[:i].any() and changed[i + 1:].all()
+        else:
+            assert changed[np.arange(len(inp)) != i].all()
