@@ -200,3 +200,10 @@ def test_token_influence_is_zero_without_effect_and_ranks_a_known_effect():
     d = np.asarray(rare["distance"]["pwcca"])
     assert (d[:, 0] > 5 * d[:, 1]).all() and (d > 0).all()
     assert rare["samples"] == [[60, 60], [60, 60]] and rare["rows"][0][0] == 60 * 11
+
+
+def test_word_forms_match_whole_words_only():
+    from evolution.metrics.plan import word_forms
+
+    assert list(word_forms(["▁is", "h", "is", "▁was", "Ġare"])) == ["is", "", "", "was", "are"]
+    assert list(word_forms(["is", "##is", "was"])) == ["is", "", "was"]

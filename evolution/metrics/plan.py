@@ -51,6 +51,27 @@ def next_token_labels(token_id: np.ndarray, sentence: np.ndarray) -> np.ndarray:
     return neighbour_ids(token_id, sentence)[1]
 
 
+WORD_MARKERS = ("\u2581", "\u0120")  # SentencePiece "▁", GPT-2 byte-level "Ġ"
+
+
+def word_forms(token_str) -> np.ndarray:
+    """The word each token *starts*, for matching selections such as ``is``: ``▁is`` / ``Ġis``
+    -> ``is``; a piece inside a word (``##is``, or ``is`` in ``h is`` when the vocabulary
+    marks word starts) -> ``""``; with no markers at all (whitespace vocabularies) the token itself."""
+    tokens = np.asarray(token_str, dtype=object)
+    marked = any(str(t).startswith(WORD_MARKERS) for t in tokens)
+    out = np.empty(len(tokens), dtype=object)
+    for i, t in enumerate(tokens):
+        t = str(t)
+        if t.startswith(WORD_MARKERS):
+            out[i] = t[1:]
+        elif t.startswith("##") or marked:
+            out[i] = ""
+        else:
+            out[i] = t
+    return out
+
+
 def _sample_per_type(rows: np.ndarray, types: np.ndarray, *, max_per_type: int, rng) -> np.ndarray:
     keep = []
     for t in np.unique(types):
@@ -95,14 +116,15 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
         plan.neighbors = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
                           "left": left[rows], "right": right[rows]}
     if cfg.tsne is not None:
+        words = word_forms(token_str)
         for s in cfg.tsne.selections:
-            rows = np.flatnonzero(np.isin(np.asarray(token_str), s.tokens))
+            rows = np.flatnonzero(np.isin(words, s.tokens))
             if len(rows) < 4:
                 plan.notes.append(f"t-SNE '{s.name}': {len(rows)} occurrences of {s.tokens}; skipped")
                 continue
             if len(rows) > cfg.tsne.max_points:
                 rows = np.sort(rng.choice(rows, cfg.tsne.max_points, replace=False))
-            plan.tsne[s.name] = {"rows": rows, "token": np.asarray(token_str)[rows],
+            plan.tsne[s.name] = {"rows": rows, "token": words[rows],
                                  "position": np.asarray(position)[rows]}
     if cfg.similarity is not None:
         order = np.unique(sentence) if sentence_order is None else np.asarray(sentence_order)
