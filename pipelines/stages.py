@@ -430,6 +430,7 @@ class MetricsStage(Stage):
 
     def run(self, ctx: Context) -> None:
         import dask
+        import numpy as np
 
         from evolution.extract import compute
         from evolution.metrics.plan import plan_occurrences
@@ -529,6 +530,30 @@ class MetricsStage(Stage):
                     cfg=resolved_dict(icfg), torch_threads=ctx.config.extract.torch_threads,
                     dask_key_name=f"influence-{m.name}-{key[:12]}"))
                 todo_keys.append((("influence", m.name), f))
+        mlm_out: dict[str, dict] = {}
+        if cfg.mi is not None:
+            from evolution.metrics.tasks import mlm_output_task
+
+            for m in ctx.config.models:
+                if models[m.name]["objective"] != "mlm" or m.kind == "huggingface" or "input" not in plans[m.name].mi:
+                    continue
+                ds = models[m.name]["ds"]
+                key = config_hash({"extract": ExtractStage().model_key(ctx, m), "mi": resolved_dict(cfg.mi),
+                                   "tokens": resolved_dict(cfg.tokens), "seed": ctx.config.seed})
+                f = cache / f"mlm-output-{m.name}-{key}.json"
+                if f.is_file() and self.name not in ctx.force:
+                    mlm_out[m.name] = json.loads(f.read_text(encoding="utf-8"))
+                    continue
+                sentence, token_id = ds["sentence"].values, ds["token_id"].values
+                order = np.argsort(sentence, kind="stable")
+                splits = np.flatnonzero(np.diff(sentence[order])) + 1
+                content = {int(sentence[g[0]]): token_id[g].tolist() for g in np.split(order, splits)}
+                types = np.unique(plans[m.name].mi["input"][1]).tolist()
+                todo.append(dask.delayed(mlm_output_task, pure=True)(
+                    spec=ExtractStage().spec(ctx, m), content_ids=content, types=types, cfg=resolved_dict(cfg.mi),
+                    seed=ctx.config.seed, torch_threads=ctx.config.extract.torch_threads,
+                    dask_key_name=f"mlm-output-{m.name}-{key[:12]}"))
+                todo_keys.append((("mlm_output", m.name), f))
         logger.info("metrics: %d task(s) to compute, %d (model, layer) result(s) cached", len(todo), len(results))
         computed = compute(todo, client=ctx.client, progress=ctx.progress, label="metrics") if todo else []
         for (key, f), r in zip(todo_keys, computed):
@@ -540,12 +565,19 @@ class MetricsStage(Stage):
                 sim_tasks[key[1]] = r
             elif key[0] == "influence":
                 influence[key[1]] = r
+            elif key[0] == "mlm_output":
+                mlm_out[key[1]] = r
             else:
                 results[key] = r
         if scfg is not None and sim_tasks:
             sim = _merge_similarity(sim_tasks)
             for note in sim["notes"]:
                 logger.info("metrics: %s", note)
+        for name, r in mlm_out.items():  # MI with the MLM's output label joins that model's layer results
+            for layer, v in enumerate(r.get("layers", [])):
+                if (name, layer) in results:
+                    results[(name, layer)] = {**results[(name, layer)],
+                                              "mi": {**results[(name, layer)].get("mi", {}), "output": v}}
         _warn_saturation(results)
         attrs = {"config": resolved_dict(cfg), "seed": ctx.config.seed, "versions": versions(),
                  "representations": store, "extract_keys": {m.name: ExtractStage().model_key(ctx, m)

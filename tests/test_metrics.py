@@ -207,3 +207,17 @@ def test_word_forms_match_whole_words_only():
 
     assert list(word_forms(["▁is", "h", "is", "▁was", "Ġare"])) == ["is", "", "", "was", "are"]
     assert list(word_forms(["is", "##is", "was"])) == ["is", "", "was"]
+
+
+def test_corruption_follows_the_bert_recipe():
+    from evolution.metrics.masked import corrupt
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(10, 1000, size=200_000)
+    new, changed = corrupt(ids, rng=np.random.default_rng(1), mask_id=5, low=10, high=1000)
+    new = np.asarray(new)
+    assert abs((new == 5).mean() - 0.15 * 0.8) < 0.003  # 80% of the 15% chosen become <mask>
+    random = (new != ids) & (new != 5)
+    assert abs(random.mean() - 0.15 * 0.1 * (1 - 1 / 990)) < 0.002  # 10% random (may redraw the same id)
+    np.testing.assert_array_equal(changed, np.flatnonzero(new != ids))
+    assert new[random].min() >= 10 and new[random].max() < 1000

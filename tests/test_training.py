@@ -267,3 +267,26 @@ def test_masked_key_changes_only_what_attends_to_it(trained):
             assert not changed[:i].any() and changed[i + 1:].all()
         else:
             assert changed[np.arange(len(inp)) != i].all()
+
+
+def test_mlm_output_states_are_those_of_the_corrupted_input(trained):
+    from evolution.metrics.masked import corrupt, masked_states
+    from evolution.models.fairseq import FairseqAdapter
+
+    paths = trained["paths"]
+    adapter = FairseqAdapter(paths.checkpoint("mlm"), data=paths.data("mlm"), sentencepiece=paths.spm_model)
+    assert adapter.mask_id == len(adapter.dictionary) - 1
+    content = {s: adapter.tokenize(t).ids for s, t in enumerate(
+        ["In the beginning God created the heavens and the earth", "God saw the light and it was good"] * 20)}
+    states, labels = masked_states(adapter, content, seed=3)
+    assert states.shape[0] == 3 and states.shape[1] == len(labels) > 0
+    # recompute sentence 0 by hand: same corruption, the states at its changed positions come first
+    # only if sentence 0 sorts first; check instead that every label is an original token and that
+    # the first sentence's corrupted forward reproduces its rows
+    new, changed = corrupt(content[0], rng=np.random.default_rng([3, 0]), mask_id=adapter.mask_id,
+                           low=adapter.ordinary_ids[0], high=adapter.ordinary_ids[1])
+    if len(changed):
+        h = adapter.forward([adapter.build_input(new)])[0][:, 0, adapter.content_offset + changed]
+        match = [np.flatnonzero(np.isclose(states[-1], h[-1, j], atol=1e-5).all(axis=1)) for j in range(len(changed))]
+        assert all(len(m) >= 1 for m in match)
+        assert all(labels[m[0]] == content[0][c] for m, c in zip(match, changed))

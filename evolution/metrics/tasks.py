@@ -19,7 +19,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["read_rows", "layer_task", "similarity_task", "influence_task"]
+__all__ = ["read_rows", "layer_task", "similarity_task", "influence_task", "mlm_output_task"]
 
 
 def read_rows(store: str, group: str, layer: int, rows: np.ndarray) -> np.ndarray:
@@ -141,3 +141,28 @@ def influence_task(*, spec: dict, content_ids: dict[int, list[int]], samples: li
         return {"unsupported": f"{spec['name']}: {type(adapter).__name__} cannot mask attention keys per layer"}
     return token_influence(adapter, content_ids={int(k): v for k, v in content_ids.items()}, samples=samples,
                            n_bins=n_bins, methods=cfg["methods"], epsilon=cfg["epsilon"], min_ratio=cfg["min_ratio"])
+
+
+def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: list[int], cfg: dict[str, Any],
+                    seed: int, torch_threads: int = 1) -> dict[str, Any]:
+    """MI with the output label of a masked LM at every layer (:mod:`evolution.metrics.masked`):
+    ``{"layers": [mi result per layer]}``, restricted to original tokens in ``types``."""
+    import torch
+
+    from evolution.metrics.masked import masked_states
+    from evolution.metrics.mi import layer_mi
+    from evolution.models import cached_adapter
+
+    torch.set_num_threads(torch_threads)
+    adapter = cached_adapter(spec)
+    if adapter.mask_id is None:
+        return {"unsupported": f"{spec['name']}: no <mask> symbol"}
+    states, labels = masked_states(adapter, {int(k): v for k, v in content_ids.items()}, seed=seed)
+    keep = np.isin(labels, np.asarray(types))
+    out = []
+    for layer in range(states.shape[0]):
+        r = layer_mi(states[layer][keep], labels[keep], k=cfg["k"], restarts=cfg["restarts"], niter=cfg["niter"],
+                     seed=seed)
+        out.append({"mi": r.mi.tolist(), "shuffled": r.shuffled, "entropy": r.entropy, "k": r.k, "n": r.n,
+                    "saturated": r.saturated})
+    return {"layers": out}

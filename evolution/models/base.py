@@ -130,6 +130,11 @@ class Adapter(abc.ABC):
         values at padded positions are unspecified.
         """
 
+    #: the ``<mask>`` id of a masked LM (None otherwise), and the [low, high) range of ordinary
+    #: symbols that random replacements are drawn from (MLM output MI, evolution.metrics.masked)
+    mask_id: int | None = None
+    ordinary_ids: tuple[int, int] = (0, 0)
+
     #: whether :meth:`forward_masked_keys` is available (this project's trained models)
     supports_key_masking: bool = False
 

@@ -82,6 +82,9 @@ class FairseqAdapter(Adapter):
         else:
             self.prefix, self.suffix = [d.bos()], [d.eos()]
         self.pad_id = d.pad()
+        if self.objective == "mlm" and "<mask>" in d.indices:
+            self.mask_id = d.index("<mask>")
+            self.ordinary_ids = (d.nspecial, self.mask_id if self.mask_id == len(d) - 1 else len(d))
         self.special_ids = frozenset(range(d.nspecial)) | (
             {d.index("<mask>")} if "<mask>" in d.indices else set())
         layers = self._layers

@@ -1,0 +1,70 @@
+"""MI with the MLM's output label (METHODS.md 2; Voita, Sennrich & Titov 2019, sec. 4).
+
+For the masked LM the output label of a position is defined only where the
+input was corrupted: the text is corrupted as in training (each token chosen
+with probability 0.15; of those 80% become ``<mask>``, 10% a random ordinary
+token, 10% stay) and only positions whose input differs from the original
+token are kept. The label X is the original token; the representations are
+those of the corrupted input.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["corrupt", "masked_states"]
+
+
+def corrupt(ids: Sequence[int], *, rng: np.random.Generator, mask_id: int, low: int, high: int,
+            p: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1) -> tuple[list[int], np.ndarray]:
+    """BERT-style corruption of ``ids``; returns the new ids and the positions whose id changed.
+
+    Random replacements are drawn from ``[low, high)`` (the ordinary symbols).
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    out = ids.copy()
+    chosen = rng.random(len(ids)) < p
+    u = rng.random(len(ids))
+    out[chosen & (u < p_mask)] = mask_id
+    rand = chosen & (u >= p_mask) & (u < p_mask + p_random)
+    out[rand] = rng.integers(low, high, size=int(rand.sum()))
+    return out.tolist(), np.flatnonzero(out != ids)
+
+
+def masked_states(adapter, content_ids: dict[int, Sequence[int]], *, seed: int, max_batch_tokens: int = 2048
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """States ``(L + 1, n, d)`` at every corrupted position of every sentence, and the
+    original token ids ``(n,)`` there. Deterministic in ``seed`` (one generator per sentence)."""
+    if adapter.mask_id is None:
+        raise ValueError(f"{type(adapter).__name__} has no <mask> symbol; MLM output MI needs a masked LM")
+    low, high = adapter.ordinary_ids
+    items = []
+    for s in sorted(content_ids):
+        ids = list(content_ids[s])
+        rng = np.random.default_rng([seed, s])
+        new, changed = corrupt(ids, rng=rng, mask_id=adapter.mask_id, low=low, high=high)
+        if len(changed):
+            items.append((adapter.build_input(new), changed, np.asarray(ids)[changed]))
+    items.sort(key=lambda it: len(it[0]))
+    states, labels = [], []
+    batch: list = []
+
+    def flush():
+        if not batch:
+            return
+        hidden = adapter.forward([it[0] for it in batch])[0]  # (L+1, B, T, d)
+        for b, (_, changed, original) in enumerate(batch):
+            states.append(hidden[:, b, adapter.content_offset + changed])
+            labels.append(original)
+        batch.clear()
+
+    for it in items:
+        if batch and len(it[0]) * (len(batch) + 1) > max_batch_tokens:
+            flush()
+        batch.append(it)
+    flush()
+    if not states:
+        return np.empty((adapter.num_layers + 1, 0, adapter.d_model), np.float32), np.empty(0, np.int64)
+    return np.concatenate(states, axis=1).astype(np.float32), np.concatenate(labels)
