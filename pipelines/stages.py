@@ -360,6 +360,11 @@ class ExtractStage(Stage):
                         stats["stage_seconds"], store)
 
 
+#: Bumped when the metrics stage computes something new, so that older metrics.zarr are redone
+#: (2: token influence and MI with the MLM's output label).
+METRICS_VERSION = 2
+
+
 class MetricsStage(Stage):
     """MI, neighbours, t-SNE per (model, layer) and similarity across views -> ``metrics.zarr``.
 
@@ -407,7 +412,7 @@ class MetricsStage(Stage):
         keys = {m.name: [self._layer_key(ctx, m, layer) for layer in range(self._n_layers_cheap(ctx, m))]
                 for m in ctx.config.models}
         mcfg = resolved_dict(ctx.config.metrics)
-        return config_hash({"layers": keys, "similarity": mcfg.get("similarity"), "influence": mcfg.get("influence"),
+        return config_hash({"version": METRICS_VERSION, "layers": keys, "similarity": mcfg.get("similarity"), "influence": mcfg.get("influence"),
                             "seed": ctx.config.seed, "models": [ExtractStage().model_key(ctx, m)
                                                                 for m in ctx.config.models]})
 
