@@ -82,7 +82,7 @@ def main() -> None:
           f"{same_label_rate(ours, ls):.4f} vs {same_label_rate(ref, ls):.4f}")
     big, lb = x[:100_000], labels[:100_000]
     exact, t_exact = timed(lambda: knn(big, k=50))
-    for nprobe in (16, 32, 64, 128):  # the smallest nprobe that reaches recall 0.95
+    for nprobe in (32, 64, 128):  # the smallest nprobe that reaches recall 0.95 (measured: 64)
         approx, t_approx = timed(lambda: knn(big, k=50, index="ivf", nprobe=nprobe))
         recall = np.mean([len(np.intersect1d(a, b)) / 50 for a, b in zip(exact[:5000], approx[:5000])])
         print(f"  {len(big):,} points: faiss IVF (nprobe {nprobe}) {t_approx:.1f} s vs exact {t_exact:.1f} s "
