@@ -231,6 +231,8 @@ class MIConfig(_Section):
     k: int = Field(10_000, ge=2, description="clusters; capped at occurrences / 10 (logged)")
     restarts: int = Field(3, ge=1, description="k-means restarts; mean and spread are reported")
     niter: int = Field(20, ge=1, description="Lloyd iterations")
+    algorithm: Literal["auto", "flat", "two_level"] = Field(
+        "auto", description="k-means: flat faiss, or two-level (sqrt(k) coarse cells + refinement; auto from k >= 2000)")
 
 
 class NeighborsConfig(_Section):

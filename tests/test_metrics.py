@@ -221,3 +221,21 @@ def test_corruption_follows_the_bert_recipe():
     assert abs(random.mean() - 0.15 * 0.1 * (1 - 1 / 990)) < 0.002  # 10% random (may redraw the same id)
     np.testing.assert_array_equal(changed, np.flatnonzero(new != ids))
     assert new[random].min() >= 10 and new[random].max() < 1000
+
+
+def test_two_level_kmeans_recovers_separated_blobs_like_flat():
+    from evolution.metrics.mi import kmeans_labels, mutual_information, two_level_kmeans_labels
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(40, 16)) * 20
+    labels = rng.integers(0, 40, size=8000)
+    x = (centres[labels] + rng.normal(size=(8000, 16))).astype(np.float32)
+    two = two_level_kmeans_labels(x, k=40, niter=20, seed=0)
+    flat = kmeans_labels(x, k=40, niter=20, seed=0)
+    assert len(np.unique(two)) <= 40 and two.min() == 0
+    h = mutual_information(labels, labels)
+    # k-means with k = number of blobs stops in local minima (flat: 88% of H here); two-level must
+    # not be worse than flat by more than 2% of H(X)
+    assert mutual_information(labels, two) >= 0.9 * h
+    assert mutual_information(labels, two) >= mutual_information(labels, flat) - 0.02 * h
+    np.testing.assert_array_equal(two, two_level_kmeans_labels(x, k=40, niter=20, seed=0))  # deterministic

@@ -89,6 +89,79 @@ def kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0
     return idx.ravel().astype(np.int64)
 
 
+def two_level_kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0,
+                            coarse: int | None = None, max_points_per_centroid: int = 256,
+                            refine: int = 3, nprobe: int = 8) -> np.ndarray:
+    """Cluster index (n,) from two-level k-means: ``coarse`` (default sqrt(k))
+    clusters of all rows, then each coarse cluster split into a share of the
+    ``k`` fine clusters proportional to its size (at least 1), with faiss
+    k-means inside it. Every row is compared with ``coarse`` + (its cluster's
+    share) centroids instead of ``k``: for k = 10,000 about 50x less work than
+    flat k-means, the route to MI at paper scale (1M x 512) on 2 cores. The
+    quality against plain Lloyd is measured in ``benchmarks/metrics.py``.
+
+    The split respects the coarse boundaries, which costs MI; ``refine``
+    Lloyd iterations over all ``k`` centroids follow, each row searching only
+    the fine centroids of its ``nprobe`` nearest coarse cells (a faiss IVF
+    index over the centroids: fast assignment).
+    """
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    n = len(x)
+    if k > n:
+        raise ValueError(f"k = {k} clusters for {n} points; lower metrics.mi.k")
+    c = coarse or max(2, int(round(np.sqrt(k))))
+    if c >= k:
+        return kmeans_labels(x, k=k, niter=niter, seed=seed, max_points_per_centroid=max_points_per_centroid)
+    top = kmeans_labels(x, k=c, niter=niter, seed=seed, max_points_per_centroid=max_points_per_centroid)
+    sizes = np.bincount(top, minlength=c)
+    # fine clusters per coarse cluster: proportional to size, >= 1, summing to k
+    share = np.maximum(1, np.floor(sizes / n * k).astype(int)) * (sizes > 0)
+    remainder = (sizes / n * k) - np.floor(sizes / n * k)
+    for j in np.argsort(-remainder):
+        if share.sum() >= k:
+            break
+        if sizes[j] > share[j]:
+            share[j] += 1
+    while share.sum() > k:  # the ">= 1" floor can overshoot; take back from the largest shares
+        share[np.argmax(share)] -= 1
+    labels = np.empty(n, dtype=np.int64)
+    offset = 0
+    for j in range(c):
+        rows = np.flatnonzero(top == j)
+        kj = int(min(share[j], len(rows)))
+        if kj <= 1:
+            labels[rows] = offset
+        else:
+            labels[rows] = offset + kmeans_labels(x[rows], k=kj, niter=niter, seed=seed + j + 1,
+                                                  max_points_per_centroid=max_points_per_centroid)
+        offset += max(kj, 1 if len(rows) else 0)
+    if refine <= 0:
+        return labels
+    import faiss
+
+    d = x.shape[1]
+    coarse_centroids = np.stack([x[top == j].mean(0) if (top == j).any() else np.zeros(d, np.float32)
+                                 for j in range(c)]).astype(np.float32)
+    for _ in range(refine):
+        order = np.argsort(labels, kind="stable")
+        counts = np.bincount(labels, minlength=offset)
+        used = counts > 0
+        starts = np.concatenate([[0], np.cumsum(counts[used])[:-1]])
+        centroids = (np.add.reduceat(x[order], starts, axis=0) / counts[used, None]).astype(np.float32)
+        quantizer = faiss.IndexFlatL2(d)
+        quantizer.add(coarse_centroids)
+        index = faiss.IndexIVFFlat(quantizer, d, c)
+        index.is_trained = True
+        index.add(centroids)
+        index.nprobe = min(nprobe, c)
+        _, found = index.search(x, 1)
+        found = found.ravel()
+        missing = found < 0  # no centroid in the probed cells: keep the old cluster
+        new = np.flatnonzero(used)[np.where(missing, 0, found)]
+        labels = np.where(missing, labels, new)
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
+
+
 @dataclass(frozen=True)
 class LayerMI:
     """MI of one layer: per k-means restart, the shuffled control and H(X)."""
@@ -104,8 +177,12 @@ class LayerMI:
         return bool(np.mean(self.mi) >= SATURATION * self.entropy)
 
 
+#: ``algorithm="auto"`` switches to two-level k-means from this many clusters on
+TWO_LEVEL_FROM_K = 2000
+
+
 def layer_mi(vectors: np.ndarray, labels: np.ndarray, *, k: int, restarts: int = 3, niter: int = 20,
-             seed: int = 0) -> LayerMI:
+             seed: int = 0, algorithm: str = "auto") -> LayerMI:
     """I(label; k-means cluster) for ``vectors`` (n, d) and ``labels`` (n,).
 
     ``k`` is capped at n // 10 (at least 10 points per cluster on average;
@@ -117,9 +194,11 @@ def layer_mi(vectors: np.ndarray, labels: np.ndarray, *, k: int, restarts: int =
     if k > cap:
         logger.info("MI: k = %d capped to %d for %d occurrences (>= 10 per cluster)", k, cap, n)
         k = cap
+    two_level = algorithm == "two_level" or (algorithm == "auto" and k >= TWO_LEVEL_FROM_K)
+    cluster = two_level_kmeans_labels if two_level else kmeans_labels
     mi, first = [], None
     for r in range(restarts):
-        clusters = kmeans_labels(vectors, k=k, niter=niter, seed=seed + r)
+        clusters = cluster(vectors, k=k, niter=niter, seed=seed + r)
         first = clusters if first is None else first
         mi.append(mutual_information(labels, clusters))
     rng = np.random.default_rng(seed)

@@ -48,7 +48,8 @@ def layer_task(*, store: str, group: str, layer: int, plan: dict[str, Any], cfg:
         out["mi"] = {}
         for target, (rows, labels) in plan["mi"].items():
             r = layer_mi(read_rows(store, group, layer, rows), labels, k=cfg["mi"]["k"],
-                         restarts=cfg["mi"]["restarts"], niter=cfg["mi"]["niter"], seed=seed)
+                         restarts=cfg["mi"]["restarts"], niter=cfg["mi"]["niter"], seed=seed,
+                         algorithm=cfg["mi"]["algorithm"])
             out["mi"][target] = {"mi": r.mi.tolist(), "shuffled": r.shuffled, "entropy": r.entropy, "k": r.k,
                                  "n": r.n, "saturated": r.saturated}
     nb = plan.get("neighbors")
@@ -162,7 +163,7 @@ def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: lis
     out = []
     for layer in range(states.shape[0]):
         r = layer_mi(states[layer][keep], labels[keep], k=cfg["k"], restarts=cfg["restarts"], niter=cfg["niter"],
-                     seed=seed)
+                     seed=seed, algorithm=cfg["algorithm"])
         out.append({"mi": r.mi.tolist(), "shuffled": r.shuffled, "entropy": r.entropy, "k": r.k, "n": r.n,
                     "saturated": r.saturated})
     return {"layers": out}
