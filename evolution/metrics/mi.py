@@ -91,7 +91,7 @@ def kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0
 
 def two_level_kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0,
                             coarse: int | None = None, max_points_per_centroid: int = 256,
-                            refine: int = 2, nprobe: int = 3) -> np.ndarray:
+                            refine: int = 1, nprobe: int = 1) -> np.ndarray:
     """Cluster index (n,) from two-level k-means: ``coarse`` (default sqrt(k))
     clusters of all rows, then each coarse cluster split into a share of the
     ``k`` fine clusters proportional to its size (at least 1), with faiss
