@@ -104,27 +104,38 @@ def similarity_heatmaps(path, metric: str = "pwcca"):
     return fig
 
 
+def _by_frequency_panels(d, *, series: str, label, width, xlabel: str, ylabel: str):
+    """One panel per model of ``d`` (model, ``series``, freq_bin), a line per ``series``
+    value coloured along viridis; bins that are NaN for every model are dropped."""
+    d = d.isel(freq_bin=~np.isnan(d).all(("model", series)).values)
+    if d.sizes["freq_bin"] == 0:
+        return None
+    plt = _plt()
+    models = list(d.model.values)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True,
+                             layout="constrained")
+    cmap = plt.get_cmap("viridis")
+    n = d.sizes[series]
+    x = np.arange(d.sizes["freq_bin"])
+    for ax, m in zip(axes[0], models):
+        for j, v in enumerate(d[series].values):
+            ax.plot(x, d.sel({"model": m, series: v}), marker="o", color=cmap(j / max(1, n - 1)), label=label(v),
+                    lw=width(v))
+        ax.set_xticks(x, [str(b) for b in d.freq_bin.values], rotation=45, fontsize=7)
+        ax.set(title=str(m), xlabel=xlabel)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][-1].legend(fontsize=7)
+    return fig
+
+
 def change_by_frequency(path, metric: str = "pwcca"):
     """Distance between layers n and n + 1 by frequency-rank bin, one panel per model."""
     ds = _open(path, "change")
     if ds is None or metric not in ds.metric.values:
         return None
-    plt = _plt()
-    d = ds.distance.sel(metric=metric).load()
-    d = d.isel(freq_bin=~np.isnan(d).all(("model", "layer_pair")).values)
-    models = list(ds.model.values)
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True, layout="constrained")
-    cmap = plt.get_cmap("viridis")
-    for ax, m in zip(axes[0], models):
-        n = d.sizes["layer_pair"]
-        for j, pair in enumerate(d.layer_pair.values):
-            ax.plot(np.arange(d.sizes["freq_bin"]), d.sel(model=m, layer_pair=pair), marker="o",
-                    color=cmap(j / max(1, n - 1)), label=f"layers {pair}")
-        ax.set_xticks(np.arange(d.sizes["freq_bin"]), [str(b) for b in d.freq_bin.values], rotation=45, fontsize=7)
-        ax.set(title=str(m), xlabel="frequency rank bin")
-    axes[0][0].set_ylabel(f"{metric.upper()} distance, layer n vs n+1")
-    axes[0][-1].legend(fontsize=7)
-    return fig
+    return _by_frequency_panels(ds.distance.sel(metric=metric).load(), series="layer_pair",
+                                label=lambda pair: f"layers {pair}", width=lambda _: 1.5,
+                                xlabel="frequency rank bin", ylabel=f"{metric.upper()} distance, layer n vs n+1")
 
 
 def influence_by_frequency(path, metric: str = "pwcca"):
@@ -132,25 +143,10 @@ def influence_by_frequency(path, metric: str = "pwcca"):
     ds = _open(path, "influence")
     if ds is None or metric not in ds.metric.values:
         return None
-    plt = _plt()
-    d = ds.distance.sel(metric=metric).load()
-    d = d.isel(freq_bin=~np.isnan(d).all(("model", "layer")).values)
-    if d.sizes["freq_bin"] == 0:
-        return None
-    models = list(ds.model.values)
-    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True,
-                             layout="constrained")
-    cmap = plt.get_cmap("viridis")
-    n = d.sizes["layer"]
-    for ax, m in zip(axes[0], models):
-        for j, layer in enumerate(d.layer.values):
-            ax.plot(np.arange(d.sizes["freq_bin"]), d.sel(model=m, layer=layer), marker="o",
-                    color=cmap(j / max(1, n - 1)), label=f"layer {layer}", lw=2.5 if layer == 1 else 1.2)
-        ax.set_xticks(np.arange(d.sizes["freq_bin"]), [str(b) for b in d.freq_bin.values], rotation=45, fontsize=7)
-        ax.set(title=str(m), xlabel="frequency rank bin of the masked token")
-    axes[0][0].set_ylabel(f"{metric.upper()} distance (influence)")
-    axes[0][-1].legend(fontsize=7)
-    return fig
+    return _by_frequency_panels(ds.distance.sel(metric=metric).load(), series="layer",
+                                label=lambda layer: f"layer {layer}", width=lambda layer: 2.5 if layer == 1 else 1.2,
+                                xlabel="frequency rank bin of the masked token",
+                                ylabel=f"{metric.upper()} distance (influence)")
 
 
 def tsne_grid(path, name: str):
