@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
+
+from evolution.training import fairseq_cli
 
 __all__ = ["unigram_perplexity", "fairseq_perplexity", "translate", "bleu_chrf"]
 
@@ -42,33 +42,13 @@ def unigram_perplexity(train_pieces: Path, test_pieces: Path, *, vocab_size: int
     return math.exp(nll / n)
 
 
-def _fairseq(tool: str, args: list[str], *, threads: int) -> subprocess.CompletedProcess:
-    import os
-
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    proc = subprocess.run([sys.executable, "-m", "evolution.training.fairseq_cli", tool, *args],
-                          capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"fairseq-{tool} failed:\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def fairseq_perplexity(*, task_args: list[str], checkpoint: Path, subset: str = "test", seed: int = 0,
+def fairseq_perplexity(*, data_args: list[str], checkpoint: Path, subset: str = "test", seed: int = 0,
                        threads: int = 2, cpu: bool = True) -> float:
     """fairseq's perplexity of ``checkpoint`` on ``subset`` (2 ** base-2 loss per predicted token)."""
-    drop = {"--arch", "--criterion", "--mask-prob", "--leave-unmasked-prob", "--random-token-prob"}
-    args, skip = [], False
-    for a in task_args:  # the data/task part of the training arguments, without model/criterion flags
-        if skip:
-            skip = False
-            continue
-        if a in drop:
-            skip = True
-            continue
-        args.append(a)
-    args += ["--path", str(checkpoint), "--valid-subset", subset, "--max-tokens", "8192", "--seed", str(seed),
-             "--log-format", "json", "--required-batch-size-multiple", "1", *(["--cpu"] if cpu else [])]
-    proc = _fairseq("validate", args, threads=threads)
+    args = [*data_args, "--path", str(checkpoint), "--valid-subset", subset, "--max-tokens", "8192",
+            "--seed", str(seed), "--log-format", "json", "--required-batch-size-multiple", "1",
+            *(["--cpu"] if cpu else [])]
+    proc = fairseq_cli.run("validate", args, threads=threads)
     for line in (proc.stdout + proc.stderr).splitlines():
         m = re.search(r"\{.*\"%s_loss\".*\}" % re.escape(subset), line)
         if m:
@@ -82,7 +62,7 @@ def translate(*, data: Path, checkpoint: Path, subset: str = "test", beam: int =
     args = [str(data), "--path", str(checkpoint), "--gen-subset", subset, "--beam", str(beam),
             "--max-tokens", "8192", "--remove-bpe", "sentencepiece", "--required-batch-size-multiple", "1",
             "--max-len-a", "1.5", "--max-len-b", "10", *(["--cpu"] if cpu else [])]
-    proc = _fairseq("generate", args, threads=threads)
+    proc = fairseq_cli.run("generate", args, threads=threads)
     hyps: dict[int, str] = {}
     for line in proc.stdout.splitlines():
         if line.startswith("D-"):

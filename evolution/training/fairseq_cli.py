@@ -15,7 +15,32 @@ dict of its shared encoder to ``OUT``: the common initial weights.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+
+__all__ = ["command", "environment", "run", "main"]
+
+
+def command(tool: str, args: list[str]) -> list[str]:
+    """The argv that runs fairseq ``tool`` through this module in a fresh interpreter."""
+    return [sys.executable, "-m", "evolution.training.fairseq_cli", tool, *args]
+
+
+def environment(threads: int | None = None) -> dict:
+    """This process's environment, with torch's thread count set when ``threads`` is given."""
+    env = dict(os.environ)
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return env
+
+
+def run(tool: str, args: list[str], *, threads: int | None = None, what: str | None = None
+        ) -> subprocess.CompletedProcess:
+    """Run ``tool`` to completion; a failure raises with the end of its stderr."""
+    proc = subprocess.run(command(tool, args), capture_output=True, text=True, env=environment(threads))
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what or 'fairseq-' + tool} failed:\n{proc.stderr[-3000:]}")
+    return proc
 
 
 def main(argv: list[str] | None = None) -> int:

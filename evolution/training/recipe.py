@@ -12,7 +12,7 @@ from pathlib import Path
 from evolution.config import TrainConfig
 from evolution.models.compat import exact_batching_args
 
-__all__ = ["encoder_args", "task_args", "optimisation_args", "train_args"]
+__all__ = ["encoder_args", "data_args", "model_args", "task_args", "optimisation_args", "train_args"]
 
 
 def encoder_args(cfg: TrainConfig) -> list[str]:
@@ -25,28 +25,41 @@ def encoder_args(cfg: TrainConfig) -> list[str]:
     return args
 
 
-def task_args(cfg: TrainConfig, objective: str, *, data: Path, languages: tuple[str, str]) -> list[str]:
-    """Data, task, model and criterion of one objective (METHODS.md 1)."""
+def data_args(cfg: TrainConfig, objective: str, *, data: Path, languages: tuple[str, str]) -> list[str]:
+    """Data and task of one objective: what ``fairseq-validate`` needs to read the test split too."""
     if objective == "mt":
         src, tgt = languages
-        return [str(data), "--task", "translation", "--source-lang", src, "--target-lang", tgt,
-                "--arch", "evolution_mt", "--share-all-embeddings",
+        return [str(data), "--task", "translation", "--source-lang", src, "--target-lang", tgt]
+    # One sentence per sample (break mode eos), as MT sees them; LM input </s> x1..xn,
+    # MLM input <s> x1..xn </s>.
+    block = ["--sample-break-mode", "eos", "--tokens-per-sample", str(cfg.max_positions)]
+    if objective == "lm":
+        return [str(data), "--task", "language_modeling", *block]
+    if objective == "mlm":
+        return [str(data), "--task", "masked_lm", *block]
+    raise ValueError(f"unknown objective {objective!r}; use mt, lm or mlm")
+
+
+def model_args(cfg: TrainConfig, objective: str) -> list[str]:
+    """Model (besides the shared encoder), training masking and criterion of one objective."""
+    if objective == "mt":
+        return ["--arch", "evolution_mt", "--share-all-embeddings",
                 "--decoder-layers", str(cfg.decoder_layers), "--decoder-embed-dim", str(cfg.embed_dim),
                 "--decoder-ffn-embed-dim", str(cfg.ffn_dim), "--decoder-attention-heads", str(cfg.heads),
                 "--max-target-positions", str(cfg.max_positions),
                 *(["--decoder-normalize-before"] if cfg.normalize_before else []),
                 "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
-    # One sentence per sample (break mode eos), as MT sees them; LM input </s> x1..xn,
-    # MLM input <s> x1..xn </s> with fairseq's 15% / 80-10-10 masking.
-    block = ["--sample-break-mode", "eos", "--tokens-per-sample", str(cfg.max_positions)]
     if objective == "lm":
-        return [str(data), "--task", "language_modeling", "--arch", "evolution_lm", *block,
-                "--criterion", "cross_entropy"]
-    if objective == "mlm":
-        return [str(data), "--task", "masked_lm", "--arch", "evolution_mlm", *block,
-                "--mask-prob", "0.15", "--leave-unmasked-prob", "0.1", "--random-token-prob", "0.1",
-                "--criterion", "masked_lm"]
+        return ["--arch", "evolution_lm", "--criterion", "cross_entropy"]
+    if objective == "mlm":  # fairseq's 15% / 80-10-10 masking
+        return ["--arch", "evolution_mlm", "--mask-prob", "0.15", "--leave-unmasked-prob", "0.1",
+                "--random-token-prob", "0.1", "--criterion", "masked_lm"]
     raise ValueError(f"unknown objective {objective!r}; use mt, lm or mlm")
+
+
+def task_args(cfg: TrainConfig, objective: str, *, data: Path, languages: tuple[str, str]) -> list[str]:
+    """Data, task, model and criterion of one objective (METHODS.md 1)."""
+    return [*data_args(cfg, objective, data=data, languages=languages), *model_args(cfg, objective)]
 
 
 def optimisation_args(cfg: TrainConfig, *, updates: int, seed: int, save_dir: Path) -> list[str]:

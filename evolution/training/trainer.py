@@ -23,13 +23,12 @@ import logging
 import os
 import re
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from evolution.config import TrainConfig
-from evolution.training import evaluate, recipe, vocab
+from evolution.training import evaluate, fairseq_cli, recipe, vocab
 
 logger = logging.getLogger(__name__)
 
@@ -100,10 +99,6 @@ def prepare_data(paths: TrainingPaths, cfg: TrainConfig) -> dict:
     return summary
 
 
-def _env(threads: int) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-
-
 def _cpu() -> bool:
     import torch
 
@@ -119,10 +114,7 @@ def initial_encoder(paths: TrainingPaths, cfg: TrainConfig, *, seed: int, langua
     args = [*recipe.task_args(cfg, "mlm", data=paths.data("mlm"), languages=languages), *recipe.encoder_args(cfg),
             "--seed", str(seed), "--cpu"]
     tmp = out.with_suffix(".partial")
-    proc = subprocess.run([sys.executable, "-m", "evolution.training.fairseq_cli", "init-encoder", str(tmp), *args],
-                          capture_output=True, text=True, env=_env(cfg.threads))
-    if proc.returncode != 0:
-        raise RuntimeError(f"building the initial encoder failed:\n{proc.stderr[-3000:]}")
+    fairseq_cli.run("init-encoder", [str(tmp), *args], threads=cfg.threads, what="building the initial encoder")
     os.replace(tmp, out)
     return out
 
@@ -162,8 +154,8 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
     t0 = time.perf_counter()
     last = resumed
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "evolution.training.fairseq_cli", "train", *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(cfg.threads))
+        proc = subprocess.Popen(fairseq_cli.command("train", args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=fairseq_cli.environment(cfg.threads))
         for line in proc.stdout:
             log.write(line)
             m = _UPDATES.search(line)
@@ -211,8 +203,8 @@ def evaluate_runs(paths: TrainingPaths, cfg: TrainConfig, runs: dict[str, dict],
                                                                        encoding="utf-8")
             result = evaluate.bleu_chrf(hyps, refs)
         else:
-            task = recipe.task_args(cfg, objective, data=paths.data(objective), languages=languages)
-            result = {"ppl": evaluate.fairseq_perplexity(task_args=task, checkpoint=ckpt, threads=cfg.threads,
+            data = recipe.data_args(cfg, objective, data=paths.data(objective), languages=languages)
+            result = {"ppl": evaluate.fairseq_perplexity(data_args=data, checkpoint=ckpt, threads=cfg.threads,
                                                          cpu=_cpu())}
         result["seconds"] = round(time.perf_counter() - t0, 1)
         out[name] = result

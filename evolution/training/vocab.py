@@ -13,8 +13,6 @@ so that their embedding matrices have the same shape.
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
@@ -89,14 +87,13 @@ def binarize(*, dictionary: Path, destdir: Path, trainpref: Path, validpref: Pat
     With both languages: an MT data directory; with neither: a monolingual
     one (``train.bin`` ...) for the LM and MLM tasks.
     """
-    args = ["preprocess", "--destdir", str(destdir), "--trainpref", str(trainpref), "--validpref", str(validpref),
+    from evolution.training import fairseq_cli
+
+    args = ["--destdir", str(destdir), "--trainpref", str(trainpref), "--validpref", str(validpref),
             "--testpref", str(testpref), "--srcdict", str(dictionary), "--workers", "1"]
     if source_lang:
         args += ["--source-lang", source_lang, "--target-lang", target_lang, "--tgtdict", str(dictionary)]
     else:
         args += ["--only-source"]
-    proc = subprocess.run([sys.executable, "-m", "evolution.training.fairseq_cli", *args],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"fairseq-preprocess failed for {destdir}:\n{proc.stderr[-3000:]}")
+    fairseq_cli.run("preprocess", args, what=f"fairseq-preprocess for {destdir}")
     return destdir
