@@ -438,7 +438,7 @@ class MetricsStage(Stage):
         import numpy as np
 
         from evolution.extract import compute
-        from evolution.metrics.plan import plan_occurrences
+        from evolution.metrics.plan import content_ids_by_sentence, plan_occurrences
         from evolution.metrics.results import attach_tsne_labels, build_datasets, write_metrics
         from evolution.metrics.tasks import layer_task, similarity_task
 
@@ -528,8 +528,7 @@ class MetricsStage(Stage):
                 samples = sample_influencers(sentence=sentence, position=ds["position"].values,
                                              freq_rank=ds["freq_rank"].values, bins=bins,
                                              max_per_bin=icfg.max_per_bin, seed=ctx.config.seed)
-                wanted = sorted({s for s, _, _ in samples})
-                content = {s: token_id[sentence == s].tolist() for s in wanted}
+                content = content_ids_by_sentence(token_id, sentence, wanted={s for s, _, _ in samples})
                 todo.append(dask.delayed(influence_task, pure=True)(
                     spec=ExtractStage().spec(ctx, m), content_ids=content, samples=samples, n_bins=len(bins),
                     cfg=resolved_dict(icfg), torch_threads=ctx.config.extract.torch_threads,
@@ -550,9 +549,7 @@ class MetricsStage(Stage):
                     mlm_out[m.name] = json.loads(f.read_text(encoding="utf-8"))
                     continue
                 sentence, token_id = ds["sentence"].values, ds["token_id"].values
-                order = np.argsort(sentence, kind="stable")
-                splits = np.flatnonzero(np.diff(sentence[order])) + 1
-                content = {int(sentence[g[0]]): token_id[g].tolist() for g in np.split(order, splits)}
+                content = content_ids_by_sentence(token_id, sentence)
                 types = np.unique(plans[m.name].mi["input"][1]).tolist()
                 todo.append(dask.delayed(mlm_output_task, pure=True)(
                     spec=ExtractStage().spec(ctx, m), content_ids=content, types=types, cfg=resolved_dict(cfg.mi),

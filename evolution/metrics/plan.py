@@ -72,6 +72,17 @@ def word_forms(token_str) -> np.ndarray:
     return out
 
 
+def content_ids_by_sentence(token_id: np.ndarray, sentence: np.ndarray, *, wanted=None) -> dict[int, list[int]]:
+    """``{sentence: [token ids in token-axis order]}`` (optionally only the ``wanted`` sentences):
+    what an analysis that re-runs the model (influence, MLM output MI) feeds it."""
+    sentence = np.asarray(sentence)
+    order = np.argsort(sentence, kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(sentence[order])) + 1)
+    keep = None if wanted is None else set(int(w) for w in wanted)
+    return {int(sentence[g[0]]): np.asarray(token_id)[g].tolist() for g in groups
+            if len(g) and (keep is None or int(sentence[g[0]]) in keep)}
+
+
 def _sample_per_type(rows: np.ndarray, types: np.ndarray, *, max_per_type: int, rng) -> np.ndarray:
     keep = []
     for t in np.unique(types):
