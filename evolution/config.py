@@ -151,6 +151,24 @@ class CorpusConfig(_Section):
     split: Annotated[SplitConfig, Field(default_factory=SplitConfig)]
     analyse: Literal["train", "valid", "test"] = Field("test", description="the split whose source side is analysed")
     max_sentences: int | None = Field(None, ge=1, description="analyse only the first N sentences")
+    annotated: str | None = Field(
+        None, description="annotated text analysed beside the main one, for POS / dependency neighbour rates: "
+        "an embedded treebank (ud-ewt-test, ud-ewt-dev) or a CoNLL-U file; null = none")
+    annotated_sentences: int | None = Field(None, ge=1, description="use only the first N annotated sentences")
+
+    @field_validator("annotated", mode="before")
+    @classmethod
+    def _annotated(cls, v: Any, info: ValidationInfo) -> str | None:
+        from evolution.corpus.conllu import EMBEDDED
+
+        if v is None or str(v) in EMBEDDED:
+            return v
+        path = _resolve(v, info)
+        if not path.is_file():
+            raise ValueError(f"corpus.annotated {str(v)!r} is neither an embedded treebank ({', '.join(EMBEDDED)}) "
+                             "nor an existing CoNLL-U file (relative paths are resolved against the config "
+                             "file's directory)")
+        return str(path)
 
     @field_validator("path", "target_path", mode="before")
     @classmethod

@@ -82,6 +82,9 @@ class CorpusStage(Stage):
 
     name = "corpus"
 
+    #: Corpus fields that choose what is *analysed*; training data does not depend on them.
+    ANALYSIS_FIELDS = ("analyse", "max_sentences", "annotated", "annotated_sentences")
+
     def _inputs(self, ctx: Context) -> dict:
         c = ctx.config.corpus
         if c.source == "bible":
@@ -90,11 +93,26 @@ class CorpusStage(Stage):
             return {m: tree_hash(module_files(c.sword_root, m)) for m in c.modules}
         return {str(p): file_hash(p) for p in (c.path, c.target_path) if p is not None}
 
+    def _annotated_inputs(self, ctx: Context) -> dict:
+        from evolution.corpus.conllu import resolve_treebank
+
+        a = ctx.config.corpus.annotated
+        return {} if a is None else {"annotated": file_hash(resolve_treebank(a))}
+
     def key(self, ctx: Context) -> str:
         def compute():
             section = resolved_dict(ctx.config.corpus)
-            return config_hash({"corpus": section, "inputs": self._inputs(ctx), "seed": ctx.config.seed})
+            return config_hash({"corpus": section, "inputs": {**self._inputs(ctx), **self._annotated_inputs(ctx)},
+                                "seed": ctx.config.seed})
         return ctx.memo("corpus.key", compute)
+
+    def training_key(self, ctx: Context) -> str:
+        """Hash of what the training text depends on (not of what is analysed), so that
+        analysing another split or adding annotated text reuses the trained models."""
+        def compute():
+            section = {k: v for k, v in resolved_dict(ctx.config.corpus).items() if k not in self.ANALYSIS_FIELDS}
+            return config_hash({"corpus": section, "inputs": self._inputs(ctx), "seed": ctx.config.seed})
+        return ctx.memo("corpus.training_key", compute)
 
     def directory(self, ctx: Context) -> Path:
         return ctx.workdir / "corpus" / self.key(ctx)
@@ -119,17 +137,48 @@ class CorpusStage(Stage):
             meta.update(source=corpus.source, source_sha256=file_hash(corpus.source))
         else:
             parallel, splits = self._read_parallel(ctx)
+        treebank = self._read_annotated(ctx)
         with replace_dir(final) as tmp:
             tmp.mkdir()
             if c.source == "text":
                 sentences, lines = corpus.sentences, corpus.lines
             else:
                 sentences, lines = self._write_parallel(ctx, tmp, meta, parallel, splits)
+            if treebank is not None:
+                meta["annotated"] = self._write_annotated(tmp, treebank, first=len(sentences))
+                sentences = sentences + [t.text for t in treebank]
+                lines = lines + [t.line for t in treebank]
             (tmp / "sentences.txt").write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
             meta.update(n_sentences=len(sentences), lines=lines)
             (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
             (tmp / "done.json").write_text(json.dumps({"key": self.key(ctx)}), encoding="utf-8")
         logger.info("corpus: %d sentences to analyse -> %s", len(sentences), final)
+
+    def _read_annotated(self, ctx: Context):
+        from evolution.corpus.conllu import read_conllu, resolve_treebank
+
+        c = ctx.config.corpus
+        if c.annotated is None:
+            return None
+        treebank = read_conllu(resolve_treebank(c.annotated), max_sentences=c.annotated_sentences)
+        logger.info("corpus: annotated text %s: %d sentences, %d words", c.annotated, len(treebank),
+                    sum(len(t) for t in treebank))
+        return treebank
+
+    @staticmethod
+    def _write_annotated(tmp: Path, treebank, *, first: int) -> dict:
+        """``annotation.json``: per annotated sentence its words' labels; they are corpus
+        sentences ``first ...`` (after the main text)."""
+        doc = {"first": first, "n_sentences": len(treebank),
+               "sentences": [{"upos": t.upos, "xpos": t.xpos, "deprel": t.deprel, "head": t.head}
+                             for t in treebank]}
+        (tmp / "annotation.json").write_text(json.dumps(doc), encoding="utf-8")
+        return {"first": first, "n_sentences": len(treebank), "n_words": sum(len(t) for t in treebank)}
+
+    def annotation(self, ctx: Context) -> dict | None:
+        """The ``annotation.json`` of the corpus stage (None without ``corpus.annotated``)."""
+        f = self.directory(ctx) / "annotation.json"
+        return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
 
     def _read_parallel(self, ctx: Context):
         from evolution.corpus.parallel import (
@@ -201,7 +250,7 @@ class TrainStage(Stage):
     def key(self, ctx: Context) -> str:
         def compute():
             train = resolved_dict(ctx.config.train) if ctx.config.train else None
-            return config_hash({"corpus": CorpusStage().key(ctx), "train": train, "seed": ctx.config.seed})
+            return config_hash({"corpus": CorpusStage().training_key(ctx), "train": train, "seed": ctx.config.seed})
         return ctx.memo("train.key", compute)
 
     def directory(self, ctx: Context) -> Path:
@@ -361,8 +410,9 @@ class ExtractStage(Stage):
 
 
 #: Bumped when the metrics stage computes something new, so that older metrics.zarr are redone
-#: (2: token influence and MI with the MLM's output label).
-METRICS_VERSION = 2
+#: (2: token influence and MI with the MLM's output label; 3: POS / dependency neighbour rates
+#: on annotated text, main-text-only frequency ranks).
+METRICS_VERSION = 3
 
 
 class MetricsStage(Stage):
@@ -392,7 +442,7 @@ class MetricsStage(Stage):
 
     def _layer_key(self, ctx: Context, model: ModelConfig, layer: int) -> str:
         return config_hash({"extract": ExtractStage().model_key(ctx, model), "metrics": self._layer_cfg(ctx),
-                            "seed": ctx.config.seed, "layer": layer})
+                            "seed": ctx.config.seed, "layer": layer, "version": METRICS_VERSION})
 
     def _models(self, ctx: Context) -> dict[str, Any]:
         """Per model: its coordinates, number of layers, objective (read once per run)."""
@@ -407,6 +457,28 @@ class MetricsStage(Stage):
                                "objective": m.objective or ds.attrs.get("objective")}
             return out
         return ctx.memo("metrics.models", compute)
+
+    @staticmethod
+    def _parts(ds, annotation: dict | None) -> dict[str, Any]:
+        """Which token rows are the main text (``primary``), the annotated text's label codes
+        per row (``annotation``: pos = PTB tag, deprel), and frequency ranks over the main text
+        only (``freq_rank``; equal to the stored coordinate when nothing is annotated)."""
+        import numpy as np
+
+        from evolution.corpus.conllu import token_labels
+        from evolution.tokens import frequency_ranks
+
+        sentence, token_id = ds["sentence"].values, ds["token_id"].values
+        if annotation is None:
+            return {"primary": np.ones(len(sentence), bool), "annotation": None, "freq_rank": ds["freq_rank"].values}
+        first, sents = annotation["first"], annotation["sentences"]
+        primary = sentence < first
+        codes = {name: token_labels(sentence=sentence, word_id=ds["word_id"].values, first=first,
+                                    words=[s[key] for s in sents])
+                 for name, key in (("pos", "xpos"), ("deprel", "deprel"), ("upos", "upos"))}
+        rank = np.zeros(len(sentence), dtype=np.int32)
+        rank[primary] = frequency_ranks(token_id[primary])
+        return {"primary": primary, "annotation": codes, "freq_rank": rank}
 
     def fingerprint(self, ctx: Context) -> str:
         keys = {m.name: [self._layer_key(ctx, m, layer) for layer in range(self._n_layers_cheap(ctx, m))]
@@ -455,15 +527,18 @@ class MetricsStage(Stage):
         results: dict[tuple[str, int], dict] = {}
         todo, todo_keys = [], []
         plans, tsne_labels = {}, {}
+        annotation = CorpusStage().annotation(ctx)
         for m in ctx.config.models:
             info = models[m.name]
             ds = info["ds"]
+            info.update(self._parts(ds, annotation))
             plan = plan_occurrences(token_id=ds["token_id"].values, token_str=ds["token_str"].values,
                                     sentence=ds["sentence"].values, position=ds["position"].values,
-                                    objective=info["objective"], cfg=cfg, seed=ctx.config.seed)
+                                    objective=info["objective"], cfg=cfg, seed=ctx.config.seed,
+                                    primary=info["primary"], annotation=info["annotation"])
             plans[m.name] = plan
             tsne_labels[m.name] = plan.tsne
-            task_plan = {"mi": plan.mi, "neighbors": plan.neighbors or None,
+            task_plan = {"mi": plan.mi, "neighbors": plan.neighbors or None, "syntax": plan.syntax or None,
                          "tsne": {k: {"rows": v["rows"]} for k, v in plan.tsne.items()}}
             for layer in range(info["n_layers"]):
                 f = cache / f"layer-{m.name}-{layer}-{self._layer_key(ctx, m, layer)}.json"
@@ -504,7 +579,7 @@ class MetricsStage(Stage):
                 sim_tasks.append(None)
                 todo.append(dask.delayed(similarity_task, pure=True)(
                     store=store, groups=names, n_layers={n: models[n]["n_layers"] for n in names}, rows=rows,
-                    freq_rank=ds0["freq_rank"].values[rows], cfg=resolved_dict(scfg),
+                    freq_rank=models[names[0]]["freq_rank"][rows], cfg=resolved_dict(scfg),
                     dask_key_name=f"similarity-{key[:12]}"))
                 todo_keys.append((("similarity", len(sim_tasks) - 1), f))
         influence: dict[str, dict] = {}
@@ -525,8 +600,9 @@ class MetricsStage(Stage):
                     influence[m.name] = json.loads(f.read_text(encoding="utf-8"))
                     continue
                 sentence, token_id = ds["sentence"].values, ds["token_id"].values
-                samples = sample_influencers(sentence=sentence, position=ds["position"].values,
-                                             freq_rank=ds["freq_rank"].values, bins=bins,
+                main = models[m.name]["primary"]
+                samples = sample_influencers(sentence=sentence[main], position=ds["position"].values[main],
+                                             freq_rank=models[m.name]["freq_rank"][main], bins=bins,
                                              max_per_bin=icfg.max_per_bin, seed=ctx.config.seed)
                 content = content_ids_by_sentence(token_id, sentence, wanted={s for s, _, _ in samples})
                 todo.append(dask.delayed(influence_task, pure=True)(
@@ -534,6 +610,25 @@ class MetricsStage(Stage):
                     cfg=resolved_dict(icfg), torch_threads=ctx.config.extract.torch_threads,
                     dask_key_name=f"influence-{m.name}-{key[:12]}"))
                 todo_keys.append((("influence", m.name), f))
+        pos_change: dict[str, dict] = {}
+        if scfg is not None and annotation is not None:
+            from evolution.corpus.conllu import NO_LABEL
+            from evolution.metrics.tasks import pos_change_task
+
+            upos_vocab = np.array(sorted({t for s in annotation["sentences"] for t in s["upos"]}), dtype=object)
+            for m in ctx.config.models:
+                codes = models[m.name]["annotation"]["upos"]
+                rows = np.flatnonzero(codes != NO_LABEL)
+                key = config_hash({"extract": ExtractStage().model_key(ctx, m), "similarity": resolved_dict(scfg),
+                                   "version": METRICS_VERSION})
+                f = cache / f"change-pos-{m.name}-{key}.json"
+                if f.is_file() and self.name not in ctx.force:
+                    pos_change[m.name] = json.loads(f.read_text(encoding="utf-8"))
+                    continue
+                todo.append(dask.delayed(pos_change_task, pure=True)(
+                    store=store, group=m.name, n_layers=models[m.name]["n_layers"], rows=rows,
+                    pos=upos_vocab[codes[rows]], cfg=resolved_dict(scfg), dask_key_name=f"change-pos-{m.name}-{key[:12]}"))
+                todo_keys.append((("change_pos", m.name), f))
         mlm_out: dict[str, dict] = {}
         if cfg.mi is not None:
             from evolution.metrics.tasks import mlm_output_task
@@ -549,7 +644,8 @@ class MetricsStage(Stage):
                     mlm_out[m.name] = json.loads(f.read_text(encoding="utf-8"))
                     continue
                 sentence, token_id = ds["sentence"].values, ds["token_id"].values
-                content = content_ids_by_sentence(token_id, sentence)
+                content = content_ids_by_sentence(token_id, sentence,
+                                                  wanted=np.unique(sentence[models[m.name]["primary"]]))
                 types = np.unique(plans[m.name].mi["input"][1]).tolist()
                 todo.append(dask.delayed(mlm_output_task, pure=True)(
                     spec=ExtractStage().spec(ctx, m), content_ids=content, types=types, cfg=resolved_dict(cfg.mi),
@@ -569,6 +665,8 @@ class MetricsStage(Stage):
                 influence[key[1]] = r
             elif key[0] == "mlm_output":
                 mlm_out[key[1]] = r
+            elif key[0] == "change_pos":
+                pos_change[key[1]] = r
             else:
                 results[key] = r
         if scfg is not None and sim_tasks:
@@ -599,6 +697,13 @@ class MetricsStage(Stage):
             ds_inf = influence_dataset(influence, freq_bins=icfg.freq_bins, methods=icfg.methods, attrs=attrs)
             if ds_inf is not None:
                 datasets["influence"] = ds_inf
+        if pos_change:
+            from evolution.metrics.results import change_pos_dataset
+
+            for name, r in pos_change.items():
+                for note in r.get("notes", []):
+                    logger.info("metrics: %s", note)
+            datasets["change_pos"] = change_pos_dataset(pos_change, methods=scfg.methods, attrs=attrs)
         write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
         logger.info("metrics: %s in %.1f s -> %s", ", ".join(sorted(datasets)), time.perf_counter() - t0,
                     self.path(ctx))

@@ -37,12 +37,15 @@ def test_notebook_executes(tmp_path, corpus_file, model_specs, monkeypatch):
 
 @pytest.mark.slow
 def test_metrics_notebook_draws_every_figure(tmp_path, corpus_file, model_specs, monkeypatch):
+    from test_conllu import TREEBANK_SENTENCES, _treebank
     from test_metrics_stage import METRICS
 
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, extra=METRICS, workdir=tmp_path / "w",
                        models=[model_specs["translation"], model_specs["language_modeling"]])
+    tb = _treebank(tmp_path / "tb.conllu", TREEBANK_SENTENCES)
+    cfg.write_text(cfg.read_text().replace(f"  path: {corpus_file}\n", f"  path: {corpus_file}\n  annotated: {tb}\n"))
     run(cfg, progress=False)
     monkeypatch.setenv("EVOLUTION_METRICS", str(tmp_path / "w" / "metrics.zarr"))
     outputs = _execute("metrics.ipynb")
-    # raw MI line plot + MI, neighbours, 2 similarity, change, 2 t-SNE grids = 8 figures
-    assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 8
+    # raw MI line plot + MI, neighbours, 2 similarity, change, change by POS, 2 t-SNE grids = 9 figures
+    assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 9

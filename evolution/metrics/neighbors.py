@@ -87,7 +87,7 @@ def same_label_rate(neighbors: np.ndarray, labels: np.ndarray) -> float:
 
 def within_type_measures(vectors: np.ndarray, *, types: np.ndarray, position: np.ndarray,
                          annotations: dict[str, np.ndarray], k: int, metric: Metric = "euclidean",
-                         min_occurrences: int = 2) -> dict[str, float]:
+                         min_occurrences: int = 2, chance: bool = False) -> dict[str, float]:
     """Neighbour statistics among the occurrences of each token type.
 
     For each type with at least ``min_occurrences`` occurrences, neighbours
@@ -96,10 +96,19 @@ def within_type_measures(vectors: np.ndarray, *, types: np.ndarray, position: np
     queries, then types) and ``same_<name>`` for each annotation (share of
     neighbours with the query's value, averaged the same way). Values of -1
     in an annotation (no left neighbour at sentence start, ...) never match.
+
+    With ``chance=True`` also ``same_<name>_chance``: the same average if the
+    neighbours were drawn at random from the type's other occurrences, i.e.
+    ``(count of the query's value in the type - 1) / (occurrences - 1)`` per
+    query. It does not depend on the representation: the floor against which
+    a layer's rate says that the representation groups by ``name`` (a type
+    with one POS has rate = chance = 1 at every layer).
     """
     types = np.asarray(types)
     position = np.asarray(position)
     out: dict[str, list[float]] = {"position_distance": [], **{f"same_{a}": [] for a in annotations}}
+    if chance:
+        out.update({f"same_{a}_chance": [] for a in annotations})
     for t in np.unique(types):
         rows = np.flatnonzero(types == t)
         if len(rows) < max(2, min_occurrences):
@@ -110,6 +119,10 @@ def within_type_measures(vectors: np.ndarray, *, types: np.ndarray, position: np
             values = np.asarray(values)
             q = values[rows][:, None]
             out[f"same_{name}"].append(float(((values[nb] == q) & (q >= 0)).mean()))
+            if chance:
+                _, inverse, counts = np.unique(values[rows], return_inverse=True, return_counts=True)
+                per_query = np.where(values[rows] >= 0, (counts[inverse] - 1) / (len(rows) - 1), 0.0)
+                out[f"same_{name}_chance"].append(float(per_query.mean()))
     if not out["position_distance"]:
         raise ValueError(f"no token type has {max(2, min_occurrences)} occurrences")
     return {name: float(np.mean(v)) for name, v in out.items()}

@@ -31,6 +31,7 @@ class OccurrencePlan:
     mi: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # target -> (rows, labels)
     neighbors: dict[str, np.ndarray] = field(default_factory=dict)  # rows, token, position, left, right
     tsne: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # selection -> rows, token, position
+    syntax: dict[str, np.ndarray] = field(default_factory=dict)  # rows, token, position, pos, deprel
     similarity_rows: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -91,25 +92,37 @@ def _sample_per_type(rows: np.ndarray, types: np.ndarray, *, max_per_type: int, 
     return np.sort(np.concatenate(keep)) if keep else np.empty(0, dtype=np.int64)
 
 
+def _frequent_rows(labels: np.ndarray, within: np.ndarray, *, top: int, min_count: int) -> np.ndarray:
+    """Rows (sorted) among ``within`` whose label is one of the ``top`` most frequent there."""
+    return within[select_frequent(labels[within], n_types=top, min_count=min_count)]
+
+
 def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: np.ndarray,
                      position: np.ndarray, objective: str | None, cfg: MetricsConfig, seed: int,
-                     sentence_order: np.ndarray | None = None) -> OccurrencePlan:
+                     sentence_order: np.ndarray | None = None, primary: np.ndarray | None = None,
+                     annotation: dict[str, np.ndarray] | None = None) -> OccurrencePlan:
     """Decide the rows of every metric for one model. Deterministic in ``seed``.
 
     ``sentence_order`` lists sentence ids in corpus order (default: sorted
     unique ids); similarity uses all tokens of its first ``sentences``.
+    ``primary`` (n,) bool marks the rows of the main text (default: all);
+    every metric but the syntactic neighbour rates uses only those.
+    ``annotation`` maps ``pos`` and ``deprel`` to per-row label codes
+    (:data:`evolution.corpus.conllu.NO_LABEL` where a row is not annotated);
+    with it, ``plan.syntax`` holds the annotated rows of the most frequent
+    types for :func:`~evolution.metrics.neighbors.within_type_measures`.
     """
     rng = np.random.default_rng(seed)
     token_id = np.asarray(token_id, dtype=np.int64)
     sentence = np.asarray(sentence)
+    main = np.flatnonzero(np.ones(len(token_id), bool) if primary is None else np.asarray(primary, bool))
     plan = OccurrencePlan()
     sel = cfg.tokens
     targets = {"input": token_id}
     if objective == "lm":
         targets["output"] = next_token_labels(token_id, sentence)
     for target, labels in targets.items():
-        mask = select_frequent(labels, n_types=sel.top, min_count=sel.min_count)
-        rows = np.flatnonzero(mask)
+        rows = _frequent_rows(labels, main, top=sel.top, min_count=sel.min_count)
         n_types = len(np.unique(labels[rows]))
         if n_types < 2:
             plan.notes.append(f"MI ({target}): fewer than 2 token types with >= {sel.min_count} occurrences; "
@@ -120,16 +133,33 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
                               f"occurrences (asked for {sel.top})")
         plan.mi[target] = (rows, labels[rows])
     if cfg.neighbors is not None:
-        mask = select_frequent(token_id, n_types=sel.top, min_count=sel.min_count)
-        rows = _sample_per_type(np.flatnonzero(mask), token_id[mask], max_per_type=cfg.neighbors.max_per_type,
-                                rng=rng)
+        frequent = _frequent_rows(token_id, main, top=sel.top, min_count=sel.min_count)
+        rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type, rng=rng)
         left, right = neighbour_ids(token_id, sentence)
         plan.neighbors = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
                           "left": left[rows], "right": right[rows]}
+        if annotation is not None:
+            from evolution.corpus.conllu import NO_LABEL
+
+            annotated = np.flatnonzero(np.asarray(annotation["pos"]) != NO_LABEL)
+            frequent = _frequent_rows(token_id, annotated, top=sel.top, min_count=sel.min_count)
+            n_types = len(np.unique(token_id[frequent]))
+            if n_types < 2:
+                plan.notes.append(f"POS / dependency neighbour rates: fewer than 2 token types with >= "
+                                  f"{sel.min_count} occurrences in the annotated text; lower "
+                                  "metrics.tokens.min_count or annotate more text")
+            else:
+                if n_types < sel.top:
+                    plan.notes.append(f"POS / dependency neighbour rates: {n_types} token types have >= "
+                                      f"{sel.min_count} occurrences in the annotated text (asked for {sel.top})")
+                rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type,
+                                        rng=rng)
+                plan.syntax = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
+                               **{k: np.asarray(annotation[k])[rows] for k in ("pos", "deprel")}}
     if cfg.tsne is not None:
         words = word_forms(token_str)
         for s in cfg.tsne.selections:
-            rows = np.flatnonzero(np.isin(words, s.tokens))
+            rows = main[np.isin(words[main], s.tokens)]
             if len(rows) < 4:
                 plan.notes.append(f"t-SNE '{s.name}': {len(rows)} occurrences of {s.tokens}; skipped")
                 continue
@@ -138,7 +168,7 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
             plan.tsne[s.name] = {"rows": rows, "token": words[rows],
                                  "position": np.asarray(position)[rows]}
     if cfg.similarity is not None:
-        order = np.unique(sentence) if sentence_order is None else np.asarray(sentence_order)
+        order = np.unique(sentence[main]) if sentence_order is None else np.asarray(sentence_order)
         first = order[:cfg.similarity.sentences]
         plan.similarity_rows = np.flatnonzero(np.isin(sentence, first))
     for note in plan.notes:

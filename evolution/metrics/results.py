@@ -8,11 +8,16 @@ group / variable          dimensions                                     meaning
 ``mi/entropy``            (model, target)                                H(X), the upper bound
 ``mi/k``, ``mi/n``        (model, layer, target)                         clusters used, occurrences
 ``neighbors/value``       (model, layer, measure)                        same_token, position_distance,
-                                                                         same_left, same_right
+                                                                         same_left, same_right; with
+                                                                         annotated text also same_pos,
+                                                                         same_deprel (+ ``_chance``)
 ``similarity/distance``   (metric, model_a, layer_a, model_b, layer_b)   1 - PWCCA (weights from a) or
                                                                          1 - CKA
 ``change/distance``       (metric, model, layer_pair, freq_bin)          layer n vs n + 1, per
                                                                          frequency-rank bin
+``change_pos/distance``   (metric, model, layer_pair, pos)               the same per UPOS tag of the
+                                                                         annotated text (``count``:
+                                                                         (model, pos) occurrences)
 ``influence/distance``    (metric, model, layer, freq_bin)               token influence: layer-n states
                                                                          of the other tokens with vs
                                                                          without one key masked at n
@@ -36,9 +41,10 @@ import xarray as xr
 
 from evolution.atomic import replace_dir
 
-__all__ = ["build_datasets", "influence_dataset", "write_metrics", "open_metrics", "NEIGHBOR_MEASURES"]
+__all__ = ["build_datasets", "change_pos_dataset", "influence_dataset", "write_metrics", "open_metrics", "NEIGHBOR_MEASURES"]
 
-NEIGHBOR_MEASURES = ("same_token", "position_distance", "same_left", "same_right")
+NEIGHBOR_MEASURES = ("same_token", "position_distance", "same_left", "same_right",
+                     "same_pos", "same_pos_chance", "same_deprel", "same_deprel_chance")
 
 
 def _s(values) -> np.ndarray:
@@ -76,12 +82,13 @@ def build_datasets(*, models: list[str], n_layers: dict[str, int], layer_results
             coords={"model": _s(models), "layer": layer, "target": _s(targets), "restart": np.arange(restarts)})
 
     if any("neighbors" in r for r in layer_results.values()):
-        val = np.full((len(models), L, len(NEIGHBOR_MEASURES)), np.nan)
+        measures = [n for n in NEIGHBOR_MEASURES if any(n in r.get("neighbors", {}) for r in layer_results.values())]
+        val = np.full((len(models), L, len(measures)), np.nan)
         for (m, l), r in layer_results.items():
-            for j, name in enumerate(NEIGHBOR_MEASURES):
+            for j, name in enumerate(measures):
                 val[models.index(m), l, j] = r.get("neighbors", {}).get(name, np.nan)
         out["neighbors"] = xr.Dataset({"value": (("model", "layer", "measure"), val)},
-                                      coords={"model": _s(models), "layer": layer, "measure": _s(NEIGHBOR_MEASURES)})
+                                      coords={"model": _s(models), "layer": layer, "measure": _s(measures)})
 
     names = sorted({s for r in layer_results.values() for s in r.get("tsne", {})})
     for name in names:
@@ -123,6 +130,33 @@ def build_datasets(*, models: list[str], n_layers: dict[str, int], layer_results
     for ds in out.values():
         ds.attrs.update(attrs)
     return out
+
+
+def change_pos_dataset(results: dict[str, dict], *, methods: list[str], attrs: dict[str, Any]) -> xr.Dataset | None:
+    """The ``change_pos`` group from :func:`~evolution.metrics.tasks.pos_change_task` results:
+    ``distance`` (metric, model, layer_pair, pos) and ``count`` (model, pos)."""
+    if not results:
+        return None
+    models = list(results)
+    tags = list(dict.fromkeys(t for r in results.values() for t in r["groups"]))  # first model's order first
+    L1 = max(len(r["change"][methods[0]]) for r in results.values())
+    dist = np.full((len(methods), len(models), L1, len(tags)), np.nan)
+    count = np.zeros((len(models), len(tags)), dtype=np.int64)
+    for i, (m, r) in enumerate(results.items()):
+        cols = [tags.index(t) for t in r["groups"]]
+        for q, meth in enumerate(methods):
+            arr = np.asarray(r["change"][meth], dtype=float)
+            dist[q, i, :len(arr)][:, cols] = arr
+        count[i, cols] = [r["counts"][t] for t in r["groups"]]
+    ds = xr.Dataset(
+        {"distance": (("metric", "model", "layer_pair", "pos"), dist,
+                      {"long_name": "distance between layer n and n + 1 on the annotated occurrences of a POS tag"}),
+         "count": (("model", "pos"), count, {"long_name": "annotated occurrences with the tag"})},
+        coords={"metric": _s(methods), "model": _s(models), "layer_pair": _s(f"{i}-{i + 1}" for i in range(L1)),
+                "layer_from": ("layer_pair", np.arange(L1)), "pos": _s(tags)})
+    ds.attrs.update(attrs)
+    ds.attrs["notes"] = [n for r in results.values() for n in r.get("notes", [])]
+    return ds
 
 
 def influence_dataset(results: dict[str, dict], *, freq_bins: list[int], methods: list[str],

@@ -19,7 +19,8 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["read_rows", "layer_task", "similarity_task", "influence_task", "mlm_output_task"]
+__all__ = ["read_rows", "layer_task", "similarity_task", "adjacent_change", "pos_change_task", "influence_task",
+           "mlm_output_task"]
 
 
 def read_rows(store: str, group: str, layer: int, rows: np.ndarray) -> np.ndarray:
@@ -61,6 +62,12 @@ def layer_task(*, store: str, group: str, layer: int, plan: dict[str, Any], cfg:
                             **within_type_measures(x, types=nb["token"], position=nb["position"],
                                                    annotations={"left": nb["left"], "right": nb["right"]},
                                                    k=c["k"], metric=c["metric"])}
+        syn = plan.get("syntax")
+        if syn:  # on the annotated text: same POS / dependency relation among same-token neighbours
+            r = within_type_measures(read_rows(store, group, layer, syn["rows"]), types=syn["token"],
+                                     position=syn["position"], annotations={"pos": syn["pos"], "deprel": syn["deprel"]},
+                                     k=c["k"], metric=c["metric"], chance=True)
+            out["neighbors"].update({name: v for name, v in r.items() if name.startswith("same_")})
     if cfg.get("tsne") is not None:
         out["tsne"] = {}
         for name, sel in plan["tsne"].items():
@@ -109,22 +116,58 @@ def similarity_task(*, store: str, groups: list[str], n_layers: dict[str, int], 
     change: dict[str, dict[str, list]] = {m: {} for m in methods}
     notes = []
     freq_rank = np.asarray(freq_rank)
+    masks = {f"ranks [{lo}, {hi})": (freq_rank >= lo) & (freq_rank < hi) for lo, hi in bins}
     for g in groups:
-        for m in methods:
-            change[m][g] = np.full((n_layers[g] - 1, len(bins)), np.nan).tolist()
         states = [read_rows(store, g, layer, rows) for layer in range(n_layers[g])]  # read once, sliced per bin
-        for b, (lo, hi) in enumerate(bins):
-            in_bin = (freq_rank >= lo) & (freq_rank < hi)
-            if in_bin.sum() < kw["min_ratio"] * states[0].shape[1]:
-                notes.append(f"change {g} ranks [{lo}, {hi}): {int(in_bin.sum())} occurrences < "
-                             f"{kw['min_ratio']:g} x d; left as NaN")
-                continue
-            vs = [View(s[in_bin], name=f"{g} layer {i} ranks [{lo}, {hi})", **kw) for i, s in enumerate(states)]
-            for layer in range(n_layers[g] - 1):
-                for m in methods:
-                    change[m][g][layer][b] = 1.0 - fns[m](vs[layer], vs[layer + 1])
+        per_method, bin_notes = adjacent_change(states, masks, methods=methods, epsilon=kw["epsilon"],
+                                                min_ratio=kw["min_ratio"], name=g)
+        notes += bin_notes
+        for m in methods:
+            change[m][g] = per_method[m]
     return {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
             "bins": bins, "n": int(len(rows)), "notes": notes}
+
+
+def adjacent_change(states: list[np.ndarray], masks: dict[str, np.ndarray], *, methods: list[str], epsilon: float,
+                    min_ratio: float, name: str) -> tuple[dict[str, list[list[float]]], list[str]]:
+    """Distance between layers n and n + 1 on each subset of occurrences.
+
+    ``states[layer]`` (n, d) for layers 0..L-1 on the same occurrences;
+    ``masks`` (n,) bool per subset (a frequency bin, a POS group). Returns
+    ``{method: (L - 1, subsets) nested list}`` with NaN where a subset has
+    fewer than ``min_ratio x d`` occurrences (each such subset named in the
+    notes), and the notes.
+    """
+    from evolution.metrics.similarity import View, cka, pwcca
+
+    fns = {"pwcca": pwcca, "cka": cka}
+    L = len(states)
+    out = {m: np.full((L - 1, len(masks)), np.nan) for m in methods}
+    notes = []
+    for b, (label, mask) in enumerate(masks.items()):
+        if mask.sum() < min_ratio * states[0].shape[1]:
+            notes.append(f"change {name} {label}: {int(mask.sum())} occurrences < {min_ratio:g} x d; left as NaN")
+            continue
+        vs = [View(s[mask], name=f"{name} layer {i} {label}", epsilon=epsilon, min_ratio=min_ratio)
+              for i, s in enumerate(states)]
+        for layer in range(L - 1):
+            for m in methods:
+                out[m][layer, b] = 1.0 - fns[m](vs[layer], vs[layer + 1])
+    return {m: v.tolist() for m, v in out.items()}, notes
+
+
+def pos_change_task(*, store: str, group: str, n_layers: int, rows: np.ndarray, pos: np.ndarray,
+                    cfg: dict[str, Any]) -> dict[str, Any]:
+    """Adjacent-layer change per POS tag on the annotated text (METHODS.md 4: change "by POS
+    tag"): ``rows`` the annotated occurrences, ``pos`` (len(rows),) their words' tags (strings);
+    tags are the groups, in order of decreasing count."""
+    pos = np.asarray(pos, dtype=object)
+    tags, counts = np.unique(pos, return_counts=True)
+    tags = [str(t) for t in tags[np.argsort(-counts, kind="stable")]]
+    states = [read_rows(store, group, layer, rows) for layer in range(n_layers)]
+    change, notes = adjacent_change(states, {t: pos == t for t in tags}, methods=cfg["methods"],
+                                    epsilon=cfg["epsilon"], min_ratio=cfg["min_ratio"], name=group)
+    return {"change": change, "groups": tags, "counts": {t: int((pos == t).sum()) for t in tags}, "notes": notes}
 
 
 def influence_task(*, spec: dict, content_ids: dict[int, list[int]], samples: list[tuple[int, int, int]],

@@ -32,6 +32,23 @@ def _first_attr(config, names: Sequence[str]):
     return None
 
 
+def whitespace_word_ids(sentence: str, offsets) -> list[int] | None:
+    """Index of the whitespace word holding each token's first non-space character
+    (``offsets``: the tokenizer's (start, end) character spans); None if a span is empty."""
+    import bisect
+    import re
+
+    starts = [m.start() for m in re.finditer(r"\S+", sentence)]
+    out = []
+    for a, b in offsets:
+        while a < b and sentence[a].isspace():  # byte-level BPE spans may include the leading space
+            a += 1
+        if a >= b:
+            return None
+        out.append(max(0, bisect.bisect_right(starts, a) - 1))
+    return out
+
+
 class HuggingFaceAdapter(Adapter):
     """Adapter for a local Hugging Face model directory.
 
@@ -89,14 +106,15 @@ class HuggingFaceAdapter(Adapter):
                              "as prefix + content + suffix; this layout is not supported")
 
     def tokenize(self, sentence: str) -> Tokenized:
-        enc = self.tokenizer(sentence, add_special_tokens=False)
+        fast = getattr(self.tokenizer, "is_fast", False)
+        enc = self.tokenizer(sentence, add_special_tokens=False, return_offsets_mapping=fast)
         ids = [int(i) for i in enc["input_ids"]]
         pieces = self.tokenizer.convert_ids_to_tokens(ids)
-        try:
-            wids = enc.word_ids()
-        except (AttributeError, ValueError):
-            wids = None
-        if wids is None or any(w is None for w in wids):
+        # The token table's word_id is the *whitespace* word (what CoNLL-U annotation aligns to);
+        # a fast tokenizer's own word_ids() count its pre-tokenizer's words, which split
+        # punctuation ("don't" -> 3), so character offsets are mapped to whitespace words instead.
+        wids = whitespace_word_ids(sentence, enc["offset_mapping"]) if fast else None
+        if wids is None:
             wids = word_ids_from_pieces(pieces)
         return Tokenized(ids=ids, pieces=[str(p) for p in pieces], word_ids=[int(w) for w in wids])
 

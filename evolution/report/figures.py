@@ -68,12 +68,22 @@ def neighbors_by_layer(path):
         return None
     plt = _plt()
     labels = {"same_token": "same token among k-NN", "position_distance": "position distance (same token)",
-              "same_left": "same left neighbour (same token)", "same_right": "same right neighbour (same token)"}
-    fig, axes = plt.subplots(1, ds.sizes["measure"], figsize=(4 * ds.sizes["measure"], 3.4), squeeze=False, layout="constrained")
-    for ax, meas in zip(axes[0], ds.measure.values):
+              "same_left": "same left neighbour (same token)", "same_right": "same right neighbour (same token)",
+              "same_pos": "same POS (PTB tag; same token)", "same_deprel": "same dependency relation (same token)"}
+    measures = [str(m) for m in ds.measure.values if not str(m).endswith("_chance")]
+    cols = min(4, len(measures))
+    rows = -(-len(measures) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.4 * rows), squeeze=False, layout="constrained")
+    for ax in axes.ravel()[len(measures):]:
+        ax.set_visible(False)
+    for ax, meas in zip(axes.ravel(), measures):
         for i, m in enumerate(ds.model.values):
-            ax.plot(ds.layer, ds.value.sel(model=m, measure=meas), label=str(m), **STYLES[i % len(STYLES)])
-        ax.set(title=labels.get(str(meas), str(meas)), xlabel="layer")
+            style = STYLES[i % len(STYLES)]
+            ax.plot(ds.layer, ds.value.sel(model=m, measure=meas), label=str(m), **style)
+            if f"{meas}_chance" in ds.measure.values:  # random neighbours among the type's occurrences
+                ax.plot(ds.layer, ds.value.sel(model=m, measure=f"{meas}_chance"), color=style.get("color"),
+                        linestyle=":", linewidth=0.8, label=f"{m} (chance)" if i == 0 else None)
+        ax.set(title=labels.get(meas, meas), xlabel="layer")
         ax.legend(fontsize=8)
     return fig
 
@@ -104,11 +114,11 @@ def similarity_heatmaps(path, metric: str = "pwcca"):
     return fig
 
 
-def _by_frequency_panels(d, *, series: str, label, width, xlabel: str, ylabel: str):
-    """One panel per model of ``d`` (model, ``series``, freq_bin), a line per ``series``
-    value coloured along viridis; bins that are NaN for every model are dropped."""
-    d = d.isel(freq_bin=~np.isnan(d).all(("model", series)).values)
-    if d.sizes["freq_bin"] == 0:
+def _by_group_panels(d, *, series: str, label, width, xlabel: str, ylabel: str, groups: str = "freq_bin"):
+    """One panel per model of ``d`` (model, ``series``, ``groups``), a line per ``series``
+    value coloured along viridis; groups that are NaN for every model are dropped."""
+    d = d.isel({groups: ~np.isnan(d).all(("model", series)).values})
+    if d.sizes[groups] == 0:
         return None
     plt = _plt()
     models = list(d.model.values)
@@ -116,12 +126,12 @@ def _by_frequency_panels(d, *, series: str, label, width, xlabel: str, ylabel: s
                              layout="constrained")
     cmap = plt.get_cmap("viridis")
     n = d.sizes[series]
-    x = np.arange(d.sizes["freq_bin"])
+    x = np.arange(d.sizes[groups])
     for ax, m in zip(axes[0], models):
         for j, v in enumerate(d[series].values):
             ax.plot(x, d.sel({"model": m, series: v}), marker="o", color=cmap(j / max(1, n - 1)), label=label(v),
                     lw=width(v))
-        ax.set_xticks(x, [str(b) for b in d.freq_bin.values], rotation=45, fontsize=7)
+        ax.set_xticks(x, [str(b) for b in d[groups].values], rotation=45, fontsize=7)
         ax.set(title=str(m), xlabel=xlabel)
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=7)
@@ -133,9 +143,20 @@ def change_by_frequency(path, metric: str = "pwcca"):
     ds = _open(path, "change")
     if ds is None or metric not in ds.metric.values:
         return None
-    return _by_frequency_panels(ds.distance.sel(metric=metric).load(), series="layer_pair",
+    return _by_group_panels(ds.distance.sel(metric=metric).load(), series="layer_pair",
                                 label=lambda pair: f"layers {pair}", width=lambda _: 1.5,
                                 xlabel="frequency rank bin", ylabel=f"{metric.upper()} distance, layer n vs n+1")
+
+
+def change_by_pos(path, metric: str = "pwcca"):
+    """Distance between layers n and n + 1 by POS tag of the annotated text, one panel per model."""
+    ds = _open(path, "change_pos")
+    if ds is None or metric not in ds.metric.values:
+        return None
+    return _by_group_panels(ds.distance.sel(metric=metric).load(), series="layer_pair", groups="pos",
+                            label=lambda pair: f"layers {pair}", width=lambda _: 1.5,
+                            xlabel="UPOS tag (annotated text; most frequent first)",
+                            ylabel=f"{metric.upper()} distance, layer n vs n+1")
 
 
 def influence_by_frequency(path, metric: str = "pwcca"):
@@ -143,7 +164,7 @@ def influence_by_frequency(path, metric: str = "pwcca"):
     ds = _open(path, "influence")
     if ds is None or metric not in ds.metric.values:
         return None
-    return _by_frequency_panels(ds.distance.sel(metric=metric).load(), series="layer",
+    return _by_group_panels(ds.distance.sel(metric=metric).load(), series="layer",
                                 label=lambda layer: f"layer {layer}", width=lambda layer: 2.5 if layer == 1 else 1.2,
                                 xlabel="frequency rank bin of the masked token",
                                 ylabel=f"{metric.upper()} distance (influence)")
@@ -203,12 +224,17 @@ FIGURES = {
                         "(Voita et al. 2019, fig. 1-2). Band: spread over k-means restarts; dotted: shuffled control."),
     "neighbors": (neighbors_by_layer, "Who are the k nearest neighbours: same-token rate over pooled "
                                       "occurrences; among occurrences of one token, position distance and the "
-                                      "rate of the same left / right neighbour token (fig. 5)."),
+                                      "rate of the same left / right neighbour token (fig. 5); with annotated "
+                                      "text (corpus.annotated), the rate of the same POS tag / dependency "
+                                      "relation there, dotted: the rate of random neighbours of the same token."),
     "similarity_pwcca": (lambda p: similarity_heatmaps(p, "pwcca"),
                          "PWCCA distance between layers of one model and between models at the same layer (fig. 3)."),
     "similarity_cka": (lambda p: similarity_heatmaps(p, "cka"), "The same with linear CKA."),
     "change_pwcca": (lambda p: change_by_frequency(p, "pwcca"),
                      "Change between adjacent layers (PWCCA distance) by token frequency rank (fig. 4)."),
+    "change_pos_pwcca": (lambda p: change_by_pos(p, "pwcca"),
+                         "Change between adjacent layers (PWCCA distance) by POS tag (UPOS) on the annotated text "
+                         "(METHODS.md 4); tags with fewer than min_ratio x d occurrences are left out."),
     "influence_pwcca": (lambda p: influence_by_frequency(p, "pwcca"),
                         "Token influence: PWCCA distance between the other tokens' layer-n states with and without "
                         "one token masked out of the attention keys at layer n, by the frequency rank of the masked "
