@@ -290,3 +290,26 @@ def test_mlm_output_states_are_those_of_the_corrupted_input(trained):
         match = [np.flatnonzero(np.isclose(states[-1], h[-1, j], atol=1e-5).all(axis=1)) for j in range(len(changed))]
         assert all(len(m) >= 1 for m in match)
         assert all(labels[m[0]] == content[0][c] for m, c in zip(match, changed))
+
+
+def test_training_key_ignores_what_is_analysed(tmp_path):
+    """Analysing another split or adding annotated text reuses the trained models; changing the
+    training text (here the length-ratio filter) does not."""
+    from pipelines.stages import Context, CorpusStage, TrainStage
+
+    src, tgt = _corpus(tmp_path)
+    base = CONFIG.format(workdir=tmp_path / "run", src=src, tgt=tgt)
+
+    def keys(text):
+        p = tmp_path / "k.yaml"
+        p.write_text(text, encoding="utf-8")
+        ctx = Context(config=load_config(p))
+        return CorpusStage().key(ctx), TrainStage().key(ctx)
+
+    corpus0, train0 = keys(base)
+    for changed in (base.replace("max_sentences: 30", "max_sentences: 10"),
+                    base.replace("max_sentences: 30", "max_sentences: 30\n  analyse: valid"),
+                    base.replace("max_sentences: 30", "max_sentences: 30\n  annotated: ud-ewt-test")):
+        corpus1, train1 = keys(changed)
+        assert corpus1 != corpus0 and train1 == train0
+    assert keys(base.replace("max_sentences: 30", "max_sentences: 30\n  max_length_ratio: 3"))[1] != train0
