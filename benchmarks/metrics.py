@@ -10,7 +10,8 @@ Prints, on synthetic clustered data with known token labels:
 * kNN: faiss exact vs sklearn ``NearestNeighbors`` brute (same-token rates),
   and faiss IVF (approximate): recall of the exact neighbours, same-token
   rate difference, speed-up.
-* t-SNE: openTSNE vs sklearn ``TSNE`` at a size sklearn finishes.
+* t-SNE: openTSNE vs sklearn ``TSNE`` at a size sklearn finishes (``--tsne N ...``: several
+  sizes, with the 10-NN preservation of each layout).
 """
 
 from __future__ import annotations
@@ -63,6 +64,34 @@ def paper_scale(n: int = 1_000_000, d: int = 512, k: int = 10_000, iters: int = 
           f"MI {b:.3f}; difference {100 * (a - b) / b:+.1f}%")
 
 
+def neighbourhood_preservation(x: np.ndarray, y: np.ndarray, k: int = 10) -> float:
+    """Mean share of each point's k nearest neighbours in ``x`` that are also among its k
+    nearest in the layout ``y`` (1 = every local neighbourhood kept)."""
+    from evolution.metrics.neighbors import knn
+
+    a, b = knn(x, k=k), knn(y.astype(np.float32), k=k)
+    return float(np.mean([len(np.intersect1d(p, q)) / k for p, q in zip(a, b)]))
+
+
+def tsne_comparison(sizes: list[int], *, d: int, n_types: int) -> None:
+    """openTSNE (ours: PCA init, 750 iterations in all, FFT gradients from 10k points) against
+    sklearn's Barnes-Hut TSNE with the same perplexity, initialisation and iterations: time and
+    10-NN preservation of each layout on the same clustered data."""
+    from sklearn.manifold import TSNE as SKTSNE
+
+    from evolution.metrics.tsne import tsne_layout
+
+    x, _ = clustered(max(sizes), d, n_types)
+    print(f"t-SNE, perplexity 30, PCA init, 750 iterations (250 early exaggeration), {d} dims, 2 threads each")
+    for s in sizes:
+        y_open, t_open = timed(lambda: tsne_layout(x[:s], perplexity=30, seed=0, n_jobs=2))
+        y_sk, t_sk = timed(lambda: SKTSNE(perplexity=30, init="pca", random_state=0, max_iter=750,
+                                          n_jobs=2).fit_transform(x[:s]))
+        print(f"  {s:>7,} points: openTSNE {t_open:7.1f} s, sklearn {t_sk:7.1f} s (x{t_sk / t_open:.1f}); "
+              f"10-NN preserved {neighbourhood_preservation(x[:s], y_open):.3f} vs "
+              f"{neighbourhood_preservation(x[:s], y_sk):.3f}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=200_000)
@@ -72,9 +101,14 @@ def main() -> None:
     p.add_argument("--types", type=int, default=1000)
     p.add_argument("--paper", action="store_true",
                    help="only the paper-scale MI target: 1M x 512, k = 10,000, two-level k-means")
+    p.add_argument("--tsne", type=int, nargs="*", metavar="N",
+                   help="only t-SNE: openTSNE vs sklearn at these sizes (default 3000 10000 20000)")
     args = p.parse_args()
     if args.paper:
         paper_scale()
+        return
+    if args.tsne is not None:
+        tsne_comparison(args.tsne or [3000, 10_000, 20_000], d=args.d, n_types=args.types)
         return
     from sklearn.cluster import KMeans, MiniBatchKMeans
     from sklearn.neighbors import NearestNeighbors

@@ -562,7 +562,6 @@ class MetricsStage(Stage):
                                "within each group only", "; ".join(", ".join(v) for v in classes.values()))
             sim_tasks = []
             for names in classes.values():
-                ds0 = models[names[0]]["ds"]
                 rows = plans[names[0]].similarity_rows
                 d = max(models[n]["ds"].sizes["feature"] for n in names)
                 if len(rows) < scfg.min_ratio * d:
