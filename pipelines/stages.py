@@ -458,28 +458,6 @@ class MetricsStage(Stage):
             return out
         return ctx.memo("metrics.models", compute)
 
-    @staticmethod
-    def _parts(ds, annotation: dict | None) -> dict[str, Any]:
-        """Which token rows are the main text (``primary``), the annotated text's label codes
-        per row (``annotation``: pos = PTB tag, deprel), and frequency ranks over the main text
-        only (``freq_rank``; equal to the stored coordinate when nothing is annotated)."""
-        import numpy as np
-
-        from evolution.corpus.conllu import token_labels
-        from evolution.tokens import frequency_ranks
-
-        sentence, token_id = ds["sentence"].values, ds["token_id"].values
-        if annotation is None:
-            return {"primary": np.ones(len(sentence), bool), "annotation": None, "freq_rank": ds["freq_rank"].values}
-        first, sents = annotation["first"], annotation["sentences"]
-        primary = sentence < first
-        codes = {name: token_labels(sentence=sentence, word_id=ds["word_id"].values, first=first,
-                                    words=[s[key] for s in sents])
-                 for name, key in (("pos", "xpos"), ("deprel", "deprel"), ("upos", "upos"))}
-        rank = np.zeros(len(sentence), dtype=np.int32)
-        rank[primary] = frequency_ranks(token_id[primary])
-        return {"primary": primary, "annotation": codes, "freq_rank": rank}
-
     def fingerprint(self, ctx: Context) -> str:
         keys = {m.name: [self._layer_key(ctx, m, layer) for layer in range(self._n_layers_cheap(ctx, m))]
                 for m in ctx.config.models}
@@ -510,7 +488,7 @@ class MetricsStage(Stage):
         import numpy as np
 
         from evolution.extract import compute
-        from evolution.metrics.plan import content_ids_by_sentence, plan_occurrences
+        from evolution.metrics.plan import content_ids_by_sentence, plan_occurrences, text_parts
         from evolution.metrics.results import attach_tsne_labels, build_datasets, write_metrics
         from evolution.metrics.tasks import layer_task, similarity_task
 
@@ -531,7 +509,9 @@ class MetricsStage(Stage):
         for m in ctx.config.models:
             info = models[m.name]
             ds = info["ds"]
-            info.update(self._parts(ds, annotation))
+            info.update(text_parts(sentence=ds["sentence"].values, token_id=ds["token_id"].values,
+                                   word_id=ds["word_id"].values, freq_rank=ds["freq_rank"].values,
+                                   annotation=annotation))
             plan = plan_occurrences(token_id=ds["token_id"].values, token_str=ds["token_str"].values,
                                     sentence=ds["sentence"].values, position=ds["position"].values,
                                     objective=info["objective"], cfg=cfg, seed=ctx.config.seed,

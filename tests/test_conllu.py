@@ -173,9 +173,10 @@ METRICS = """metrics:
 @pytest.mark.slow
 def test_annotated_text_adds_rates_and_leaves_main_metrics_unchanged(tmp_path, corpus_file, model_specs):
     from pipelines.run import run
-    from pipelines.stages import Context, CorpusStage, MetricsStage
     from evolution.config import load_config
+    from evolution.metrics.plan import text_parts
     from evolution.store import open_representations
+    from pipelines.stages import Context, CorpusStage
 
     tb = _treebank(tmp_path / "tb.conllu", TREEBANK_SENTENCES)
     models = [model_specs["translation"], model_specs["language_modeling"]]
@@ -193,7 +194,8 @@ def test_annotated_text_adds_rates_and_leaves_main_metrics_unchanged(tmp_path, c
     ann = CorpusStage().annotation(ctx)
     assert ann["first"] == len(SENTENCES) and ann["n_sentences"] == len(TREEBANK_SENTENCES)
     ds = open_representations(str(tmp_path / "b" / "reps.zarr"), "translation")
-    parts = MetricsStage._parts(ds, ann)
+    parts = text_parts(sentence=ds.sentence.values, token_id=ds.token_id.values, word_id=ds.word_id.values,
+                       freq_rank=ds.freq_rank.values, annotation=ann)
     sent, pos = ds.sentence.values, ds.position.values
     vocab = sorted({t for s in ann["sentences"] for t in s["xpos"]})
     rows = np.flatnonzero(~parts["primary"])

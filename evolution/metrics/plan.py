@@ -17,7 +17,7 @@ from evolution.metrics.mi import select_frequent
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OccurrencePlan", "plan_occurrences", "neighbour_ids", "next_token_labels", "END"]
+__all__ = ["OccurrencePlan", "plan_occurrences", "text_parts", "neighbour_ids", "next_token_labels", "END"]
 
 #: Label of "no token": the next token after the last one (end of sentence),
 #: the left neighbour of the first.
@@ -82,6 +82,32 @@ def content_ids_by_sentence(token_id: np.ndarray, sentence: np.ndarray, *, wante
     keep = None if wanted is None else set(int(w) for w in wanted)
     return {int(sentence[g[0]]): np.asarray(token_id)[g].tolist() for g in groups
             if len(g) and (keep is None or int(sentence[g[0]]) in keep)}
+
+
+def text_parts(*, sentence: np.ndarray, token_id: np.ndarray, word_id: np.ndarray, freq_rank: np.ndarray,
+               annotation: dict | None) -> dict:
+    """Split the token axis (n,) into the main text and the annotated text after it.
+
+    ``annotation`` is the corpus stage's ``annotation.json`` (None: all is main
+    text). Returns ``primary`` (n,) bool, the main text's rows; ``annotation``
+    (None or label codes (n,) per name: ``pos`` = PTB tag, ``deprel``,
+    ``upos``; :data:`~evolution.corpus.conllu.NO_LABEL` on the main text); and
+    ``freq_rank`` counted on the main text only (the given ranks when nothing
+    is annotated; 0 on annotated rows).
+    """
+    from evolution.corpus.conllu import token_labels
+    from evolution.tokens import frequency_ranks
+
+    sentence = np.asarray(sentence)
+    if annotation is None:
+        return {"primary": np.ones(len(sentence), bool), "annotation": None, "freq_rank": np.asarray(freq_rank)}
+    first, sents = annotation["first"], annotation["sentences"]
+    primary = sentence < first
+    codes = {name: token_labels(sentence=sentence, word_id=word_id, first=first, words=[s[key] for s in sents])
+             for name, key in (("pos", "xpos"), ("deprel", "deprel"), ("upos", "upos"))}
+    rank = np.zeros(len(sentence), dtype=np.int32)
+    rank[primary] = frequency_ranks(np.asarray(token_id)[primary])
+    return {"primary": primary, "annotation": codes, "freq_rank": rank}
 
 
 def _sample_per_type(rows: np.ndarray, types: np.ndarray, *, max_per_type: int, rng) -> np.ndarray:
