@@ -591,10 +591,10 @@ class MetricsStage(Stage):
                 todo_keys.append((("influence", m.name), f))
         pos_change: dict[str, dict] = {}
         if scfg is not None and annotation is not None:
-            from evolution.corpus.conllu import NO_LABEL
+            from evolution.corpus.conllu import NO_LABEL, label_vocabulary
             from evolution.metrics.tasks import pos_change_task
 
-            upos_vocab = np.array(sorted({t for s in annotation["sentences"] for t in s["upos"]}), dtype=object)
+            upos_vocab = np.array(label_vocabulary([s["upos"] for s in annotation["sentences"]]), dtype=object)
             for m in ctx.config.models:
                 codes = models[m.name]["annotation"]["upos"]
                 rows = np.flatnonzero(codes != NO_LABEL)

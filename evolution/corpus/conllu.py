@@ -26,7 +26,8 @@ import numpy as np
 
 from evolution.corpus.text import CorpusError
 
-__all__ = ["TreebankSentence", "EMBEDDED", "read_conllu", "resolve_treebank", "token_labels", "NO_LABEL"]
+__all__ = ["TreebankSentence", "EMBEDDED", "read_conllu", "resolve_treebank", "label_vocabulary", "token_labels",
+           "NO_LABEL"]
 
 #: Treebanks shipped with the package (``corpus.annotated`` accepts these names).
 EMBEDDED = {"ud-ewt-dev": "en_ewt-ud-dev.conllu.gz", "ud-ewt-test": "en_ewt-ud-test.conllu.gz"}
@@ -135,6 +136,12 @@ def read_conllu(path: str | Path, *, max_sentences: int | None = None) -> list[T
     return out[:max_sentences] if max_sentences is not None else out
 
 
+def label_vocabulary(words: Sequence[Sequence[str]]) -> list[str]:
+    """The labels of ``words`` (per sentence, per word) in code order: code ``i`` of
+    :func:`token_labels` is ``label_vocabulary(words)[i]``."""
+    return sorted({w for s in words for w in s})
+
+
 def token_labels(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
                  words: Sequence[Sequence[str]]) -> np.ndarray:
     """Per token (n,), the label of the annotated word it belongs to, as an int code.
@@ -143,10 +150,9 @@ def token_labels(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
     sentences are corpus sentences ``first, first + 1, ...`` and ``words[j]``
     holds the labels of sentence ``first + j`` word by word. Tokens of other
     sentences, or whose word id is beyond the sentence (truncation), get
-    :data:`NO_LABEL`. Codes index the sorted label vocabulary, so equal
-    labels get equal codes across calls on the same ``words``.
+    :data:`NO_LABEL`. Codes index :func:`label_vocabulary` of ``words``.
     """
-    vocab = {v: i for i, v in enumerate(sorted({w for s in words for w in s}))}
+    vocab = {v: i for i, v in enumerate(label_vocabulary(words))}
     sentence = np.asarray(sentence, dtype=np.int64)
     word_id = np.asarray(word_id, dtype=np.int64)
     lengths = np.array([len(s) for s in words], dtype=np.int64)

@@ -192,6 +192,11 @@ class LayerMI:
     def saturated(self) -> bool:
         return bool(np.mean(self.mi) >= SATURATION * self.entropy)
 
+    def as_dict(self) -> dict:
+        """JSON-serialisable form (what the metrics tasks return and cache)."""
+        return {"mi": self.mi.tolist(), "shuffled": self.shuffled, "entropy": self.entropy, "k": self.k,
+                "n": self.n, "saturated": self.saturated}
+
 
 #: ``algorithm="auto"`` switches to two-level k-means from this many clusters on
 TWO_LEVEL_FROM_K = 2000

@@ -51,8 +51,7 @@ def layer_task(*, store: str, group: str, layer: int, plan: dict[str, Any], cfg:
             r = layer_mi(read_rows(store, group, layer, rows), labels, k=cfg["mi"]["k"],
                          restarts=cfg["mi"]["restarts"], niter=cfg["mi"]["niter"], seed=seed,
                          algorithm=cfg["mi"]["algorithm"])
-            out["mi"][target] = {"mi": r.mi.tolist(), "shuffled": r.shuffled, "entropy": r.entropy, "k": r.k,
-                                 "n": r.n, "saturated": r.saturated}
+            out["mi"][target] = r.as_dict()
     nb = plan.get("neighbors")
     if cfg.get("neighbors") is not None and nb is not None and len(nb["rows"]) > 1:
         c = cfg["neighbors"]
@@ -163,11 +162,12 @@ def pos_change_task(*, store: str, group: str, n_layers: int, rows: np.ndarray, 
     tags are the groups, in order of decreasing count."""
     pos = np.asarray(pos, dtype=object)
     tags, counts = np.unique(pos, return_counts=True)
-    tags = [str(t) for t in tags[np.argsort(-counts, kind="stable")]]
+    order = np.argsort(-counts, kind="stable")
+    counts = {str(tags[i]): int(counts[i]) for i in order}
     states = [read_rows(store, group, layer, rows) for layer in range(n_layers)]
-    change, notes = adjacent_change(states, {t: pos == t for t in tags}, methods=cfg["methods"],
+    change, notes = adjacent_change(states, {t: pos == t for t in counts}, methods=cfg["methods"],
                                     epsilon=cfg["epsilon"], min_ratio=cfg["min_ratio"], name=group)
-    return {"change": change, "groups": tags, "counts": {t: int((pos == t).sum()) for t in tags}, "notes": notes}
+    return {"change": change, "groups": list(counts), "counts": counts, "notes": notes}
 
 
 def influence_task(*, spec: dict, content_ids: dict[int, list[int]], samples: list[tuple[int, int, int]],
@@ -207,6 +207,5 @@ def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: lis
     for layer in range(states.shape[0]):
         r = layer_mi(states[layer][keep], labels[keep], k=cfg["k"], restarts=cfg["restarts"], niter=cfg["niter"],
                      seed=seed, algorithm=cfg["algorithm"])
-        out.append({"mi": r.mi.tolist(), "shuffled": r.shuffled, "entropy": r.entropy, "k": r.k, "n": r.n,
-                    "saturated": r.saturated})
+        out.append(r.as_dict())
     return {"layers": out}

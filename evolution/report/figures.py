@@ -82,7 +82,7 @@ def neighbors_by_layer(path):
             ax.plot(ds.layer, ds.value.sel(model=m, measure=meas), label=str(m), **style)
             if f"{meas}_chance" in ds.measure.values:  # random neighbours among the type's occurrences
                 ax.plot(ds.layer, ds.value.sel(model=m, measure=f"{meas}_chance"), color=style.get("color"),
-                        linestyle=":", linewidth=0.8, label=f"{m} (chance)" if i == 0 else None)
+                        linestyle=":", linewidth=0.8, label="chance (dotted)" if i == 0 else None)
         ax.set(title=labels.get(meas, meas), xlabel="layer")
         ax.legend(fontsize=8)
     return fig
@@ -138,25 +138,25 @@ def _by_group_panels(d, *, series: str, label, width, xlabel: str, ylabel: str, 
     return fig
 
 
-def change_by_frequency(path, metric: str = "pwcca"):
-    """Distance between layers n and n + 1 by frequency-rank bin, one panel per model."""
-    ds = _open(path, "change")
+def _adjacent_change(path, *, group: str, groups: str, xlabel: str, metric: str):
+    """Distance between layers n and n + 1 per subset (``groups`` dimension of ``group``), one panel per model."""
+    ds = _open(path, group)
     if ds is None or metric not in ds.metric.values:
         return None
-    return _by_group_panels(ds.distance.sel(metric=metric).load(), series="layer_pair",
-                                label=lambda pair: f"layers {pair}", width=lambda _: 1.5,
-                                xlabel="frequency rank bin", ylabel=f"{metric.upper()} distance, layer n vs n+1")
+    return _by_group_panels(ds.distance.sel(metric=metric).load(), series="layer_pair", groups=groups,
+                            label=lambda pair: f"layers {pair}", width=lambda _: 1.5, xlabel=xlabel,
+                            ylabel=f"{metric.upper()} distance, layer n vs n+1")
+
+
+def change_by_frequency(path, metric: str = "pwcca"):
+    """Distance between layers n and n + 1 by frequency-rank bin, one panel per model."""
+    return _adjacent_change(path, group="change", groups="freq_bin", xlabel="frequency rank bin", metric=metric)
 
 
 def change_by_pos(path, metric: str = "pwcca"):
     """Distance between layers n and n + 1 by POS tag of the annotated text, one panel per model."""
-    ds = _open(path, "change_pos")
-    if ds is None or metric not in ds.metric.values:
-        return None
-    return _by_group_panels(ds.distance.sel(metric=metric).load(), series="layer_pair", groups="pos",
-                            label=lambda pair: f"layers {pair}", width=lambda _: 1.5,
-                            xlabel="UPOS tag (annotated text; most frequent first)",
-                            ylabel=f"{metric.upper()} distance, layer n vs n+1")
+    return _adjacent_change(path, group="change_pos", groups="pos",
+                            xlabel="UPOS tag (annotated text; most frequent first)", metric=metric)
 
 
 def influence_by_frequency(path, metric: str = "pwcca"):
@@ -165,9 +165,9 @@ def influence_by_frequency(path, metric: str = "pwcca"):
     if ds is None or metric not in ds.metric.values:
         return None
     return _by_group_panels(ds.distance.sel(metric=metric).load(), series="layer",
-                                label=lambda layer: f"layer {layer}", width=lambda layer: 2.5 if layer == 1 else 1.2,
-                                xlabel="frequency rank bin of the masked token",
-                                ylabel=f"{metric.upper()} distance (influence)")
+                            label=lambda layer: f"layer {layer}", width=lambda layer: 2.5 if layer == 1 else 1.2,
+                            xlabel="frequency rank bin of the masked token",
+                            ylabel=f"{metric.upper()} distance (influence)")
 
 
 def tsne_grid(path, name: str):
