@@ -250,7 +250,7 @@ class MIConfig(_Section):
     restarts: int = Field(3, ge=1, description="k-means restarts; mean and spread are reported")
     niter: int = Field(20, ge=1, description="Lloyd iterations")
     algorithm: Literal["auto", "flat", "two_level"] = Field(
-        "auto", description="k-means: flat faiss, or two-level (sqrt(k) coarse cells + refinement; auto from k >= 2000)")
+        "auto", description="k-means: flat faiss, or two-level (4 sqrt(k) coarse cells + one refinement pass; auto from k >= 2000)")
 
 
 class NeighborsConfig(_Section):

@@ -91,25 +91,28 @@ def kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0
 
 def two_level_kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0,
                             coarse: int | None = None, max_points_per_centroid: int = 256,
-                            refine: int = 1, nprobe: int = 1) -> np.ndarray:
-    """Cluster index (n,) from two-level k-means: ``coarse`` (default sqrt(k))
+                            refine: int = 1, nprobe: int = 4) -> np.ndarray:
+    """Cluster index (n,) from two-level k-means: ``coarse`` (default 4 sqrt(k))
     clusters of all rows, then each coarse cluster split into a share of the
     ``k`` fine clusters proportional to its size (at least 1), with faiss
     k-means inside it. Every row is compared with ``coarse`` + (its cluster's
-    share) centroids instead of ``k``: for k = 10,000 about 50x less work than
+    share) centroids instead of ``k``: for k = 10,000 about 20x less work than
     flat k-means, the route to MI at paper scale (1M x 512) on 2 cores. The
-    quality against plain Lloyd is measured in ``benchmarks/metrics.py``.
+    quality against plain Lloyd is measured in ``benchmarks/metrics.py``
+    (defaults chosen there: 4 sqrt(k) cells, 1 refinement pass, 4 probed cells;
+    decision 15 in ``docs/decisions.md``).
 
     The split respects the coarse boundaries, which costs MI; ``refine``
     Lloyd iterations over all ``k`` centroids follow, each row compared only
-    with the fine centroids of its ``nprobe`` nearest cells (cells = k-means of
-    the centroids; distances as one BLAS product per cell: fast assignment).
+    with the fine centroids of its ``nprobe`` nearest cells (a cell = the fine
+    clusters made inside one coarse cluster; distances as one BLAS product per
+    cell: fast assignment).
     """
     x = np.ascontiguousarray(vectors, dtype=np.float32)
     n = len(x)
     if k > n:
         raise ValueError(f"k = {k} clusters for {n} points; lower metrics.mi.k")
-    c = coarse or max(2, int(round(np.sqrt(k))))
+    c = coarse or max(2, int(round(4 * np.sqrt(k))))
     if c >= k:
         return kmeans_labels(x, k=k, niter=niter, seed=seed, max_points_per_centroid=max_points_per_centroid)
     top = kmeans_labels(x, k=c, niter=niter, seed=seed, max_points_per_centroid=max_points_per_centroid)
@@ -125,6 +128,7 @@ def two_level_kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, see
     while share.sum() > k:  # the ">= 1" floor can overshoot; take back from the largest shares
         share[np.argmax(share)] -= 1
     labels = np.empty(n, dtype=np.int64)
+    born = np.empty(k + c, dtype=np.int64)  # coarse cell in which each fine cluster was made
     offset = 0
     for j in range(c):
         rows = np.flatnonzero(top == j)
@@ -134,48 +138,58 @@ def two_level_kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, see
         else:
             labels[rows] = offset + kmeans_labels(x[rows], k=kj, niter=niter, seed=seed + j + 1,
                                                   max_points_per_centroid=max_points_per_centroid)
-        offset += max(kj, 1 if len(rows) else 0)
-    if refine <= 0:
-        return labels
-    import faiss
-    import scipy.sparse
-
-    norms = np.einsum("ij,ij->i", x, x)
+        width = max(kj, 1 if len(rows) else 0)
+        born[offset:offset + width] = j
+        offset += width
+    born = born[:offset]
     for _ in range(refine):
-        # centroids of the current clusters, then each coarse cell = the fine centroids nearest to it
-        counts = np.bincount(labels)
-        used = np.flatnonzero(counts > 0)
-        onehot = scipy.sparse.csr_matrix((np.ones(n, np.float32), (labels, np.arange(n))), shape=(len(counts), n))
-        centroids = (np.asarray(onehot[used] @ x) / counts[used, None]).astype(np.float32)
-        cells = kmeans_cells(centroids, c, seed)
-        cell_centres = np.stack([centroids[cells == j].mean(0) for j in range(cells.max() + 1)]).astype(np.float32)
-        probe = faiss.IndexFlatL2(x.shape[1])
-        probe.add(cell_centres)
-        _, near = probe.search(x, min(nprobe, len(cell_centres)))  # (n, nprobe) candidate cells per row
-        best = np.full(n, np.inf, dtype=np.float32)
-        new = labels.copy()
-        cnorm = np.einsum("ij,ij->i", centroids, centroids)
-        for j in range(len(cell_centres)):
-            fine = np.flatnonzero(cells == j)
-            rows = np.flatnonzero((near == j).any(axis=1))
-            if not len(fine) or not len(rows):
-                continue
-            block = max(1, (1 << 26) // len(fine))  # bounds the (rows x fine) distance block to 256 MB
-            for b0 in range(0, len(rows), block):
-                r = rows[b0:b0 + block]
-                dist = norms[r, None] - 2 * (x[r] @ centroids[fine].T) + cnorm[None, fine]
-                m = dist.argmin(axis=1)
-                dm = dist[np.arange(len(r)), m]
-                better = dm < best[r]
-                best[r[better]] = dm[better]
-                new[r[better]] = used[fine[m[better]]]
-        labels = new
+        labels = _refine_within_cells(x, labels, cells=born, nprobe=nprobe)
     return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
 
-def kmeans_cells(centroids: np.ndarray, c: int, seed: int) -> np.ndarray:
-    """Group ``centroids`` into ``c`` cells by k-means (the probe structure of the refinement)."""
-    return kmeans_labels(centroids, k=min(c, len(centroids)), niter=10, seed=seed)
+def _refine_within_cells(x: np.ndarray, labels: np.ndarray, *, cells: np.ndarray, nprobe: int) -> np.ndarray:
+    """One Lloyd step over all clusters with fast assignment: centroids of ``labels`` (n,),
+    then each row compared only with the centroids of its ``nprobe`` nearest cells
+    (``cells[label]`` = the cell of each cluster; a cell's centre = the mean of its rows).
+
+    With the coarse cells of the two-level split, a row meets about (its cell's share
+    of k) centroids, as in the split itself. Distances are one BLAS product per
+    (cell, block of rows). Returns the new labels (n,); an emptied cluster stays unused.
+    """
+    import faiss
+    import scipy.sparse
+
+    n = len(x)
+    counts = np.bincount(labels, minlength=len(cells)).astype(np.float64)
+    onehot = scipy.sparse.csr_matrix((np.ones(n, np.float32), (labels, np.arange(n))), shape=(len(cells), n))
+    sums = np.asarray(onehot @ x, dtype=np.float64)  # (clusters, d)
+    used = counts > 0
+    centroids = (sums[used] / counts[used, None]).astype(np.float32)
+    ids, cell = np.flatnonzero(used), cells[used]
+    live = np.unique(cell)
+    cell_sums = np.stack([sums[used][cell == j].sum(0) for j in live])
+    cell_counts = np.array([counts[used][cell == j].sum() for j in live])
+    probe = faiss.IndexFlatL2(x.shape[1])
+    probe.add((cell_sums / cell_counts[:, None]).astype(np.float32))
+    _, near = probe.search(x, min(nprobe, len(live)))  # (n, nprobe) indices into ``live``
+    best = np.full(n, np.inf, dtype=np.float32)
+    new = labels.copy()
+    order = np.argsort(near, axis=0, kind="stable")  # rows grouped by probed cell, per probe column
+    for col in range(near.shape[1]):
+        bounds = np.searchsorted(near[order[:, col], col], np.arange(len(live) + 1))
+        for i in range(len(live)):
+            rows = order[bounds[i]:bounds[i + 1], col]
+            fine = np.flatnonzero(cell == live[i])
+            if not len(rows) or not len(fine):
+                continue
+            index = faiss.IndexFlatL2(x.shape[1])  # BLAS distances with a fused argmin, in blocks
+            index.add(centroids[fine])
+            dist, m = index.search(x[rows], 1)
+            dist, m = dist[:, 0], m[:, 0]
+            better = dist < best[rows]
+            best[rows[better]] = dist[better]
+            new[rows[better]] = ids[fine[m[better]]]
+    return new
 
 
 @dataclass(frozen=True)
