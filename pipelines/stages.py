@@ -592,13 +592,13 @@ class MetricsStage(Stage):
                 todo_keys.append((("influence", m.name), f))
         pos_change: dict[str, dict] = {}
         if scfg is not None and annotation is not None:
-            from evolution.corpus.conllu import NO_LABEL, label_vocabulary
+            from evolution.corpus.conllu import label_vocabulary
             from evolution.metrics.tasks import pos_change_task
 
             upos_vocab = np.array(label_vocabulary([s["upos"] for s in annotation["sentences"]]), dtype=object)
             for m in ctx.config.models:
                 codes = models[m.name]["annotation"]["upos"]
-                rows = np.flatnonzero(codes != NO_LABEL)
+                rows = plans[m.name].annotated_rows
                 key = config_hash({"extract": ExtractStage().model_key(ctx, m), "similarity": resolved_dict(scfg),
                                    "version": METRICS_VERSION})
                 f = cache / f"change-pos-{m.name}-{key}.json"
@@ -618,7 +618,8 @@ class MetricsStage(Stage):
                     continue
                 ds = models[m.name]["ds"]
                 key = config_hash({"extract": ExtractStage().model_key(ctx, m), "mi": resolved_dict(cfg.mi),
-                                   "tokens": resolved_dict(cfg.tokens), "seed": ctx.config.seed})
+                                   "tokens": resolved_dict(cfg.tokens), "seed": ctx.config.seed,
+                                   "version": METRICS_VERSION})
                 f = cache / f"mlm-output-{m.name}-{key}.json"
                 if f.is_file() and self.name not in ctx.force:
                     mlm_out[m.name] = json.loads(f.read_text(encoding="utf-8"))

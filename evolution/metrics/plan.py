@@ -33,6 +33,7 @@ class OccurrencePlan:
     tsne: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # selection -> rows, token, position
     syntax: dict[str, np.ndarray] = field(default_factory=dict)  # rows, token, position, pos, deprel
     similarity_rows: np.ndarray | None = None
+    annotated_rows: np.ndarray | None = None  # rows with a treebank label (None without annotation)
     notes: list[str] = field(default_factory=list)
 
 
@@ -123,6 +124,20 @@ def _frequent_rows(labels: np.ndarray, within: np.ndarray, *, top: int, min_coun
     return within[select_frequent(labels[within], n_types=top, min_count=min_count)]
 
 
+def _enough_types(plan: OccurrencePlan, what: str, *, n_types: int, sel, where: str = "",
+                  fix: str = "") -> bool:
+    """Whether an analysis set has >= 2 token types; notes in ``plan`` when it has
+    fewer than 2 (the metric is skipped) or fewer than ``sel.top``."""
+    if n_types < 2:
+        plan.notes.append(f"{what}: fewer than 2 token types with >= {sel.min_count} occurrences{where}; "
+                          f"lower metrics.tokens.min_count{fix}")
+        return False
+    if n_types < sel.top:
+        plan.notes.append(f"{what}: only {n_types} token types have >= {sel.min_count} occurrences{where} "
+                          f"(asked for {sel.top})")
+    return True
+
+
 def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: np.ndarray,
                      position: np.ndarray, objective: str | None, cfg: MetricsConfig, seed: int,
                      sentence_order: np.ndarray | None = None, primary: np.ndarray | None = None,
@@ -143,20 +158,18 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
     sentence = np.asarray(sentence)
     main = np.flatnonzero(np.ones(len(token_id), bool) if primary is None else np.asarray(primary, bool))
     plan = OccurrencePlan()
+    if annotation is not None:
+        from evolution.corpus.conllu import NO_LABEL
+
+        plan.annotated_rows = np.flatnonzero(np.asarray(annotation["pos"]) != NO_LABEL)
     sel = cfg.tokens
     targets = {"input": token_id}
     if objective == "lm":
         targets["output"] = next_token_labels(token_id, sentence)
     for target, labels in targets.items():
         rows = _frequent_rows(labels, main, top=sel.top, min_count=sel.min_count)
-        n_types = len(np.unique(labels[rows]))
-        if n_types < 2:
-            plan.notes.append(f"MI ({target}): fewer than 2 token types with >= {sel.min_count} occurrences; "
-                              "lower metrics.tokens.min_count")
+        if not _enough_types(plan, f"MI ({target})", n_types=len(np.unique(labels[rows])), sel=sel):
             continue
-        if n_types < sel.top:
-            plan.notes.append(f"MI ({target}): only {n_types} token types have >= {sel.min_count} "
-                              f"occurrences (asked for {sel.top})")
         plan.mi[target] = (rows, labels[rows])
     if cfg.neighbors is not None:
         frequent = _frequent_rows(token_id, main, top=sel.top, min_count=sel.min_count)
@@ -165,19 +178,9 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
         plan.neighbors = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
                           "left": left[rows], "right": right[rows]}
         if annotation is not None:
-            from evolution.corpus.conllu import NO_LABEL
-
-            annotated = np.flatnonzero(np.asarray(annotation["pos"]) != NO_LABEL)
-            frequent = _frequent_rows(token_id, annotated, top=sel.top, min_count=sel.min_count)
-            n_types = len(np.unique(token_id[frequent]))
-            if n_types < 2:
-                plan.notes.append(f"POS / dependency neighbour rates: fewer than 2 token types with >= "
-                                  f"{sel.min_count} occurrences in the annotated text; lower "
-                                  "metrics.tokens.min_count or annotate more text")
-            else:
-                if n_types < sel.top:
-                    plan.notes.append(f"POS / dependency neighbour rates: {n_types} token types have >= "
-                                      f"{sel.min_count} occurrences in the annotated text (asked for {sel.top})")
+            frequent = _frequent_rows(token_id, plan.annotated_rows, top=sel.top, min_count=sel.min_count)
+            if _enough_types(plan, "POS / dependency neighbour rates", n_types=len(np.unique(token_id[frequent])),
+                             sel=sel, where=" in the annotated text", fix=" or annotate more text"):
                 rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type,
                                         rng=rng)
                 plan.syntax = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
