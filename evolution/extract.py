@@ -187,8 +187,9 @@ def warm_workers(client, spec: dict) -> list:
     return [client.submit(_warm, spec, workers=[w], allow_other_workers=False, pure=False) for w in workers]
 
 
-def compute(delayed: list, *, client, progress: bool, label: str) -> list:
-    """Compute Dask delayed objects on ``client`` (or synchronously), with a progress bar."""
+def compute(delayed: list, *, client, progress: bool, label: str, unit: str = "chunk") -> list:
+    """Compute Dask delayed objects on ``client`` (or synchronously), with a progress bar
+    counting ``unit``s (one per delayed object)."""
     import dask
 
     if client is None:
@@ -204,7 +205,7 @@ def compute(delayed: list, *, client, progress: bool, label: str) -> list:
     futures = client.compute(delayed)
     results = [None] * len(futures)
     index = {f.key: i for i, f in enumerate(futures)}
-    with tqdm(total=len(futures), desc=label, unit="chunk", disable=not progress) as bar:
+    with tqdm(total=len(futures), desc=label, unit=unit, disable=not progress) as bar:
         for fut in as_completed(futures):
             results[index[fut.key]] = fut.result()
             bar.update(1)

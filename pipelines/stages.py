@@ -519,8 +519,12 @@ class MetricsStage(Stage):
                                     primary=info["primary"], annotation=info["annotation"])
             plans[m.name] = plan
             tsne_labels[m.name] = plan.tsne
-            task_plan = {"mi": plan.mi, "neighbors": plan.neighbors or None, "syntax": plan.syntax or None,
-                         "tsne": {k: {"rows": v["rows"]} for k, v in plan.tsne.items()}}
+            # one graph key per model that every layer task of it reads (not one copy per task)
+            task_plan = dask.delayed({"mi": plan.mi, "neighbors": plan.neighbors or None,
+                                      "syntax": plan.syntax or None,
+                                      "tsne": {k: {"rows": v["rows"]} for k, v in plan.tsne.items()}},
+                                     name=f"plan-{m.name}-{self._layer_key(ctx, m, 0)[:12]}",
+                                     traverse=False)
             for layer in range(info["n_layers"]):
                 f = cache / f"layer-{m.name}-{layer}-{self._layer_key(ctx, m, layer)}.json"
                 if f.is_file() and self.name not in ctx.force:
@@ -534,24 +538,30 @@ class MetricsStage(Stage):
         sim = None
         scfg = cfg.similarity
         if scfg is not None:
+            # models compare on the same occurrences: same (sentence, position, token id) at the
+            # similarity rows (models may still differ elsewhere, e.g. one truncates a long sentence
+            # of the annotated text one piece earlier because it adds a beginning-of-sentence token)
             classes: dict[bytes, list[str]] = {}
             for m in ctx.config.models:
-                ids = models[m.name]["ds"]["token_id"].values
-                classes.setdefault(ids.tobytes(), []).append(m.name)
+                ds, rows = models[m.name]["ds"], plans[m.name].similarity_rows
+                occurrences = np.stack([ds[v].values[rows].astype(np.int64) for v in ("sentence", "position",
+                                                                                      "token_id")])
+                classes.setdefault(occurrences.tobytes(), []).append(m.name)
             if len(classes) > 1:
-                logger.warning("metrics: models tokenise the corpus differently (%s); similarity is computed "
+                logger.warning("metrics: models tokenise the similarity sentences differently (%s); similarity is computed "
                                "within each group only", "; ".join(", ".join(v) for v in classes.values()))
             sim_tasks = []
             for names in classes.values():
-                rows = plans[names[0]].similarity_rows
+                rows = {n: plans[n].similarity_rows for n in names}
                 d = max(models[n]["ds"].sizes["feature"] for n in names)
-                if len(rows) < scfg.min_ratio * d:
+                if len(rows[names[0]]) < scfg.min_ratio * d:
                     logger.warning("metrics: similarity skipped for %s: %d occurrences in the first %d sentences, "
                                    "fewer than metrics.similarity.min_ratio x d = %g x %d", ", ".join(names),
-                                   len(rows), scfg.sentences, scfg.min_ratio, d)
+                                   len(rows[names[0]]), scfg.sentences, scfg.min_ratio, d)
                     continue
                 key = config_hash({"models": [ExtractStage().model_key(ctx, m) for m in ctx.config.models
-                                              if m.name in names], "similarity": resolved_dict(scfg)})
+                                              if m.name in names], "similarity": resolved_dict(scfg),
+                                   "version": METRICS_VERSION})
                 f = cache / f"similarity-{key}.json"
                 if f.is_file() and self.name not in ctx.force:
                     sim_tasks.append(json.loads(f.read_text(encoding="utf-8")))
@@ -559,7 +569,7 @@ class MetricsStage(Stage):
                 sim_tasks.append(None)
                 todo.append(dask.delayed(similarity_task, pure=True)(
                     store=store, groups=names, n_layers={n: models[n]["n_layers"] for n in names}, rows=rows,
-                    freq_rank=models[names[0]]["freq_rank"][rows], cfg=resolved_dict(scfg),
+                    freq_rank=models[names[0]]["freq_rank"][rows[names[0]]], cfg=resolved_dict(scfg),
                     dask_key_name=f"similarity-{key[:12]}"))
                 todo_keys.append((("similarity", len(sim_tasks) - 1), f))
         influence: dict[str, dict] = {}
@@ -634,7 +644,7 @@ class MetricsStage(Stage):
                     dask_key_name=f"mlm-output-{m.name}-{key[:12]}"))
                 todo_keys.append((("mlm_output", m.name), f))
         logger.info("metrics: %d task(s) to compute, %d (model, layer) result(s) cached", len(todo), len(results))
-        computed = compute(todo, client=ctx.client, progress=ctx.progress, label="metrics") if todo else []
+        computed = compute(todo, client=ctx.client, progress=ctx.progress, label="metrics", unit="task") if todo else []
         for (key, f), r in zip(todo_keys, computed):
             r = json.loads(json.dumps(r, default=_jsonable))
             tmp = f.with_name(f.name + ".partial")

@@ -108,3 +108,31 @@ def test_metrics_are_deterministic(two_models, tmp_path, corpus_file, model_spec
         a = xr.open_zarr(w / "metrics.zarr", group=group, consolidated=False).load()
         b = xr.open_zarr(tmp_path / "w2" / "metrics.zarr", group=group, consolidated=False).load()
         xr.testing.assert_equal(a.drop_attrs(), b.drop_attrs())
+
+
+def test_models_that_truncate_a_later_sentence_differently_are_still_compared(tmp_path, model_specs):
+    """A sentence longer than the models' 32 positions, after the similarity sentences: the
+    masked LM (beginning + end token) keeps one piece fewer of it than the translation encoder
+    (end token only), so the stores' token axes differ; PWCCA between the models must still be
+    computed, on the first sentences, and equal PWCCA of those rows read from each store."""
+    from conftest import SENTENCES
+    from evolution.metrics.similarity import View, pwcca
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES + [" ".join(SENTENCES * 3)]) + "\n", encoding="utf-8")
+    extra = METRICS.replace("similarity: {min_ratio: 2,", f"similarity: {{sentences: {len(SENTENCES)}, min_ratio: 2,")
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus, workdir=tmp_path / "w", extra=extra,
+                       models=[model_specs["translation"], model_specs["masked_lm"]])
+    run(cfg, progress=False)
+    stores = {m: open_representations(str(tmp_path / "w" / "reps.zarr"), m) for m in ("translation", "masked_lm")}
+    assert stores["translation"].sizes["token"] != stores["masked_lm"].sizes["token"]  # the premise
+    sim = xr.open_zarr(tmp_path / "w" / "metrics.zarr", group="similarity", consolidated=False).load()
+    d = sim.distance.sel(metric="pwcca", model_a="translation", model_b="masked_lm").values
+    assert np.isfinite(d).all()
+    rows = {m: np.flatnonzero(ds["sentence"].values < len(SENTENCES)) for m, ds in stores.items()}
+    np.testing.assert_array_equal(stores["translation"]["token_id"].values[rows["translation"]],
+                                  stores["masked_lm"]["token_id"].values[rows["masked_lm"]])
+    store = str(tmp_path / "w" / "reps.zarr")
+    a = View(read_rows(store, "translation", 2, rows["translation"]), min_ratio=2)
+    b = View(read_rows(store, "masked_lm", 1, rows["masked_lm"]), min_ratio=2)
+    assert d[2, 1] == pytest.approx(1 - pwcca(a, b), abs=1e-9)  # stored as a distance

@@ -313,3 +313,23 @@ def test_training_key_ignores_what_is_analysed(tmp_path):
         corpus1, train1 = keys(changed)
         assert corpus1 != corpus0 and train1 == train0
     assert keys(base.replace("max_sentences: 30", "max_sentences: 30\n  max_length_ratio: 3"))[1] != train0
+
+
+def test_same_seed_trains_the_same_weights(trained, tmp_path):
+    """Determinism: training the MLM (random masking, dropout) again from the same
+    data, initial encoder and seed gives bit-identical weights."""
+    paths = trained["paths"]
+    copy = trainer.TrainingPaths(tmp_path / "train", ("en", "xx"))
+    shutil.copytree(paths.root, copy.root)
+    shutil.rmtree(copy.run_dir("mlm"))
+    spec = trained["cfg"].train.runs(0)["mlm"]
+    result = trainer.train_run(copy, trained["cfg"].train, "mlm", spec, languages=("en", "xx"), progress=False)
+    assert result["resumed_from"] == 0 and result["updates"] == 4
+    first = torch.load(str(paths.checkpoint("mlm")), map_location="cpu", weights_only=False)["model"]
+    again = torch.load(str(copy.checkpoint("mlm")), map_location="cpu", weights_only=False)["model"]
+    assert first.keys() == again.keys()
+    for name in first:
+        assert torch.equal(first[name], again[name]), name
+    init = torch.load(str(paths.init(0)), map_location="cpu", weights_only=True)
+    moved = [k for k in init if not torch.equal(init[k], first["encoder." + k])]
+    assert len(moved) > len(init) // 2  # the 4 updates changed the weights: the equality above says something

@@ -80,13 +80,15 @@ def _bins(edges: list[int]) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def similarity_task(*, store: str, groups: list[str], n_layers: dict[str, int], rows: np.ndarray,
+def similarity_task(*, store: str, groups: list[str], n_layers: dict[str, int], rows: dict[str, np.ndarray],
                     freq_rank: np.ndarray, cfg: dict[str, Any]) -> dict[str, Any]:
     """All-pairs similarity of (model, layer) views on the same occurrences,
     and adjacent-layer change per frequency-rank bin.
 
-    ``rows`` index the token axis of every group (the caller checks that
-    the groups tokenise identically); ``freq_rank`` (len(rows),) is the
+    ``rows[group]`` (n,) index the token axis of each group, the same
+    occurrences in the same order in every group (the caller checks that
+    the groups tokenise them identically: rows may differ where another
+    part of the corpus was truncated differently); ``freq_rank`` (n,) is the
     frequency rank of those occurrences. Returns ``similarity[method]`` as a
     nested list (view_a, view_b) over ``views`` = [(group, layer), ...], and
     ``change[method][group]`` as (layer_pair, bin) with NaN where a bin has
@@ -100,7 +102,7 @@ def similarity_task(*, store: str, groups: list[str], n_layers: dict[str, int], 
     views, keys = [], []
     for g in groups:
         for layer in range(n_layers[g]):
-            views.append(View(read_rows(store, g, layer, rows), name=f"{g} layer {layer}", **kw))
+            views.append(View(read_rows(store, g, layer, rows[g]), name=f"{g} layer {layer}", **kw))
             keys.append((g, layer))
     sim = {m: np.full((len(views), len(views)), np.nan) for m in methods}
     for i, a in enumerate(views):
@@ -117,14 +119,14 @@ def similarity_task(*, store: str, groups: list[str], n_layers: dict[str, int], 
     freq_rank = np.asarray(freq_rank)
     masks = {f"ranks [{lo}, {hi})": (freq_rank >= lo) & (freq_rank < hi) for lo, hi in bins}
     for g in groups:
-        states = [read_rows(store, g, layer, rows) for layer in range(n_layers[g])]  # read once, sliced per bin
+        states = [read_rows(store, g, layer, rows[g]) for layer in range(n_layers[g])]  # read once, sliced per bin
         per_method, bin_notes = adjacent_change(states, masks, methods=methods, epsilon=kw["epsilon"],
                                                 min_ratio=kw["min_ratio"], name=g)
         notes += bin_notes
         for m in methods:
             change[m][g] = per_method[m]
     return {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
-            "bins": bins, "n": int(len(rows)), "notes": notes}
+            "bins": bins, "n": int(len(freq_rank)), "notes": notes}
 
 
 def adjacent_change(states: list[np.ndarray], masks: dict[str, np.ndarray], *, methods: list[str], epsilon: float,
