@@ -412,8 +412,9 @@ class ExtractStage(Stage):
 #: Bumped when the metrics stage computes something new, so that older metrics.zarr are redone
 #: (2: token influence and MI with the MLM's output label; 3: POS / dependency neighbour rates
 #: on annotated text, main-text-only frequency ranks; 4: two-level k-means with 4 sqrt(k) cells
-#: and a refinement probing 4 cells, decision 15).
-METRICS_VERSION = 4
+#: and a refinement probing 4 cells, decision 15; 5: models whose stores differ outside the
+#: similarity sentences are compared again).
+METRICS_VERSION = 5
 
 
 class MetricsStage(Stage):
