@@ -490,7 +490,7 @@ class MetricsStage(Stage):
         import numpy as np
 
         from evolution.extract import compute
-        from evolution.metrics.plan import content_ids_by_sentence, plan_occurrences, text_parts
+        from evolution.metrics.plan import content_ids_by_sentence, plan_occurrences, save_task_plan, text_parts
         from evolution.metrics.results import attach_tsne_labels, build_datasets, write_metrics
         from evolution.metrics.tasks import layer_task, similarity_task
 
@@ -520,19 +520,18 @@ class MetricsStage(Stage):
                                     primary=info["primary"], annotation=info["annotation"])
             plans[m.name] = plan
             tsne_labels[m.name] = plan.tsne
-            # one graph key per model that every layer task of it reads (not one copy per task)
-            task_plan = dask.delayed({"mi": plan.mi, "neighbors": plan.neighbors or None,
-                                      "syntax": plan.syntax or None,
-                                      "tsne": {k: {"rows": v["rows"]} for k, v in plan.tsne.items()}},
-                                     name=f"plan-{m.name}-{self._layer_key(ctx, m, 0)[:12]}",
-                                     traverse=False)
+            # the tasks read the plan from disk, as they read the representations: a small graph
+            task_plan, written = cache / f"plan-{m.name}-{self._layer_key(ctx, m, 0)[:16]}.npz", False
             for layer in range(info["n_layers"]):
                 f = cache / f"layer-{m.name}-{layer}-{self._layer_key(ctx, m, layer)}.json"
                 if f.is_file() and self.name not in ctx.force:
                     results[(m.name, layer)] = json.loads(f.read_text(encoding="utf-8"))
                     continue
+                if not written:  # once per run that computes a layer of this model
+                    save_task_plan(task_plan, plan)
+                    written = True
                 todo.append(dask.delayed(layer_task, pure=True)(
-                    store=store, group=m.name, layer=layer, plan=task_plan, cfg=layer_cfg, seed=ctx.config.seed,
+                    store=store, group=m.name, layer=layer, plan=str(task_plan), cfg=layer_cfg, seed=ctx.config.seed,
                     dask_key_name=f"metrics-{m.name}-{layer}"))
                 todo_keys.append(((m.name, layer), f))
         # similarity: one task per set of models with identical tokenisation of the corpus

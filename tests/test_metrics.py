@@ -262,3 +262,34 @@ def test_refinement_probing_every_cell_is_one_exact_lloyd_step():
     d_one = ((x - centroids[np.searchsorted(used, one)]) ** 2).sum(1)
     d_ref = ((x - centroids[np.searchsorted(used, reference)]) ** 2).sum(1)
     assert np.all(d_one >= d_ref - 1e-4)
+
+
+def test_task_plan_file_round_trip(tmp_path):
+    """The plan the layer tasks read from disk is the plan the client decided (every array, dtype kept)."""
+    from evolution.config import MetricsConfig
+    from evolution.corpus.conllu import NO_LABEL
+    from evolution.metrics.plan import load_task_plan, plan_occurrences, save_task_plan
+
+    rng = np.random.default_rng(0)
+    n = 400
+    token_id = rng.integers(0, 8, size=n)
+    sentence = np.repeat(np.arange(40), 10)
+    position = np.tile(np.arange(10), 40)
+    pos = np.where(sentence >= 30, rng.integers(0, 3, size=n), NO_LABEL)
+    cfg = MetricsConfig.model_validate({"tokens": {"top": 5, "min_count": 3}, "mi": {"k": 4},
+                                        "tsne": {"selections": []}})
+    plan = plan_occurrences(token_id=token_id, token_str=np.array([f"w{t}" for t in token_id]), sentence=sentence,
+                            position=position, objective="lm", cfg=cfg, seed=0, primary=sentence < 30,
+                            annotation={"pos": pos, "deprel": pos})
+    assert set(plan.mi) == {"input", "output"} and plan.syntax
+    save_task_plan(tmp_path / "plan.npz", plan)
+    back = load_task_plan(tmp_path / "plan.npz")
+    for target, (rows, labels) in plan.mi.items():
+        np.testing.assert_array_equal(back["mi"][target][0], rows)
+        np.testing.assert_array_equal(back["mi"][target][1], labels)
+    for part in ("neighbors", "syntax"):
+        assert back[part].keys() == getattr(plan, part).keys()
+        for k, v in getattr(plan, part).items():
+            np.testing.assert_array_equal(back[part][k], v)
+            assert back[part][k].dtype == v.dtype
+    assert back["tsne"] == {}

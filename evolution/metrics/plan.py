@@ -17,7 +17,7 @@ from evolution.metrics.mi import select_frequent
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OccurrencePlan", "plan_occurrences", "text_parts", "neighbour_ids", "next_token_labels", "END"]
+__all__ = ["OccurrencePlan", "plan_occurrences", "save_task_plan", "load_task_plan", "text_parts", "neighbour_ids", "next_token_labels", "END"]
 
 #: Label of "no token": the next token after the last one (end of sentence),
 #: the left neighbour of the first.
@@ -203,3 +203,44 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
     for note in plan.notes:
         logger.warning("metrics: %s", note)
     return plan
+
+
+def save_task_plan(path, plan: OccurrencePlan) -> None:
+    """Write what the (model, layer) tasks need of ``plan`` to ``path`` (.npz, written
+    under a temporary name then renamed). The tasks read it from disk like the
+    representations, so the task graph stays small however large the corpus
+    (the arrays of a paper-scale run are tens of MB per model)."""
+    import os
+    from pathlib import Path
+
+    arrays = {}
+    for target, (rows, labels) in plan.mi.items():
+        arrays[f"mi/{target}/rows"], arrays[f"mi/{target}/labels"] = rows, labels
+    for part in ("neighbors", "syntax"):
+        for name, values in (getattr(plan, part) or {}).items():
+            arrays[f"{part}/{name}"] = values
+    for name, sel in plan.tsne.items():
+        arrays[f"tsne/{name}/rows"] = sel["rows"]
+    path = Path(path)
+    tmp = path.with_name(f"{path.stem}.partial-{os.getpid()}.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def load_task_plan(path) -> dict:
+    """The plan written by :func:`save_task_plan`: ``{"mi": {target: (rows, labels)},
+    "neighbors": {...} | None, "syntax": {...} | None, "tsne": {name: {"rows": ...}}}``."""
+    out: dict = {"mi": {}, "neighbors": {}, "syntax": {}, "tsne": {}}
+    with np.load(path, allow_pickle=False) as f:
+        for key in f.files:
+            part, *rest = key.split("/")
+            if part == "mi":
+                out["mi"].setdefault(rest[0], {})[rest[1]] = f[key]
+            elif part == "tsne":
+                out["tsne"].setdefault(rest[0], {})[rest[1]] = f[key]
+            else:
+                out[part][rest[0]] = f[key]
+    out["mi"] = {t: (v["rows"], v["labels"]) for t, v in out["mi"].items()}
+    out["neighbors"] = out["neighbors"] or None
+    out["syntax"] = out["syntax"] or None
+    return out
