@@ -670,6 +670,7 @@ class MetricsStage(Stage):
                     results[(name, layer)] = {**results[(name, layer)],
                                               "mi": {**results[(name, layer)].get("mi", {}), "output": v}}
         _warn_saturation(results)
+        _warn_bias(results)
         attrs = {"config": resolved_dict(cfg), "seed": ctx.config.seed, "versions": versions(),
                  "representations": store, "extract_keys": {m.name: ExtractStage().model_key(ctx, m)
                                                              for m in ctx.config.models},
@@ -714,6 +715,30 @@ def _warn_saturation(results: dict[tuple[str, int], dict]) -> None:
                        "too large for %d occurrences (%.0f per cluster) and the curve cannot show change. "
                        "Check with a smaller metrics.mi.k or more text.", t, m, v["entropy"],
                        ",".join(str(layer) for layer, _ in hits), v["k"], v["n"], v["n"] / v["k"])
+
+
+#: warn when the shuffled-label control reaches this share of the MI
+BIAS_SHARE = 0.5
+
+
+def _warn_bias(results: dict[tuple[str, int], dict]) -> None:
+    """One warning per (model, target) whose shuffled-label control is >= :data:`BIAS_SHARE`
+    of the MI at some layers: with few occurrences per cluster the plug-in MI is biased
+    upward by about (k - 1)(|X| - 1) / 2n nats, and the curve then mostly shows that bias."""
+    import numpy as np
+
+    flagged: dict[tuple[str, str], list] = {}
+    for (m, layer), r in sorted(results.items()):
+        for t, v in r.get("mi", {}).items():
+            if v["shuffled"] >= BIAS_SHARE * float(np.mean(v["mi"])):
+                flagged.setdefault((m, t), []).append((layer, v))
+    for (m, t), hits in flagged.items():
+        v = hits[-1][1]
+        logger.warning("metrics: MI(%s) of %s: the shuffled-label control is %.2f of %.2f nats at layer(s) %s "
+                       "(k = %d for %d occurrences, %.0f per cluster): the estimate is mostly the estimator's "
+                       "bias. Read MI minus the control (mi_shuffled), or use a smaller metrics.mi.k or more text.",
+                       t, m, v["shuffled"], float(np.mean(v["mi"])), ",".join(str(layer) for layer, _ in hits),
+                       v["k"], v["n"], v["n"] / v["k"])
 
 
 def _jsonable(o: Any) -> Any:

@@ -136,3 +136,26 @@ def test_models_that_truncate_a_later_sentence_differently_are_still_compared(tm
     a = View(read_rows(store, "translation", 2, rows["translation"]), min_ratio=2)
     b = View(read_rows(store, "masked_lm", 1, rows["masked_lm"]), min_ratio=2)
     assert d[2, 1] == pytest.approx(1 - pwcca(a, b), abs=1e-9)  # stored as a distance
+
+
+def test_bias_warning_names_the_biased_curves_only(caplog):
+    """The control-vs-MI warning: with few occurrences per cluster the shuffled control
+    (a real plug-in estimate on permuted labels) approaches the MI and is flagged; with
+    many it stays near 0 and is not."""
+    import logging
+
+    from evolution.metrics.mi import layer_mi
+    from pipelines.stages import _warn_bias
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 20, size=400)
+    x = rng.normal(size=(400, 4)).astype(np.float32)  # vectors unrelated to labels: MI is all bias
+    few = layer_mi(x, labels, k=40, restarts=1, seed=0).as_dict()
+    big_labels = rng.integers(0, 4, size=20000)
+    y = (np.eye(4)[big_labels] * 5 + rng.normal(size=(20000, 4))).astype(np.float32)
+    many = layer_mi(y, big_labels, k=8, restarts=1, seed=0).as_dict()
+    assert few["shuffled"] >= 0.5 * np.mean(few["mi"]) and many["shuffled"] < 0.05 * np.mean(many["mi"])
+    with caplog.at_level(logging.WARNING, logger="pipelines.stages"):
+        _warn_bias({("a", 0): {"mi": {"output": few}}, ("b", 0): {"mi": {"input": many}}})
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "MI(output) of a" in text and "of b" not in text
