@@ -16,7 +16,7 @@
 The model width dimension is called ``feature`` because a variable may not
 share its name with a dimension in xarray (``hidden`` is the variable).
 Open with :func:`open_representations` / :func:`open_attention`, or directly
-with ``xr.open_zarr(store, group=model)``.
+with ``xr.open_zarr(store, group=model, consolidated=False)``.
 
 A group is trusted only when its attribute ``evolution_complete`` equals its
 ``evolution_fingerprint``; that attribute is written last, after every chunk,

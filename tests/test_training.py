@@ -209,7 +209,7 @@ def test_trained_models_are_extracted(trained):
 
     store = trained["cfg"].workdir / "reps.zarr"
     for name in ("mt", "lm", "mlm", "lm-tokdrop"):
-        ds = xr.open_zarr(store, group=name)
+        ds = xr.open_zarr(store, group=name, consolidated=False)
         assert ds.sizes["layer"] == 3 and ds.sizes["feature"] == 16
         assert ds.attrs["objective"] == name.split("-")[0]
 

@@ -232,5 +232,5 @@ def metrics_fingerprint(path: Path) -> str | None:
 
 
 def open_metrics(path: str | Path, group: str) -> xr.Dataset:
-    """``xr.open_zarr(path, group=group)`` for a metrics store written by the pipeline."""
+    """``xr.open_zarr(path, group=group, consolidated=False)`` for a metrics store written by the pipeline."""
     return xr.open_zarr(path, group=group, consolidated=False)
