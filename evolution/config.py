@@ -249,6 +249,10 @@ class MIConfig(_Section):
     k: int = Field(10_000, ge=2, description="clusters; capped at occurrences / 10 (logged)")
     restarts: int = Field(3, ge=1, description="k-means restarts; mean and spread are reported")
     niter: int = Field(20, ge=1, description="Lloyd iterations")
+    mlm_corruptions: int = Field(
+        1, ge=1, description="independent BERT corruptions of each sentence for MI with the MLM's output label "
+                             "(each ~15% of positions; more for small corpora, where one leaves the estimate "
+                             "mostly bias)")
     algorithm: Literal["auto", "flat", "two_level"] = Field(
         "auto", description="k-means: flat faiss, or two-level (4 sqrt(k) coarse cells + one refinement pass; auto from k >= 2000)")
 

@@ -440,7 +440,10 @@ class MetricsStage(Stage):
 
     def _layer_cfg(self, ctx: Context) -> dict:
         m = resolved_dict(ctx.config.metrics)
-        return {k: m[k] for k in ("tokens", "mi", "neighbors", "tsne")}
+        out = {k: m[k] for k in ("tokens", "mi", "neighbors", "tsne")}
+        if out["mi"] is not None:  # used only by the MLM-output task: changing it keeps the layer results
+            out["mi"] = {k: v for k, v in out["mi"].items() if k != "mlm_corruptions"}
+        return out
 
     def _layer_key(self, ctx: Context, model: ModelConfig, layer: int) -> str:
         return config_hash({"extract": ExtractStage().model_key(ctx, model), "metrics": self._layer_cfg(ctx),
@@ -464,7 +467,8 @@ class MetricsStage(Stage):
         keys = {m.name: [self._layer_key(ctx, m, layer) for layer in range(self._n_layers_cheap(ctx, m))]
                 for m in ctx.config.models}
         mcfg = resolved_dict(ctx.config.metrics)
-        return config_hash({"version": METRICS_VERSION, "layers": keys, "similarity": mcfg.get("similarity"), "influence": mcfg.get("influence"),
+        return config_hash({"version": METRICS_VERSION, "layers": keys, "similarity": mcfg.get("similarity"),
+                            "influence": mcfg.get("influence"), "mi": mcfg.get("mi"),  # mi: MLM output too
                             "seed": ctx.config.seed, "models": [ExtractStage().model_key(ctx, m)
                                                                 for m in ctx.config.models]})
 

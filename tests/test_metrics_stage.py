@@ -159,3 +159,20 @@ def test_bias_warning_names_the_biased_curves_only(caplog):
         _warn_bias({("a", 0): {"mi": {"output": few}}, ("b", 0): {"mi": {"input": many}}})
     text = " ".join(r.getMessage() for r in caplog.records)
     assert "MI(output) of a" in text and "of b" not in text
+
+
+def test_mlm_corruptions_do_not_invalidate_layer_results(tmp_path, corpus_file, model_specs):
+    from evolution.config import load_config
+    from pipelines.stages import Context, MetricsStage
+
+    keys = []
+    for n in (1, 7):
+        extra = METRICS.replace("mi: {k: 4, restarts: 2}", f"mi: {{k: 4, restarts: 2, mlm_corruptions: {n}}}")
+        cfg = load_config(write_config(tmp_path / f"c{n}.yaml", corpus=corpus_file, workdir=tmp_path / "w",
+                                       extra=extra, models=[model_specs["masked_lm"]]))
+        keys.append(MetricsStage()._layer_key(Context(config=cfg), cfg.models[0], 0))
+    assert keys[0] == keys[1]
+    extra = METRICS.replace("mi: {k: 4, restarts: 2}", "mi: {k: 5, restarts: 2}")
+    cfg = load_config(write_config(tmp_path / "c5.yaml", corpus=corpus_file, workdir=tmp_path / "w", extra=extra,
+                                   models=[model_specs["masked_lm"]]))
+    assert MetricsStage()._layer_key(Context(config=cfg), cfg.models[0], 0) != keys[0]  # k does count

@@ -333,3 +333,24 @@ def test_same_seed_trains_the_same_weights(trained, tmp_path):
     init = torch.load(str(paths.init(0)), map_location="cpu", weights_only=True)
     moved = [k for k in init if not torch.equal(init[k], first["encoder." + k])]
     assert len(moved) > len(init) // 2  # the 4 updates changed the weights: the equality above says something
+
+
+def test_more_corruptions_add_occurrences_and_keep_the_first(trained):
+    """``corruptions=3``: the first corruption of each sentence is the one-corruption draw
+    (its states and labels are all found again), and there are about 3x as many occurrences."""
+    from collections import Counter
+
+    from evolution.metrics.masked import masked_states
+    from evolution.models.fairseq import FairseqAdapter
+
+    paths = trained["paths"]
+    adapter = FairseqAdapter(paths.checkpoint("mlm"), data=paths.data("mlm"), sentencepiece=paths.spm_model)
+    content = {s: adapter.tokenize(t).ids for s, t in enumerate(
+        ["In the beginning God created the heavens and the earth", "God saw the light and it was good"] * 20)}
+    one, labels_one = masked_states(adapter, content, seed=3)
+    three, labels_three = masked_states(adapter, content, seed=3, corruptions=3)
+    assert not Counter(labels_one.tolist()) - Counter(labels_three.tolist())
+    assert 2 * len(labels_one) < len(labels_three) < 4 * len(labels_one)
+    for row, label in zip(one[-1], labels_one):
+        hits = np.flatnonzero(np.isclose(three[-1], row, atol=1e-5).all(axis=1))
+        assert len(hits) and label in labels_three[hits]

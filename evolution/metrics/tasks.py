@@ -207,7 +207,8 @@ def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: lis
     adapter = cached_adapter(spec)
     if adapter.mask_id is None:
         return {"unsupported": f"{spec['name']}: no <mask> symbol"}
-    states, labels = masked_states(adapter, {int(k): v for k, v in content_ids.items()}, seed=seed)
+    states, labels = masked_states(adapter, {int(k): v for k, v in content_ids.items()}, seed=seed,
+                                   corruptions=cfg.get("mlm_corruptions", 1))
     keep = np.isin(labels, np.asarray(types))
     out = []
     for layer in range(states.shape[0]):
