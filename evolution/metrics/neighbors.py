@@ -38,7 +38,7 @@ def knn(vectors: np.ndarray, *, k: int, metric: Metric = "euclidean", index: str
     ``nprobe`` at a time (approximate; for large n). ``nprobe = 64`` is the
     smallest that reached recall 0.95 in ``benchmarks/metrics.py`` (100k x 256:
     recall 0.974, same-token rate within 0.0025 of exact; nprobe 32: 0.928),
-    and there it was 2.4x *slower* than the exact flat index on 2 cores: keep
+    and there it was 2.4-3.4x *slower* than the exact flat index on 2 cores (two runs): keep
     ``exact`` unless n is far larger. A graph index was measured too (faiss
     HNSW, M = 32, same data): recall 0.957 needs efSearch 256 and then takes
     1.6x the exact time (build 14 s + search 41 s against 35.5 s), so it is
