@@ -1,7 +1,8 @@
 """Which occurrences each metric uses, decided once per model from the token coordinates.
 
-The plan is small (index arrays), is computed in the client and travels in
-the task graph; the representations never do: each (model, layer) task
+The plan (index arrays) is computed in the client and written to a file
+(:func:`save_task_plan`) that the tasks read; neither it nor the
+representations travel in the task graph: each (model, layer) task
 reads its rows from the Zarr store itself.
 """
 
