@@ -705,14 +705,19 @@ class MetricsStage(Stage):
                     self.path(ctx))
 
 
-def _warn_saturation(results: dict[tuple[str, int], dict]) -> None:
-    """One warning per (model, target) whose MI is within 2% of H(X) at some layers."""
+def _flag_mi(results: dict[tuple[str, int], dict], test) -> dict[tuple[str, str], list]:
+    """(model, target) -> [(layer, MI result), ...] of the layers whose MI result passes ``test``."""
     flagged: dict[tuple[str, str], list] = {}
     for (m, layer), r in sorted(results.items()):
         for t, v in r.get("mi", {}).items():
-            if v["saturated"]:
+            if test(v):
                 flagged.setdefault((m, t), []).append((layer, v))
-    for (m, t), hits in flagged.items():
+    return flagged
+
+
+def _warn_saturation(results: dict[tuple[str, int], dict]) -> None:
+    """One warning per (model, target) whose MI is within 2% of H(X) at some layers."""
+    for (m, t), hits in _flag_mi(results, lambda v: v["saturated"]).items():
         v = hits[0][1]
         logger.warning("metrics: MI(%s) of %s is within 2%% of H(X) = %.3f nats at layer(s) %s: almost every "
                        "cluster holds one token. Either those layers keep token identity intact, or k = %d is "
@@ -731,12 +736,7 @@ def _warn_bias(results: dict[tuple[str, int], dict]) -> None:
     upward by about (k - 1)(|X| - 1) / 2n nats, and the curve then mostly shows that bias."""
     import numpy as np
 
-    flagged: dict[tuple[str, str], list] = {}
-    for (m, layer), r in sorted(results.items()):
-        for t, v in r.get("mi", {}).items():
-            if v["shuffled"] >= BIAS_SHARE * float(np.mean(v["mi"])):
-                flagged.setdefault((m, t), []).append((layer, v))
-    for (m, t), hits in flagged.items():
+    for (m, t), hits in _flag_mi(results, lambda v: v["shuffled"] >= BIAS_SHARE * float(np.mean(v["mi"]))).items():
         v = hits[-1][1]
         logger.warning("metrics: MI(%s) of %s: the shuffled-label control is %.2f of %.2f nats at layer(s) %s "
                        "(k = %d for %d occurrences, %.0f per cluster): the estimate is mostly the estimator's "

@@ -165,22 +165,24 @@ def _refine_within_cells(x: np.ndarray, labels: np.ndarray, *, cells: np.ndarray
     sums = np.asarray(onehot @ x, dtype=np.float64)  # (clusters, d)
     used = counts > 0
     centroids = (sums[used] / counts[used, None]).astype(np.float32)
-    ids, cell = np.flatnonzero(used), cells[used]
-    live = np.unique(cell)
-    cell_sums = np.stack([sums[used][cell == j].sum(0) for j in live])
-    cell_counts = np.array([counts[used][cell == j].sum() for j in live])
+    ids = np.flatnonzero(used)
+    _, cell = np.unique(cells[used], return_inverse=True)  # (used clusters,) index of a non-empty cell
+    n_cells = int(cell.max()) + 1
+    cell_sums = np.zeros((n_cells, x.shape[1]))
+    np.add.at(cell_sums, cell, sums[used])
+    cell_counts = np.bincount(cell, weights=counts[used], minlength=n_cells)
+    members = [np.flatnonzero(cell == i) for i in range(n_cells)]  # the used clusters of each cell
     probe = faiss.IndexFlatL2(x.shape[1])
     probe.add((cell_sums / cell_counts[:, None]).astype(np.float32))
-    _, near = probe.search(x, min(nprobe, len(live)))  # (n, nprobe) indices into ``live``
+    _, near = probe.search(x, min(nprobe, n_cells))  # (n, nprobe) cell indices
     best = np.full(n, np.inf, dtype=np.float32)
     new = labels.copy()
     order = np.argsort(near, axis=0, kind="stable")  # rows grouped by probed cell, per probe column
     for col in range(near.shape[1]):
-        bounds = np.searchsorted(near[order[:, col], col], np.arange(len(live) + 1))
-        for i in range(len(live)):
+        bounds = np.searchsorted(near[order[:, col], col], np.arange(n_cells + 1))
+        for i, fine in enumerate(members):
             rows = order[bounds[i]:bounds[i + 1], col]
-            fine = np.flatnonzero(cell == live[i])
-            if not len(rows) or not len(fine):
+            if not len(rows):
                 continue
             index = faiss.IndexFlatL2(x.shape[1])  # BLAS distances with a fused argmin, in blocks
             index.add(centroids[fine])

@@ -37,17 +37,16 @@ def read_rows(store: str, group: str, layer: int, rows: np.ndarray) -> np.ndarra
     return np.asarray(arr.get_orthogonal_selection((layer, rows, slice(None))), dtype=np.float32)
 
 
-def layer_task(*, store: str, group: str, layer: int, plan: dict[str, Any] | str, cfg: dict[str, Any],
+def layer_task(*, store: str, group: str, layer: int, plan: str, cfg: dict[str, Any],
                seed: int) -> dict[str, Any]:
     """MI, neighbour measures and t-SNE layouts of one (model, layer); ``plan`` is the
-    model's task plan or the path of the file :func:`~evolution.metrics.plan.save_task_plan` wrote."""
+    path of the model's plan file (:func:`~evolution.metrics.plan.save_task_plan`)."""
     from evolution.metrics.mi import layer_mi
     from evolution.metrics.neighbors import knn, same_label_rate, within_type_measures
     from evolution.metrics.plan import load_task_plan
     from evolution.metrics.tsne import tsne_layout
 
-    if isinstance(plan, str):
-        plan = load_task_plan(plan)
+    plan = load_task_plan(plan)
     out: dict[str, Any] = {"model": group, "layer": layer}
     if cfg.get("mi") is not None:
         out["mi"] = {}
