@@ -1,4 +1,4 @@
-"""Each fairseq workaround in evolution.models.compat, against the failure it prevents."""
+"""Each fairseq workaround in evolution.nets.compat, against the failure it prevents."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from evolution.models import compat
+from evolution.nets import compat
 
 
 def test_numpy_compat_long_is_restored_and_fairseq_dataset_uses_it():
@@ -97,7 +97,7 @@ def test_import_fairseq_leaves_the_root_logger_alone():
     import subprocess
     import sys
 
-    code = ("import logging; from evolution.models import compat; compat.import_fairseq(); "
+    code = ("import logging; from evolution.nets import compat; compat.import_fairseq(); "
             "root = logging.getLogger(); print(len(root.handlers), root.level)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", str(logging.WARNING)]

@@ -91,8 +91,8 @@ def test_three_objectives_start_from_identical_encoders(trained):
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    from evolution.models.compat import quiet
-    from evolution.training.objectives import encoder_of, register
+    from evolution.nets.compat import quiet
+    from evolution.nets.objectives import encoder_of, register
 
     register()
     paths = trained["paths"]

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from evolution.models.base import Adapter, ModelLoadError, Tokenized, word_ids_from_pieces
-from evolution.models.compat import capture_attention, enable_head_weights, import_fairseq, quiet, trusted_checkpoints
+from evolution.nets.compat import capture_attention, enable_head_weights, import_fairseq, quiet, trusted_checkpoints
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class FairseqAdapter(Adapter):
     def __init__(self, path: str | Path, *, data: str | Path, sentencepiece: str | Path | None = None,
                  name: str | None = None, objective: str | None = None):
         import_fairseq()
-        from evolution.training.objectives import register
+        from evolution.nets.objectives import register
 
         register()  # this project's evolution_mt / evolution_lm / evolution_mlm
         self.path = Path(path)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Literal
 
-from evolution.models.compat import import_fairseq, lm_dim_args, quiet
+from evolution.nets.compat import import_fairseq, lm_dim_args, quiet
 
 __all__ = ["make_hf_model", "make_fairseq_model", "vocabulary_of"]
 

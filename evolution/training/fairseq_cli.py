@@ -2,8 +2,8 @@
 
 ``python -m evolution.training.fairseq_cli {preprocess,train,validate,generate} ARGS``
 is ``fairseq-preprocess`` / ``fairseq-train`` / ... after
-:func:`evolution.models.compat.import_fairseq` (NumPy 2 patch) and
-:func:`evolution.training.objectives.register` (the three objectives), and
+:func:`evolution.nets.compat.import_fairseq` (NumPy 2 patch) and
+:func:`evolution.nets.objectives.register` (the three objectives), and
 with full unpickling of the checkpoints this run itself writes (torch >= 2.6
 defaults to ``weights_only``; fairseq resumes from ``checkpoint_last.pt``).
 
@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tool, rest = argv[0], argv[1:]
     os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # our own checkpoints (compat trap 2)
-    from evolution.models.compat import import_fairseq
+    from evolution.nets.compat import import_fairseq
 
     import_fairseq()
-    from evolution.training.objectives import register
+    from evolution.nets.objectives import register
 
     register()
     import importlib
@@ -75,9 +75,9 @@ def _init_encoder(out: str, train_args: list[str]) -> int:
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    from evolution.models.compat import quiet
-    from evolution.training.encoder import write_initial_encoder
-    from evolution.training.objectives import encoder_of
+    from evolution.nets.compat import quiet
+    from evolution.nets.encoder import write_initial_encoder
+    from evolution.nets.objectives import encoder_of
 
     with quiet():
         args = options.parse_args_and_arch(options.get_training_parser(), input_args=train_args)

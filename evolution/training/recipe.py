@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolution.config import TrainConfig
-from evolution.models.compat import exact_batching_args
+from evolution.nets.compat import exact_batching_args
 
 __all__ = ["encoder_args", "data_args", "model_args", "task_args", "optimisation_args", "train_args"]
 

@@ -2,7 +2,7 @@
 
 Voita et al. (2019) compare objectives with *everything else fixed*: data,
 vocabulary, encoder architecture and the initial encoder weights. Here the
-three fairseq models of :mod:`evolution.training.objectives` all build a
+three fairseq models of :mod:`evolution.nets.objectives` all build a
 :class:`SharedEncoder` from the same ``--encoder-*`` arguments; it is
 fairseq's own ``TransformerEncoderBase`` (token embedding scaled by sqrt(d),
 sinusoidal positions, post- or pre-norm blocks) with three additions:

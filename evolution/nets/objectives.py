@@ -62,7 +62,7 @@ def _define() -> None:  # noqa: C901 - the three models read best side by side
     from fairseq.models.transformer import TransformerConfig, TransformerModel
     from fairseq.models.transformer import base_architecture as transformer_base_architecture
 
-    from evolution.training.encoder import SharedEncoder, load_initial_encoder
+    from evolution.nets.encoder import SharedEncoder, load_initial_encoder
 
     def add_shared_args(parser):
         parser.add_argument("--init-encoder", type=str, default=None, metavar="FILE",
