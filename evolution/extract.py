@@ -23,12 +23,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from evolution.config import ExtractConfig
 from evolution.models import Adapter, cached_adapter
+from evolution.store import open_attention_array, open_hidden
 from evolution.tokens import TokenTable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ChunkTask", "plan_tasks", "run_chunk", "batches", "extract_model", "warm_workers", "compute"]
+__all__ = ["ChunkTask", "plan_tasks", "run_chunk", "batches", "extract_model", "extract_to_store", "warm_workers",
+           "compute"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,6 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
     of the token axis.
     """
     import torch
-    import zarr
 
     t_start = time.perf_counter()
     torch.set_num_threads(torch_threads)
@@ -99,12 +101,11 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
     t_loaded = time.perf_counter()
     forward_s = 0.0
     off = adapter.content_offset
-    hidden_arr = zarr.open_array(store, path=f"{group}/hidden", mode="r+", zarr_format=3)
+    hidden_arr = open_hidden(store, group, mode="r+")
     buf = np.empty((hidden_arr.shape[0], task.stop - task.start, hidden_arr.shape[2]), dtype=np.float32)
     # local index (into inputs) -> row of the attention group (= row of the token table)
     att_row_of = {task.sentences.index(s): s for s in task.attention_rows}
-    att_arr = (zarr.open_array(store, path=f"{group}/attention/attention", mode="r+", zarr_format=3)
-               if att_row_of else None)
+    att_arr = open_attention_array(store, group, mode="r+") if att_row_of else None
     for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
         need_att = any(i in att_row_of for i in batch)
         t0 = time.perf_counter()
@@ -168,6 +169,58 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
                 times["forward_s"], times["write_s"],
                 times["total_s"] - times["load_s"] - times["forward_s"] - times["write_s"])
     return {"tokens": n, "seconds": seconds, **times}
+
+
+def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint: str, config: ExtractConfig,
+                     annotation: dict | None, attrs: dict[str, Any], client=None, progress: bool = True
+                     ) -> dict[str, float]:
+    """Extract one model into ``store``/``group`` (hidden states, token coordinates,
+    attention for the first ``config.attention.sentences``), then mark the group complete.
+
+    ``corpus`` is the analysed :class:`~evolution.corpus.Corpus`; ``annotation``
+    the corpus directory's ``annotation.json`` (None without annotated text): its
+    labels become the token coordinates ``upos``, ``xpos``, ``deprel``, ``head``
+    (:func:`evolution.corpus.conllu.annotation_columns`) and its first sentence
+    the group attribute ``annotated_from``, so that the metrics read only the
+    store. ``attrs`` (provenance) join the adapter's own description. Returns
+    the timings of :func:`extract_model` plus ``stage_seconds``.
+    """
+    from evolution.corpus.conllu import annotation_columns
+    from evolution.provenance import file_hash
+    from evolution.store import create_attention_group, create_hidden_group, mark_complete
+    from evolution.tokens import build_token_table
+
+    t0 = time.perf_counter()
+    warming = warm_workers(client, spec)
+    adapter = cached_adapter(spec)  # shared with in-process tasks; workers load their own
+    table = build_token_table(corpus.sentences, adapter, too_long=config.too_long, lines=corpus.lines,
+                              source=corpus.source)
+    columns = dict(table.columns)
+    attrs = {**attrs, "corpus_source": corpus.source, "corpus_sha256": file_hash(corpus.source),
+             "n_truncated": table.n_truncated, "n_skipped": table.n_skipped, "annotated_from": -1,
+             **adapter.describe()}
+    if annotation is not None:
+        columns.update(annotation_columns(sentence=columns["sentence"], word_id=columns["word_id"],
+                                          first=annotation["first"], sentences=annotation["sentences"]))
+        attrs["annotated_from"] = int(annotation["first"])
+    create_hidden_group(store, group, columns=columns, n_layers=adapter.num_layers + 1, d_model=adapter.d_model,
+                        chunk_tokens=config.chunk_tokens, dtype=config.dtype, attrs=attrs, fingerprint=fingerprint,
+                        compressor=config.compressor)
+    n_att = 0
+    if config.attention is not None:
+        n_att = min(config.attention.sentences, table.n_sentences)
+        create_attention_group(store, group, sentence=table.sentence_index[:n_att],
+                               inputs=[adapter.build_input(ids) for ids in table.ids[:n_att]],
+                               n_layers=adapter.num_layers, n_heads=adapter.num_heads, dtype=config.attention.dtype,
+                               attrs={"special_ids": sorted(adapter.special_ids), **attrs})
+    stats = extract_model(spec, table, adapter, store=store, group=group, chunk_tokens=config.chunk_tokens,
+                          task_chunks=config.task_chunks, max_batch_tokens=config.max_batch_tokens, dtype=config.dtype,
+                          attention_sentences=n_att, attention_dtype=config.attention.dtype if config.attention else None,
+                          torch_threads=config.torch_threads, client=client, progress=progress)
+    del warming
+    mark_complete(store, group, fingerprint)
+    stats["stage_seconds"] = time.perf_counter() - t0
+    return stats
 
 
 def _warm(spec: dict) -> None:

@@ -6,7 +6,11 @@
                                           chunks (1, chunk_tokens, feature)
     reps.zarr/<model>                    coordinates on token: sentence, position,
                                           token_id, token_str, word_id, is_special,
-                                          freq_rank; coordinate layer = 0..L
+                                          freq_rank; with annotated text also upos,
+                                          xpos, deprel ("" off it) and head (CoNLL-U,
+                                          0 = root, -1 off it), and the attribute
+                                          annotated_from (its first sentence, -1: none);
+                                          coordinate layer = 0..L
     reps.zarr/<model>/attention/attention (sentence, layer, head, query, key)
                                           chunks (1, L, H, T, T), padded to T
     reps.zarr/<model>/attention          sentence (corpus index), length (input
@@ -15,7 +19,9 @@
 
 The model width dimension is called ``feature`` because a variable may not
 share its name with a dimension in xarray (``hidden`` is the variable).
-Open with :func:`open_representations` / :func:`open_attention`, or directly
+This module is the one place that knows these paths: open with
+:func:`open_representations` / :func:`open_attention` (xarray),
+:func:`open_hidden` / :func:`read_rows` (zarr, for tasks), or directly
 with ``xr.open_zarr(store, group=model, consolidated=False)``.
 
 A group is trusted only when its attribute ``evolution_complete`` equals its
@@ -35,6 +41,12 @@ import zarr
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "hidden_path",
+    "attention_path",
+    "open_hidden",
+    "open_attention_array",
+    "read_rows",
+    "n_layers",
     "DIMS_HIDDEN",
     "DIMS_ATTENTION",
     "open_representations",
@@ -49,6 +61,46 @@ DIMS_HIDDEN = ("layer", "token", "feature")
 DIMS_ATTENTION = ("sentence", "layer", "head", "query", "key")
 _COMPLETE = "evolution_complete"
 _FINGERPRINT = "evolution_fingerprint"
+
+
+def hidden_path(model: str) -> str:
+    """Path of a model's ``hidden`` array inside the store."""
+    return f"{model}/hidden"
+
+
+def attention_path(model: str) -> str:
+    """Path of a model's attention group inside the store."""
+    return f"{model}/attention"
+
+
+def open_hidden(store: str, model: str, *, mode: str = "r") -> zarr.Array:
+    """The ``hidden`` array (layer, token, feature) of ``model`` as a zarr array."""
+    return zarr.open_array(store, path=hidden_path(model), mode=mode, zarr_format=3)
+
+
+def open_attention_array(store: str, model: str, *, mode: str = "r") -> zarr.Array:
+    """The ``attention`` array (sentence, layer, head, query, key) of ``model`` as a zarr array."""
+    return zarr.open_array(store, path=f"{attention_path(model)}/attention", mode=mode, zarr_format=3)
+
+
+def n_layers(store: str, model: str) -> int | None:
+    """Length of ``model``'s layer axis (L + 1), or None when it is not extracted (yet)."""
+    try:
+        return int(open_hidden(store, model).shape[0])
+    except Exception:  # noqa: BLE001 - missing or unreadable: not extracted
+        return None
+
+
+def read_rows(store: str, model: str, layer: int, rows: np.ndarray) -> np.ndarray:
+    """``hidden[layer, rows, :]`` as float32 (n, d), reading only the chunks needed."""
+    arr = open_hidden(store, model)
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == 0:
+        return np.empty((0, arr.shape[2]), dtype=np.float32)
+    lo, hi = int(rows.min()), int(rows.max()) + 1
+    if len(rows) > (hi - lo) // 4:  # dense: one contiguous read, then index in memory
+        return np.asarray(arr[layer, lo:hi], dtype=np.float32)[rows - lo]
+    return np.asarray(arr.get_orthogonal_selection((layer, rows, slice(None))), dtype=np.float32)
 
 
 def _open_root(store: str, mode: str = "a") -> zarr.Group:
@@ -100,9 +152,9 @@ def create_hidden_group(store: str, group: str, *, columns: dict[str, np.ndarray
     _write_skeleton(ds, store, group)
 
 
-def create_attention_group(store: str, group: str, *, sentence: np.ndarray, inputs: list[list[int]],
+def create_attention_group(store: str, model: str, *, sentence: np.ndarray, inputs: list[list[int]],
                            n_layers: int, n_heads: int, dtype: str, attrs: dict[str, Any]) -> None:
-    """(Re)create ``group`` (``<model>/attention``) for the sentences given.
+    """(Re)create ``model``'s attention group (``<model>/attention``) for the sentences given.
 
     ``inputs`` are the model input ids (special tokens included) per sentence.
     """
@@ -121,7 +173,7 @@ def create_attention_group(store: str, group: str, *, sentence: np.ndarray, inpu
         attrs=attrs,
     )
     ds["attention"].encoding["fill_value"] = np.nan
-    _write_skeleton(ds, store, group)
+    _write_skeleton(ds, store, attention_path(model))
 
 
 def open_representations(store: str, model: str, *, check: bool = True) -> xr.Dataset:
@@ -142,4 +194,4 @@ def open_representations(store: str, model: str, *, check: bool = True) -> xr.Da
 
 def open_attention(store: str, model: str) -> xr.Dataset:
     """The attention dataset of one model (``<model>/attention``), lazily."""
-    return xr.open_zarr(store, group=f"{model}/attention", consolidated=False)
+    return xr.open_zarr(store, group=attention_path(model), consolidated=False)

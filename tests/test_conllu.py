@@ -6,7 +6,6 @@ import gzip
 
 import numpy as np
 import pytest
-import xarray as xr
 
 from evolution.corpus.conllu import (
     EMBEDDED,
@@ -175,6 +174,7 @@ def test_annotated_text_adds_rates_and_leaves_main_metrics_unchanged(tmp_path, c
     from pipelines.run import run
     from evolution.config import load_config
     from evolution.metrics.plan import text_parts
+    from evolution.metrics.results import open_metrics
     from evolution.store import open_representations
     from pipelines.stages import Context, CorpusStage
 
@@ -193,19 +193,26 @@ def test_annotated_text_adds_rates_and_leaves_main_metrics_unchanged(tmp_path, c
     ctx = Context(config=load_config(annotated), progress=False)
     ann = CorpusStage().annotation(ctx)
     assert ann["first"] == len(SENTENCES) and ann["n_sentences"] == len(TREEBANK_SENTENCES)
+    # the labels are token coordinates of the store (metrics read only the store)
     ds = open_representations(str(tmp_path / "b" / "reps.zarr"), "translation")
-    parts = text_parts(sentence=ds.sentence.values, token_id=ds.token_id.values, word_id=ds.word_id.values,
-                       freq_rank=ds.freq_rank.values, annotation=ann)
+    assert ds.attrs["annotated_from"] == ann["first"]
+    parts = text_parts(sentence=ds.sentence.values, token_id=ds.token_id.values, freq_rank=ds.freq_rank.values,
+                       labels={c: ds[c].values for c in ("upos", "xpos", "deprel")},
+                       annotated_from=ds.attrs["annotated_from"])
     sent, pos = ds.sentence.values, ds.position.values
-    vocab = sorted({t for s in ann["sentences"] for t in s["xpos"]})
     rows = np.flatnonzero(~parts["primary"])
     assert len(rows) == sum(len(s.split()) for s in TREEBANK_SENTENCES)
+    vocab = sorted(set(ds.xpos.values[rows]))
     for r in rows:
-        assert vocab[parts["annotation"]["pos"][r]] == ann["sentences"][sent[r] - ann["first"]]["xpos"][pos[r]]
+        word = ann["sentences"][sent[r] - ann["first"]]
+        assert ds.xpos.values[r] == word["xpos"][pos[r]] and ds.upos.values[r] == word["upos"][pos[r]]
+        assert ds.deprel.values[r] == word["deprel"][pos[r]] and ds["head"].values[r] == word["head"][pos[r]]
+        assert vocab[parts["annotation"]["pos"][r]] == word["xpos"][pos[r]]
     assert (parts["annotation"]["pos"][parts["primary"]] == NO_LABEL).all()
+    assert (ds.upos.values[parts["primary"]] == "").all() and (ds["head"].values[parts["primary"]] == -1).all()
 
     def group(w, name):
-        return xr.open_zarr(tmp_path / w / "metrics.zarr", group=name, consolidated=False).load()
+        return open_metrics(tmp_path / w / "metrics.zarr", name).load()
 
     nb_a, nb_b = group("a", "neighbors"), group("b", "neighbors")
     assert "same_pos" not in nb_a.measure.values
@@ -229,12 +236,11 @@ def test_annotated_text_adds_rates_and_leaves_main_metrics_unchanged(tmp_path, c
     np.testing.assert_array_equal(parts["freq_rank"][parts["primary"]], ds_a.freq_rank.values)
     # change by POS tag: each tag's value is PWCCA between adjacent layers on that tag's annotated rows
     from evolution.metrics.similarity import View, pwcca
-    from evolution.metrics.tasks import read_rows
+    from evolution.store import read_rows
 
     cp = group("b", "change_pos")
     assert cp.distance.dims == ("metric", "model", "layer_pair", "pos")
-    upos_of = np.array(sorted({t for s in ann["sentences"] for t in s["upos"]}), dtype=object)
-    upos = upos_of[parts["annotation"]["upos"][rows]]
+    upos = ds.upos.values[rows]
     d = ds.sizes["feature"]
     checked = 0
     for tag in cp.pos.values:

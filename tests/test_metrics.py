@@ -268,11 +268,13 @@ def test_refinement_probing_every_cell_is_one_exact_lloyd_step():
     assert (one != reference).any()  # one probe is not the full Lloyd step here: the check above says something
 
 
-def test_task_plan_file_round_trip(tmp_path):
-    """The plan the layer tasks read from disk is the plan the client decided (every array, dtype kept)."""
+def test_task_arrays_file_round_trip(tmp_path):
+    """The plan the tasks read from disk is the plan the client decided (every array, dtype kept),
+    and the file is named by its content (a changed plan never reads a stale file)."""
+    from evolution.analyses.base import load_arrays, save_arrays
     from evolution.config import MetricsConfig
     from evolution.corpus.conllu import NO_LABEL
-    from evolution.metrics.plan import load_task_plan, plan_occurrences, save_task_plan
+    from evolution.metrics.plan import plan_occurrences
 
     rng = np.random.default_rng(0)
     n = 400
@@ -286,14 +288,14 @@ def test_task_plan_file_round_trip(tmp_path):
                             position=position, objective="lm", cfg=cfg, seed=0, primary=sentence < 30,
                             annotation={"pos": pos, "deprel": pos})
     assert set(plan.mi) == {"input", "output"} and plan.syntax
-    save_task_plan(tmp_path / "plan.npz", plan)
-    back = load_task_plan(tmp_path / "plan.npz")
-    for target, (rows, labels) in plan.mi.items():
-        np.testing.assert_array_equal(back["mi"][target][0], rows)
-        np.testing.assert_array_equal(back["mi"][target][1], labels)
-    for part in ("neighbors", "syntax"):
-        assert back[part].keys() == getattr(plan, part).keys()
-        for k, v in getattr(plan, part).items():
-            np.testing.assert_array_equal(back[part][k], v)
-            assert back[part][k].dtype == v.dtype
-    assert back["tsne"] == {}
+    arrays = {f"mi/{t}/{i}": v for t, pair in plan.mi.items() for i, v in enumerate(pair)}
+    arrays.update({f"{part}/{k}": v for part in ("neighbors", "syntax") for k, v in getattr(plan, part).items()})
+    path = save_arrays(tmp_path, "plan", arrays)
+    back = load_arrays(path)
+    assert back.keys() == arrays.keys()
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(back[k], v)
+        assert back[k].dtype == v.dtype
+    assert save_arrays(tmp_path, "plan", arrays) == path  # same content, same file
+    arrays["mi/input/0"] = arrays["mi/input/0"][1:]
+    assert save_arrays(tmp_path, "plan", arrays) != path

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-import evolution.metrics.tasks
+import evolution.analyses.mi
 from evolution.metrics.mi import mutual_information
-from evolution.metrics.tasks import read_rows
-from evolution.store import open_representations
+from evolution.metrics.results import open_metrics
+from evolution.store import open_representations, read_rows
 from pipelines.run import run
 
 from conftest import write_config
@@ -37,7 +37,7 @@ def two_models(tmp_path, corpus_file, model_specs):
 def test_every_group_is_written_and_consistent(two_models):
     _, w = two_models
     path = w / "metrics.zarr"
-    mi = xr.open_zarr(path, group="mi", consolidated=False).load()
+    mi = open_metrics(path, "mi").load()
     assert mi.mi.dims == ("model", "layer", "target", "restart")
     assert list(mi.model.values) == ["translation", "language_modeling"]
     assert mi.sizes["layer"] == 3  # embeddings + 2 layers
@@ -46,18 +46,18 @@ def test_every_group_is_written_and_consistent(two_models):
     assert not np.isnan(mi.mi.sel(model="language_modeling", target="output")).any()
     # MI is within [0, H(X)] and the entropy is that of the selected labels
     assert (mi.mi.values[~np.isnan(mi.mi.values)] <= mi.entropy.max().item() + 1e-9).all()
-    nb = xr.open_zarr(path, group="neighbors", consolidated=False).load()
+    nb = open_metrics(path, "neighbors").load()
     rate = nb.value.sel(measure="same_token").values
     assert ((rate >= 0) & (rate <= 1)).all()
-    sim = xr.open_zarr(path, group="similarity", consolidated=False).load()
+    sim = open_metrics(path, "similarity").load()
     d = sim.distance.sel(metric="pwcca", model_a="translation", model_b="translation").values
     assert np.allclose(np.diag(d), 0, atol=1e-8)  # a view against itself
     cka = sim.distance.sel(metric="cka").values
     assert np.allclose(cka, np.transpose(cka, (2, 3, 0, 1)), atol=1e-10)  # symmetric
-    change = xr.open_zarr(path, group="change", consolidated=False).load()
+    change = open_metrics(path, "change").load()
     assert change.distance.dims == ("metric", "model", "layer_pair", "freq_bin")
     # the adjacent-layer change on all occurrences equals the similarity entry (same definition)
-    t = xr.open_zarr(path, group="tsne_animals", consolidated=False).load()
+    t = open_metrics(path, "tsne_animals").load()
     assert t.xy.dims == ("model", "layer", "point", "component")
     assert set(t.token.values.ravel()) <= {"cat", "dog", ""}
     report = w / "report"
@@ -78,21 +78,21 @@ def test_mi_values_match_a_direct_computation(two_models):
     x = read_rows(store, "translation", 1, rows)
     np.testing.assert_array_equal(x, ds.hidden.sel(layer=1).values[rows])
     expected = mutual_information(ids[rows], kmeans_labels(x, k=4, seed=0))
-    mi = xr.open_zarr(w / "metrics.zarr", group="mi", consolidated=False).load()
+    mi = open_metrics(w / "metrics.zarr", "mi").load()
     assert mi.mi.sel(model="translation", layer=1, target="input", restart=0).item() == pytest.approx(expected)
 
 
 def test_added_model_reuses_cached_layers(two_models, corpus_file, model_specs, monkeypatch):
     cfg, w = two_models
-    before = xr.open_zarr(w / "metrics.zarr", group="mi", consolidated=False).load()
+    before = open_metrics(w / "metrics.zarr", "mi").load()
     calls = []
-    real = evolution.metrics.tasks.layer_task
-    monkeypatch.setattr(evolution.metrics.tasks, "layer_task", lambda **k: calls.append(k["group"]) or real(**k))
+    real = evolution.analyses.mi.layer_task
+    monkeypatch.setattr(evolution.analyses.mi, "layer_task", lambda **k: calls.append(k["model"]) or real(**k))
     cfg = write_config(cfg, corpus=corpus_file, workdir=w, extra=METRICS,
                        models=[model_specs["translation"], model_specs["language_modeling"], model_specs["masked_lm"]])
     run(cfg, progress=False)
     assert set(calls) == {"masked_lm"}  # only the new model's layers were computed
-    after = xr.open_zarr(w / "metrics.zarr", group="mi", consolidated=False).load()
+    after = open_metrics(w / "metrics.zarr", "mi").load()
     xr.testing.assert_equal(after.mi.sel(model=["translation", "language_modeling"]), before.mi)
     calls.clear()
     run(cfg, progress=False)
@@ -105,8 +105,8 @@ def test_metrics_are_deterministic(two_models, tmp_path, corpus_file, model_spec
     run(cfg2, progress=False)
     _, w = two_models
     for group in ("mi", "neighbors", "similarity", "change", "tsne_animals"):
-        a = xr.open_zarr(w / "metrics.zarr", group=group, consolidated=False).load()
-        b = xr.open_zarr(tmp_path / "w2" / "metrics.zarr", group=group, consolidated=False).load()
+        a = open_metrics(w / "metrics.zarr", group).load()
+        b = open_metrics(tmp_path / "w2" / "metrics.zarr", group).load()
         xr.testing.assert_equal(a.drop_attrs(), b.drop_attrs())
 
 
@@ -126,7 +126,7 @@ def test_models_that_truncate_a_later_sentence_differently_are_still_compared(tm
     run(cfg, progress=False)
     stores = {m: open_representations(str(tmp_path / "w" / "reps.zarr"), m) for m in ("translation", "masked_lm")}
     assert stores["translation"].sizes["token"] != stores["masked_lm"].sizes["token"]  # the premise
-    sim = xr.open_zarr(tmp_path / "w" / "metrics.zarr", group="similarity", consolidated=False).load()
+    sim = open_metrics(tmp_path / "w" / "metrics.zarr", "similarity").load()
     d = sim.distance.sel(metric="pwcca", model_a="translation", model_b="masked_lm").values
     assert np.isfinite(d).all()
     rows = {m: np.flatnonzero(ds["sentence"].values < len(SENTENCES)) for m, ds in stores.items()}
@@ -145,7 +145,7 @@ def test_bias_warning_names_the_biased_curves_only(caplog):
     import logging
 
     from evolution.metrics.mi import layer_mi
-    from pipelines.stages import _warn_bias
+    from evolution.analyses.mi import _warn_bias
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 20, size=400)
@@ -155,24 +155,34 @@ def test_bias_warning_names_the_biased_curves_only(caplog):
     y = (np.eye(4)[big_labels] * 5 + rng.normal(size=(20000, 4))).astype(np.float32)
     many = layer_mi(y, big_labels, k=8, restarts=1, seed=0).as_dict()
     assert few["shuffled"] >= 0.5 * np.mean(few["mi"]) and many["shuffled"] < 0.05 * np.mean(many["mi"])
-    with caplog.at_level(logging.WARNING, logger="pipelines.stages"):
-        _warn_bias({("a", 0): {"mi": {"output": few}}, ("b", 0): {"mi": {"input": many}}})
+    with caplog.at_level(logging.WARNING, logger="evolution.analyses.mi"):
+        _warn_bias({("a", 0): {"output": few}, ("b", 0): {"input": many}})
     text = " ".join(r.getMessage() for r in caplog.records)
     assert "MI(output) of a" in text and "of b" not in text
 
 
-def test_mlm_corruptions_do_not_invalidate_layer_results(tmp_path, corpus_file, model_specs):
-    from evolution.config import load_config
-    from pipelines.stages import Context, MetricsStage
+def _mlm_unit_keys(tmp_path, mi: dict) -> dict[str, str]:
+    """Cache keys of the MI units of one masked LM under the MI config ``mi``."""
+    from evolution.analyses.base import Inputs, ModelInputs, unit_key
+    from evolution.analyses.mi import MI
+    from evolution.config import MetricsConfig
+    from evolution.metrics.plan import OccurrencePlan
 
-    keys = []
-    for n in (1, 7):
-        extra = METRICS.replace("mi: {k: 4, restarts: 2}", f"mi: {{k: 4, restarts: 2, mlm_corruptions: {n}}}")
-        cfg = load_config(write_config(tmp_path / f"c{n}.yaml", corpus=corpus_file, workdir=tmp_path / "w",
-                                       extra=extra, models=[model_specs["masked_lm"]]))
-        keys.append(MetricsStage()._layer_key(Context(config=cfg), cfg.models[0], 0))
-    assert keys[0] == keys[1]
-    extra = METRICS.replace("mi: {k: 4, restarts: 2}", "mi: {k: 5, restarts: 2}")
-    cfg = load_config(write_config(tmp_path / "c5.yaml", corpus=corpus_file, workdir=tmp_path / "w", extra=extra,
-                                   models=[model_specs["masked_lm"]]))
-    assert MetricsStage()._layer_key(Context(config=cfg), cfg.models[0], 0) != keys[0]  # k does count
+    ids = np.array([5, 6, 5, 6, 7, 5], dtype=np.int64)
+    plan = OccurrencePlan(mi={"input": (np.arange(6), ids)})
+    model = ModelInputs(name="mlm", kind="fairseq", objective="mlm", key="extract-key", spec={"name": "mlm"},
+                        n_layers=2, d_model=4, coords={"sentence": np.zeros(6, np.int32), "token_id": ids},
+                        primary=np.ones(6, bool), annotation=None, freq_rank=np.ones(6, np.int32), plan=plan)
+    inputs = Inputs(store="unused", models={"mlm": model}, config=MetricsConfig(mi=mi), seed=0, torch_threads=1,
+                    arrays_dir=tmp_path)
+    analysis = MI()
+    return {u.name: unit_key(analysis, u) for u in analysis.units(inputs)}
+
+
+def test_mlm_corruptions_do_not_invalidate_layer_results(tmp_path):
+    one, seven = (_mlm_unit_keys(tmp_path, {"k": 4, "mlm_corruptions": n}) for n in (1, 7))
+    assert set(one) == {"mlm-0", "mlm-1", "mlm-mlm-output"}
+    assert one["mlm-0"] == seven["mlm-0"] and one["mlm-1"] == seven["mlm-1"]  # layer results kept
+    assert one["mlm-mlm-output"] != seven["mlm-mlm-output"]  # the MLM-output unit redone
+    five = _mlm_unit_keys(tmp_path, {"k": 5, "mlm_corruptions": 1})
+    assert five["mlm-0"] != one["mlm-0"]  # k does count

@@ -27,7 +27,7 @@ import numpy as np
 from evolution.corpus.text import CorpusError
 
 __all__ = ["TreebankSentence", "EMBEDDED", "read_conllu", "resolve_treebank", "label_vocabulary", "token_labels",
-           "NO_LABEL"]
+           "annotation_columns", "label_codes", "NO_LABEL", "ANNOTATION_COLUMNS"]
 
 #: Treebanks shipped with the package (``corpus.annotated`` accepts these names).
 EMBEDDED = {"ud-ewt-dev": "en_ewt-ud-dev.conllu.gz", "ud-ewt-test": "en_ewt-ud-test.conllu.gz"}
@@ -153,14 +153,62 @@ def token_labels(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
     :data:`NO_LABEL`. Codes index :func:`label_vocabulary` of ``words``.
     """
     vocab = {v: i for i, v in enumerate(label_vocabulary(words))}
+    ok, index = _word_index(sentence=sentence, word_id=word_id, first=first, lengths=[len(s) for s in words])
+    flat = np.array([vocab[w] for s in words for w in s], dtype=np.int64)
+    out = np.full(len(ok), NO_LABEL, dtype=np.int64)
+    out[ok] = flat[index]
+    return out
+
+
+def _word_index(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
+                lengths: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Which tokens (n,) belong to a word of annotated sentence ``first + j``
+    (``lengths[j]`` words), and the index of that word among all annotated words."""
     sentence = np.asarray(sentence, dtype=np.int64)
     word_id = np.asarray(word_id, dtype=np.int64)
-    lengths = np.array([len(s) for s in words], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    flat = np.array([vocab[w] for s in words for w in s], dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     j = sentence - first
-    ok = (j >= 0) & (j < len(words))
+    ok = (j >= 0) & (j < len(lengths))
     ok[ok] &= (word_id[ok] >= 0) & (word_id[ok] < lengths[j[ok]])
-    out = np.full(len(sentence), NO_LABEL, dtype=np.int64)
-    out[ok] = flat[offsets[j[ok]] + word_id[ok]]
+    return ok, offsets[j[ok]] + word_id[ok]
+
+
+#: Token coordinates that carry the annotation in the representation store
+#: (strings, ``""`` off the annotated text; ``head`` an int, -1 there).
+ANNOTATION_COLUMNS = ("upos", "xpos", "deprel", "head")
+
+
+def annotation_columns(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
+                       sentences: Sequence[dict]) -> dict[str, np.ndarray]:
+    """Per token (n,), the gold annotation of the word it belongs to, as token coordinates.
+
+    ``sentences[j]`` holds the word labels of corpus sentence ``first + j``
+    (``upos``, ``xpos``, ``deprel``: lists of strings; ``head``: 1-based
+    CoNLL-U heads, 0 = root), as the corpus stage writes them. Returns
+    ``upos``, ``xpos``, ``deprel`` (object arrays, ``""`` where a token has no
+    annotated word: the main text, special tokens, pieces past a truncation)
+    and ``head`` (int32, -1 there).
+    """
+    ok, flat_index = _word_index(sentence=sentence, word_id=word_id, first=first,
+                                 lengths=[len(s["upos"]) for s in sentences])
+    out: dict[str, np.ndarray] = {}
+    for name in ("upos", "xpos", "deprel"):
+        flat = np.array([w for s in sentences for w in s[name]], dtype=object)
+        col = np.full(len(ok), "", dtype=object)
+        col[ok] = flat[flat_index]
+        out[name] = col
+    heads = np.array([h for s in sentences for h in s["head"]], dtype=np.int32)
+    out["head"] = np.full(len(ok), -1, dtype=np.int32)
+    out["head"][ok] = heads[flat_index]
+    return out
+
+
+def label_codes(labels: np.ndarray) -> np.ndarray:
+    """Int codes (n,) of string labels: the index in their sorted set, :data:`NO_LABEL` for ``""``."""
+    labels = np.asarray(labels, dtype=object)
+    present = labels != ""
+    vocab = {v: i for i, v in enumerate(sorted(set(labels[present].tolist())))}
+    out = np.full(len(labels), NO_LABEL, dtype=np.int64)
+    out[present] = [vocab[v] for v in labels[present]]
     return out

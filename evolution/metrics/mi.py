@@ -203,6 +203,7 @@ class LayerMI:
     entropy: float
     k: int
     n: int
+    algorithm: str = "flat"  # the k-means that ran: "flat" or "two_level"
 
     @property
     def saturated(self) -> bool:
@@ -211,11 +212,25 @@ class LayerMI:
     def as_dict(self) -> dict:
         """JSON-serialisable form (what the metrics tasks return and cache)."""
         return {"mi": self.mi.tolist(), "shuffled": self.shuffled, "entropy": self.entropy, "k": self.k,
-                "n": self.n, "saturated": self.saturated}
+                "n": self.n, "saturated": self.saturated, "algorithm": self.algorithm}
 
 
 #: ``algorithm="auto"`` switches to two-level k-means from this many clusters on
 TWO_LEVEL_FROM_K = 2000
+
+#: Values of ``algorithm`` (config key ``metrics.mi.algorithm``).
+ALGORITHMS = ("auto", "flat", "two_level")
+
+
+def resolve_algorithm(algorithm: str, *, k: int) -> str:
+    """``"flat"`` or ``"two_level"`` for the requested ``algorithm`` at ``k`` clusters
+    (``"auto"``: two-level from :data:`TWO_LEVEL_FROM_K` clusters on)."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"k-means algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, "
+                         f"got {algorithm!r} (config key metrics.mi.algorithm)")
+    if algorithm == "auto":
+        return "two_level" if k >= TWO_LEVEL_FROM_K else "flat"
+    return algorithm
 
 
 def layer_mi(vectors: np.ndarray, labels: np.ndarray, *, k: int, restarts: int = 3, niter: int = 20,
@@ -225,14 +240,17 @@ def layer_mi(vectors: np.ndarray, labels: np.ndarray, *, k: int, restarts: int =
     ``k`` is capped at n // 10 (at least 10 points per cluster on average;
     the cap is logged). Restart ``r`` uses seed ``seed + r``. The shuffled
     control pairs the first restart's clusters with permuted labels.
+    ``algorithm`` is one of :data:`ALGORITHMS`; the one that ran is in the result.
     """
+    resolve_algorithm(algorithm, k=k)  # a bad name fails before any work
     n = len(labels)
     cap = max(2, n // 10)
     if k > cap:
         logger.info("MI: k = %d capped to %d for %d occurrences (>= 10 per cluster)", k, cap, n)
         k = cap
-    two_level = algorithm == "two_level" or (algorithm == "auto" and k >= TWO_LEVEL_FROM_K)
-    cluster = two_level_kmeans_labels if two_level else kmeans_labels
+    chosen = resolve_algorithm(algorithm, k=k)
+    logger.info("MI: %s k-means, k = %d, %d occurrences, %d restart(s)", chosen.replace("_", "-"), k, n, restarts)
+    cluster = two_level_kmeans_labels if chosen == "two_level" else kmeans_labels
     mi, first = [], None
     for r in range(restarts):
         clusters = cluster(vectors, k=k, niter=niter, seed=seed + r)
@@ -240,4 +258,4 @@ def layer_mi(vectors: np.ndarray, labels: np.ndarray, *, k: int, restarts: int =
         mi.append(mutual_information(labels, clusters))
     rng = np.random.default_rng(seed)
     shuffled = mutual_information(rng.permutation(np.asarray(labels)), first)
-    return LayerMI(mi=np.array(mi), shuffled=shuffled, entropy=entropy(labels), k=k, n=n)
+    return LayerMI(mi=np.array(mi), shuffled=shuffled, entropy=entropy(labels), k=k, n=n, algorithm=chosen)

@@ -1,9 +1,10 @@
 """Which occurrences each metric uses, decided once per model from the token coordinates.
 
-The plan (index arrays) is computed in the client and written to a file
-(:func:`save_task_plan`) that the tasks read; neither it nor the
-representations travel in the task graph: each (model, layer) task
-reads its rows from the Zarr store itself.
+The plan (index arrays) is computed in the client, once per model, with one
+random stream for every sampling step; each analysis
+(:mod:`evolution.analyses`) writes the part it needs to a file that its
+tasks read (:func:`evolution.analyses.base.save_arrays`), so neither the plan
+nor the representations travel in the task graph.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from evolution.metrics.mi import select_frequent
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OccurrencePlan", "plan_occurrences", "save_task_plan", "load_task_plan", "text_parts", "neighbour_ids", "next_token_labels", "END"]
+__all__ = ["OccurrencePlan", "plan_occurrences", "text_parts", "neighbour_ids", "next_token_labels", "word_forms",
+           "content_ids_by_sentence", "END"]
 
 #: Label of "no token": the next token after the last one (end of sentence),
 #: the left neighbour of the first.
@@ -86,27 +88,27 @@ def content_ids_by_sentence(token_id: np.ndarray, sentence: np.ndarray, *, wante
             if len(g) and (keep is None or int(sentence[g[0]]) in keep)}
 
 
-def text_parts(*, sentence: np.ndarray, token_id: np.ndarray, word_id: np.ndarray, freq_rank: np.ndarray,
-               annotation: dict | None) -> dict:
+def text_parts(*, sentence: np.ndarray, token_id: np.ndarray, freq_rank: np.ndarray,
+               labels: dict[str, np.ndarray] | None, annotated_from: int = -1) -> dict:
     """Split the token axis (n,) into the main text and the annotated text after it.
 
-    ``annotation`` is the corpus stage's ``annotation.json`` (None: all is main
-    text). Returns ``primary`` (n,) bool, the main text's rows; ``annotation``
-    (None or label codes (n,) per name: ``pos`` = PTB tag, ``deprel``,
-    ``upos``; :data:`~evolution.corpus.conllu.NO_LABEL` on the main text); and
+    ``labels`` are the store's annotation coordinates (``upos``, ``xpos``,
+    ``deprel``: strings, ``""`` off the annotated text) and ``annotated_from``
+    its first sentence (-1 or ``labels`` None: all is main text). Returns
+    ``primary`` (n,) bool, the main text's rows; ``annotation`` (None or label
+    codes (n,) per name: ``pos`` = PTB tag, ``deprel``, ``upos``;
+    :data:`~evolution.corpus.conllu.NO_LABEL` off the annotated text); and
     ``freq_rank`` counted on the main text only (the given ranks when nothing
     is annotated; 0 on annotated rows).
     """
-    from evolution.corpus.conllu import token_labels
+    from evolution.corpus.conllu import label_codes
     from evolution.tokens import frequency_ranks
 
     sentence = np.asarray(sentence)
-    if annotation is None:
+    if labels is None or annotated_from < 0:
         return {"primary": np.ones(len(sentence), bool), "annotation": None, "freq_rank": np.asarray(freq_rank)}
-    first, sents = annotation["first"], annotation["sentences"]
-    primary = sentence < first
-    codes = {name: token_labels(sentence=sentence, word_id=word_id, first=first, words=[s[key] for s in sents])
-             for name, key in (("pos", "xpos"), ("deprel", "deprel"), ("upos", "upos"))}
+    primary = sentence < annotated_from
+    codes = {name: label_codes(labels[key]) for name, key in (("pos", "xpos"), ("deprel", "deprel"), ("upos", "upos"))}
     rank = np.zeros(len(sentence), dtype=np.int32)
     rank[primary] = frequency_ranks(np.asarray(token_id)[primary])
     return {"primary": primary, "annotation": codes, "freq_rank": rank}
@@ -204,44 +206,3 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
     for note in plan.notes:
         logger.warning("metrics: %s", note)
     return plan
-
-
-def save_task_plan(path, plan: OccurrencePlan) -> None:
-    """Write what the (model, layer) tasks need of ``plan`` to ``path`` (.npz, written
-    under a temporary name then renamed). The tasks read it from disk like the
-    representations, so the task graph stays small however large the corpus
-    (the arrays of a paper-scale run are tens of MB per model)."""
-    import os
-    from pathlib import Path
-
-    arrays = {}
-    for target, (rows, labels) in plan.mi.items():
-        arrays[f"mi/{target}/rows"], arrays[f"mi/{target}/labels"] = rows, labels
-    for part in ("neighbors", "syntax"):
-        for name, values in (getattr(plan, part) or {}).items():
-            arrays[f"{part}/{name}"] = values
-    for name, sel in plan.tsne.items():
-        arrays[f"tsne/{name}/rows"] = sel["rows"]
-    path = Path(path)
-    tmp = path.with_name(f"{path.stem}.partial-{os.getpid()}.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-
-
-def load_task_plan(path) -> dict:
-    """The plan written by :func:`save_task_plan`: ``{"mi": {target: (rows, labels)},
-    "neighbors": {...} | None, "syntax": {...} | None, "tsne": {name: {"rows": ...}}}``."""
-    out: dict = {"mi": {}, "neighbors": {}, "syntax": {}, "tsne": {}}
-    with np.load(path, allow_pickle=False) as f:
-        for key in f.files:
-            part, *rest = key.split("/")
-            if part == "mi":
-                out["mi"].setdefault(rest[0], {})[rest[1]] = f[key]
-            elif part == "tsne":
-                out["tsne"].setdefault(rest[0], {})[rest[1]] = f[key]
-            else:
-                out[part][rest[0]] = f[key]
-    out["mi"] = {t: (v["rows"], v["labels"]) for t, v in out["mi"].items()}
-    out["neighbors"] = out["neighbors"] or None
-    out["syntax"] = out["syntax"] or None
-    return out

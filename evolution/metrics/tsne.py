@@ -24,8 +24,6 @@ def tsne_layout(vectors: np.ndarray, *, perplexity: float = 30.0, seed: int = 0,
     """
     from openTSNE import TSNE
 
-    logging.getLogger("openTSNE").setLevel(logging.WARNING)  # it logs its automatic choices at INFO
-
     x = np.ascontiguousarray(vectors, dtype=np.float64)
     n = len(x)
     if n < 4:

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from evolution.analyses.plotting import open_group
 from evolution.atomic import replace_dir
-from evolution.report.figures import _open, draw_all
+from evolution.report.figures import draw_all
 
 __all__ = ["write_report"]
 
@@ -67,7 +68,7 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
         sections: list[tuple[str, list[list[str]] | None, str]] = []  # (heading, table, text)
         if training is not None:
             sections.append(("Trained models", *training_table(training)))
-        mi = _open(metrics_path, "mi")
+        mi = open_group(metrics_path, "mi")
         attrs = {}
         if mi is not None:
             attrs = mi.attrs
@@ -80,12 +81,12 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
                 sections.append((f"MI with the {t} (nats; mean over restarts)", _table(m, "model", "layer"),
                                  f"H(X): {h}. k = {int(np.nanmax(mi.k.sel(target=t).values))}, occurrences = "
                                  f"{int(np.nanmax(mi.n.sel(target=t).values))}."))
-        nb = _open(metrics_path, "neighbors")
+        nb = open_group(metrics_path, "neighbors")
         if nb is not None:
             for meas in nb.measure.values:
                 sections.append((f"Neighbours: {meas}", _table(nb.value.sel(measure=meas).transpose("model", "layer").load(),
                                                                "model", "layer"), ""))
-        sim = _open(metrics_path, "similarity")
+        sim = open_group(metrics_path, "similarity")
         if sim is not None:
             for metric in sim.metric.values:
                 d = sim.distance.sel(metric=metric).load()

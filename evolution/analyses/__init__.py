@@ -1,0 +1,33 @@
+"""The analyses of the ``metrics`` stage, each one module (see :mod:`evolution.analyses.base`).
+
+To add an analysis: write a module with an :class:`~evolution.analyses.base.Analysis`
+subclass (its units, its groups, its figures) and name it in :data:`ANALYSES`.
+The stage, the runner and the report need no change.
+"""
+
+from evolution.analyses.base import Analysis, Inputs, ModelInputs, Unit
+from evolution.analyses.change_pos import ChangeByPOS
+from evolution.analyses.influence import Influence
+from evolution.analyses.mi import MI
+from evolution.analyses.neighbors import Neighbors
+from evolution.analyses.similarity import Similarity
+from evolution.analyses.tsne import TSNE
+
+__all__ = ["ANALYSES", "Analysis", "Inputs", "ModelInputs", "Unit", "enabled", "figures"]
+
+#: Every analysis, in the order of the report.
+ANALYSES: tuple[Analysis, ...] = (MI(), Neighbors(), Similarity(), ChangeByPOS(), Influence(), TSNE())
+
+
+def enabled(config) -> list[Analysis]:
+    """The analyses that ``config`` (a :class:`~evolution.config.MetricsConfig`) asks for."""
+    return [a for a in ANALYSES if a.enabled(config)]
+
+
+def figures(path) -> dict:
+    """Every figure of every analysis for the metrics store at ``path``:
+    name -> (function of the path, caption), in report order."""
+    out = {}
+    for a in ANALYSES:
+        out.update(a.figures_for(path))
+    return out

@@ -1,0 +1,156 @@
+"""What an analysis is: the units it schedules, its cache key, its groups and its figures.
+
+An :class:`Analysis` reads the representation store (and, for a few, re-runs
+a model) and owns one or more groups of ``metrics.zarr``. It says
+
+* whether the config asks for it (:meth:`Analysis.enabled`);
+* its units of work (:meth:`Analysis.units`): each a plain function, its
+  keyword arguments and what its result depends on (``Unit.key``);
+* how the units' results become its groups (:meth:`Analysis.datasets`);
+* its figures (:attr:`Analysis.figures`: name -> (function of the metrics
+  store path, caption)).
+
+One rule keys every unit's cached result (:func:`unit_key`): the analysis
+name, its ``version`` (bumped when the analysis computes something new), the
+unit's name and its ``key`` (the config sections it reads, the extraction
+keys of the models it reads, the seed). The runner
+(:mod:`evolution.analyses.runner`) knows nothing else about analyses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import xarray as xr
+
+from evolution.config import MetricsConfig
+from evolution.provenance import config_hash
+
+__all__ = ["Analysis", "Unit", "ModelInputs", "Inputs", "unit_key", "save_arrays", "load_arrays", "strings"]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One task: ``fn(**kwargs)`` returns a JSON-serialisable dict.
+
+    ``name`` is unique within its analysis (e.g. ``mt-3`` for model mt,
+    layer 3); ``key`` is what the result depends on beyond the analysis
+    (hashed by :func:`unit_key`).
+    """
+
+    name: str
+    fn: Callable[..., dict]
+    kwargs: dict[str, Any]
+    key: dict[str, Any]
+
+
+@dataclass
+class ModelInputs:
+    """One extracted model as the analyses see it (read from the store once per run).
+
+    ``coords`` are the token coordinates (n,) of :mod:`evolution.store`;
+    ``primary`` (n,) marks the main text; ``annotation`` maps ``pos`` (PTB
+    tag), ``deprel``, ``upos`` to label codes (n,) (None without annotated
+    text); ``freq_rank`` is counted on the main text; ``plan`` is the
+    :class:`~evolution.metrics.plan.OccurrencePlan` of every metric.
+    """
+
+    name: str
+    kind: str
+    objective: str | None
+    key: str  # the extraction key: every result of this model depends on it
+    spec: dict[str, Any]  # what evolution.models.load_adapter needs, for analyses that re-run the model
+    n_layers: int
+    d_model: int
+    coords: dict[str, np.ndarray]
+    primary: np.ndarray
+    annotation: dict[str, np.ndarray] | None
+    freq_rank: np.ndarray
+    plan: Any
+
+
+@dataclass
+class Inputs:
+    """Everything the analyses of one run read: the store, its models, the config."""
+
+    store: str
+    models: dict[str, ModelInputs]
+    config: MetricsConfig
+    seed: int
+    torch_threads: int
+    arrays_dir: Path  # where units' index arrays are written for tasks to read (see save_arrays)
+    attrs: dict[str, Any] = field(default_factory=dict)  # provenance attached to every group
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.models)
+
+    @property
+    def max_layers(self) -> int:
+        return max(m.n_layers for m in self.models.values())
+
+
+class Analysis:
+    """Base class; see the module docstring. Subclasses set ``name`` and ``version``."""
+
+    name: str = ""
+    version: int = 1
+    #: figure name -> (function of the metrics store path returning a Figure or None, caption)
+    figures: dict[str, tuple[Callable[[Any], Any], str]] = {}
+
+    def enabled(self, config: MetricsConfig) -> bool:
+        raise NotImplementedError
+
+    def units(self, inputs: Inputs) -> list[Unit]:
+        raise NotImplementedError
+
+    def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
+        """``metrics.zarr`` groups from the results of :meth:`units` (by unit name)."""
+        raise NotImplementedError
+
+    def figures_for(self, path) -> dict[str, tuple[Callable[[Any], Any], str]]:
+        """The figures of a written store (default: :attr:`figures`; analyses with one
+        group per selection list theirs from the store)."""
+        return dict(self.figures)
+
+
+def unit_key(analysis: Analysis, unit: Unit) -> str:
+    """The cache key of ``unit``'s result (the one versioning rule of all analyses)."""
+    return config_hash({"analysis": analysis.name, "version": analysis.version, "unit": unit.name, **unit.key})
+
+
+def save_arrays(directory: Path, prefix: str, arrays: dict[str, np.ndarray]) -> str:
+    """Write ``arrays`` to ``<directory>/<prefix>-<content hash>.npz`` (once) and return its path.
+
+    Tasks read their index arrays from such a file, as they read the
+    representations, so the task graph stays small whatever the corpus size;
+    the name is content-addressed, so a file is never stale.
+    """
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+    path = Path(directory) / f"{prefix}-{h.hexdigest()[:16]}.npz"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.partial-{os.getpid()}.npz")
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    return str(path)
+
+
+def load_arrays(path: str) -> dict[str, np.ndarray]:
+    """The arrays written by :func:`save_arrays`."""
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def strings(values) -> np.ndarray:
+    """Strings as an object array: xarray stores it as zarr v3's variable-length string type
+    (a fixed-width NumPy ``U`` array has no stable zarr v3 encoding)."""
+    return np.array(list(values), dtype=object)

@@ -1,0 +1,62 @@
+"""Read what the analyses need from the representation store, once per run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evolution.analyses.base import Inputs, ModelInputs
+from evolution.config import MetricsConfig
+
+__all__ = ["ModelSource", "load_inputs"]
+
+#: Token coordinates read into memory for the analyses.
+COORDS = ("sentence", "position", "token_id", "token_str", "word_id", "freq_rank")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model of the run: its group in the store, how to load it again, its extraction key."""
+
+    name: str
+    kind: str
+    key: str
+    spec: dict[str, Any]
+    objective: str | None = None  # None: as the store records it
+
+
+def load_inputs(*, store: str, models: list[ModelSource], config: MetricsConfig, seed: int, torch_threads: int,
+                arrays_dir: Path, attrs: dict[str, Any] | None = None) -> Inputs:
+    """Open each model's group, split its token axis into main and annotated text
+    (:func:`~evolution.metrics.plan.text_parts`, from the store's annotation
+    coordinates) and plan the occurrences of every metric
+    (:func:`~evolution.metrics.plan.plan_occurrences`)."""
+    from evolution.corpus.conllu import ANNOTATION_COLUMNS
+    from evolution.metrics.plan import plan_occurrences, text_parts
+    from evolution.store import open_representations
+
+    out = {}
+    for m in models:
+        ds = open_representations(store, m.name)
+        coords = {c: ds[c].values for c in COORDS}
+        annotated = all(c in ds.coords for c in ANNOTATION_COLUMNS)
+        labels = {c: ds[c].values for c in ANNOTATION_COLUMNS} if annotated else None
+        if annotated:
+            coords.update(labels)
+        objective = m.objective or ds.attrs.get("objective")
+        parts = text_parts(sentence=coords["sentence"], token_id=coords["token_id"], freq_rank=coords["freq_rank"],
+                           labels=labels, annotated_from=int(ds.attrs.get("annotated_from", -1)))
+        plan = plan_occurrences(token_id=coords["token_id"], token_str=coords["token_str"],
+                                sentence=coords["sentence"], position=coords["position"], objective=objective,
+                                cfg=config, seed=seed, primary=parts["primary"], annotation=parts["annotation"])
+        out[m.name] = ModelInputs(name=m.name, kind=m.kind, objective=objective, key=m.key, spec=m.spec,
+                                  n_layers=int(ds.sizes["layer"]), d_model=int(ds.sizes["feature"]), coords=coords,
+                                  primary=np.asarray(parts["primary"]), annotation=parts["annotation"],
+                                  freq_rank=np.asarray(parts["freq_rank"]), plan=plan)
+    notes = [n for mi in out.values() for n in mi.plan.notes]
+    return Inputs(store=store, models=out, config=config, seed=seed, torch_threads=torch_threads,
+                  arrays_dir=Path(arrays_dir), attrs={**(attrs or {}), "notes": notes,
+                                                      "objectives": {n: str(v.objective) for n, v in out.items()}})

@@ -1,0 +1,223 @@
+"""MI between a layer's k-means clusters and the input token / the output label
+(Voita et al. 2019, section 3, figures 1-2; METHODS.md 2).
+
+Two kinds of unit, one group:
+
+* per (model, layer): MI with the input token, and for an LM with the next
+  token, on the stored states of the frequent types' occurrences;
+* per masked LM of this project: MI with its output label (the original
+  token) at corrupted positions, which needs new forward passes
+  (:mod:`evolution.metrics.masked`); its result joins the layer results as
+  target ``output``.
+
+========================  ===============================  ================================
+``mi/mi``                 (model, layer, target, restart)  I(X; cluster), nats
+``mi/mi_shuffled``        (model, layer, target)           shuffled-label control
+``mi/entropy``            (model, target)                  H(X), the upper bound
+``mi/k``, ``mi/n``        (model, layer, target)           clusters used (after capping), occurrences
+========================  ===============================  ================================
+
+The attribute ``kmeans`` records the k-means that ran per model and target
+(``flat`` or ``two_level``; ``metrics.mi.algorithm: auto`` decides by k).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
+from evolution.analyses.plotting import STYLES, open_group, plt
+from evolution.config import MetricsConfig, MIConfig
+from evolution.config import resolved_dict as _resolved
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MI", "layer_task", "mlm_output_task", "mi_by_layer", "BIAS_SHARE"]
+
+#: warn when the shuffled-label control reaches this share of the MI
+BIAS_SHARE = 0.5
+
+
+def layer_task(*, store: str, model: str, layer: int, arrays: str, mi: MIConfig, seed: int) -> dict[str, Any]:
+    """MI of one (model, layer) per target; ``arrays`` holds ``<target>/rows`` and
+    ``<target>/labels`` (:func:`~evolution.analyses.base.save_arrays`)."""
+    from evolution.metrics.mi import layer_mi
+    from evolution.store import read_rows
+
+    a = load_arrays(arrays)
+    targets = sorted({k.split("/")[0] for k in a})
+    return {target: layer_mi(read_rows(store, model, layer, a[f"{target}/rows"]), a[f"{target}/labels"], k=mi.k,
+                             restarts=mi.restarts, niter=mi.niter, seed=seed, algorithm=mi.algorithm).as_dict()
+            for target in targets}
+
+
+def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: list[int], mi: MIConfig,
+                    seed: int, torch_threads: int = 1) -> dict[str, Any]:
+    """MI with the output label of a masked LM at every layer (:mod:`evolution.metrics.masked`):
+    ``{"layers": [mi result per layer]}``, restricted to original tokens in ``types``."""
+    import torch
+
+    from evolution.metrics.masked import masked_states
+    from evolution.metrics.mi import layer_mi
+    from evolution.models import cached_adapter
+
+    torch.set_num_threads(torch_threads)
+    adapter = cached_adapter(spec)
+    if adapter.mask_id is None:
+        return {"unsupported": f"{spec['name']}: no <mask> symbol"}
+    states, labels = masked_states(adapter, {int(k): v for k, v in content_ids.items()}, seed=seed,
+                                   corruptions=mi.mlm_corruptions)
+    keep = np.isin(labels, np.asarray(types))
+    out = []
+    for layer in range(states.shape[0]):
+        r = layer_mi(states[layer][keep], labels[keep], k=mi.k, restarts=mi.restarts, niter=mi.niter, seed=seed,
+                     algorithm=mi.algorithm)
+        out.append(r.as_dict())
+    return {"layers": out}
+
+
+class MI(Analysis):
+    name = "mi"
+    version = 1
+
+    def enabled(self, config: MetricsConfig) -> bool:
+        return config.mi is not None
+
+    def units(self, inputs: Inputs) -> list[Unit]:
+        from evolution.metrics.plan import content_ids_by_sentence
+
+        cfg = inputs.config
+        # mlm_corruptions only concerns the MLM-output unit: changing it keeps the layer results
+        layer_cfg = {"mi": {k: v for k, v in _resolved(cfg.mi).items() if k != "mlm_corruptions"},
+                     "tokens": _resolved(cfg.tokens)}
+        units = []
+        for m in inputs.models.values():
+            if not m.plan.mi:
+                continue
+            arrays = save_arrays(inputs.arrays_dir, f"mi-{m.name}",
+                                 {f"{t}/{part}": v for t, (rows, labels) in m.plan.mi.items()
+                                  for part, v in (("rows", rows), ("labels", labels))})
+            for layer in range(m.n_layers):
+                units.append(Unit(f"{m.name}-{layer}", layer_task,
+                                  dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, mi=cfg.mi,
+                                       seed=inputs.seed),
+                                  key={"model": m.key, **layer_cfg, "seed": inputs.seed, "layer": layer}))
+            if m.objective == "mlm" and m.kind != "huggingface" and "input" in m.plan.mi:
+                sentence, token_id = m.coords["sentence"], m.coords["token_id"]
+                content = content_ids_by_sentence(token_id, sentence, wanted=np.unique(sentence[m.primary]))
+                types = np.unique(m.plan.mi["input"][1]).tolist()
+                units.append(Unit(f"{m.name}-mlm-output", mlm_output_task,
+                                  dict(spec=m.spec, content_ids=content, types=types, mi=cfg.mi, seed=inputs.seed,
+                                       torch_threads=inputs.torch_threads),
+                                  key={"model": m.key, "mi": _resolved(cfg.mi), "tokens": _resolved(cfg.tokens),
+                                       "seed": inputs.seed}))
+        return units
+
+    def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
+        per_layer: dict[tuple[str, int], dict[str, dict]] = {}
+        for m in inputs.models.values():
+            for layer in range(m.n_layers):
+                if f"{m.name}-{layer}" in results:
+                    per_layer[(m.name, layer)] = dict(results[f"{m.name}-{layer}"])
+            for layer, v in enumerate(results.get(f"{m.name}-mlm-output", {}).get("layers", [])):
+                if (m.name, layer) in per_layer:  # the MLM's output label joins its layer results
+                    per_layer[(m.name, layer)]["output"] = v
+        if not any(per_layer.values()):
+            return {}
+        _warn_saturation(per_layer)
+        _warn_bias(per_layer)
+        models, L = inputs.names, inputs.max_layers
+        targets = sorted({t for r in per_layer.values() for t in r})
+        restarts = max(len(v["mi"]) for r in per_layer.values() for v in r.values())
+        shape = (len(models), L, len(targets))
+        mi = np.full(shape + (restarts,), np.nan)
+        shuf, k, n = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
+        ent = np.full((len(models), len(targets)), np.nan)
+        kmeans: dict[str, dict[str, str]] = {}
+        for (m, layer), r in per_layer.items():
+            for t, v in r.items():
+                i, j = models.index(m), targets.index(t)
+                mi[i, layer, j, :len(v["mi"])] = v["mi"]
+                shuf[i, layer, j], k[i, layer, j], n[i, layer, j] = v["shuffled"], v["k"], v["n"]
+                ent[i, j] = v["entropy"]
+                kmeans.setdefault(m, {})[t] = v.get("algorithm", "")
+        ds = xr.Dataset(
+            {"mi": (("model", "layer", "target", "restart"), mi, {"units": "nats"}),
+             "mi_shuffled": (("model", "layer", "target"), shuf, {"units": "nats"}),
+             "entropy": (("model", "target"), ent, {"units": "nats", "long_name": "H(X), upper bound of MI"}),
+             "k": (("model", "layer", "target"), k), "n": (("model", "layer", "target"), n)},
+            coords={"model": strings(models), "layer": np.arange(L), "target": strings(targets),
+                    "restart": np.arange(restarts)},
+            attrs={"kmeans": kmeans})
+        return {"mi": ds}
+
+
+def _flag(per_layer: dict[tuple[str, int], dict], test) -> dict[tuple[str, str], list]:
+    """(model, target) -> [(layer, MI result), ...] of the layers whose MI result passes ``test``."""
+    flagged: dict[tuple[str, str], list] = {}
+    for (m, layer), r in sorted(per_layer.items()):
+        for t, v in r.items():
+            if test(v):
+                flagged.setdefault((m, t), []).append((layer, v))
+    return flagged
+
+
+def _warn_saturation(per_layer: dict[tuple[str, int], dict]) -> None:
+    """One warning per (model, target) whose MI is within 2% of H(X) at some layers."""
+    for (m, t), hits in _flag(per_layer, lambda v: v["saturated"]).items():
+        v = hits[0][1]
+        logger.warning("metrics: MI(%s) of %s is within 2%% of H(X) = %.3f nats at layer(s) %s: almost every "
+                       "cluster holds one token. Either those layers keep token identity intact, or k = %d is "
+                       "too large for %d occurrences (%.0f per cluster) and the curve cannot show change. "
+                       "Check with a smaller metrics.mi.k or more text.", t, m, v["entropy"],
+                       ",".join(str(layer) for layer, _ in hits), v["k"], v["n"], v["n"] / v["k"])
+
+
+def _warn_bias(per_layer: dict[tuple[str, int], dict]) -> None:
+    """One warning per (model, target) whose shuffled-label control is >= :data:`BIAS_SHARE`
+    of the MI at some layers: with few occurrences per cluster the plug-in MI is biased
+    upward by about (k - 1)(|X| - 1) / 2n nats, and the curve then mostly shows that bias."""
+    for (m, t), hits in _flag(per_layer, lambda v: v["shuffled"] >= BIAS_SHARE * float(np.mean(v["mi"]))).items():
+        v = hits[-1][1]
+        logger.warning("metrics: MI(%s) of %s: the shuffled-label control is %.2f of %.2f nats at layer(s) %s "
+                       "(k = %d for %d occurrences, %.0f per cluster): the estimate is mostly the estimator's "
+                       "bias. Read MI minus the control (mi_shuffled), or use a smaller metrics.mi.k or more text.",
+                       t, m, v["shuffled"], float(np.mean(v["mi"])), ",".join(str(layer) for layer, _ in hits),
+                       v["k"], v["n"], v["n"] / v["k"])
+
+
+def mi_by_layer(path):
+    """MI with the input token (and the output label where defined) per layer; band = restart spread."""
+    ds = open_group(path, "mi")
+    if ds is None:
+        return None
+    pyplot = plt()
+    targets = list(ds.target.values)
+    fig, axes = pyplot.subplots(1, len(targets), figsize=(5 * len(targets), 3.6), squeeze=False,
+                                layout="constrained")
+    for ax, t in zip(axes[0], targets):
+        for i, m in enumerate(ds.model.values):
+            v = ds.mi.sel(model=m, target=t)
+            mean, lo, hi = v.mean("restart"), v.min("restart"), v.max("restart")
+            if np.isnan(mean.values).all():
+                continue
+            ax.plot(ds.layer, mean, label=str(m), **STYLES[i % len(STYLES)])
+            ax.fill_between(ds.layer, lo, hi, color=STYLES[i % len(STYLES)]["color"], alpha=0.2)
+            ax.plot(ds.layer, ds.mi_shuffled.sel(model=m, target=t), color=STYLES[i % len(STYLES)]["color"],
+                    linestyle=":", linewidth=0.8)
+        h = ds.entropy.sel(target=t).max().item()
+        ax.axhline(h, color="grey", linewidth=0.8)
+        ax.text(ds.layer.values[0], h, " H(X)", va="bottom", fontsize=8, color="grey")
+        ax.set(title=f"MI with the {t} {'token' if t == 'input' else 'label'}", xlabel="layer", ylabel="MI (nats)")
+        ax.legend(fontsize=8)
+    fig.suptitle("Mutual information via k-means (dotted: shuffled-label control)", fontsize=10)
+    return fig
+
+
+MI.figures = {"mi": (mi_by_layer, "MI between a layer's k-means clusters and the input token / the output label "
+                                  "(Voita et al. 2019, fig. 1-2). Band: spread over k-means restarts; dotted: "
+                                  "shuffled control.")}

@@ -1,0 +1,131 @@
+"""Who are a token's nearest neighbours (Voita et al. 2019, section 6, figure 5; METHODS.md 3).
+
+One unit per (model, layer): on the main text, the same-token rate among the
+k nearest neighbours of pooled occurrences of the frequent types, and among
+occurrences of one type the position distance and the same left / right
+neighbour rates; with annotated text (``corpus.annotated``), the same POS
+tag / dependency relation rates among one type's occurrences there, beside
+the rate of random neighbours (``_chance``).
+
+====================  ======================  ===========================================
+``neighbors/value``   (model, layer, measure)  same_token, position_distance, same_left,
+                                               same_right; with annotated text also
+                                               same_pos, same_deprel (+ ``_chance``)
+====================  ======================  ===========================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
+from evolution.analyses.plotting import STYLES, open_group, plt
+from evolution.config import MetricsConfig, NeighborsConfig, resolved_dict
+
+__all__ = ["Neighbors", "layer_task", "neighbors_by_layer", "MEASURES"]
+
+MEASURES = ("same_token", "position_distance", "same_left", "same_right",
+            "same_pos", "same_pos_chance", "same_deprel", "same_deprel_chance")
+
+
+def layer_task(*, store: str, model: str, layer: int, arrays: str, neighbors: NeighborsConfig) -> dict[str, float]:
+    """The measures of one (model, layer); ``arrays`` holds ``neighbors/{rows,token,position,left,right}``
+    and, with annotated text, ``syntax/{rows,token,position,pos,deprel}``."""
+    from evolution.metrics.neighbors import knn, same_label_rate, within_type_measures
+    from evolution.store import read_rows
+
+    a = load_arrays(arrays)
+    c = neighbors
+    x = read_rows(store, model, layer, a["neighbors/rows"])
+    ids = knn(x, k=c.k, metric=c.metric, index=c.index)
+    out: dict[str, Any] = {"same_token": same_label_rate(ids, a["neighbors/token"]),
+                           **within_type_measures(x, types=a["neighbors/token"], position=a["neighbors/position"],
+                                                  annotations={"left": a["neighbors/left"],
+                                                               "right": a["neighbors/right"]},
+                                                  k=c.k, metric=c.metric)}
+    if "syntax/rows" in a:  # on the annotated text: same POS / dependency relation among same-token neighbours
+        r = within_type_measures(read_rows(store, model, layer, a["syntax/rows"]), types=a["syntax/token"],
+                                 position=a["syntax/position"],
+                                 annotations={"pos": a["syntax/pos"], "deprel": a["syntax/deprel"]},
+                                 k=c.k, metric=c.metric, chance=True)
+        out.update({name: v for name, v in r.items() if name.startswith("same_")})
+    return out
+
+
+class Neighbors(Analysis):
+    name = "neighbors"
+    version = 1
+
+    def enabled(self, config: MetricsConfig) -> bool:
+        return config.neighbors is not None
+
+    def units(self, inputs: Inputs) -> list[Unit]:
+        cfg = inputs.config
+        units = []
+        for m in inputs.models.values():
+            nb = m.plan.neighbors
+            if not nb or len(nb["rows"]) <= 1:
+                continue
+            parts = {f"neighbors/{k}": v for k, v in nb.items()}
+            parts.update({f"syntax/{k}": v for k, v in (m.plan.syntax or {}).items()})
+            arrays = save_arrays(inputs.arrays_dir, f"neighbors-{m.name}", parts)
+            key = {"model": m.key, "neighbors": resolved_dict(cfg.neighbors), "tokens": resolved_dict(cfg.tokens),
+                   "seed": inputs.seed}
+            units += [Unit(f"{m.name}-{layer}", layer_task,
+                           dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, neighbors=cfg.neighbors),
+                           key={**key, "layer": layer})
+                      for layer in range(m.n_layers)]
+        return units
+
+    def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
+        if not results:
+            return {}
+        models, L = inputs.names, inputs.max_layers
+        measures = [n for n in MEASURES if any(n in r for r in results.values())]
+        val = np.full((len(models), L, len(measures)), np.nan)
+        for i, m in enumerate(models):
+            for layer in range(L):
+                r = results.get(f"{m}-{layer}", {})
+                for j, name in enumerate(measures):
+                    val[i, layer, j] = r.get(name, np.nan)
+        ds = xr.Dataset({"value": (("model", "layer", "measure"), val)},
+                        coords={"model": strings(models), "layer": np.arange(L), "measure": strings(measures)})
+        return {"neighbors": ds}
+
+
+def neighbors_by_layer(path):
+    """kNN measures per layer, one panel per measure."""
+    ds = open_group(path, "neighbors")
+    if ds is None:
+        return None
+    pyplot = plt()
+    labels = {"same_token": "same token among k-NN", "position_distance": "position distance (same token)",
+              "same_left": "same left neighbour (same token)", "same_right": "same right neighbour (same token)",
+              "same_pos": "same POS (PTB tag; same token)", "same_deprel": "same dependency relation (same token)"}
+    measures = [str(m) for m in ds.measure.values if not str(m).endswith("_chance")]
+    cols = min(4, len(measures))
+    rows = -(-len(measures) // cols)
+    fig, axes = pyplot.subplots(rows, cols, figsize=(4 * cols, 3.4 * rows), squeeze=False, layout="constrained")
+    for ax in axes.ravel()[len(measures):]:
+        ax.set_visible(False)
+    for ax, meas in zip(axes.ravel(), measures):
+        for i, m in enumerate(ds.model.values):
+            style = STYLES[i % len(STYLES)]
+            ax.plot(ds.layer, ds.value.sel(model=m, measure=meas), label=str(m), **style)
+            if f"{meas}_chance" in ds.measure.values:  # random neighbours among the type's occurrences
+                ax.plot(ds.layer, ds.value.sel(model=m, measure=f"{meas}_chance"), color=style.get("color"),
+                        linestyle=":", linewidth=0.8, label="chance (dotted)" if i == 0 else None)
+        ax.set(title=labels.get(meas, meas), xlabel="layer")
+        ax.legend(fontsize=8)
+    return fig
+
+
+Neighbors.figures = {
+    "neighbors": (neighbors_by_layer, "Who are the k nearest neighbours: same-token rate over pooled "
+                                      "occurrences; among occurrences of one token, position distance and the "
+                                      "rate of the same left / right neighbour token (fig. 5); with annotated "
+                                      "text (corpus.annotated), the rate of the same POS tag / dependency "
+                                      "relation there, dotted: the rate of random neighbours of the same token.")}

@@ -1,0 +1,124 @@
+"""Run analyses: one generic loop over their units, with a cache of results on disk.
+
+Each unit's result is cached as ``<cache>/<analysis>-<unit>-<key>.json``
+(:func:`~evolution.analyses.base.unit_key`), written under a temporary name
+and renamed, so an interrupted run keeps what it finished and never reads a
+half-written result. Units run as one Dask graph (on the cluster's workers,
+or in this process); the log lines that the library writes inside a unit
+(k capped, the k-means chosen, perplexity capped, openTSNE's own) come back
+with its result and are replayed into this process's log, so they reach the
+run log from any worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import xarray as xr
+
+from evolution.analyses.base import Analysis, Inputs, unit_key
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["run_analyses", "logged"]
+
+#: Loggers whose lines a unit carries back (INFO and above).
+CAPTURED = ("evolution", "openTSNE")
+
+
+class _ThreadRecords(logging.Handler):
+    """Collects the records emitted in one thread."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.thread = threading.get_ident()
+        self.records: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.thread:
+            self.records.append({"name": record.name, "levelno": record.levelno, "msg": record.getMessage(),
+                                 "created": record.created, "process": record.process})
+
+
+def logged(fn: Callable[..., dict], **kwargs) -> dict[str, Any]:
+    """``{"result": fn(**kwargs), "logs": [...]}``: the unit's result and its log records
+    (what runs on a worker)."""
+    loggers = [logging.getLogger(n) for n in CAPTURED]
+    levels = [lg.level for lg in loggers]
+    handler = _ThreadRecords()
+    for lg in loggers:
+        if lg.getEffectiveLevel() > logging.INFO:  # a worker's default is WARNING
+            lg.setLevel(logging.INFO)
+        lg.addHandler(handler)
+    try:
+        result = fn(**kwargs)
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+    return {"result": result, "logs": handler.records}
+
+
+def _replay(records: list[dict[str, Any]], *, unit: str) -> None:
+    """Re-emit records that another process wrote (this process's own went out already)."""
+    for r in records:
+        if r["process"] == os.getpid():
+            continue
+        rec = logging.makeLogRecord({"name": r["name"], "levelno": r["levelno"],
+                                     "levelname": logging.getLevelName(r["levelno"]),
+                                     "msg": f"[{unit}] {r['msg']}", "created": r["created"], "process": r["process"]})
+        logging.getLogger(r["name"]).handle(rec)
+
+
+def _jsonable(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON-serialisable: {type(o)}")
+
+
+def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, client=None, progress: bool = True,
+                 force: bool = False) -> dict[str, xr.Dataset]:
+    """Compute every unit of ``analyses`` not in ``cache`` (all with ``force``), then
+    build their ``metrics.zarr`` groups. Returns datasets by group name, each
+    carrying ``inputs.attrs`` (where the analysis set none of the same name) plus
+    its analysis's name and version."""
+    import dask
+
+    from evolution.extract import compute
+
+    cache.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict[str, dict]] = {a.name: {} for a in analyses}
+    todo, where = [], []
+    for a in analyses:
+        for u in a.units(inputs):
+            f = cache / f"{a.name}-{u.name}-{unit_key(a, u)}.json"
+            if f.is_file() and not force:
+                results[a.name][u.name] = json.loads(f.read_text(encoding="utf-8"))
+                continue
+            todo.append(dask.delayed(logged, pure=True)(u.fn, **u.kwargs, dask_key_name=f"{a.name}-{u.name}"))
+            where.append((a.name, u.name, f))
+    n_cached = sum(len(r) for r in results.values())
+    logger.info("metrics: %d task(s) to compute, %d cached", len(todo), n_cached)
+    computed = compute(todo, client=client, progress=progress, label="metrics", unit="task") if todo else []
+    for (name, unit, f), out in zip(where, computed):
+        _replay(out["logs"], unit=f"{name} {unit}")
+        r = json.loads(json.dumps(out["result"], default=_jsonable))
+        tmp = f.with_name(f.name + ".partial")
+        tmp.write_text(json.dumps(r), encoding="utf-8")
+        os.replace(tmp, f)
+        results[name][unit] = r
+    datasets: dict[str, xr.Dataset] = {}
+    for a in analyses:
+        for group, ds in a.datasets(inputs, results[a.name]).items():
+            ds.attrs = {**inputs.attrs, **ds.attrs, "analysis": a.name, "analysis_version": a.version}
+            datasets[group] = ds
+    return datasets

@@ -1,0 +1,77 @@
+"""The ``extract`` stage: one group per model in the representation store
+(:mod:`evolution.store`), trusted only when its completion attribute equals its
+key; models are cached independently, so adding a model extracts only that model."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from evolution.config import ModelConfig, resolved_dict
+from evolution.provenance import config_hash, tree_hash, versions
+from pipelines.stages.base import Context, Stage
+from pipelines.stages.corpus import CorpusStage
+from pipelines.stages.train import TrainStage
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ExtractStage", "STORE_VERSION"]
+
+#: Bumped when the store layout gains something, so that older groups are redone
+#: (2: annotation labels as token coordinates).
+STORE_VERSION = 2
+
+
+class ExtractStage(Stage):
+    name = "extract"
+    after = ("corpus", "train")
+    uses_cluster = True
+
+    def store(self, ctx: Context) -> str:
+        return ctx.config.extract.store or str(ctx.workdir / "reps.zarr")
+
+    def spec(self, ctx: Context, model: ModelConfig) -> dict:
+        """What :func:`evolution.models.load_adapter` needs (trained models resolved to their checkpoint)."""
+        return TrainStage().model_spec(ctx, model) if model.kind == "trained" else resolved_dict(model)
+
+    def model_key(self, ctx: Context, model: ModelConfig) -> str:
+        def compute():
+            if model.kind == "trained":
+                inputs = {"train": TrainStage().key(ctx), "run": model.run_name}
+            else:
+                inputs = {p: tree_hash(getattr(model, p)) for p in ("path", "data", "sentencepiece")
+                          if getattr(model, p) is not None}
+            return config_hash({"corpus": CorpusStage().key(ctx), "extract": resolved_dict(ctx.config.extract),
+                                "model": resolved_dict(model), "inputs": inputs, "store_version": STORE_VERSION})
+        return ctx.memo(f"extract.key.{model.name}", compute)
+
+    def _todo(self, ctx: Context) -> list[ModelConfig]:
+        from evolution.store import group_is_complete
+
+        store = self.store(ctx)
+        return [m for m in ctx.config.models
+                if self.name in ctx.force or not group_is_complete(store, m.name, self.model_key(ctx, m))]
+
+    def pending(self, ctx: Context) -> list[str]:
+        return [f"extract: model {m.name} ({m.kind}) -> {self.store(ctx)} group {m.name}" for m in self._todo(ctx)]
+
+    def run(self, ctx: Context) -> None:
+        from evolution.extract import extract_to_store
+
+        store = self.store(ctx)
+        todo = {m.name for m in self._todo(ctx)}
+        corpus, annotation = CorpusStage().load(ctx), CorpusStage().annotation(ctx)
+        for model in ctx.config.models:
+            if model.name not in todo:
+                logger.info("extract: %s cached in %s", model.name, store)
+                continue
+            spec = self.spec(ctx, model)
+            attrs = {"model": model.name, "model_config": spec, "extract_config": resolved_dict(ctx.config.extract),
+                     "corpus_key": CorpusStage().key(ctx), "model_sha256": tree_hash(Path(spec["path"])),
+                     "seed": ctx.config.seed, "versions": versions()}
+            stats = extract_to_store(spec, corpus, store=store, group=model.name, fingerprint=self.model_key(ctx, model),
+                                     config=ctx.config.extract, annotation=annotation, attrs=attrs, client=ctx.client,
+                                     progress=ctx.progress)
+            ctx.timings[f"extract.{model.name}"] = stats
+            logger.info("extract: %s, %d tokens in %.1f s -> %s", model.name, stats["tokens"],
+                        stats["stage_seconds"], store)

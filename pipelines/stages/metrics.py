@@ -1,0 +1,73 @@
+"""The ``metrics`` stage: every analysis of :mod:`evolution.analyses` over the
+representation store, into ``<workdir>/metrics.zarr``.
+
+Unit results are cached in ``<workdir>/metrics/cache`` (keyed per unit, so
+adding a model computes only its units); ``metrics.zarr`` is rebuilt from
+them, written under a temporary name and moved into place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from evolution.config import resolved_dict
+from evolution.provenance import config_hash, versions
+from pipelines.stages.base import Context, Stage
+from pipelines.stages.extract import ExtractStage
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MetricsStage"]
+
+
+class MetricsStage(Stage):
+    name = "metrics"
+    after = ("extract",)
+    uses_cluster = True
+
+    def path(self, ctx: Context) -> Path:
+        return ctx.workdir / "metrics.zarr"
+
+    def fingerprint(self, ctx: Context) -> str:
+        """What ``metrics.zarr`` depends on: the metrics config, the analyses' versions,
+        the seed and every model's extraction key."""
+        from evolution.analyses import enabled
+
+        return config_hash({"metrics": resolved_dict(ctx.config.metrics), "seed": ctx.config.seed,
+                            "analyses": {a.name: a.version for a in enabled(ctx.config.metrics)},
+                            "models": {m.name: ExtractStage().model_key(ctx, m) for m in ctx.config.models}})
+
+    def pending(self, ctx: Context) -> list[str]:
+        from evolution.metrics.results import metrics_fingerprint
+
+        if self.name not in ctx.force and ExtractStage().pending(ctx) == [] and \
+                metrics_fingerprint(self.path(ctx)) == self.fingerprint(ctx):
+            return []
+        return [f"metrics: {', '.join(m.name for m in ctx.config.models)} -> {self.path(ctx)}"]
+
+    def run(self, ctx: Context) -> None:
+        from evolution.analyses import enabled
+        from evolution.analyses.inputs import ModelSource, load_inputs
+        from evolution.analyses.runner import run_analyses
+        from evolution.metrics.results import write_metrics
+
+        if not self.pending(ctx):
+            logger.info("metrics: cached at %s", self.path(ctx))
+            return
+        t0 = time.perf_counter()
+        extract, cfg = ExtractStage(), ctx.config
+        store = extract.store(ctx)
+        sources = [ModelSource(name=m.name, kind=m.kind, key=extract.model_key(ctx, m), spec=extract.spec(ctx, m),
+                               objective=m.objective) for m in cfg.models]
+        attrs = {"config": resolved_dict(cfg.metrics), "seed": cfg.seed, "versions": versions(),
+                 "representations": store, "extract_keys": {s.name: s.key for s in sources}}
+        cache = ctx.workdir / "metrics" / "cache"
+        inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed,
+                             torch_threads=cfg.extract.torch_threads, arrays_dir=cache, attrs=attrs)
+        datasets = run_analyses(enabled(cfg.metrics), inputs, cache=cache, client=ctx.client, progress=ctx.progress,
+                                force=self.name in ctx.force)
+        write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
+        logger.info("metrics: %s in %.1f s -> %s", ", ".join(sorted(datasets)), time.perf_counter() - t0,
+                    self.path(ctx))
