@@ -208,6 +208,8 @@ class AttentionConfig(_Section):
 
     sentences: int = Field(1000, ge=1)
     dtype: Literal["float16", "float32"] = "float16"
+    norms: bool = Field(True, description="also the vector norms of Kobayashi et al. (2020) beside the maps, "
+                                          "where the model supports them (fairseq Transformers, BERT-like encoders)")
 
 
 class ExtractConfig(_Section):

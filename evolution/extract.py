@@ -86,12 +86,13 @@ def batches(lengths: Sequence[int], *, max_batch_tokens: int) -> list[list[int]]
 
 def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: list[list[int]],
               content_lengths: list[int], token_offsets: list[int], max_batch_tokens: int, dtype: str,
-              attention_dtype: str | None, torch_threads: int) -> dict[str, Any]:
+              attention_dtype: str | None, torch_threads: int, norms: bool = False) -> dict[str, Any]:
     """Compute and write one chunk. Runs on a worker.
 
     ``inputs[i]`` is the model input of ``task.sentences[i]``; its content
     tokens occupy rows ``token_offsets[i] : token_offsets[i] + content_lengths[i]``
-    of the token axis.
+    of the token axis. With ``norms``, the attention sentences also get the
+    norms of Kobayashi et al. (2020) (:meth:`evolution.models.Adapter.forward_norms`).
     """
     import torch
 
@@ -106,10 +107,15 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
     # local index (into inputs) -> row of the attention group (= row of the token table)
     att_row_of = {task.sentences.index(s): s for s in task.attention_rows}
     att_arr = open_attention_array(store, group, mode="r+") if att_row_of else None
+    norm_arrs = ({name: open_attention_array(store, group, mode="r+", name=name)
+                  for name in ("value_norm", "weighted_norm", "summed_norm")} if att_row_of and norms else {})
     for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
         need_att = any(i in att_row_of for i in batch)
         t0 = time.perf_counter()
-        hidden, att = adapter.forward([inputs[i] for i in batch], attention=need_att)
+        if need_att and norms:
+            hidden, att, norm = adapter.forward_norms([inputs[i] for i in batch])
+        else:
+            hidden, att = adapter.forward([inputs[i] for i in batch], attention=need_att)
         forward_s += time.perf_counter() - t0
         for b, i in enumerate(batch):
             lo, n = token_offsets[i], content_lengths[i]
@@ -122,6 +128,11 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
                 row = np.full(att_arr.shape[1:], np.nan, dtype=attention_dtype)
                 row[:, :, :t, :t] = att[:, b, :, :t, :t]
                 att_arr[att_row_of[i]] = row
+                for name, arr in norm_arrs.items():  # value_norm ends in (key,), the others in (query, key)
+                    cut = (Ellipsis,) + (slice(0, t),) * (1 if name == "value_norm" else 2)
+                    row = np.full(arr.shape[1:], np.nan, dtype=attention_dtype)
+                    row[cut] = norm[name][:, b][cut]
+                    arr[att_row_of[i]] = row
     t0 = time.perf_counter()
     hidden_arr[:, task.start:task.stop] = buf.astype(dtype, copy=False)
     t_end = time.perf_counter()
@@ -133,7 +144,7 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
                   chunk_tokens: int, task_chunks: int, max_batch_tokens: int, dtype: str,
                   attention_sentences: int,
                   attention_dtype: str | None, torch_threads: int, client=None,
-                  progress: bool = True) -> dict[str, float]:
+                  progress: bool = True, norms: bool = False) -> dict[str, float]:
     """Build and compute the task graph for one model; the group's skeleton must exist.
 
     ``client`` is a :class:`distributed.Client`, or ``None`` for the
@@ -156,7 +167,7 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
             content_lengths=[lengths[s] for s in rows],
             token_offsets=[int(table.offsets[s]) for s in rows],
             max_batch_tokens=max_batch_tokens, dtype=dtype, attention_dtype=attention_dtype,
-            torch_threads=torch_threads, dask_key_name=f"extract-{group}-{task.index}"))
+            torch_threads=torch_threads, norms=norms, dask_key_name=f"extract-{group}-{task.index}"))
     logger.info("%s: %d tokens of %d sentences in %d task(s) of <= %d tokens", group, table.n_tokens,
                 table.n_sentences, len(tasks), chunk_tokens * task_chunks)
     t0 = time.perf_counter()
@@ -206,17 +217,21 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
     create_hidden_group(store, group, columns=columns, n_layers=adapter.num_layers + 1, d_model=adapter.d_model,
                         chunk_tokens=config.chunk_tokens, dtype=config.dtype, attrs=attrs, fingerprint=fingerprint,
                         compressor=config.compressor)
-    n_att = 0
+    n_att, norms = 0, False
     if config.attention is not None:
         n_att = min(config.attention.sentences, table.n_sentences)
+        norms = config.attention.norms and adapter.supports_norms
+        if config.attention.norms and not norms:
+            logger.info("%s: %s has no value-vector norms (Kobayashi et al. 2020); the attention group holds "
+                        "the maps only", group, type(adapter).__name__)
         create_attention_group(store, group, sentence=table.sentence_index[:n_att],
                                inputs=[adapter.build_input(ids) for ids in table.ids[:n_att]],
                                n_layers=adapter.num_layers, n_heads=adapter.num_heads, dtype=config.attention.dtype,
-                               attrs={"special_ids": sorted(adapter.special_ids), **attrs})
+                               attrs={"special_ids": sorted(adapter.special_ids), **attrs}, norms=norms)
     stats = extract_model(spec, table, adapter, store=store, group=group, chunk_tokens=config.chunk_tokens,
                           task_chunks=config.task_chunks, max_batch_tokens=config.max_batch_tokens, dtype=config.dtype,
                           attention_sentences=n_att, attention_dtype=config.attention.dtype if config.attention else None,
-                          torch_threads=config.torch_threads, client=client, progress=progress)
+                          torch_threads=config.torch_threads, client=client, progress=progress, norms=norms)
     del warming
     mark_complete(store, group, fingerprint)
     stats["stage_seconds"] = time.perf_counter() - t0

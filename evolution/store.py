@@ -15,7 +15,11 @@
                                           chunks (1, L, H, T, T), padded to T
     reps.zarr/<model>/attention          sentence (corpus index), length (input
                                           length incl. special tokens), input_id
-                                          (sentence, key), -1 where padded
+                                          (sentence, key), -1 where padded; with
+                                          extract.attention.norms (Kobayashi et al.
+                                          2020): value_norm (sentence, layer, head, key),
+                                          weighted_norm (as attention), summed_norm
+                                          (sentence, layer, query, key)
 
 The model width dimension is called ``feature`` because a variable may not
 share its name with a dimension in xarray (``hidden`` is the variable).
@@ -78,9 +82,10 @@ def open_hidden(store: str, model: str, *, mode: str = "r") -> zarr.Array:
     return zarr.open_array(store, path=hidden_path(model), mode=mode, zarr_format=3)
 
 
-def open_attention_array(store: str, model: str, *, mode: str = "r") -> zarr.Array:
-    """The ``attention`` array (sentence, layer, head, query, key) of ``model`` as a zarr array."""
-    return zarr.open_array(store, path=f"{attention_path(model)}/attention", mode=mode, zarr_format=3)
+def open_attention_array(store: str, model: str, *, mode: str = "r", name: str = "attention") -> zarr.Array:
+    """An array of ``model``'s attention group as a zarr array: ``attention`` (sentence, layer,
+    head, query, key), or one of the norms (``value_norm``, ``weighted_norm``, ``summed_norm``)."""
+    return zarr.open_array(store, path=f"{attention_path(model)}/{name}", mode=mode, zarr_format=3)
 
 
 def n_layers(store: str, model: str) -> int | None:
@@ -153,7 +158,8 @@ def create_hidden_group(store: str, group: str, *, columns: dict[str, np.ndarray
 
 
 def create_attention_group(store: str, model: str, *, sentence: np.ndarray, inputs: list[list[int]],
-                           n_layers: int, n_heads: int, dtype: str, attrs: dict[str, Any]) -> None:
+                           n_layers: int, n_heads: int, dtype: str, attrs: dict[str, Any],
+                           norms: bool = False) -> None:
     """(Re)create ``model``'s attention group (``<model>/attention``) for the sentences given.
 
     ``inputs`` are the model input ids (special tokens included) per sentence.
@@ -172,7 +178,20 @@ def create_attention_group(store: str, model: str, *, sentence: np.ndarray, inpu
                 "layer": ("layer", np.arange(1, n_layers + 1, dtype=np.int32))},
         attrs=attrs,
     )
-    ds["attention"].encoding["fill_value"] = np.nan
+    if norms:  # Kobayashi et al. (2020), evolution.models.base.attention_norms
+        n = len(inputs)
+        ds["value_norm"] = (("sentence", "layer", "head", "key"),
+                            da.empty((n, n_layers, n_heads, t), dtype=dtype, chunks=(1, n_layers, n_heads, t)),
+                            {"long_name": "||f_h(x_j)||, f_h(x) = (x W_V^h + b_V^h) W_O^h"})
+        ds["weighted_norm"] = (DIMS_ATTENTION, da.empty((n, n_layers, n_heads, t, t), dtype=dtype,
+                                                        chunks=(1, n_layers, n_heads, t, t)),
+                               {"long_name": "||alpha_ij f_h(x_j)||"})
+        ds["summed_norm"] = (("sentence", "layer", "query", "key"),
+                             da.empty((n, n_layers, t, t), dtype=dtype, chunks=(1, n_layers, t, t)),
+                             {"long_name": "||sum_h alpha_ij f_h(x_j)||"})
+    for name in ds.data_vars:
+        if name != "input_id":
+            ds[name].encoding["fill_value"] = np.nan
     _write_skeleton(ds, store, attention_path(model))
 
 

@@ -72,6 +72,17 @@ def test_pipeline_matches_one_by_one_forward(tmp_path, corpus_file, model_specs,
             t = int(att.length[k])
             np.testing.assert_allclose(att.attention.values[k, :, :, :t, :t], ref_a[k], atol=2e-3)  # float16
             assert np.isnan(att.attention.values[k, :, :, t:, :]).all()
+        assert ("summed_norm" in att) == adapter.supports_norms  # gpt2, marian, t5: maps only
+        if adapter.supports_norms:  # the norms of each stored sentence, as forward_norms gives them alone
+            for k in range(5):
+                t = int(att.length[k])
+                _, _, norms = adapter.forward_norms([att.input_id.values[k, :t].tolist()])
+                np.testing.assert_allclose(att.value_norm.values[k, :, :, :t], norms["value_norm"][:, 0],
+                                           rtol=2e-3, atol=2e-3)
+                for name in ("weighted_norm", "summed_norm"):
+                    np.testing.assert_allclose(att[name].values[k, ..., :t, :t], norms[name][:, 0], rtol=2e-3,
+                                               atol=2e-3)
+                    assert np.isnan(att[name].values[k, ..., t:, :]).all()
 
 
 def test_float16_storage_and_plain_xarray(tmp_path, corpus_file, model_specs):

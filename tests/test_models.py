@@ -105,3 +105,87 @@ def test_bad_model_paths(tmp_path, model_specs):
         load_adapter({"kind": "fairseq", "path": str(junk), "data": model_specs["translation"]["data"]})
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_adapter({"kind": "fairseq", "path": str(tmp_path / "missing.pt"), "data": str(tmp_path)})
+
+
+def materialised_norms(x: np.ndarray, w_v: np.ndarray, b_v: np.ndarray, w_o: np.ndarray, alpha: np.ndarray
+                       ) -> dict[str, np.ndarray]:
+    """Kobayashi et al. (2020) norms of one sentence and layer the direct way: the full
+    (T_query, T_key, H, d) tensor alpha_hij f_h(x_j), then norms. ``x`` (T, d) the attention's
+    value input, ``w_v`` / ``b_v`` its value projection (d, d) / (d,), ``w_o`` the output
+    projection (d, d) (torch Linear layout: y = z w_o^T), ``alpha`` (H, T, T)."""
+    h, t, _ = alpha.shape
+    d = x.shape[1]
+    dh = d // h
+    v = x.astype(np.float64) @ w_v.T + b_v  # (T, d)
+    f = np.stack([v[:, k * dh:(k + 1) * dh] @ w_o[:, k * dh:(k + 1) * dh].T for k in range(h)])  # (H, T, d)
+    full = alpha.transpose(1, 2, 0)[..., None] * f.transpose(1, 0, 2)[None]  # (Tq, Tk, H, d)
+    return {"value_norm": np.linalg.norm(f, axis=-1), "weighted_norm": np.linalg.norm(full, axis=-1).transpose(2, 0, 1),
+            "summed_norm": np.linalg.norm(full.sum(axis=2), axis=-1)}
+
+
+def check_norms_against_materialised(adapter, value_input, weights, sentences) -> None:
+    """``adapter.forward_norms`` equals :func:`materialised_norms` for every layer and sentence.
+    ``value_input(hidden, layer, b)`` is the attention's value input (from the returned hidden
+    states, not from a hook); ``weights(layer)`` gives (w_v, b_v, w_o) as numpy."""
+    inputs = [adapter.build_input(adapter.tokenize(s).ids) for s in sentences]
+    hidden, att, norms = adapter.forward_norms(inputs)
+    L, B, H, T, _ = att.shape
+    assert norms["value_norm"].shape == (L, B, H, T) and norms["weighted_norm"].shape == (L, B, H, T, T)
+    assert norms["summed_norm"].shape == (L, B, T, T)
+    for layer in range(L):
+        w_v, b_v, w_o = weights(layer)
+        for b, inp in enumerate(inputs):
+            t = len(inp)
+            ref = materialised_norms(value_input(hidden, layer, b)[:t], w_v, b_v, w_o, att[layer, b, :, :t, :t])
+            np.testing.assert_allclose(norms["value_norm"][layer, b, :, :t], ref["value_norm"], rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(norms["weighted_norm"][layer, b, :, :t, :t], ref["weighted_norm"], rtol=1e-4,
+                                       atol=1e-5)
+            np.testing.assert_allclose(norms["summed_norm"][layer, b, :t, :t], ref["summed_norm"], rtol=1e-4, atol=1e-5)
+            # the norm of the sum is not the sum of the norms (heads point different ways)
+            assert (ref["summed_norm"] < ref["weighted_norm"].sum(0) - 1e-6).any()
+
+
+def fairseq_norm_reference(adapter):
+    """(value_input, weights) for :func:`check_norms_against_materialised` on a fairseq adapter."""
+    import torch
+
+    layers = adapter._layers
+
+    def value_input(hidden, layer, b):
+        x = hidden[layer, b]
+        if layers[layer].normalize_before:
+            with torch.no_grad():
+                x = layers[layer].self_attn_layer_norm(torch.as_tensor(x)).numpy()
+        return x
+
+    def weights(layer):
+        a = layers[layer].self_attn
+        return (a.v_proj.weight.detach().double().numpy(), a.v_proj.bias.detach().double().numpy(),
+                a.out_proj.weight.detach().double().numpy())
+    return value_input, weights
+
+
+@pytest.mark.parametrize("name", ["translation", "masked_lm", "language_modeling", "bert"])
+def test_norms_match_a_materialised_computation(adapters, name):
+    a = adapters[name]
+    assert a.supports_norms
+    if name == "bert":
+        layers = a.model.encoder.layer
+
+        def value_input(hidden, layer, b):
+            return hidden[layer, b]  # post-LN BERT: a block's input is the previous block's output
+
+        def weights(layer):
+            sa, out = layers[layer].attention.self, layers[layer].attention.output.dense
+            return (sa.value.weight.detach().double().numpy(), sa.value.bias.detach().double().numpy(),
+                    out.weight.detach().double().numpy())
+    else:
+        value_input, weights = fairseq_norm_reference(a)
+    check_norms_against_materialised(a, value_input, weights, ["the cat sat on the mat", "a dog ran"])
+
+
+def test_norms_are_refused_with_a_message_where_unsupported(adapters):
+    a = adapters["gpt2"]
+    assert not a.supports_norms
+    with pytest.raises(NotImplementedError, match="BERT-like"):
+        a.forward_norms([a.build_input(a.tokenize("the cat").ids)])

@@ -354,3 +354,19 @@ def test_more_corruptions_add_occurrences_and_keep_the_first(trained):
     for row, label in zip(one[-1], labels_one):
         hits = np.flatnonzero(np.isclose(three[-1], row, atol=1e-5).all(axis=1))
         assert len(hits) and label in labels_three[hits]
+
+
+def test_norms_of_our_encoder_match_a_materialised_computation(trained):
+    """Kobayashi et al. (2020) norms of this project's shared encoder (MT / LM / MLM), against
+    the direct (T x T x H x d) computation from the returned hidden states and the weights."""
+    from evolution.models.fairseq import FairseqAdapter
+
+    from test_models import check_norms_against_materialised, fairseq_norm_reference
+
+    paths = trained["paths"]
+    for o in ("mt", "lm", "mlm"):
+        adapter = FairseqAdapter(paths.checkpoint(o), data=paths.data(o), sentencepiece=paths.spm_model)
+        assert adapter.supports_norms and hasattr(adapter._model, "shared_encoder")
+        value_input, weights = fairseq_norm_reference(adapter)
+        check_norms_against_materialised(adapter, value_input, weights,
+                                         ["And God saw the light that it was good", "In the beginning"])

@@ -22,6 +22,14 @@ Shapes (``B`` sentences, ``T`` padded input length, ``L`` layers, ``H`` heads,
 
     hidden     (L + 1, B, T, d)   float32, layer 0 = embedding output
     attention  (L, B, H, T, T)    float32, rows are queries, columns keys
+
+and, from :meth:`Adapter.forward_norms`, the vector norms of Kobayashi et al.
+(2020), with f_h(x) = (x W_V^h + b_V^h) W_O^h (value bias included; output
+bias, residual and LayerNorm excluded)::
+
+    value_norm     (L, B, H, T)      ||f_h(x_j)||, per key j
+    weighted_norm  (L, B, H, T, T)   ||alpha_hij f_h(x_j)|| = alpha_hij ||f_h(x_j)||
+    summed_norm    (L, B, T, T)      ||sum_h alpha_hij f_h(x_j)||, the norm of the sum over heads
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 Objective = Literal["mt", "lm", "mlm"]
 
-__all__ = ["Adapter", "Tokenized", "ModelLoadError", "Objective", "word_ids_from_pieces"]
+__all__ = ["Adapter", "Tokenized", "ModelLoadError", "Objective", "word_ids_from_pieces", "attention_norms"]
 
 
 class ModelLoadError(RuntimeError):
@@ -80,6 +88,27 @@ def word_ids_from_pieces(pieces: Sequence[str]) -> list[int]:
         out.append(word)
         continues = p.endswith("@@")
     return out
+
+
+def attention_norms(alpha, f) -> dict:
+    """Kobayashi et al. (2020) norms of one layer, without a (T x T x d) tensor.
+
+    ``alpha`` (B, H, Tq, Tk) attention weights and ``f`` (B, H, Tk, d) the
+    transformed values f_h(x_j) (torch tensors). ``summed_norm`` uses
+    ||sum_h a_h f_h||^2 = sum_{h,g} a_h a_g <f_h, f_g>: a (Tk, H, H) Gram
+    matrix per sentence instead of the (Tq, Tk, d) sum. Returns float32 torch
+    tensors ``value_norm`` (B, H, Tk), ``weighted_norm`` (B, H, Tq, Tk) and
+    ``summed_norm`` (B, Tq, Tk).
+    """
+    import torch
+
+    f = f.double()
+    a = alpha.double()
+    value_norm = torch.linalg.vector_norm(f, dim=-1)  # (B, H, Tk)
+    gram = torch.einsum("bhkd,bgkd->bkhg", f, f)  # (B, Tk, H, H)
+    sq = torch.einsum("bhqk,bgqk,bkhg->bqk", a, a, gram).clamp_min(0)
+    return {"value_norm": value_norm.float(), "weighted_norm": (a * value_norm[:, :, None, :]).float(),
+            "summed_norm": sq.sqrt().float()}
 
 
 class Adapter(abc.ABC):
@@ -129,6 +158,14 @@ class Adapter(abc.ABC):
         ``attention`` is true, ``attention`` of shape ``(L, B, H, T, T)``;
         values at padded positions are unspecified.
         """
+
+    #: whether :meth:`forward_norms` is available
+    supports_norms: bool = False
+
+    def forward_norms(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """``hidden``, ``attention`` and the norms of the module docstring (numpy, stacked over layers)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot compute value-vector norms (Kobayashi et al. 2020); "
+                                  "they are available for fairseq Transformers and BERT-like Hugging Face encoders")
 
     #: the ``<mask>`` id of a masked LM (None otherwise), and the [low, high) range of ordinary
     #: symbols that random replacements are drawn from (MLM output MI, evolution.metrics.masked)

@@ -161,11 +161,23 @@ class FairseqAdapter(Adapter):
 
     def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False, key_mask: dict | None = None
                 ) -> tuple[np.ndarray, np.ndarray | None]:
+        hidden, att, _ = self._run(inputs, attention=attention, norms=False, key_mask=key_mask)
+        return hidden, att
+
+    supports_norms = True
+
+    def forward_norms(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        return self._run(inputs, attention=True, norms=True, key_mask=None)
+
+    def _run(self, inputs, *, attention: bool, norms: bool, key_mask: dict | None):
         import torch
+
+        from evolution.models.base import attention_norms
 
         ids, _, lengths = self._pad(inputs)
         layers = self._layers
         states: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []  # per layer, the self-attention's value input (T, B, d)
 
         def first_input(module, args, kwargs):
             states.append(args[0] if args else kwargs["x"])
@@ -173,9 +185,14 @@ class FairseqAdapter(Adapter):
         def block_output(module, args, output):
             states.append(output[0] if isinstance(output, tuple) else output)
 
+        def value_input(module, args, kwargs):
+            values.append(kwargs["value"] if "value" in kwargs else args[2])
+
         with contextlib.ExitStack() as ctx, torch.inference_mode():
             handles = [layers[0].register_forward_pre_hook(first_input, with_kwargs=True)]
             handles += [layer.register_forward_hook(block_output) for layer in layers]
+            if norms:
+                handles += [layer.self_attn.register_forward_pre_hook(value_input, with_kwargs=True) for layer in layers]
             for h in handles:
                 ctx.callback(h.remove)
             captured = (ctx.enter_context(capture_attention([layer.self_attn for layer in layers]))
@@ -189,6 +206,23 @@ class FairseqAdapter(Adapter):
                 stack.extract_features(ids, encoder_out=None)
             else:
                 stack(ids)
+            out = {}
+            if norms:
+                per_layer = [attention_norms(alpha, _transformed_values(layer.self_attn, value))
+                             for layer, alpha, value in zip(layers, captured, values)]
+                out = {k: torch.stack([p[k] for p in per_layer]).numpy() for k in per_layer[0]}
         hidden = torch.stack([s.transpose(0, 1) for s in states]).float().numpy()  # (L+1, B, T, d)
         att = torch.stack(captured).float().numpy() if attention else None
-        return hidden, att
+        return hidden, att, out
+
+
+def _transformed_values(attn, value):
+    """f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h of a fairseq ``MultiheadAttention``: (B, H, T, d)
+    from its value input ``value`` (T, B, d)."""
+    import torch
+
+    t, b, d = value.shape
+    h = attn.num_heads
+    v = attn.v_proj(value).view(t, b, h, d // h)  # value bias included
+    w_o = attn.out_proj.weight.view(d, h, d // h)  # out_proj(z) = z W_O^T + b_O; column block h is head h
+    return torch.einsum("tbhe,dhe->bhtd", v, w_o)

@@ -145,3 +145,53 @@ class HuggingFaceAdapter(Adapter):
         hidden = torch.stack(out.hidden_states).float().numpy()
         att = torch.stack(out.attentions).float().numpy() if attention else None
         return hidden, att
+
+    def _bert_layers(self):
+        """The BERT-like blocks (``attention.self.value``, ``attention.output.dense``), or None."""
+        layers = getattr(getattr(self.model, "encoder", None), "layer", None)
+        if layers is None or not all(hasattr(layer, "attention") and hasattr(layer.attention, "self")
+                                     and hasattr(layer.attention.self, "value")
+                                     and hasattr(layer.attention, "output") for layer in layers):
+            return None
+        return list(layers)
+
+    #: model types whose blocks have BERT's layout (``attention.self.value``, ``attention.output.dense``)
+    NORM_TYPES = ("bert", "roberta", "xlm-roberta", "electra")
+
+    @property
+    def supports_norms(self) -> bool:
+        return self.config.model_type in self.NORM_TYPES
+
+    def forward_norms(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        import contextlib
+
+        import torch
+
+        from evolution.models.base import attention_norms
+
+        layers = self._bert_layers() if self.supports_norms else None
+        if layers is None:
+            return super().forward_norms(inputs)
+        values: list[torch.Tensor] = []
+
+        def value_input(module, args, kwargs):
+            values.append(args[0] if args else kwargs["hidden_states"])
+
+        ids, mask, _ = self._pad(inputs)
+        with contextlib.ExitStack() as ctx, torch.inference_mode():
+            for layer in layers:
+                ctx.callback(layer.attention.self.register_forward_pre_hook(value_input, with_kwargs=True).remove)
+            out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True,
+                             return_dict=True)
+            per_layer = []
+            for layer, alpha, x in zip(layers, out.attentions, values):
+                sa = layer.attention.self
+                h = self.num_heads
+                b, t, d = x.shape
+                v = sa.value(x).view(b, t, h, d // h)  # value bias included
+                w_o = layer.attention.output.dense.weight.view(d, h, d // h)
+                per_layer.append(attention_norms(alpha, torch.einsum("bthe,dhe->bhtd", v, w_o)))
+            norms = {k: torch.stack([p[k] for p in per_layer]).numpy() for k in per_layer[0]}
+        hidden = torch.stack(out.hidden_states).float().numpy()
+        att = torch.stack(out.attentions).float().numpy()
+        return hidden, att, norms
