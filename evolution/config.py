@@ -36,6 +36,7 @@ __all__ = [
     "ExtractConfig",
     "MetricsConfig",
     "AttentionConfig",
+    "HeadsConfig",
     "ModelConfig",
     "TrainConfig",
     "EvolutionConfig",
@@ -309,6 +310,14 @@ class TSNEConfig(_Section):
         TSNESelection(name="it", tokens=["it"], color="position")])
 
 
+class HeadsConfig(_Section):
+    """Per-head attention statistics on the stored attention maps (METHODS.md 7; needs
+    ``extract.attention``): Clark et al. (2019), Voita et al. (ACL 2019), Kobayashi et al. (2020)."""
+
+    positional_share: float = Field(0.9, gt=0, le=1, description="a positional head puts at least this share of "
+                                                                 "its maxima on one relative offset (Voita et al.)")
+
+
 class MetricsConfig(_Section):
     """Which metrics the ``metrics`` stage computes, and how. A section set
     to ``null`` is skipped."""
@@ -319,6 +328,7 @@ class MetricsConfig(_Section):
     similarity: SimilarityConfig | None = Field(default_factory=SimilarityConfig)
     tsne: TSNEConfig | None = Field(default_factory=TSNEConfig)
     influence: InfluenceConfig | None = Field(default_factory=InfluenceConfig)
+    heads: HeadsConfig | None = Field(default_factory=HeadsConfig)
 
 
 class ObjectiveBudget(_Section):

@@ -51,6 +51,7 @@ __all__ = [
     "open_attention_array",
     "read_rows",
     "n_layers",
+    "has_attention",
     "DIMS_HIDDEN",
     "DIMS_ATTENTION",
     "open_representations",
@@ -86,6 +87,15 @@ def open_attention_array(store: str, model: str, *, mode: str = "r", name: str =
     """An array of ``model``'s attention group as a zarr array: ``attention`` (sentence, layer,
     head, query, key), or one of the norms (``value_norm``, ``weighted_norm``, ``summed_norm``)."""
     return zarr.open_array(store, path=f"{attention_path(model)}/{name}", mode=mode, zarr_format=3)
+
+
+def has_attention(store: str, model: str) -> bool:
+    """Whether ``model`` was extracted with attention maps."""
+    try:
+        zarr.open_group(store, path=attention_path(model), mode="r", zarr_format=3)
+    except Exception:  # noqa: BLE001 - missing: extracted without attention
+        return False
+    return True
 
 
 def n_layers(store: str, model: str) -> int | None:

@@ -1,0 +1,124 @@
+"""Per-head attention statistics (Clark et al. 2019; Voita et al. ACL 2019; Kobayashi et al. 2020).
+
+Everything here works on one sentence's maps, ``alpha`` (L, H, T, T) with rows
+the queries and columns the keys (input positions, special tokens included),
+and returns sums over queries so that a caller can pool sentences exactly
+(statistic = sum of sums / sum of counts).
+
+Definitions (METHODS.md 7):
+
+* entropy of a query's distribution in nats, against the uniform baseline
+  log(n) over the n keys it may attend to (all T in an encoder, the first
+  i + 1 in a causal LM);
+* attention to the beginning special token(s) (BOS / [CLS]: the adapter's
+  ``prefix``), the end special token(s) (EOS / [SEP]: its ``suffix``),
+  punctuation, the query itself, the previous and the next token;
+* confidence: the maximum weight of a query, EOS queries excluded (Voita et
+  al. 2019b);
+* where the maximum weight goes: relative offsets -1, 0, +1 (a positional
+  head has >= 90% of its maxima on one offset).
+
+Word-level maps (:func:`word_attention`): attention *to* a word is the sum over
+its pieces; attention *from* a word is the mean over its pieces (Clark et al.
+2019), or its first piece (``rule="first"``, what the released
+attention-analysis code does).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Literal, Sequence
+
+import numpy as np
+
+__all__ = ["word_attention", "is_punctuation", "head_sums", "key_shares", "MEASURES", "COUNTS"]
+
+#: the per-head statistics, in the order of :func:`head_sums`'s ``sums`` (last axis)
+MEASURES = ("entropy", "uniform_entropy", "to_bos", "to_eos", "to_punct", "to_self", "to_prev", "to_next",
+            "confidence", "max_prev", "max_self", "max_next")
+#: the denominator of each measure in :func:`head_sums`'s ``counts``
+COUNTS = {"entropy": "queries", "uniform_entropy": "queries", "to_bos": "queries", "to_eos": "queries",
+          "to_punct": "queries", "to_self": "queries", "to_prev": "with_prev", "to_next": "with_next",
+          "confidence": "non_eos", "max_prev": "queries", "max_self": "queries", "max_next": "queries"}
+
+
+def word_attention(alpha: np.ndarray, units: Sequence[int], *, rule: Literal["mean", "first"] = "mean") -> np.ndarray:
+    """Merge subword attention into word (unit) attention.
+
+    ``alpha`` (..., T, T), rows queries; ``units`` (T,) the unit of each input
+    position, 0..U-1 (a word's pieces share a unit; give each special token a
+    unit of its own). Returns (..., U, U): the attention *to* a unit is the
+    sum over its positions (columns), the attention *from* a unit the mean
+    over its positions (``rule="mean"``, Clark et al. 2019) or its first
+    position's row (``rule="first"``). Rows stay distributions.
+    """
+    alpha = np.asarray(alpha, dtype=np.float64)
+    units = np.asarray(units)
+    n_units = int(units.max()) + 1
+    if alpha.shape[-1] != len(units) or alpha.shape[-2] != len(units):
+        raise ValueError(f"alpha ends in {alpha.shape[-2:]}, units has {len(units)} positions")
+    onehot = np.zeros((len(units), n_units))
+    onehot[np.arange(len(units)), units] = 1.0
+    to_units = alpha @ onehot  # (..., T, U): sum over each unit's keys
+    if rule == "mean":
+        rows = onehot / onehot.sum(axis=0, keepdims=True)  # (T, U): mean over each unit's queries
+        return np.swapaxes(np.swapaxes(to_units, -1, -2) @ rows, -1, -2)
+    if rule == "first":
+        first = np.array([int(np.flatnonzero(units == u)[0]) for u in range(n_units)])
+        return to_units[..., first, :]
+    raise ValueError(f"rule must be 'mean' or 'first', got {rule!r}")
+
+
+_WORD_MARKERS = ("\u2581", "\u0120", "##")
+
+
+def is_punctuation(piece: str) -> bool:
+    """Whether a token string is punctuation only (word markers ``▁``, ``Ġ``, ``##`` stripped)."""
+    for m in _WORD_MARKERS:
+        if piece.startswith(m):
+            piece = piece[len(m):]
+            break
+    return bool(piece) and all(unicodedata.category(c).startswith("P") for c in piece)
+
+
+def head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.ndarray, causal: bool,
+              norm: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int], np.ndarray | None]:
+    """Sums over the queries of one sentence of every measure in :data:`MEASURES`.
+
+    ``alpha`` (L, H, T, T) one sentence's maps (no padding); ``bos``, ``eos``,
+    ``punct`` (T,) bool masks of the keys; ``causal``: queries see only keys
+    <= themselves (for the uniform baseline). Returns ``sums`` (L, H,
+    measures), ``counts`` (the denominators named in :data:`COUNTS`) and, with
+    ``norm`` (L, H, T, T) = ||alpha_ij f_h(x_j)|| (Kobayashi et al. 2020),
+    ``norm_sums`` (L, H, 3): the shares of each query's norm mass going to
+    bos, eos and punctuation keys, summed over queries.
+    """
+    alpha = np.asarray(alpha, dtype=np.float64)
+    L, H, T, _ = alpha.shape
+    idx = np.arange(T)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ent = -np.where(alpha > 0, alpha * np.log(alpha), 0.0).sum(-1)  # (L, H, T)
+    n_keys = idx + 1 if causal else np.full(T, T)
+    uniform = np.broadcast_to(np.log(n_keys), (L, H, T))
+    amax = alpha.argmax(-1)  # (L, H, T)
+    offset = amax - idx
+    prev = np.zeros((L, H, T))
+    prev[..., 1:] = alpha[..., idx[1:], idx[1:] - 1]
+    nxt = np.zeros((L, H, T))
+    nxt[..., :-1] = alpha[..., idx[:-1], idx[:-1] + 1]
+    conf = np.where(eos[None, None, :], 0.0, alpha.max(-1))
+    per_query = [ent, uniform, alpha[..., bos].sum(-1), alpha[..., eos].sum(-1), alpha[..., punct].sum(-1),
+                 alpha[..., idx, idx], prev, nxt, conf, offset == -1, offset == 0, offset == 1]
+    sums = np.stack([np.asarray(p, dtype=np.float64).sum(-1) for p in per_query], axis=-1)
+    counts = {"queries": T, "with_prev": T - 1, "with_next": T - 1, "non_eos": int((~eos).sum())}
+    norm_sums = None if norm is None else key_shares(norm, [bos, eos, punct])
+    return sums, counts, norm_sums
+
+
+def key_shares(weights: np.ndarray, masks: Sequence[np.ndarray]) -> np.ndarray:
+    """Per query, the share of its row of ``weights`` (..., T, T) that goes to the keys of
+    each mask (T,), summed over queries: (..., len(masks)). For attention weights the rows
+    already sum to 1; for norms (Kobayashi et al. 2020) this makes them comparable shares."""
+    w = np.asarray(weights, dtype=np.float64)
+    share = w / np.maximum(w.sum(-1, keepdims=True), 1e-30)
+    return np.stack([share[..., np.asarray(m, bool)].sum(-1).sum(-1) for m in masks], axis=-1)
