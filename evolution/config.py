@@ -61,6 +61,20 @@ def _resolve(path: str | Path, info: ValidationInfo) -> Path:
     return p.resolve() if base is not None else p
 
 
+def _treebank(v: Any, info: ValidationInfo, key: str) -> str | None:
+    """An embedded treebank's name, or an existing CoNLL-U file's resolved path."""
+    from evolution.corpus.conllu import EMBEDDED
+
+    if v is None or str(v) in EMBEDDED:
+        return v
+    path = _resolve(v, info)
+    if not path.is_file():
+        raise ValueError(f"{key} {str(v)!r} is neither an embedded treebank ({', '.join(EMBEDDED)}) "
+                         "nor an existing CoNLL-U file (relative paths are resolved against the config "
+                         "file's directory)")
+    return str(path)
+
+
 def _must_exist(path: Path, what: str) -> Path:
     if not path.exists():
         raise ValueError(f"{what} {str(path)!r} does not exist; fix the path (relative paths are "
@@ -160,16 +174,7 @@ class CorpusConfig(_Section):
     @field_validator("annotated", mode="before")
     @classmethod
     def _annotated(cls, v: Any, info: ValidationInfo) -> str | None:
-        from evolution.corpus.conllu import EMBEDDED
-
-        if v is None or str(v) in EMBEDDED:
-            return v
-        path = _resolve(v, info)
-        if not path.is_file():
-            raise ValueError(f"corpus.annotated {str(v)!r} is neither an embedded treebank ({', '.join(EMBEDDED)}) "
-                             "nor an existing CoNLL-U file (relative paths are resolved against the config "
-                             "file's directory)")
-        return str(path)
+        return _treebank(v, info, "corpus.annotated")
 
     @field_validator("path", "target_path", mode="before")
     @classmethod
@@ -316,6 +321,30 @@ class HeadsConfig(_Section):
 
     positional_share: float = Field(0.9, gt=0, le=1, description="a positional head puts at least this share of "
                                                                  "its maxima on one relative offset (Voita et al.)")
+    select: str | None = Field(None, description="treebank on which the best head per relation is picked "
+                                                 "(embedded name, e.g. ud-ewt-dev, or a CoNLL-U file); null: no "
+                                                 "dependency analysis")
+    score: str | None = Field(None, description="treebank on which the picked head is scored (e.g. ud-ewt-test)")
+    max_sentences: int | None = Field(None, ge=1, description="use only the first N sentences of each treebank")
+    word_rule: Literal["mean", "first"] = Field(
+        "mean", description="attention from a word: mean over its pieces (Clark et al.), or its first piece "
+                            "(the released attention-analysis code)")
+    syntactic_margin: float = Field(0.10, ge=0, le=1, description="a syntactic head beats the best offset "
+                                                                  "baseline by this much (Voita et al.: 10 points)")
+    relations: list[str] = Field(default_factory=lambda: ["nsubj", "obj", "amod", "advmod"], min_length=1,
+                                 description="relations for which syntactic heads are counted (Voita et al.)")
+
+    @field_validator("select", "score", mode="before")
+    @classmethod
+    def _treebanks(cls, v: Any, info: ValidationInfo) -> str | None:
+        return _treebank(v, info, f"metrics.heads.{info.field_name}")
+
+    @model_validator(mode="after")
+    def _both(self) -> "HeadsConfig":
+        if (self.select is None) != (self.score is None):
+            raise ValueError("metrics.heads.select and metrics.heads.score go together: set both treebanks "
+                             "(e.g. ud-ewt-dev and ud-ewt-test) or both to null")
+        return self
 
 
 class MetricsConfig(_Section):

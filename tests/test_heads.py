@@ -7,7 +7,17 @@ import numpy as np
 import pytest
 from scipy.stats import entropy as scipy_entropy
 
-from evolution.metrics.heads import COUNTS, MEASURES, head_sums, is_punctuation, key_shares, word_attention
+from evolution.metrics.heads import (
+    COUNTS,
+    MEASURES,
+    OFFSETS,
+    dependency_hits,
+    head_sums,
+    is_punctuation,
+    key_shares,
+    word_attention,
+    word_units,
+)
 
 
 def test_word_attention_by_hand():
@@ -32,6 +42,32 @@ def test_word_attention_by_hand():
     np.testing.assert_allclose(stacked[0, 0], mean)
     with pytest.raises(ValueError, match="rule"):
         word_attention(alpha, units, rule="last")
+
+
+def test_word_units_put_special_tokens_in_units_of_their_own():
+    np.testing.assert_array_equal(word_units([0, 0, 1, 2, 2], n_prefix=1, n_suffix=1), [0, 1, 1, 2, 3, 3, 4])
+    np.testing.assert_array_equal(word_units([0, 1], n_prefix=0, n_suffix=1), [0, 1, 2])
+
+
+def test_dependency_hits_by_hand():
+    # "the cat sat": the -> cat (det), cat -> sat (nsubj), sat = root
+    heads, rels = [2, 3, 0], [0, 1, 2]  # codes: det, nsubj, root
+    a = np.array([[0.1, 0.8, 0.1],    # the: most to cat (its head)
+                  [0.2, 0.1, 0.7],    # cat: most to sat (its head)
+                  [0.1, 0.3, 0.6]])   # sat: itself excluded, then cat (its nsubj dependent)
+    other = np.array([[0.1, 0.1, 0.8],   # the: sat (wrong head)
+                      [0.9, 0.05, 0.05],  # cat: the (its dependent, not its head)
+                      [0.5, 0.4, 0.1]])   # sat: the (not a dependent of sat)
+    hits, arcs, offset_hits = dependency_hits(np.stack([a, other])[None], heads, rels, 3)
+    np.testing.assert_array_equal(arcs, [1, 1, 0])  # the root's arc is not counted
+    # head 0: both dependents find their head; sat -> cat is nsubj head-to-dependent; cat -> the? no: cat's max is sat
+    np.testing.assert_array_equal(hits[0, 0], [[1, 0], [1, 1], [0, 0]])
+    # head 1: the -> sat misses det; cat -> the is the det head-to-dependent arc; sat -> the misses nsubj
+    np.testing.assert_array_equal(hits[0, 1], [[0, 1], [0, 0], [0, 0]])
+    # offsets: the +1 = cat (det dependent-to-head), cat +1 = sat (nsubj), cat -1 = the (det head-to-dependent)
+    plus, minus = OFFSETS.index(1), OFFSETS.index(-1)
+    np.testing.assert_array_equal(offset_hits[plus], [[1, 0], [1, 0], [0, 0]])
+    np.testing.assert_array_equal(offset_hits[minus], [[0, 1], [0, 1], [0, 0]])
 
 
 def _measure(sums, counts, name):
@@ -101,7 +137,12 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs):
     from conftest import write_config
     from test_metrics_stage import METRICS
 
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, workdir=tmp_path / "w", extra=METRICS,
+    from test_conllu import TREEBANK_SENTENCES, _treebank
+
+    dev = _treebank(tmp_path / "dev.conllu", TREEBANK_SENTENCES[:8])
+    test = _treebank(tmp_path / "test.conllu", TREEBANK_SENTENCES[3:])
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, workdir=tmp_path / "w",
+                       extra=METRICS + f"\n  heads: {{select: {dev}, score: {test}}}",
                        models=[model_specs["translation"], model_specs["gpt2"]])
     run(cfg, progress=False)
     heads = open_metrics(tmp_path / "w" / "metrics.zarr", "heads").load()
@@ -122,5 +163,31 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs):
     assert np.isfinite(heads.norm_share.sel(model="translation")).all()
     assert np.isnan(heads.norm_share.sel(model="gpt2")).all()  # gpt2: no norms, maps only
     assert heads.positional.dtype == bool
+    # dependency heads: the head picked on dev is scored on test; with the paper's rule (pick on test)
+    # beside it, which can only be as good or better
+    dep = open_metrics(tmp_path / "w" / "metrics.zarr", "heads_dependency").load()
+    acc = dep.accuracy.sel(model="translation")
+    for rel in ("det", "amod"):
+        for d in dep.direction.values:
+            layer = dep.picked_layer.sel(model="translation", relation=rel, direction=d).item()
+            head = dep.picked_head.sel(model="translation", relation=rel, direction=d).item()
+            dev_acc = acc.sel(split="select", relation=rel, direction=d)
+            assert dev_acc.sel(layer=layer, head=head).item() == dev_acc.max().item()
+            picked = dep.picked_accuracy.sel(model="translation", relation=rel, direction=d).item()
+            assert picked == acc.sel(split="score", relation=rel, direction=d, layer=layer, head=head).item()
+            assert dep.best_accuracy.sel(model="translation", relation=rel, direction=d).item() >= picked
+    # the toy treebank's det arcs all point at word 1 from word 2... so offset -1 finds every "the cat" arc
+    assert dep.arcs.sel(model="translation", split="score", relation="det").item() > 0
+    off = dep.offset_accuracy.values
+    assert ((off[np.isfinite(off)] >= 0) & (off[np.isfinite(off)] <= 1)).all()
+    assert np.isnan(dep.offset_accuracy.sel(relation="root")).all()  # the root has no arc to a word
+    assert set(dep.syntactic_relation.values) == {"nsubj", "amod"}  # of nsubj, obj, amod, advmod: in the toy treebank
+    margin = (dep.accuracy.sel(split="score").max("direction")
+              - dep.offset_accuracy.sel(split="score").max(("offset", "direction")))
+    np.testing.assert_array_equal(dep.syntactic.values, (margin >= 0.1).sel(relation=["nsubj", "amod"]).values)
+    np.testing.assert_array_equal(heads.syntactic.sel(model="translation").values,
+                                  dep.syntactic.sel(model="translation").values)
+    assert (tmp_path / "w" / "report" / "heads_dependency.png").is_file()
+    assert (tmp_path / "w" / "report" / "heads_roles.png").is_file()
     assert (tmp_path / "w" / "report" / "heads_entropy.png").is_file()
     assert (tmp_path / "w" / "report" / "heads_special.png").is_file()

@@ -84,6 +84,7 @@ class Inputs:
     seed: int
     torch_threads: int
     arrays_dir: Path  # where units' index arrays are written for tasks to read (see save_arrays)
+    max_batch_tokens: int = 1024  # padded tokens per forward pass, for analyses that re-run a model
     attrs: dict[str, Any] = field(default_factory=dict)  # provenance attached to every group
 
     @property

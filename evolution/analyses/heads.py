@@ -27,6 +27,8 @@ heads are padded with NaN.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Any
 
 import numpy as np
@@ -34,11 +36,71 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, strings
 from evolution.analyses.plotting import STYLES, open_group, plt
-from evolution.config import MetricsConfig
+from evolution.config import HeadsConfig, MetricsConfig
+from evolution.metrics.heads import OFFSETS
 
-__all__ = ["Heads", "heads_task", "entropy_by_head", "special_tokens_by_layer"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["Heads", "heads_task", "dependency_task", "entropy_by_head", "special_tokens_by_layer",
+           "dependency_heatmap", "head_roles"]
+
+DIRECTIONS = ("dependent_to_head", "head_to_dependent")
+SPLITS = ("select", "score")
 
 KEY_TYPES = ("bos", "eos", "punct")
+
+
+def dependency_task(*, spec: dict, treebank: str, heads: HeadsConfig, max_batch_tokens: int,
+                    torch_threads: int = 1) -> dict[str, Any]:
+    """Dependency arcs predicted by each head's most attended other word on ``treebank``
+    (re-running the model; no map is kept): per (layer, head, relation, direction) hits,
+    arcs per relation, and the fixed-offset baseline's hits."""
+    import torch
+
+    from evolution.corpus.conllu import read_conllu, resolve_treebank
+    from evolution.extract import batches
+    from evolution.metrics.heads import dependency_hits, word_attention, word_units
+    from evolution.models import cached_adapter
+
+    torch.set_num_threads(torch_threads)
+    adapter = cached_adapter(spec)
+    sentences = read_conllu(resolve_treebank(treebank), max_sentences=heads.max_sentences)
+    relations = sorted({r for s in sentences for r in s.deprel})
+    code = {r: i for i, r in enumerate(relations)}
+    L, H, R = adapter.num_layers, adapter.num_heads, len(relations)
+    hits, arcs = np.zeros((L, H, R, 2), np.int64), np.zeros(R, np.int64)
+    offset_hits = np.zeros((len(OFFSETS), R, 2), np.int64)
+    kept, too_long, n_prefix, n_suffix = [], 0, len(adapter.prefix), len(adapter.suffix)
+    for s in sentences:
+        tok = adapter.tokenize(s.text)
+        if len(tok) > adapter.max_content_tokens:
+            too_long += 1
+            continue
+        if len(tok) == 0 or max(tok.word_ids) + 1 != len(s):
+            continue  # the tokenizer lost a word: cannot align
+        kept.append((s, tok))
+    inputs = [adapter.build_input(tok.ids) for _, tok in kept]
+    for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
+        _, att = adapter.forward([inputs[i] for i in batch], attention=True)
+        for b, i in enumerate(batch):
+            s, tok = kept[i]
+            t = len(inputs[i])
+            units = word_units(tok.word_ids, n_prefix=n_prefix, n_suffix=n_suffix)
+            words = word_attention(att[:, b, :, :t, :t], units, rule=heads.word_rule)[..., n_prefix:n_prefix + len(s),
+                                                                                      n_prefix:n_prefix + len(s)]
+            h, a, o = dependency_hits(words, s.head, [code[r] for r in s.deprel], R)
+            hits += h
+            arcs += a
+            offset_hits += o
+    notes = []
+    if too_long:
+        notes.append(f"{spec['name']}: {too_long} sentence(s) of {treebank} longer than the model's "
+                     f"{adapter.max_content_tokens} content positions were left out of the dependency analysis")
+    if len(kept) + too_long < len(sentences):
+        notes.append(f"{spec['name']}: {len(sentences) - len(kept) - too_long} sentence(s) of {treebank} could not "
+                     "be aligned word by word and were left out")
+    return {"relations": relations, "hits": hits, "arcs": arcs, "offset_hits": offset_hits,
+            "sentences": len(kept), "notes": notes}
 
 
 def heads_task(*, store: str, model: str, causal: bool) -> dict[str, Any]:
@@ -92,6 +154,20 @@ class Heads(Analysis):
                 continue
             units.append(Unit(m.name, heads_task, dict(store=inputs.store, model=m.name, causal=m.objective == "lm"),
                               key={"model": m.key, "causal": m.objective == "lm"}))
+        hcfg = inputs.config.heads
+        if hcfg.select is not None:
+            from evolution.corpus.conllu import resolve_treebank
+            from evolution.provenance import file_hash
+
+            for m in inputs.models.values():
+                for split in SPLITS:
+                    treebank = getattr(hcfg, split)
+                    units.append(Unit(f"{m.name}-dependency-{split}", dependency_task,
+                                      dict(spec=m.spec, treebank=treebank, heads=hcfg,
+                                           max_batch_tokens=inputs.max_batch_tokens,
+                                           torch_threads=inputs.torch_threads),
+                                      key={"model": m.key, "treebank": file_hash(resolve_treebank(treebank)),
+                                           "max_sentences": hcfg.max_sentences, "word_rule": hcfg.word_rule}))
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -130,7 +206,80 @@ class Heads(Analysis):
             coords={"model": strings(models), "layer": np.arange(1, L + 1), "head": np.arange(H),
                     "measure": strings(MEASURES), "key_type": strings(KEY_TYPES),
                     "sentences": ("model", [results[m]["sentences"] for m in models])})
-        return {"heads": ds}
+        out = {"heads": ds}
+        dep = self._dependency(inputs, results)
+        if dep is not None:
+            out["heads_dependency"] = dep
+            ds["syntactic"] = dep["syntactic"].reindex(model=ds.model.values, layer=ds.layer.values,
+                                                       head=ds["head"].values, fill_value=False)
+        return out
+
+    def _dependency(self, inputs: Inputs, results: dict[str, dict]) -> xr.Dataset | None:
+        """The ``heads_dependency`` group: accuracy per (model, split, layer, head, relation,
+        direction), the offset baseline, the head picked on ``select`` scored on ``score``."""
+        hcfg = inputs.config.heads
+        models = [n for n in inputs.names if f"{n}-dependency-score" in results]
+        if not models:
+            return None
+        for m in models:
+            for split in SPLITS:
+                for note in results[f"{m}-dependency-{split}"]["notes"]:
+                    logger.info("metrics: heads: %s", note)
+        relations = sorted({r for m in models for split in SPLITS for r in results[f"{m}-dependency-{split}"]["relations"]})
+        missing = [r for r in hcfg.relations if r not in relations]
+        if missing:
+            logger.warning("metrics: heads: relation(s) %s do not occur in %s / %s (relations there: %s); "
+                           "fix metrics.heads.relations", missing, hcfg.select, hcfg.score, ", ".join(relations))
+        L = max(np.asarray(results[f"{m}-dependency-score"]["hits"]).shape[0] for m in models)
+        H = max(np.asarray(results[f"{m}-dependency-score"]["hits"]).shape[1] for m in models)
+        acc = np.full((len(models), 2, L, H, len(relations), 2), np.nan)
+        base = np.full((len(models), 2, len(relations), 2, len(OFFSETS)), np.nan)
+        arcs = np.zeros((len(models), 2, len(relations)), np.int64)
+        for i, m in enumerate(models):
+            for j, split in enumerate(SPLITS):
+                r = results[f"{m}-dependency-{split}"]
+                cols = [relations.index(x) for x in r["relations"]]
+                n = np.asarray(r["arcs"], dtype=float)
+                hits = np.asarray(r["hits"], dtype=float)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    acc[i, j, :hits.shape[0], :hits.shape[1]][..., cols, :] = hits / n[:, None]
+                    base[i, j][cols] = (np.asarray(r["offset_hits"], dtype=float) / n[None, :, None]).transpose(1, 2, 0)
+                arcs[i, j, cols] = r["arcs"]
+        ds = xr.Dataset(
+            {"accuracy": (("model", "split", "layer", "head", "relation", "direction"), acc,
+                          {"long_name": "share of arcs whose other word is the head's most attended other word"}),
+             "offset_accuracy": (("model", "split", "relation", "direction", "offset"), base),
+             "arcs": (("model", "split", "relation"), arcs)},
+            coords={"model": strings(models), "split": strings(SPLITS), "layer": np.arange(1, L + 1),
+                    "head": np.arange(H), "relation": strings(relations), "direction": strings(DIRECTIONS),
+                    "offset": list(OFFSETS), "treebank": ("split", strings([hcfg.select, hcfg.score]))},
+            attrs={"word_rule": hcfg.word_rule})
+        # the head picked on the select split, scored on the score split; and the paper's number
+        # (picked and scored on the same data) beside it
+        flat = lambda x: x.reshape(x.shape[0], L * H, *x.shape[3:])  # noqa: E731 - (model, layer*head, R, D)
+        pick = np.nan_to_num(flat(acc[:, 0]), nan=-1.0).argmax(axis=1)  # (model, R, D)
+        picked = np.take_along_axis(flat(acc[:, 1]), pick[:, None], axis=1)[:, 0]
+        dims = ("model", "relation", "direction")
+        ds["picked_layer"] = (dims, pick // H + 1)
+        ds["picked_head"] = (dims, pick % H)
+        ds["picked_accuracy"] = (dims, picked, {"long_name": "score-split accuracy of the head picked on the "
+                                                             "select split"})
+        with warnings.catch_warnings():  # relations without arcs in a split (root) stay NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            best = np.nanmax(flat(acc[:, 1]), axis=1)
+            margin = np.nanmax(acc[:, 1], axis=-1) - np.nanmax(base[:, 1], axis=(-1, -2))[:, None, None, :]
+        ds["best_accuracy"] = (dims, best,
+                               {"long_name": "best head picked and scored on the score split (as Clark et al.)"})
+        base_pick = np.nan_to_num(base[:, 0], nan=-1.0).argmax(axis=-1)  # (model, R, D)
+        ds["baseline_offset"] = (dims, np.asarray(OFFSETS)[base_pick])
+        ds["baseline_accuracy"] = (dims, np.take_along_axis(base[:, 1], base_pick[..., None], axis=-1)[..., 0],
+                                   {"long_name": "score-split accuracy of the offset picked on the select split"})
+        keep = [relations.index(r) for r in hcfg.relations if r in relations]
+        ds["syntactic"] = (("model", "layer", "head", "syntactic_relation"), margin[..., keep] >= hcfg.syntactic_margin,
+                           {"long_name": f"score-split accuracy (either direction) >= the best offset baseline + "
+                                         f"{hcfg.syntactic_margin:g} (Voita et al. ACL 2019)"})
+        ds = ds.assign_coords(syntactic_relation=strings([relations[k] for k in keep]))
+        return ds
 
 
 def entropy_by_head(path):
@@ -177,6 +326,57 @@ def special_tokens_by_layer(path):
     return fig
 
 
+def dependency_heatmap(path, top: int = 15):
+    """Per direction: relations x models, the score-split accuracy of the head picked on the
+    select split, annotated with it and (in brackets) the offset baseline's."""
+    ds = open_group(path, "heads_dependency")
+    if ds is None:
+        return None
+    pyplot = plt()
+    arcs = ds.arcs.sel(split="score").sum("model").values
+    rel = ds.relation.values[np.argsort(-arcs, kind="stable")[:top]]
+    models = list(ds.model.values)
+    fig, axes = pyplot.subplots(1, 2, figsize=(2.2 + 1.6 * len(models) * 2, 0.35 * len(rel) + 1.6), squeeze=False,
+                                layout="constrained")
+    for ax, direction in zip(axes[0], ds.direction.values):
+        acc = ds.picked_accuracy.sel(direction=direction, relation=rel).transpose("relation", "model").values
+        base = ds.baseline_accuracy.sel(direction=direction, relation=rel).transpose("relation", "model").values
+        im = ax.imshow(acc, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        for r in range(acc.shape[0]):
+            for c in range(acc.shape[1]):
+                if np.isfinite(acc[r, c]):
+                    ax.text(c, r, f"{acc[r, c]:.2f} ({base[r, c]:.2f})", ha="center", va="center", fontsize=6,
+                            color="white" if acc[r, c] < 0.6 else "black")
+        ax.set_xticks(range(len(models)), models, fontsize=8)
+        ax.set_yticks(range(len(rel)), rel, fontsize=7)
+        ax.set_title(str(direction).replace("_", " "), fontsize=9)
+    fig.colorbar(im, ax=axes[0].tolist(), fraction=0.03, label="accuracy of the dev-picked head on test")
+    return fig
+
+
+def head_roles(path):
+    """Per model, how many heads are positional and, per relation, syntactic."""
+    ds = open_group(path, "heads")
+    if ds is None:
+        return None
+    pyplot = plt()
+    roles = {"positional": ds.positional.sum(("layer", "head")).values}
+    if "syntactic" in ds:
+        for r in ds.syntactic_relation.values:
+            roles[f"syntactic {r}"] = ds.syntactic.sel(syntactic_relation=r).sum(("layer", "head")).values
+    models = list(ds.model.values)
+    fig, ax = pyplot.subplots(figsize=(1.2 + 0.9 * len(roles) * len(models) / 2, 3.2), layout="constrained")
+    width = 0.8 / len(models)
+    x = np.arange(len(roles))
+    for i, m in enumerate(models):
+        ax.bar(x + i * width, [v[i] for v in roles.values()], width, label=str(m),
+               color=STYLES[i % len(STYLES)]["color"])
+    ax.set_xticks(x + width * (len(models) - 1) / 2, list(roles), rotation=30, fontsize=7)
+    ax.set(ylabel="heads", title=f"head roles ({int(ds.sizes['layer'] * ds.sizes['head'])} heads per model at most)")
+    ax.legend(fontsize=7)
+    return fig
+
+
 Heads.figures = {
     "heads_entropy": (entropy_by_head, "Entropy of each head's attention (dots), averaged over the queries of the "
                                        "stored sentences, against uniform attention (grey), per layer "
@@ -185,4 +385,12 @@ Heads.figures = {
                       "Share of attention to the beginning token (BOS / [CLS]), the end token (EOS / [SEP]) and "
                       "punctuation per layer: attention weights averaged over heads (solid) against the norm of the "
                       "summed weighted vectors ||sum_h alpha f(x)|| (dashed), Kobayashi et al. (2020)."),
+    "heads_dependency": (dependency_heatmap,
+                         "Dependency relations (the 15 most frequent) found by one attention head: accuracy on the "
+                         "score treebank (UD EWT test) of the head picked on the select treebank (UD EWT dev), in "
+                         "brackets the best fixed-offset baseline picked the same way (Clark et al. 2019, section "
+                         "4.2; they picked and scored on the same data: heads_dependency/best_accuracy)."),
+    "heads_roles": (head_roles, "Head roles per model: positional heads (>= 90% of maxima on one offset) and "
+                                "syntactic heads per relation (>= 10 points over the offset baseline), Voita et al. "
+                                "(ACL 2019)."),
 }

@@ -31,7 +31,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-__all__ = ["word_attention", "is_punctuation", "head_sums", "key_shares", "MEASURES", "COUNTS"]
+__all__ = ["word_attention", "word_units", "is_punctuation", "head_sums", "key_shares", "dependency_hits", "MEASURES",
+           "COUNTS", "OFFSETS"]
 
 #: the per-head statistics, in the order of :func:`head_sums`'s ``sums`` (last axis)
 MEASURES = ("entropy", "uniform_entropy", "to_bos", "to_eos", "to_punct", "to_self", "to_prev", "to_next",
@@ -122,3 +123,50 @@ def key_shares(weights: np.ndarray, masks: Sequence[np.ndarray]) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float64)
     share = w / np.maximum(w.sum(-1, keepdims=True), 1e-30)
     return np.stack([share[..., np.asarray(m, bool)].sum(-1).sum(-1) for m in masks], axis=-1)
+
+
+#: relative offsets of the fixed-offset baseline (Clark et al. 2019: the best "predict the
+#: word at offset k" rule per relation)
+OFFSETS = tuple(k for k in range(-5, 6) if k != 0)
+
+
+def word_units(word_ids: Sequence[int], *, n_prefix: int, n_suffix: int) -> np.ndarray:
+    """The unit of every input position (T,) for :func:`word_attention`: each prefix special
+    token its own unit first, then the words in order, then each suffix special token.
+    ``word_ids`` (content tokens) must number words 0..n-1."""
+    w = np.asarray(word_ids, dtype=np.int64)
+    n_words = int(w.max()) + 1 if len(w) else 0
+    return np.concatenate([np.arange(n_prefix), n_prefix + w, n_prefix + n_words + np.arange(n_suffix)])
+
+
+def dependency_hits(word_alpha: np.ndarray, heads: Sequence[int], relations: Sequence[int], n_relations: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (layer, head, relation, direction) the number of dependency arcs whose word is
+    predicted by the head's most attended *other* word (Clark et al. 2019, section 4.2).
+
+    ``word_alpha`` (L, H, n, n) word-to-word attention of one sentence (special
+    tokens removed); ``heads`` (n,) CoNLL-U heads (1-based, 0 = root, whose arcs
+    are skipped); ``relations`` (n,) relation codes. Direction 0: the dependent
+    attends most to its head; direction 1: the head attends most to the
+    dependent. Returns ``hits`` (L, H, R, 2), ``arcs`` (R,) counted arcs and
+    ``offset_hits`` (len(:data:`OFFSETS`), R, 2): the same for the rule "the
+    word at offset k".
+    """
+    a = np.array(word_alpha, dtype=np.float64)
+    L, H, n, _ = a.shape
+    a[..., np.arange(n), np.arange(n)] = -np.inf  # another word
+    pred = a.argmax(-1)  # (L, H, n): the most attended other word of each word
+    hits = np.zeros((L, H, n_relations, 2), dtype=np.int64)
+    arcs = np.zeros(n_relations, dtype=np.int64)
+    offset_hits = np.zeros((len(OFFSETS), n_relations, 2), dtype=np.int64)
+    for dep, (head, rel) in enumerate(zip(heads, relations)):
+        if head == 0:
+            continue
+        g = head - 1
+        arcs[rel] += 1
+        hits[:, :, rel, 0] += pred[:, :, dep] == g
+        hits[:, :, rel, 1] += pred[:, :, g] == dep
+        for k, off in enumerate(OFFSETS):
+            offset_hits[k, rel, 0] += dep + off == g
+            offset_hits[k, rel, 1] += g + off == dep
+    return hits, arcs, offset_hits

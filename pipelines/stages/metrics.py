@@ -65,7 +65,8 @@ class MetricsStage(Stage):
                  "representations": store, "extract_keys": {s.name: s.key for s in sources}}
         cache = ctx.workdir / "metrics" / "cache"
         inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed,
-                             torch_threads=cfg.extract.torch_threads, arrays_dir=cache, attrs=attrs)
+                             torch_threads=cfg.extract.torch_threads, max_batch_tokens=cfg.extract.max_batch_tokens,
+                             arrays_dir=cache, attrs=attrs)
         datasets = run_analyses(enabled(cfg.metrics), inputs, cache=cache, client=ctx.client, progress=ctx.progress,
                                 force=self.name in ctx.force)
         write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
