@@ -13,6 +13,7 @@ from evolution.metrics.heads import (
     OFFSETS,
     dependency_hits,
     head_sums,
+    js_divergence_sums,
     is_punctuation,
     key_shares,
     word_attention,
@@ -121,6 +122,16 @@ def test_norm_shares_are_per_query_shares():
     np.testing.assert_allclose(out, [0.75 + 0.25 + 0.0, 0.25 + 0.75 + 1.0])
 
 
+def test_js_divergence_matches_scipy():
+    from scipy.spatial.distance import jensenshannon
+
+    rng = np.random.default_rng(1)
+    p = rng.dirichlet(np.ones(5), size=(4, 5))  # 4 heads, 5 queries over 5 keys
+    got = js_divergence_sums(p)
+    ref = np.array([[sum(jensenshannon(p[a, i], p[b, i]) ** 2 for i in range(5)) for b in range(4)] for a in range(4)])
+    np.testing.assert_allclose(got, ref, atol=1e-12)
+
+
 def test_punctuation_pieces():
     assert is_punctuation(".") and is_punctuation("▁,") and is_punctuation("##!") and is_punctuation("Ġ?")
     assert not is_punctuation("▁a") and not is_punctuation("") and not is_punctuation("▁") and not is_punctuation("a.")
@@ -188,6 +199,16 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs):
     np.testing.assert_array_equal(heads.syntactic.sel(model="translation").values,
                                   dep.syntactic.sel(model="translation").values)
     assert (tmp_path / "w" / "report" / "heads_dependency.png").is_file()
+    # Jensen-Shannon distances: a metric's diagonal is 0 and it is symmetric; every head of both models
+    hm = open_metrics(tmp_path / "w" / "metrics.zarr", "heads_map").load()
+    d = hm.js_distance.values
+    assert d.shape == (2 * 2 * 2, 2 * 2 * 2) and np.allclose(np.diag(d), 0, atol=1e-6) and np.allclose(d, d.T)
+    assert (d[~np.eye(len(d), dtype=bool)] > 0).all() and (d <= np.sqrt(np.log(2)) + 1e-9).all()
+    assert set(hm.unit_model.values) == {"translation", "gpt2"}
+    # Kobayashi: Spearman correlations are correlations
+    sp = heads.spearman.sel(model="translation").values
+    assert np.isfinite(sp).all() and (np.abs(sp) <= 1).all()
+    assert np.isnan(heads.spearman.sel(model="gpt2", quantity="value_norm")).all()
     assert (tmp_path / "w" / "report" / "heads_roles.png").is_file()
     assert (tmp_path / "w" / "report" / "heads_entropy.png").is_file()
     assert (tmp_path / "w" / "report" / "heads_special.png").is_file()

@@ -21,8 +21,21 @@ them) and pools per-head sums over every query of every sentence.
 ``heads/layer_norm_share``                                    heads / ||sum_h alpha f(x)||
 ============================  ==============================  ==========================================
 
+``heads/spearman``             (model, layer, quantity)        Spearman correlation of ||f(x)|| / of the
+                                                              attention a token receives with its
+                                                              frequency rank (Kobayashi et al. 2020)
+``heads/syntactic``            (model, layer, head,            dependency accuracy >= the best offset
+                              syntactic_relation)             baseline + heads.syntactic_margin
+``heads_map/js_distance``     (unit, unit_b)                  Jensen-Shannon distance between all heads
+``heads_map/xy``              (unit, component)               their 2-D MDS map; unit_model, unit_layer,
+                                                              unit_head say which head a unit is
+``heads_dependency/...``      (model, split, layer, head,     dependency accuracy (Clark et al.), the
+                              relation, direction)            offset baseline, the head picked on the
+                                                              select treebank and its score accuracy
+
 ``layer`` runs 1..L (blocks), ``head`` 0..H-1; models with fewer layers or
-heads are padded with NaN.
+heads are padded with NaN. Select the head dimension as ``ds["head"]``
+(``ds.head`` is xarray's method).
 """
 
 from __future__ import annotations
@@ -103,39 +116,119 @@ def dependency_task(*, spec: dict, treebank: str, heads: HeadsConfig, max_batch_
             "sentences": len(kept), "notes": notes}
 
 
+def _content_rows(reps) -> dict[int, np.ndarray]:
+    """Per sentence, the token-axis rows of its content tokens in position order."""
+    sentence = reps["sentence"].values
+    order = np.lexsort((reps["position"].values, sentence))
+    cuts = np.flatnonzero(np.diff(sentence[order])) + 1
+    return {int(sentence[g[0]]): g for g in np.split(order, cuts) if len(g)}
+
+
 def heads_task(*, store: str, model: str, causal: bool) -> dict[str, Any]:
-    """Pooled per-head sums over the stored attention sentences of ``model``."""
+    """Pooled per-head sums over the stored attention sentences of ``model``, and the Spearman
+    correlation of ||f(x)|| and of the attention a token receives with its frequency rank
+    (Kobayashi et al. 2020, section 5; both averaged over heads, per layer)."""
+    from scipy.stats import spearmanr
+
     from evolution.metrics.heads import COUNTS, MEASURES, head_sums, is_punctuation, key_shares
-    from evolution.store import open_attention, open_representations
+    from evolution.store import open_attention, open_attention_array, open_representations
 
     reps = open_representations(store, model)
     att = open_attention(store, model)
+    arrays = {name: open_attention_array(store, model, name=name) for name in att.data_vars if name != "input_id"}
+    lengths, input_ids, sentences = att["length"].values, att["input_id"].values, att["sentence"].values
     pieces = dict(zip(reps["token_id"].values.tolist(), (str(t) for t in reps["token_str"].values)))
+    rows_of, freq_rank = _content_rows(reps), reps["freq_rank"].values
     n_prefix, n_suffix = len(reps.attrs.get("prefix_ids", [])), len(reps.attrs.get("suffix_ids", []))
-    has_norms = "weighted_norm" in att
+    has_norms = "weighted_norm" in arrays
     L, H = att.sizes["layer"], att.sizes["head"]
     sums, norm_sums = np.zeros((L, H, len(MEASURES))), np.zeros((L, H, len(KEY_TYPES)))
     layer_norm_sums = np.zeros((L, len(KEY_TYPES)))
     counts = dict.fromkeys(set(COUNTS.values()), 0)
+    ranks, received, value_norm = [], [], []  # per content token: frequency rank, (L,) means over heads
     for k in range(att.sizes["sentence"]):
-        t = int(att["length"].values[k])
-        ids = att["input_id"].values[k, :t]
+        t = int(lengths[k])
+        ids = input_ids[k, :t]
         bos = np.arange(t) < n_prefix
         eos = np.arange(t) >= t - n_suffix
         punct = np.array([not (b or e) and is_punctuation(pieces.get(int(i), "")) for i, b, e in zip(ids, bos, eos)])
-        alpha = att["attention"].values[k, :, :, :t, :t]
-        norm = att["weighted_norm"].values[k, :, :, :t, :t] if has_norms else None
+        alpha = np.asarray(arrays["attention"][k, :, :, :t, :t], dtype=np.float64)
+        norm = np.asarray(arrays["weighted_norm"][k, :, :, :t, :t], dtype=np.float64) if has_norms else None
         s, c, ns = head_sums(alpha, bos=bos, eos=eos, punct=punct, causal=causal, norm=norm)
         sums += s
         for name, v in c.items():
             counts[name] += v
+        content = slice(n_prefix, t - n_suffix)
+        rows = rows_of.get(int(sentences[k]), np.empty(0, np.int64))
+        if len(rows) == t - n_prefix - n_suffix:
+            ranks.append(freq_rank[rows])
+            received.append(alpha.mean(axis=(1, 2))[:, content])  # (L, n): per key, mean over heads and queries
+            if has_norms:
+                value_norm.append(np.asarray(arrays["value_norm"][k, :, :, :t], dtype=np.float64).mean(1)[:, content])
         if has_norms:
             norm_sums += ns
-            layer_norm_sums += key_shares(att["summed_norm"].values[k, :, :t, :t], [bos, eos, punct])
-    out = {"sums": sums, "counts": counts, "sentences": int(att.sizes["sentence"])}
+            layer_norm_sums += key_shares(np.asarray(arrays["summed_norm"][k, :, :t, :t], dtype=np.float64),
+                                          [bos, eos, punct])
+    out: dict[str, Any] = {"sums": sums, "counts": counts, "sentences": int(att.sizes["sentence"])}
+    spearman = np.full((L, 2), np.nan)
+    if ranks:
+        r = np.concatenate(ranks)
+        for j, values in enumerate((value_norm, received)):
+            if values:
+                v = np.concatenate(values, axis=1)
+                spearman[:, j] = [spearmanr(v[layer], r).statistic for layer in range(L)]
+    out["spearman"] = spearman
     if has_norms:
         out.update(norm_sums=norm_sums, layer_norm_sums=layer_norm_sums)
     return out
+
+
+def head_map_task(*, store: str, models: list[str], seed: int) -> dict[str, Any]:
+    """Jensen-Shannon distance between every two heads of ``models`` (Clark et al. 2019,
+    section 6): word-level attention among content words (special tokens dropped, rows
+    renormalised) on the stored sentences every model has, JS divergence averaged over
+    queries, its square root a distance; and a 2-D MDS map of it."""
+    from sklearn.manifold import MDS
+
+    from evolution.metrics.heads import js_divergence_sums, word_attention, word_units
+    from evolution.store import open_attention, open_attention_array, open_representations
+
+    per_model = {}
+    for m in models:
+        reps, att = open_representations(store, m), open_attention(store, m)
+        per_model[m] = {"rows": _content_rows(reps), "word_id": reps["word_id"].values,
+                        "prefix": len(reps.attrs.get("prefix_ids", [])), "suffix": len(reps.attrs.get("suffix_ids", [])),
+                        "index": {int(s): k for k, s in enumerate(att["sentence"].values)},
+                        "length": att["length"].values, "attention": open_attention_array(store, m),
+                        "shape": (att.sizes["layer"], att.sizes["head"])}
+    common = sorted(set.intersection(*(set(p["index"]) for p in per_model.values())))
+    units = [(m, layer + 1, h) for m in models for layer in range(per_model[m]["shape"][0])
+             for h in range(per_model[m]["shape"][1])]
+    js = np.zeros((len(units), len(units)))
+    n_queries = 0
+    for s in common:
+        maps = []
+        for m in models:
+            p = per_model[m]
+            k, t = p["index"][s], int(p["length"][p["index"][s]])
+            wid = p["word_id"][p["rows"][s]]
+            if len(wid) != t - p["prefix"] - p["suffix"]:
+                break
+            alpha = np.asarray(p["attention"][k, :, :, :t, :t], dtype=np.float64)
+            w = word_attention(alpha, word_units(wid, n_prefix=p["prefix"], n_suffix=p["suffix"]))
+            n = int(wid.max()) + 1
+            w = w[..., p["prefix"]:p["prefix"] + n, p["prefix"]:p["prefix"] + n] + 1e-12
+            maps.append((w / w.sum(-1, keepdims=True)).reshape(-1, n, n))
+        if len(maps) < len(models) or len({x.shape[1] for x in maps}) > 1 or maps[0].shape[1] < 2:
+            continue
+        js += js_divergence_sums(np.concatenate(maps))  # (units, units)
+        n_queries += maps[0].shape[1]
+    if n_queries == 0:
+        return {"units": units, "sentences": 0}
+    dist = np.sqrt(np.clip(js / n_queries, 0, None))
+    xy = MDS(n_components=2, metric="precomputed", init="classical_mds", random_state=seed,
+             normalized_stress="auto").fit_transform(dist)
+    return {"units": units, "distance": dist, "xy": xy, "sentences": len(common), "queries": n_queries}
 
 
 class Heads(Analysis):
@@ -154,6 +247,10 @@ class Heads(Analysis):
                 continue
             units.append(Unit(m.name, heads_task, dict(store=inputs.store, model=m.name, causal=m.objective == "lm"),
                               key={"model": m.key, "causal": m.objective == "lm"}))
+        with_maps = [u.kwargs["model"] for u in units]
+        if with_maps:
+            units.append(Unit("map", head_map_task, dict(store=inputs.store, models=with_maps, seed=inputs.seed),
+                              key={"models": [inputs.models[m].key for m in with_maps], "seed": inputs.seed}))
         hcfg = inputs.config.heads
         if hcfg.select is not None:
             from evolution.corpus.conllu import resolve_treebank
@@ -176,7 +273,7 @@ class Heads(Analysis):
         models = [n for n in inputs.names if n in results]
         if not models:
             return {}
-        L = max(np.asarray(results[m]["sums"]).shape[0] for m in models)
+        L = max(np.asarray(results[m]["sums"]).shape[0] for m in models)  # noqa: N806
         H = max(np.asarray(results[m]["sums"]).shape[1] for m in models)
         value = np.full((len(models), L, H, len(MEASURES)), np.nan)
         alpha_share = np.full((len(models), L, H, len(KEY_TYPES)), np.nan)
@@ -206,7 +303,26 @@ class Heads(Analysis):
             coords={"model": strings(models), "layer": np.arange(1, L + 1), "head": np.arange(H),
                     "measure": strings(MEASURES), "key_type": strings(KEY_TYPES),
                     "sentences": ("model", [results[m]["sentences"] for m in models])})
+        spearman = np.full((len(models), L, 2), np.nan)
+        for i, m in enumerate(models):
+            sp = np.asarray(results[m]["spearman"], dtype=float)
+            spearman[i, :len(sp)] = sp
+        ds["spearman"] = (("model", "layer", "quantity"), spearman,
+                          {"long_name": "Spearman correlation with the frequency rank of the key token, over the "
+                                        "content tokens of the stored sentences (Kobayashi et al. 2020)"})
+        ds = ds.assign_coords(quantity=strings(["value_norm", "alpha_received"]))
         out = {"heads": ds}
+        if "map" in results and results["map"].get("sentences"):
+            r = results["map"]
+            units = r["units"]
+            out["heads_map"] = xr.Dataset(
+                {"js_distance": (("unit", "unit_b"), np.asarray(r["distance"]),
+                                 {"long_name": "sqrt of the Jensen-Shannon divergence (nats) averaged over queries"}),
+                 "xy": (("unit", "component"), np.asarray(r["xy"]))},
+                coords={"unit_model": ("unit", strings(u[0] for u in units)),
+                        "unit_layer": ("unit", [u[1] for u in units]), "unit_head": ("unit", [u[2] for u in units]),
+                        "component": strings(["x", "y"])},
+                attrs={"sentences": r["sentences"], "queries": r["queries"]})
         dep = self._dependency(inputs, results)
         if dep is not None:
             out["heads_dependency"] = dep
@@ -377,6 +493,25 @@ def head_roles(path):
     return fig
 
 
+def head_map(path):
+    """All heads of all models in one 2-D MDS map of their Jensen-Shannon distances."""
+    ds = open_group(path, "heads_map")
+    if ds is None:
+        return None
+    pyplot = plt()
+    fig, ax = pyplot.subplots(figsize=(5.2, 4.4), layout="constrained")
+    layers = ds.unit_layer.values
+    for i, m in enumerate(dict.fromkeys(ds.unit_model.values)):
+        sel = ds.unit_model.values == m
+        style = STYLES[i % len(STYLES)]
+        ax.scatter(ds.xy.values[sel, 0], ds.xy.values[sel, 1], s=12 + 10 * layers[sel], color=style["color"],
+                   marker=style["marker"], alpha=0.75, label=str(m))
+    ax.set(title=f"heads by Jensen-Shannon distance (MDS; {ds.attrs.get('sentences')} sentences)",
+           xticks=[], yticks=[])
+    ax.legend(fontsize=7, title="marker size: layer", title_fontsize=7)
+    return fig
+
+
 Heads.figures = {
     "heads_entropy": (entropy_by_head, "Entropy of each head's attention (dots), averaged over the queries of the "
                                        "stored sentences, against uniform attention (grey), per layer "
@@ -390,6 +525,8 @@ Heads.figures = {
                          "score treebank (UD EWT test) of the head picked on the select treebank (UD EWT dev), in "
                          "brackets the best fixed-offset baseline picked the same way (Clark et al. 2019, section "
                          "4.2; they picked and scored on the same data: heads_dependency/best_accuracy)."),
+    "heads_map": (head_map, "Every head of every model placed by multidimensional scaling of the Jensen-Shannon "
+                            "distance between their word-level attention (content words; Clark et al. 2019, fig. 6)."),
     "heads_roles": (head_roles, "Head roles per model: positional heads (>= 90% of maxima on one offset) and "
                                 "syntactic heads per relation (>= 10 points over the offset baseline), Voita et al. "
                                 "(ACL 2019)."),

@@ -31,7 +31,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-__all__ = ["word_attention", "word_units", "is_punctuation", "head_sums", "key_shares", "dependency_hits", "MEASURES",
+__all__ = ["word_attention", "word_units", "is_punctuation", "head_sums", "key_shares", "dependency_hits", "js_divergence_sums",
+           "MEASURES",
            "COUNTS", "OFFSETS"]
 
 #: the per-head statistics, in the order of :func:`head_sums`'s ``sums`` (last axis)
@@ -170,3 +171,16 @@ def dependency_hits(word_alpha: np.ndarray, heads: Sequence[int], relations: Seq
             offset_hits[k, rel, 0] += dep + off == g
             offset_hits[k, rel, 1] += g + off == dep
     return hits, arcs, offset_hits
+
+
+def js_divergence_sums(p: np.ndarray) -> np.ndarray:
+    """Jensen-Shannon divergence (nats) between every two heads' rows, summed over queries.
+
+    ``p`` (N, n, n): N heads' distributions for the same n queries over the same
+    keys (rows sum to 1, strictly positive). Returns (N, N):
+    sum_i JS(p_a[i], p_b[i]), with JS = H((p + q) / 2) - (H(p) + H(q)) / 2.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    ent = -(p * np.log(p)).sum(-1)  # (N, n)
+    mix = (p[:, None] + p[None]) / 2  # (N, N, n, n)
+    return (-(mix * np.log(mix)).sum(-1) - (ent[:, None] + ent[None]) / 2).sum(-1)
