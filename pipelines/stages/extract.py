@@ -69,9 +69,11 @@ class ExtractStage(Stage):
             attrs = {"model": model.name, "model_config": spec, "extract_config": resolved_dict(ctx.config.extract),
                      "corpus_key": CorpusStage().key(ctx), "model_sha256": tree_hash(Path(spec["path"])),
                      "seed": ctx.config.seed, "versions": versions()}
+            training_text = (CorpusStage().directory(ctx) / "text" / f"train.{ctx.config.corpus.languages[0]}"
+                             if model.kind == "trained" else None)
             stats = extract_to_store(spec, corpus, store=store, group=model.name, fingerprint=self.model_key(ctx, model),
                                      config=ctx.config.extract, annotation=annotation, attrs=attrs, client=ctx.client,
-                                     progress=ctx.progress)
+                                     progress=ctx.progress, training_text=training_text)
             ctx.timings[f"extract.{model.name}"] = stats
             logger.info("extract: %s, %d tokens in %.1f s -> %s", model.name, stats["tokens"],
                         stats["stage_seconds"], store)
