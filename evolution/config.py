@@ -37,6 +37,8 @@ __all__ = [
     "MetricsConfig",
     "AttentionConfig",
     "HeadsConfig",
+    "ReportConfig",
+    "ViewsConfig",
     "ModelConfig",
     "TrainConfig",
     "EvolutionConfig",
@@ -360,6 +362,23 @@ class MetricsConfig(_Section):
     heads: HeadsConfig | None = Field(default_factory=HeadsConfig)
 
 
+class ViewsConfig(_Section):
+    """Vig (2019) attention views (head, model and neuron view) as one offline HTML page,
+    ``report/views.html``, for sentences stored with ``extract.attention``."""
+
+    sentences: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1,
+                                 description="corpus sentence indices; they must be among the first "
+                                             "extract.attention.sentences")
+    top_k: int = Field(8, ge=1, description="edges kept per query (keeps long inputs usable)")
+    neuron: bool = Field(True, description="the neuron view (re-runs the model for queries and keys)")
+
+
+class ReportConfig(_Section):
+    """What the ``report`` stage writes beside the figures and tables."""
+
+    views: ViewsConfig | None = Field(default_factory=ViewsConfig)
+
+
 class ObjectiveBudget(_Section):
     """Training updates per objective (a fixed count, so that a run is reproducible;
     the defaults were measured to fit the budget in docs/training.md)."""
@@ -489,7 +508,8 @@ class ModelConfig(_Section):
 
 
 class EvolutionConfig(_Section):
-    """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``train``, ``extract``, ``metrics``, ``models``."""
+    """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``train``, ``extract``, ``metrics``,
+    ``report``, ``models``."""
 
     workdir: Path = Field(Path("runs/default"), validate_default=True,
                           description="where every stage writes; relative to the config file")
@@ -498,6 +518,7 @@ class EvolutionConfig(_Section):
     corpus: CorpusConfig
     extract: Annotated[ExtractConfig, Field(default_factory=ExtractConfig)]
     metrics: Annotated[MetricsConfig, Field(default_factory=MetricsConfig)]
+    report: Annotated[ReportConfig, Field(default_factory=ReportConfig)]
     train: TrainConfig | None = Field(None, description="train MT/LM/MLM on the corpus (needs a parallel corpus)")
     models: list[ModelConfig] = Field(default_factory=list, description="default: every run of `train`")
 

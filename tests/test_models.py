@@ -220,3 +220,18 @@ def test_minilm_norms_match_a_materialised_computation(minilm):
 
     check_norms_against_materialised(minilm, lambda hidden, layer, b: hidden[layer, b], weights,
                                      ["The playing children don't stop.", "In the beginning God created the heaven."])
+
+
+@pytest.mark.parametrize("name", ["translation", "masked_lm", "bert"])
+def test_queries_and_keys_give_the_attention(adapters, name):
+    """softmax(q . k / sqrt(d_head)) of forward_qk is the attention of forward (no mask needed:
+    one unpadded sentence of an encoder); what the neuron view shows."""
+    a = adapters[name]
+    inp = a.build_input(a.tokenize("the cat sat on the mat").ids)
+    q, k = a.forward_qk([inp])
+    _, att = a.forward([inp], attention=True)
+    assert q.shape == k.shape == (a.num_layers, 1, a.num_heads, len(inp), a.d_model // a.num_heads)
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    soft = np.exp(scores - scores.max(-1, keepdims=True))
+    np.testing.assert_allclose(soft / soft.sum(-1, keepdims=True), att, atol=1e-5)
+    assert a.pieces(inp)[a.content_offset:a.content_offset + 6] == "the cat sat on the mat".split()

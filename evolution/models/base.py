@@ -159,8 +159,18 @@ class Adapter(abc.ABC):
         values at padded positions are unspecified.
         """
 
-    #: whether :meth:`forward_norms` is available
+    #: whether :meth:`forward_norms` and :meth:`forward_qk` are available
     supports_norms: bool = False
+
+    def forward_qk(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Per-head queries and keys ``(L, B, H, T, d_head)`` each, before scaling (Vig 2019's
+        neuron view: attention = softmax(q . k / sqrt(d_head)))."""
+        raise NotImplementedError(f"{type(self).__name__} cannot return per-head queries and keys; they are "
+                                  "available for fairseq Transformers and BERT-like Hugging Face encoders")
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        """The strings of input ids, special tokens included."""
+        raise NotImplementedError
 
     def forward_norms(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """``hidden``, ``attention`` and the norms of the module docstring (numpy, stacked over layers)."""

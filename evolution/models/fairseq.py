@@ -169,6 +169,30 @@ class FairseqAdapter(Adapter):
     def forward_norms(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         return self._run(inputs, attention=True, norms=True, key_mask=None)
 
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self.dictionary[int(i)] for i in ids]
+
+    def forward_qk(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        layers = self._layers
+        qk: list[tuple] = []
+
+        def capture(module, args, kwargs):
+            query = kwargs["query"] if "query" in kwargs else args[0]
+            key = kwargs["key"] if "key" in kwargs else args[1]
+            t, b, d = query.shape
+            h = module.num_heads
+            q = module.q_proj(query).view(t, b, h, d // h).permute(1, 2, 0, 3)  # (B, H, T, dh), unscaled
+            k = module.k_proj(key).view(key.shape[0], b, h, d // h).permute(1, 2, 0, 3)
+            qk.append((q, k))
+
+        with contextlib.ExitStack() as ctx, torch.inference_mode():
+            for layer in layers:
+                ctx.callback(layer.self_attn.register_forward_pre_hook(capture, with_kwargs=True).remove)
+            self._run(inputs, attention=False, norms=False, key_mask=None)
+        return (torch.stack([q for q, _ in qk]).float().numpy(), torch.stack([k for _, k in qk]).float().numpy())
+
     def _run(self, inputs, *, attention: bool, norms: bool, key_mask: dict | None):
         import torch
 

@@ -146,6 +146,33 @@ class HuggingFaceAdapter(Adapter):
         att = torch.stack(out.attentions).float().numpy() if attention else None
         return hidden, att
 
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return [str(p) for p in self.tokenizer.convert_ids_to_tokens([int(i) for i in ids])]
+
+    def forward_qk(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        import contextlib
+
+        import torch
+
+        layers = self._bert_layers() if self.supports_norms else None
+        if layers is None:
+            return super().forward_qk(inputs)
+        qk: list[tuple] = []
+
+        def capture(module, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            b, t, d = x.shape
+            h = self.num_heads
+            qk.append((module.query(x).view(b, t, h, d // h).transpose(1, 2),
+                       module.key(x).view(b, t, h, d // h).transpose(1, 2)))
+
+        ids, mask, _ = self._pad(inputs)
+        with contextlib.ExitStack() as ctx, torch.inference_mode():
+            for layer in layers:
+                ctx.callback(layer.attention.self.register_forward_pre_hook(capture, with_kwargs=True).remove)
+            self.model(input_ids=ids, attention_mask=mask, return_dict=True)
+        return (torch.stack([q for q, _ in qk]).float().numpy(), torch.stack([k for _, k in qk]).float().numpy())
+
     def _bert_layers(self):
         """The BERT-like blocks (``attention.self.value``, ``attention.output.dense``), or None."""
         layers = getattr(getattr(self.model, "encoder", None), "layer", None)

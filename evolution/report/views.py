@@ -1,0 +1,255 @@
+"""Vig (2019) attention views as one static, offline HTML page: head view, model view
+(layers x heads thumbnails) and neuron view (query, key, their element-wise product,
+q . k / sqrt(d), softmax), for chosen sentences of every model, at subword or word level,
+weighted by the attention alpha or by ||alpha f(x)|| (Kobayashi et al. 2020).
+
+The page carries its data as JSON and draws it with the plain JavaScript below (no script
+from anywhere else). Long inputs stay usable: only each query's ``top_k`` strongest edges
+are kept. Maps come from the representation store's attention group (the sentences
+extracted with ``extract.attention``); the neuron view re-runs the model for its queries
+and keys (:meth:`evolution.models.Adapter.forward_qk`).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["views_data", "write_views"]
+
+
+def _edges(maps: np.ndarray, top_k: int) -> list:
+    """(L, H, T, T) row-normalised weights -> per layer, per head, [[query, key, weight], ...]
+    with each query's ``top_k`` largest weights (3 decimals)."""
+    L, H, T, _ = maps.shape
+    k = min(top_k, T)
+    out = []
+    for layer in range(L):
+        per_head = []
+        for h in range(H):
+            m = maps[layer, h]
+            keys = np.argsort(-m, axis=1, kind="stable")[:, :k]
+            per_head.append([[q, int(j), round(float(m[q, j]), 3)] for q in range(T) for j in keys[q]
+                             if m[q, j] >= 0.005])
+        out.append(per_head)
+    return out
+
+
+def _row_normalised(w: np.ndarray) -> np.ndarray:
+    w = np.nan_to_num(np.asarray(w, dtype=np.float64))
+    return w / np.maximum(w.sum(-1, keepdims=True), 1e-30)
+
+
+def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int], top_k: int = 8,
+               neuron: bool = True) -> dict[str, Any]:
+    """The page's data: per model and sentence, tokens and top-k edges for every
+    (level, weight), and queries / keys for the neuron view.
+
+    ``specs`` maps model names to adapter specs (for token strings and the neuron view).
+    Raises ``ValueError`` naming the model and the sentences that are stored when a
+    requested sentence was not extracted with attention.
+    """
+    from evolution.metrics.heads import word_attention, word_units
+    from evolution.models import cached_adapter
+    from evolution.store import open_attention, open_representations
+
+    models = []
+    for name, spec in specs.items():
+        att, reps = open_attention(store, name), open_representations(store, name)
+        stored = [int(s) for s in att["sentence"].values]
+        missing = [s for s in sentences if s not in stored]
+        if missing:
+            raise ValueError(f"model {name!r}: sentence(s) {missing} were not extracted with attention; the store "
+                             f"holds corpus sentences {stored[0]}..{stored[-1]} ({len(stored)}): choose among them in "
+                             "report.views.sentences, or raise extract.attention.sentences and rerun")
+        adapter = cached_adapter(spec)
+        n_prefix, n_suffix = adapter.content_offset, len(adapter.suffix)
+        items = []
+        for s in sentences:
+            k = stored.index(s)
+            t = int(att["length"].values[k])
+            ids = att["input_id"].values[k, :t].tolist()
+            alpha = np.asarray(att["attention"][k, :, :, :t, :t].values, dtype=np.float64)
+            weights = {"alpha": _row_normalised(alpha)}
+            if "weighted_norm" in att:
+                weights["norm"] = _row_normalised(att["weighted_norm"][k, :, :, :t, :t].values)
+            rows = np.flatnonzero(reps["sentence"].values == s)
+            rows = rows[np.argsort(reps["position"].values[rows])]
+            word_id = reps["word_id"].values[rows]
+            pieces = adapter.pieces(ids)
+            units = word_units(word_id, n_prefix=n_prefix, n_suffix=n_suffix)
+            n_words = int(word_id.max()) + 1 if len(word_id) else 0
+            words = []
+            for u in range(int(units.max()) + 1):
+                idx = np.flatnonzero(units == u)
+                words.append(_join(pieces, idx) if n_prefix <= u < n_prefix + n_words else pieces[idx[0]])
+            levels = {"subword": {"tokens": pieces, "edges": {w: _edges(m, top_k) for w, m in weights.items()}},
+                      "word": {"tokens": words,
+                               "edges": {w: _edges(word_attention(m, units), top_k) for w, m in weights.items()}}}
+            item: dict[str, Any] = {"sentence": s, "levels": levels}
+            if neuron and adapter.supports_norms:
+                q, kk = adapter.forward_qk([ids])
+                item["neuron"] = {"q": np.round(q[:, 0], 3).tolist(), "k": np.round(kk[:, 0], 3).tolist()}
+            items.append(item)
+        models.append({"name": name, "layers": int(att.sizes["layer"]), "heads": int(att.sizes["head"]),
+                       "sentences": items})
+    return {"models": models, "top_k": top_k}
+
+
+def _join(pieces: list[str], idx: np.ndarray) -> str:
+    """A word from its pieces (SentencePiece ``▁`` / GPT-2 ``Ġ`` / WordPiece ``##`` markers removed)."""
+    out = ""
+    for i in idx:
+        p = pieces[i]
+        out += p[2:] if p.startswith("##") else p.lstrip("\u2581\u0120")
+    return out
+
+
+def write_views(path: str | Path, data: dict[str, Any], *, title: str = "attention views") -> Path:
+    """Write the page (data inlined as JSON; ``</`` escaped so the data cannot end the script)."""
+    path = Path(path)
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    page = _PAGE.replace("%TITLE%", html.escape(title)).replace("%DATA%", payload)
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+_PAGE = r"""<!doctype html>
+<html><head><meta charset="utf-8"><title>%TITLE%</title>
+<style>
+body{font:13px system-ui,sans-serif;margin:1.2em;max-width:1400px}
+select,label{margin-right:.8em} .panel{margin:1em 0;border-top:1px solid #ddd;padding-top:.6em}
+.tok{font:12px monospace;fill:#222;cursor:pointer} .tok.hi{font-weight:bold;fill:#c00}
+.thumb{display:inline-block;margin:1px;border:1px solid #eee;cursor:pointer} .grid{line-height:0}
+.rowlab{display:inline-block;width:3em;font-size:11px;vertical-align:top;line-height:14px}
+table.neuron{border-collapse:collapse;font:11px monospace} table.neuron td{padding:1px 4px}
+.cell{display:inline-block;width:5px;height:12px}
+</style></head><body>
+<h1>%TITLE%</h1>
+<p>Vig (2019) views of stored attention. Weights: attention <i>alpha</i>, or <i>||alpha f(x)||</i> (Kobayashi et al.
+2020) normalised per query; each query keeps its strongest edges only. Lines run from a query (left) to a key (right).</p>
+<div id="controls"></div>
+<div class="panel"><h2>Head view</h2><div id="headctl"></div><svg id="headview"></svg></div>
+<div class="panel"><h2>Model view</h2><p>Layers (rows) x heads (columns); click a thumbnail to show that head above.</p>
+<div id="modelview" class="grid"></div></div>
+<div class="panel"><h2>Neuron view</h2><div id="neuronctl"></div><div id="neuronview"></div></div>
+<script type="application/json" id="data">%DATA%</script>
+<script>
+"use strict";
+const DATA = JSON.parse(document.getElementById("data").textContent);
+const COLORS = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f","#bcbd22","#17becf",
+                "#393b79","#637939","#8c6d31","#843c39","#7b4173","#3182bd"];
+const SVG = "http://www.w3.org/2000/svg";
+const state = {model: 0, sentence: 0, level: "word", weight: "alpha", layer: 0, heads: null, neuronHead: 0, query: 0};
+function el(tag, attrs, parent, ns) {
+  const e = ns ? document.createElementNS(SVG, tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (parent) parent.appendChild(e);
+  return e;
+}
+function select(label, options, value, onchange, parent) {
+  const l = el("label", {}, parent); l.textContent = label + " ";
+  const s = el("select", {}, l);
+  options.forEach(([v, t]) => { const o = el("option", {value: v}, s); o.textContent = t; if (String(v) === String(value)) o.selected = true; });
+  s.onchange = () => onchange(s.value);
+  return s;
+}
+function model() { return DATA.models[state.model]; }
+function item() { return model().sentences[state.sentence]; }
+function level() { return item().levels[state.level]; }
+function edges(layer, head) { const e = level().edges[state.weight] || level().edges.alpha; return e[layer][head]; }
+function controls() {
+  const c = document.getElementById("controls"); c.innerHTML = "";
+  select("model", DATA.models.map((m, i) => [i, m.name]), state.model, v => { state.model = +v; state.sentence = 0; state.heads = null; state.layer = 0; state.neuronHead = 0; state.query = 0; draw(); }, c);
+  select("sentence", model().sentences.map((s, i) => [i, "corpus sentence " + s.sentence]), state.sentence, v => { state.sentence = +v; state.query = 0; draw(); }, c);
+  select("level", [["word", "word"], ["subword", "subword"]], state.level, v => { state.level = v; state.query = 0; draw(); }, c);
+  const weights = Object.keys(level().edges).map(w => [w, w === "alpha" ? "alpha" : "||alpha f(x)||"]);
+  if (!level().edges[state.weight]) state.weight = "alpha";
+  select("weight", weights, state.weight, v => { state.weight = v; draw(); }, c);
+}
+function headView() {
+  const m = model(), toks = level().tokens, ctl = document.getElementById("headctl");
+  if (state.heads === null) state.heads = Array.from({length: m.heads}, (_, h) => h);
+  ctl.innerHTML = "";
+  select("layer", Array.from({length: m.layers}, (_, l) => [l, "layer " + (l + 1)]), state.layer, v => { state.layer = +v; draw(); }, ctl);
+  for (let h = 0; h < m.heads; h++) {
+    const l = el("label", {style: "color:" + COLORS[h % COLORS.length]}, ctl);
+    const cb = el("input", {type: "checkbox", class: "headbox"}, l); cb.checked = state.heads.includes(h);
+    cb.onchange = () => { state.heads = cb.checked ? state.heads.concat([h]) : state.heads.filter(x => x !== h); draw(); };
+    l.appendChild(document.createTextNode("head " + h));
+  }
+  const svg = document.getElementById("headview"); svg.innerHTML = "";
+  const rowH = 16, width = 520, height = rowH * toks.length + 10;
+  svg.setAttribute("width", width); svg.setAttribute("height", height);
+  const lines = el("g", {}, svg, true);
+  const left = [], right = [];
+  toks.forEach((t, i) => {
+    const a = el("text", {x: 150, y: 12 + i * rowH, "text-anchor": "end", class: "tok"}, svg, true); a.textContent = t;
+    const b = el("text", {x: 370, y: 12 + i * rowH, class: "tok"}, svg, true); b.textContent = t;
+    left.push(a); right.push(b);
+  });
+  function drawLines(only) {
+    lines.innerHTML = "";
+    for (const h of state.heads) for (const [q, k, w] of edges(state.layer, h)) {
+      if (only !== undefined && q !== only) continue;
+      el("line", {x1: 155, y1: 8 + q * rowH, x2: 365, y2: 8 + k * rowH, stroke: COLORS[h % COLORS.length],
+                  "stroke-opacity": Math.min(1, w), "stroke-width": 2, class: "edge"}, lines, true);
+    }
+  }
+  left.forEach((t, i) => { t.onmouseenter = () => { t.classList.add("hi"); drawLines(i); }; t.onmouseleave = () => { t.classList.remove("hi"); drawLines(); }; });
+  drawLines();
+}
+function modelView() {
+  const m = model(), n = level().tokens.length, box = document.getElementById("modelview"); box.innerHTML = "";
+  const size = 80, step = size / Math.max(n, 1);
+  for (let l = 0; l < m.layers; l++) {
+    const row = el("div", {}, box); const lab = el("span", {class: "rowlab"}, row); lab.textContent = "L" + (l + 1);
+    for (let h = 0; h < m.heads; h++) {
+      const svg = el("svg", {width: size, height: size, class: "thumb", "data-layer": l + 1, "data-head": h}, row, true);
+      for (const [q, k, w] of edges(l, h))
+        el("line", {x1: 4, y1: (q + .5) * step, x2: size - 4, y2: (k + .5) * step, stroke: COLORS[h % COLORS.length], "stroke-opacity": Math.min(1, w), "stroke-width": 1}, svg, true);
+      svg.onclick = () => { state.layer = l; state.heads = [h]; state.neuronHead = h; draw(); };
+    }
+  }
+}
+function color(v, scale) { const a = Math.min(1, Math.abs(v) / scale); return v >= 0 ? `rgba(31,119,180,${a})` : `rgba(214,39,40,${a})`; }
+function neuronView() {
+  const box = document.getElementById("neuronview"), ctl = document.getElementById("neuronctl");
+  box.innerHTML = ""; ctl.innerHTML = "";
+  const it = item();
+  if (!it.neuron) { box.textContent = "No queries and keys for this model (the neuron view needs a fairseq Transformer or a BERT-like encoder)."; return; }
+  const toks = it.levels.subword.tokens, m = model();
+  select("layer", Array.from({length: m.layers}, (_, l) => [l, "layer " + (l + 1)]), state.layer, v => { state.layer = +v; draw(); }, ctl);
+  select("head", Array.from({length: m.heads}, (_, h) => [h, "head " + h]), state.neuronHead, v => { state.neuronHead = +v; draw(); }, ctl);
+  if (state.query >= toks.length) state.query = 0;
+  select("query", toks.map((t, i) => [i, i + ": " + t]), state.query, v => { state.query = +v; draw(); }, ctl);
+  const q = it.neuron.q[state.layer][state.neuronHead][state.query], K = it.neuron.k[state.layer][state.neuronHead];
+  const d = q.length, scores = K.map(k => k.reduce((s, x, i) => s + x * q[i], 0) / Math.sqrt(d));
+  const mx = Math.max(...scores), ex = scores.map(s => Math.exp(s - mx)), z = ex.reduce((a, b) => a + b, 0);
+  const scale = Math.max(...q.map(Math.abs), ...K.flat().map(Math.abs), 1e-6);
+  const t = el("table", {class: "neuron"}, box);
+  const head = el("tr", {}, t); ["key", "query q", "key k", "q x k", "q . k / sqrt(d)", "softmax"].forEach(s => { el("th", {}, head).textContent = s; });
+  K.forEach((k, j) => {
+    const tr = el("tr", {class: "neuronrow"}, t);
+    el("td", {}, tr).textContent = toks[j];
+    for (const vec of [q, k, k.map((x, i) => x * q[i])]) {
+      const td = el("td", {}, tr);
+      vec.forEach(v => el("span", {class: "cell", style: "background:" + color(v, vec === q || vec === k ? scale : scale * scale)}, td));
+    }
+    el("td", {}, tr).textContent = scores[j].toFixed(2);
+    el("td", {}, tr).textContent = (ex[j] / z).toFixed(3);
+  });
+}
+function draw() { controls(); headView(); modelView(); neuronView(); document.body.dataset.ready = "1"; }
+draw();
+</script></body></html>
+"""
