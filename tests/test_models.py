@@ -235,3 +235,20 @@ def test_queries_and_keys_give_the_attention(adapters, name):
     soft = np.exp(scores - scores.max(-1, keepdims=True))
     np.testing.assert_allclose(soft / soft.sum(-1, keepdims=True), att, atol=1e-5)
     assert a.pieces(inp)[a.content_offset:a.content_offset + 6] == "the cat sat on the mat".split()
+
+
+def test_a_model_without_attention_weights_stops_with_one_message(adapters, monkeypatch):
+    """A Hugging Face model whose forward gives no weights (a fused kernel, or no attention)."""
+    a = adapters["bert"]
+    real = type(a.model).forward
+
+    def no_weights(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        out.attentions = None
+        return out
+
+    monkeypatch.setattr(type(a.model), "forward", no_weights)
+    with pytest.raises(ModelLoadError, match="bert: the model returned no attention weights.*extract.attention: null"):
+        a.forward([a.build_input(a.tokenize("the cat").ids)], attention=True)
+    hidden, att = a.forward([a.build_input(a.tokenize("the cat").ids)])  # hidden states alone still work
+    assert att is None and hidden.shape[0] == a.num_layers + 1

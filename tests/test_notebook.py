@@ -47,5 +47,6 @@ def test_metrics_notebook_draws_every_figure(tmp_path, corpus_file, model_specs,
     run(cfg, progress=False)
     monkeypatch.setenv("EVOLUTION_METRICS", str(tmp_path / "w" / "metrics.zarr"))
     outputs = _execute("metrics.ipynb")
-    # raw MI line plot + MI, neighbours, 2 similarity, change, change by POS, 2 t-SNE grids = 9 figures
-    assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 9
+    # raw MI line plot + MI, neighbours, 2 similarity, change, change by POS, 2 t-SNE grids = 9 figures,
+    # + 4 of the heads (entropy, special tokens, head map, roles; no dependency heads without select/score)
+    assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 13

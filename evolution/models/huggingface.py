@@ -143,8 +143,18 @@ class HuggingFaceAdapter(Adapter):
             out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True,
                              output_attentions=attention, return_dict=True)
         hidden = torch.stack(out.hidden_states).float().numpy()
-        att = torch.stack(out.attentions).float().numpy() if attention else None
+        att = torch.stack(self._attentions(out)).float().numpy() if attention else None
         return hidden, att
+
+    def _attentions(self, out) -> tuple:
+        """Per-layer attention weights of a forward pass, or a clear error when the model gives none."""
+        att = getattr(out, "attentions", None)
+        if att is None or len(att) != self.num_layers or any(a is None for a in att):
+            raise ModelLoadError(f"{self.name}: the model returned no attention weights (its attention "
+                                 f"implementation is {getattr(self.model.config, '_attn_implementation', '?')!r}, "
+                                 "or it has no attention); set extract.attention: null to extract hidden states "
+                                 "only, or use a model whose eager attention returns weights")
+        return att
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [str(p) for p in self.tokenizer.convert_ids_to_tokens([int(i) for i in ids])]
@@ -211,7 +221,7 @@ class HuggingFaceAdapter(Adapter):
             out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True,
                              return_dict=True)
             per_layer = []
-            for layer, alpha, x in zip(layers, out.attentions, values):
+            for layer, alpha, x in zip(layers, self._attentions(out), values):
                 sa = layer.attention.self
                 h = self.num_heads
                 b, t, d = x.shape
@@ -220,5 +230,5 @@ class HuggingFaceAdapter(Adapter):
                 per_layer.append(attention_norms(alpha, torch.einsum("bthe,dhe->bhtd", v, w_o)))
             norms = {k: torch.stack([p[k] for p in per_layer]).numpy() for k in per_layer[0]}
         hidden = torch.stack(out.hidden_states).float().numpy()
-        att = torch.stack(out.attentions).float().numpy()
+        att = torch.stack(self._attentions(out)).float().numpy()
         return hidden, att, norms
