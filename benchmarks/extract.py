@@ -20,6 +20,14 @@ Prints:
 
 The model is a randomly initialised fairseq translation encoder (speed does
 not depend on the weights).
+
+    python benchmarks/extract.py --heads [--sentences 1000]
+
+measures what the attention-head analyses add per sentence, as ratios against
+extracting hidden states alone in the same run: the forward pass with
+attention maps, with maps and the Kobayashi norms (``forward_norms``), and
+the per-head statistics of one sentence's maps (``head_sums``, word-level
+maps and dependency hits).
 """
 
 from __future__ import annotations
@@ -106,6 +114,50 @@ def pipeline(config: Path) -> dict:
             "timings": stats, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def heads_cost(model: Path, data: Path, corpus: Path, *, threads: int, max_batch_tokens: int = 1024) -> dict:
+    """Seconds per sentence of: hidden states only, + attention maps, + Kobayashi norms, and the
+    per-head statistics of the maps (computed on the maps of the attention pass)."""
+    import torch
+
+    from evolution.extract import batches
+    from evolution.metrics.heads import dependency_hits, head_sums, word_attention, word_units
+    from evolution.models import load_adapter
+
+    torch.set_num_threads(threads)
+    adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data)})
+    sentences = corpus.read_text(encoding="utf-8").splitlines()
+    toks = [adapter.tokenize(s) for s in sentences]
+    inputs = [adapter.build_input(t.ids) for t in toks]
+    plan = batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens)
+    out, maps = {}, []
+    for x in inputs[:8]:  # warm-up: the first passes allocate
+        adapter.forward([x]), adapter.forward_norms([x])
+    for mode in ("hidden", "attention", "norms", "hidden"):  # hidden twice: the baseline bracketing the others
+        t0 = time.perf_counter()
+        for batch in plan:
+            xs = [inputs[i] for i in batch]
+            if mode == "hidden":
+                adapter.forward(xs)
+            elif mode == "attention":
+                _, att = adapter.forward(xs, attention=True)
+                if len(maps) < 200:
+                    maps += [(att[:, b, :, :len(inputs[i]), :len(inputs[i])], toks[i]) for b, i in enumerate(batch)]
+            else:
+                adapter.forward_norms(xs)
+        out[mode] = min(out.get(mode, np.inf), (time.perf_counter() - t0) / len(inputs))
+    t0 = time.perf_counter()
+    for alpha, tok in maps:
+        t = alpha.shape[-1]
+        mask = np.zeros(t, bool)
+        head_sums(alpha, bos=mask, eos=np.arange(t) == t - 1, punct=mask, causal=False)
+        n = max(tok.word_ids) + 1
+        w = word_attention(alpha, word_units(tok.word_ids, n_prefix=0, n_suffix=1))[..., :n, :n]
+        dependency_hits(w, [0] + [1] * (n - 1), [0] * n, 1)
+    out["statistics"] = (time.perf_counter() - t0) / len(maps)
+    out["sentences"] = len(inputs)
+    return out
+
+
 def in_subprocess(fn: str) -> dict:
     code = (f"import json, sys; sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(REPO / 'benchmarks')!r});"
             f"import logging; logging.disable(logging.INFO);"
@@ -123,6 +175,8 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=200_000)
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--heads", action="store_true", help="the cost of the attention-head analyses per sentence")
+    p.add_argument("--sentences", type=int, default=1000, help="with --heads: sentences measured")
     args = p.parse_args()
 
     from evolution.models.random_init import make_fairseq_model, vocabulary_of
@@ -134,6 +188,19 @@ def main() -> None:
                                      d_model=args.d_model, heads=max(1, args.d_model // 64), max_positions=256)
     cores = default_workers()
     print(f"model: fairseq translation encoder, {args.layers} layers, d={args.d_model}; {cores} core(s)")
+    if args.heads:
+        corpus = tmp / "heads.txt"
+        make_corpus(corpus, args.sentences * 34, words)  # 8-60 words a line: ~34 on average
+        r = in_subprocess(f"heads_cost(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpus)!r}), "
+                          f"threads={cores})")
+        base = r["hidden"]
+        print(f"\nper sentence, {r['sentences']:,} sentences of 8-60 words ({cores} threads):")
+        print(f"  forward, hidden states only (extraction): {1e3 * base:8.2f} ms  x1.00")
+        for label, key in (("forward with attention maps", "attention"),
+                           ("forward with maps and Kobayashi norms", "norms"),
+                           ("per-head statistics of one map (added)", "statistics")):
+            print(f"  {label:<41} {1e3 * r[key]:8.2f} ms  x{r[key] / base:.2f}")
+        return
 
     sizes = {"half": args.tokens // 2, "full": args.tokens}
     corpora = {}
