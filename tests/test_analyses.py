@@ -91,10 +91,7 @@ def test_an_analysis_is_one_module_and_one_list_entry(tmp_path, corpus_file, mod
         return {"norm": float(np.linalg.norm(x, axis=1).mean())}
 
     class MeanNorm(Analysis):
-        name = "mean_norm"
-
-        def enabled(self, config):
-            return True
+        name = "mean_norm"  # no config section: always on
 
         def units(self, inputs):
             return [Unit(f"{m.name}-{layer}", norm_task, dict(store=inputs.store, model=m.name, layer=layer),

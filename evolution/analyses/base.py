@@ -101,11 +101,14 @@ class Analysis:
 
     name: str = ""
     version: int = 1
+    #: the ``metrics`` config section that switches the analysis on (None: always on)
+    section: str | None = None
     #: figure name -> (function of the metrics store path returning a Figure or None, caption)
     figures: dict[str, tuple[Callable[[Any], Any], str]] = {}
 
     def enabled(self, config: MetricsConfig) -> bool:
-        raise NotImplementedError
+        """Whether ``config`` asks for it: its :attr:`section` is not null."""
+        return self.section is None or getattr(config, self.section) is not None
 
     def units(self, inputs: Inputs) -> list[Unit]:
         raise NotImplementedError

@@ -21,7 +21,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.plotting import adjacent_change_figure
-from evolution.config import MetricsConfig, SimilarityConfig, resolved_dict
+from evolution.config import SimilarityConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +50,8 @@ def pos_change_task(*, store: str, model: str, n_layers: int, arrays: str, simil
 class ChangeByPOS(Analysis):
     name = "change_pos"
     version = 1
+    section = "similarity"
 
-    def enabled(self, config: MetricsConfig) -> bool:
-        return config.similarity is not None
 
     def units(self, inputs: Inputs) -> list[Unit]:
         scfg = inputs.config.similarity

@@ -52,7 +52,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, strings
 from evolution.analyses.plotting import STYLES, open_group, plt
-from evolution.config import HeadsConfig, MetricsConfig
+from evolution.config import HeadsConfig
 from evolution.metrics.heads import OFFSETS
 
 logger = logging.getLogger(__name__)
@@ -254,9 +254,8 @@ def head_map_task(*, store: str, models: list[str], seed: int) -> dict[str, Any]
 class Heads(Analysis):
     name = "heads"
     version = 1
+    section = "heads"
 
-    def enabled(self, config: MetricsConfig) -> bool:
-        return config.heads is not None
 
     def units(self, inputs: Inputs) -> list[Unit]:
         from evolution.store import has_attention

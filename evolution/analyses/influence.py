@@ -26,7 +26,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, strings
 from evolution.analyses.plotting import by_group_panels, open_group
-from evolution.config import InfluenceConfig, MetricsConfig, resolved_dict
+from evolution.config import InfluenceConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +54,8 @@ def influence_task(*, spec: dict, content_ids: dict[int, list[int]], samples: li
 class Influence(Analysis):
     name = "influence"
     version = 1
+    section = "influence"
 
-    def enabled(self, config: MetricsConfig) -> bool:
-        return config.influence is not None
 
     def units(self, inputs: Inputs) -> list[Unit]:
         from evolution.metrics.influence import sample_influencers

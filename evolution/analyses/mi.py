@@ -31,8 +31,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.plotting import STYLES, open_group, plt
-from evolution.config import MetricsConfig, MIConfig
-from evolution.config import resolved_dict as _resolved
+from evolution.config import MIConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
 
@@ -83,17 +82,16 @@ def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: lis
 class MI(Analysis):
     name = "mi"
     version = 1
+    section = "mi"
 
-    def enabled(self, config: MetricsConfig) -> bool:
-        return config.mi is not None
 
     def units(self, inputs: Inputs) -> list[Unit]:
         from evolution.metrics.plan import content_ids_by_sentence
 
         cfg = inputs.config
         # mlm_corruptions only concerns the MLM-output unit: changing it keeps the layer results
-        layer_cfg = {"mi": {k: v for k, v in _resolved(cfg.mi).items() if k != "mlm_corruptions"},
-                     "tokens": _resolved(cfg.tokens)}
+        layer_cfg = {"mi": {k: v for k, v in resolved_dict(cfg.mi).items() if k != "mlm_corruptions"},
+                     "tokens": resolved_dict(cfg.tokens)}
         units = []
         for m in inputs.models.values():
             if not m.plan.mi:
@@ -113,7 +111,7 @@ class MI(Analysis):
                 units.append(Unit(f"{m.name}-mlm-output", mlm_output_task,
                                   dict(spec=m.spec, content_ids=content, types=types, mi=cfg.mi, seed=inputs.seed,
                                        torch_threads=inputs.torch_threads),
-                                  key={"model": m.key, "mi": _resolved(cfg.mi), "tokens": _resolved(cfg.tokens),
+                                  key={"model": m.key, "mi": resolved_dict(cfg.mi), "tokens": resolved_dict(cfg.tokens),
                                        "seed": inputs.seed}))
         return units
 

@@ -23,7 +23,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.plotting import STYLES, open_group, plt
-from evolution.config import MetricsConfig, NeighborsConfig, resolved_dict
+from evolution.config import NeighborsConfig, resolved_dict
 
 __all__ = ["Neighbors", "layer_task", "neighbors_by_layer", "MEASURES"]
 
@@ -58,9 +58,8 @@ def layer_task(*, store: str, model: str, layer: int, arrays: str, neighbors: Ne
 class Neighbors(Analysis):
     name = "neighbors"
     version = 1
+    section = "neighbors"
 
-    def enabled(self, config: MetricsConfig) -> bool:
-        return config.neighbors is not None
 
     def units(self, inputs: Inputs) -> list[Unit]:
         cfg = inputs.config

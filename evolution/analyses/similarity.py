@@ -25,7 +25,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.plotting import STYLES, adjacent_change_figure, open_group, plt
-from evolution.config import MetricsConfig, SimilarityConfig, resolved_dict
+from evolution.config import SimilarityConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
 
@@ -145,9 +145,8 @@ def tokenisation_classes(inputs: Inputs) -> list[list[str]]:
 class Similarity(Analysis):
     name = "similarity"
     version = 1
+    section = "similarity"
 
-    def enabled(self, config: MetricsConfig) -> bool:
-        return config.similarity is not None
 
     def units(self, inputs: Inputs) -> list[Unit]:
         scfg = inputs.config.similarity

@@ -18,7 +18,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.plotting import open_group, plt
-from evolution.config import MetricsConfig, TSNEConfig, resolved_dict
+from evolution.config import TSNEConfig, resolved_dict
 
 __all__ = ["TSNE", "layer_task", "tsne_grid"]
 
@@ -36,9 +36,8 @@ def layer_task(*, store: str, model: str, layer: int, arrays: str, tsne: TSNECon
 class TSNE(Analysis):
     name = "tsne"
     version = 1
+    section = "tsne"
 
-    def enabled(self, config: MetricsConfig) -> bool:
-        return config.tsne is not None
 
     def units(self, inputs: Inputs) -> list[Unit]:
         cfg = inputs.config
