@@ -211,6 +211,8 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs):
     assert np.isnan(heads.spearman.sel(model="gpt2", quantity="value_norm")).all()
     assert (tmp_path / "w" / "report" / "heads_roles.png").is_file()
     assert (tmp_path / "w" / "report" / "heads_entropy.png").is_file()
+    report = (tmp_path / "w" / "report" / "report.md").read_text()
+    assert "### Head roles" in report and "### Dependency heads" in report and "### Spearman correlation" in report
     assert (tmp_path / "w" / "report" / "heads_special.png").is_file()
 
 

@@ -117,6 +117,10 @@ class Analysis:
         """``metrics.zarr`` groups from the results of :meth:`units` (by unit name)."""
         raise NotImplementedError
 
+    def tables(self, path) -> list[tuple[str, list[list[str]], str]]:
+        """Tables for the report: (heading, rows with a header row first, caption)."""
+        return []
+
     def figures_for(self, path) -> dict[str, tuple[Callable[[Any], Any], str]]:
         """The figures of a written store (default: :attr:`figures`; analyses with one
         group per selection list theirs from the store)."""

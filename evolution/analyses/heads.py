@@ -256,6 +256,9 @@ class Heads(Analysis):
     version = 1
     section = "heads"
 
+    def tables(self, path):
+        return _tables(path)
+
 
     def units(self, inputs: Inputs) -> list[Unit]:
         from evolution.store import has_attention
@@ -423,6 +426,49 @@ class Heads(Analysis):
                                          f"{hcfg.syntactic_margin:g} (Voita et al. ACL 2019)"})
         ds = ds.assign_coords(syntactic_relation=strings([relations[k] for k in keep]))
         return ds
+
+
+def _tables(path) -> list[tuple[str, list[list[str]], str]]:
+    """Head roles per model, dependency heads for Voita et al.'s relations, frequency correlations."""
+    ds, dep = open_group(path, "heads"), open_group(path, "heads_dependency")
+    out = []
+    if ds is None:
+        return out
+    f = lambda v: "" if not np.isfinite(v) else f"{v:.2f}"  # noqa: E731
+    head = ["model", "positional heads", "max rare-token share (layer-head)"]
+    rels = list(ds.syntactic_relation.values) if "syntactic" in ds else []
+    rows = [head + [f"syntactic {r}" for r in rels]]
+    for m in ds.model.values:
+        rare = ds.rare_token_share.sel(model=m).values
+        where = np.unravel_index(np.nanargmax(rare), rare.shape) if np.isfinite(rare).any() else None
+        rows.append([str(m), str(int(ds.positional.sel(model=m).sum()))]
+                    + [f"{np.nanmax(rare):.2f} ({where[0] + 1}-{where[1]})" if where else ""]
+                    + [str(int(ds.syntactic.sel(model=m, syntactic_relation=r).sum())) for r in rels])
+    out.append(("Head roles", rows, "Positional: >= 90% of maxima on one offset; rare-token: share of sentences whose "
+                "maxima go mostly to the least frequent token (training-split counts); syntactic: dependency accuracy "
+                ">= the offset baseline + 10 points (Voita et al. ACL 2019)."))
+    if dep is not None:
+        rows = [["model", "relation", "direction", "head (dev)", "test accuracy", "same-data best", "offset baseline"]]
+        for m in dep.model.values:
+            for r in [x for x in ("nsubj", "obj", "amod", "advmod") if x in dep.relation.values]:
+                for d in dep.direction.values:
+                    sel = dict(model=m, relation=r, direction=d)
+                    rows.append([str(m), r, str(d).replace("_", " "),
+                                 f"{int(dep.picked_layer.sel(**sel))}-{int(dep.picked_head.sel(**sel))}",
+                                 f(dep.picked_accuracy.sel(**sel).item()), f(dep.best_accuracy.sel(**sel).item()),
+                                 f"{f(dep.baseline_accuracy.sel(**sel).item())} "
+                                 f"(offset {int(dep.baseline_offset.sel(**sel)):+d})"])
+        out.append(("Dependency heads", rows, f"Picked on {dep.treebank.values[0]}, scored on {dep.treebank.values[1]} "
+                    "(layer-head counted from 1-0); same-data best: picked and scored on the second, as Clark et al."))
+    rows = [["model", "quantity"] + [str(int(v)) for v in ds.layer.values]]
+    for m in ds.model.values:
+        for q in ds.quantity.values:
+            rows.append([str(m), str(q)] + [f(v) for v in ds.spearman.sel(model=m, quantity=q).values])
+    out.append(("Spearman correlation with frequency rank, by layer", rows,
+                "Of ||f(x)|| (averaged over heads) and of the attention a token receives, over the content tokens of "
+                "the stored sentences (Kobayashi et al. 2020); a negative value: frequent tokens (low rank) score "
+                "higher."))
+    return out
 
 
 def entropy_by_head(path):

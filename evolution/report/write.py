@@ -97,6 +97,10 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
                     coords={"model": d.model_a.values, "layer_pair": [f"{i}-{i + 1}" for i in range(d.sizes["layer_a"] - 1)]})
                 sections.append((f"{str(metric).upper()} distance between adjacent layers", _table(adj, "model", "layer_pair"),
                                  f"On {sim.attrs.get('n_occurrences')} occurrences."))
+        from evolution.analyses import ANALYSES
+
+        for analysis in ANALYSES:
+            sections += analysis.tables(metrics_path)
         notes = list(attrs.get("notes", [])) if attrs else []
         md = [f"# {title}", ""]
         if attrs:
