@@ -259,7 +259,6 @@ class Heads(Analysis):
     def tables(self, path):
         return _tables(path)
 
-
     def units(self, inputs: Inputs) -> list[Unit]:
         from evolution.store import has_attention
 
@@ -307,7 +306,7 @@ class Heads(Analysis):
             l, h = sums.shape[:2]
             denom = np.array([r["counts"][COUNTS[name]] for name in MEASURES], dtype=float)
             value[i, :l, :h] = sums / np.maximum(denom, 1)
-            alpha_share[i, :l, :h] = value[i, :l, :h, [MEASURES.index(f"to_{k}") for k in KEY_TYPES]].transpose(1, 2, 0)
+            alpha_share[i, :l, :h] = value[i, :l, :h][..., [MEASURES.index(f"to_{k}") for k in KEY_TYPES]]
             if "norm_sums" in r:
                 norm_share[i, :l, :h] = np.asarray(r["norm_sums"]) / r["counts"]["queries"]
                 layer_norm_share[i, :l] = np.asarray(r["layer_norm_sums"]) / r["counts"]["queries"]

@@ -2,8 +2,8 @@
 
 ::
 
-    corpus -> train -> extract -> metrics -> report
-       \\______________/^
+    corpus ──> train ──> extract ──> metrics ──> report
+       └──────────────────^           (extract reads the corpus directly too)
 
 Each stage knows its *key*: a hash of the config section it depends on plus
 its inputs' keys and content hashes, and is done when its output carries
