@@ -166,8 +166,8 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
 
         plan.annotated_rows = np.flatnonzero(np.asarray(annotation["pos"]) != NO_LABEL)
     sel = cfg.tokens
-    targets = {"input": token_id}
-    if objective == "lm":
+    targets = {"input": token_id} if cfg.mi is not None else {}  # no MI asked: no MI rows, no notes
+    if objective == "lm" and cfg.mi is not None:
         targets["output"] = next_token_labels(token_id, sentence)
     for target, labels in targets.items():
         rows = _frequent_rows(labels, main, top=sel.top, min_count=sel.min_count)
