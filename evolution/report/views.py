@@ -47,19 +47,24 @@ def _row_normalised(w: np.ndarray) -> np.ndarray:
     return w / np.maximum(w.sum(-1, keepdims=True), 1e-30)
 
 
-def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int], top_k: int = 8,
+def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] | None = None, top_k: int = 8,
                neuron: bool = True) -> dict[str, Any]:
     """The page's data: per model and sentence, tokens and top-k edges for every
     (level, weight), and queries / keys for the neuron view.
 
-    ``specs`` maps model names to adapter specs (for token strings and the neuron view).
-    Raises ``ValueError`` naming the model and the sentences that are stored when a
+    ``specs`` maps model names to adapter specs (for token strings and the neuron view);
+    ``sentences`` None: the first 3 sentences every model has stored. Raises
+    ``ValueError`` naming the model and the sentences that are stored when a
     requested sentence was not extracted with attention.
     """
     from evolution.metrics.heads import word_attention, word_units
     from evolution.models import cached_adapter
     from evolution.store import open_attention, open_representations
 
+    if sentences is None:
+        common = sorted(set.intersection(*(set(int(s) for s in open_attention(store, n)["sentence"].values)
+                                           for n in specs)))
+        sentences = common[:3]
     models = []
     for name, spec in specs.items():
         att, reps = open_attention(store, name), open_representations(store, name)

@@ -48,8 +48,9 @@ class ReportStage(Stage):
         views = write_views(self.directory(ctx) / "views.html", data,
                             title=f"evolution: {ctx.config.workdir.name}: attention views")
         text = page.read_text(encoding="utf-8")
+        shown = sorted({s["sentence"] for m in data["models"] for s in m["sentences"]})
         link = (f'<p><a href="{views.name}">Attention views</a> (Vig 2019: head, model and neuron view of corpus '
-                f'sentences {", ".join(map(str, vcfg.sentences))}; static, works offline).</p>')
+                f'sentences {", ".join(map(str, shown))}; static, works offline).</p>')
         page.write_text(text.replace("</h1>", "</h1>\n" + link, 1), encoding="utf-8")
         logger.info("report: %s", views)
 
