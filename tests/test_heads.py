@@ -139,10 +139,9 @@ def test_punctuation_pieces():
 
 @pytest.mark.slow
 def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs):
-    """The heads group of a run equals a direct computation from the stored maps (scipy entropy,
-    numpy shares), for a model with norms (translation) and one without (gpt2)."""
+    """The heads group of a run equals a direct computation from the models' attention (scipy
+    entropy, numpy shares), for a model with norms (translation) and one without (gpt2)."""
     from evolution.metrics.results import open_metrics
-    from evolution.store import open_attention
     from pipelines.run import run
 
     from conftest import write_config
@@ -158,19 +157,28 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs):
     run(cfg, progress=False)
     heads = open_metrics(tmp_path / "w" / "metrics.zarr", "heads").load()
     assert heads.value.dims == ("model", "layer", "head", "measure") and list(heads.layer.values) == [1, 2]
+    # the statistics stream over every sentence of the analysis set: recompute from the adapter's own
+    # attention, one sentence at a time, with scipy's entropy
+    from evolution.models import load_adapter
+    from evolution.store import open_representations
+
     store = str(tmp_path / "w" / "reps.zarr")
     for model in ("translation", "gpt2"):
-        att = open_attention(store, model).load()
-        rows = [att.attention.values[k, layer, head, :int(att.length[k]), :int(att.length[k])]
-                for k in range(att.sizes["sentence"]) for layer, head in [(1, 0)]]
-        ent = np.mean(np.concatenate([[scipy_entropy(r) for r in m] for m in rows]))
-        got = heads.value.sel(model=model, layer=2, head=0, measure="entropy").item()
-        assert got == pytest.approx(ent, rel=1e-6)
-    # the MT encoder's input ends in </s>: its share of attention is the mean over queries of the last column
-    att = open_attention(store, "translation").load()
-    eos = np.mean(np.concatenate([att.attention.values[k, 0, 1, :int(att.length[k]), int(att.length[k]) - 1]
-                                  for k in range(att.sizes["sentence"])]))
-    assert heads.alpha_share.sel(model="translation", layer=1, head=1, key_type="eos").item() == pytest.approx(eos)
+        reps = open_representations(store, model)
+        adapter = load_adapter(model_specs[model])
+        ent, eos_share = [], []
+        for s in np.unique(reps.sentence.values):
+            rows = np.flatnonzero(reps.sentence.values == s)
+            inp = adapter.build_input(reps.token_id.values[rows[np.argsort(reps.position.values[rows])]].tolist())
+            _, att = adapter.forward([inp], attention=True)
+            ent += [scipy_entropy(row) for row in att[1, 0, 0]]  # layer 2, head 0
+            eos_share += list(att[0, 0, 1, :, -1])  # layer 1, head 1: weight on the last input position
+        assert heads.value.sel(model=model, layer=2, head=0, measure="entropy").item() == pytest.approx(np.mean(ent),
+                                                                                                       rel=1e-6)
+        assert heads.sentences.sel(model=model).item() == len(np.unique(reps.sentence.values))
+        if model == "translation":  # the MT encoder's input ends in </s>
+            assert heads.alpha_share.sel(model=model, layer=1, head=1, key_type="eos").item() == \
+                pytest.approx(np.mean(eos_share), rel=1e-6)
     assert np.isfinite(heads.norm_share.sel(model="translation")).all()
     assert np.isnan(heads.norm_share.sel(model="gpt2")).all()  # gpt2: no norms, maps only
     assert heads.positional.dtype == bool

@@ -2,9 +2,11 @@
 (ACL 2019) confidence and positional heads, Kobayashi et al. (2020) attention
 weights against vector norms (METHODS.md 7; :mod:`evolution.metrics.heads`).
 
-One unit per model reads its stored attention maps (the first
-``extract.attention.sentences`` sentences, with the norms where the model has
-them) and pools per-head sums over every query of every sentence.
+One unit per model re-runs it over every sentence of the analysis set (the
+store's token ids, so truncation is the extraction's) and pools per-head sums
+over every query, keeping no map; the head map reads the stored maps (the first
+``extract.attention.sentences`` sentences) of every model; the dependency
+units re-run each model on two treebanks.
 
 ============================  ==============================  ==========================================
 ``heads/value``               (model, layer, head, measure)   entropy (nats) and its uniform baseline,
@@ -136,65 +138,76 @@ def rare_token_hit(alpha: np.ndarray, *, rare: int, eos: np.ndarray) -> np.ndarr
     return (modes == rare).astype(float)
 
 
-def heads_task(*, store: str, model: str, causal: bool) -> dict[str, Any]:
-    """Pooled per-head sums over the stored attention sentences of ``model``, and the Spearman
-    correlation of ||f(x)|| and of the attention a token receives with its frequency rank
-    (Kobayashi et al. 2020, section 5; both averaged over heads, per layer)."""
+def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_tokens: int,
+               torch_threads: int = 1) -> dict[str, Any]:
+    """Per-head sums over every sentence of the analysis set, streamed: the model re-runs on
+    the stored token ids (truncation included) in batches and no map is kept. Also the
+    Spearman correlation of ||f(x)|| and of the attention a token receives with its
+    frequency (Kobayashi et al. 2020, section 5; both averaged over heads, per layer), and
+    the rare-token hits (Voita et al. ACL 2019). Frequency: the training-split counts
+    (``train_count``) where the store has them, else the store's ``freq_rank``."""
+    import torch
     from scipy.stats import spearmanr
 
+    from evolution.extract import batches
     from evolution.metrics.heads import COUNTS, MEASURES, head_sums, is_punctuation, key_shares
-    from evolution.store import open_attention, open_attention_array, open_representations
+    from evolution.models import cached_adapter
+    from evolution.store import open_representations
 
+    torch.set_num_threads(torch_threads)
+    adapter = cached_adapter(spec)
     reps = open_representations(store, model)
-    att = open_attention(store, model)
-    arrays = {name: open_attention_array(store, model, name=name) for name in att.data_vars if name != "input_id"}
-    lengths, input_ids, sentences = att["length"].values, att["input_id"].values, att["sentence"].values
-    pieces = dict(zip(reps["token_id"].values.tolist(), (str(t) for t in reps["token_str"].values)))
-    rows_of, freq_rank = _content_rows(reps), reps["freq_rank"].values
-    n_prefix, n_suffix = len(reps.attrs.get("prefix_ids", [])), len(reps.attrs.get("suffix_ids", []))
-    has_norms = "weighted_norm" in arrays
-    L, H = att.sizes["layer"], att.sizes["head"]
+    rows_of = _content_rows(reps)
+    token_id, token_str = reps["token_id"].values, reps["token_str"].values
+    train_count = reps["train_count"].values if "train_count" in reps.coords else None
+    rank = -train_count if train_count is not None else reps["freq_rank"].values  # Spearman: any monotone rank
+    sentences = sorted(rows_of)
+    inputs = [adapter.build_input(token_id[rows_of[s]].tolist()) for s in sentences]
+    n_prefix, n_suffix = adapter.content_offset, len(adapter.suffix)
+    has_norms = adapter.supports_norms
+    L, H = adapter.num_layers, adapter.num_heads
     sums, norm_sums = np.zeros((L, H, len(MEASURES))), np.zeros((L, H, len(KEY_TYPES)))
     layer_norm_sums = np.zeros((L, len(KEY_TYPES)))
     counts = dict.fromkeys(set(COUNTS.values()), 0)
-    ranks, received, value_norm = [], [], []  # per content token: frequency rank, (L,) means over heads
-    train_count = reps["train_count"].values if "train_count" in reps.coords else None
+    ranks, received, value_norm = [], [], []  # per content token: frequency, (L,) means over heads
     rare_hits, rare_sentences = np.zeros((L, H)), 0
-    for k in range(att.sizes["sentence"]):
-        t = int(lengths[k])
-        ids = input_ids[k, :t]
-        bos = np.arange(t) < n_prefix
-        eos = np.arange(t) >= t - n_suffix
-        punct = np.array([not (b or e) and is_punctuation(pieces.get(int(i), "")) for i, b, e in zip(ids, bos, eos)])
-        alpha = np.asarray(arrays["attention"][k, :, :, :t, :t], dtype=np.float64)
-        norm = np.asarray(arrays["weighted_norm"][k, :, :, :t, :t], dtype=np.float64) if has_norms else None
-        s, c, ns = head_sums(alpha, bos=bos, eos=eos, punct=punct, causal=causal, norm=norm)
-        sums += s
-        for name, v in c.items():
-            counts[name] += v
-        content = slice(n_prefix, t - n_suffix)
-        rows = rows_of.get(int(sentences[k]), np.empty(0, np.int64))
-        if len(rows) == t - n_prefix - n_suffix:
-            if train_count is not None and len(rows) > 1:  # Voita et al. (2019b) rare-token heads
-                rare = n_prefix + int(np.argmin(train_count[rows]))
-                rare_hits += rare_token_hit(alpha, rare=rare, eos=eos)
+    for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
+        xs = [inputs[i] for i in batch]
+        if has_norms:
+            _, att, norms = adapter.forward_norms(xs)
+        else:
+            (_, att), norms = adapter.forward(xs, attention=True), None
+        for b, i in enumerate(batch):
+            t, rows = len(inputs[i]), rows_of[sentences[i]]
+            bos = np.arange(t) < n_prefix
+            eos = np.arange(t) >= t - n_suffix
+            punct = np.zeros(t, bool)
+            punct[n_prefix:t - n_suffix] = [is_punctuation(str(p)) for p in token_str[rows]]
+            alpha = np.asarray(att[:, b, :, :t, :t], dtype=np.float64)
+            norm = np.asarray(norms["weighted_norm"][:, b, :, :t, :t], dtype=np.float64) if has_norms else None
+            s, c, ns = head_sums(alpha, bos=bos, eos=eos, punct=punct, causal=causal, norm=norm)
+            sums += s
+            for name, v in c.items():
+                counts[name] += v
+            content = slice(n_prefix, t - n_suffix)
+            if train_count is not None and len(rows) > 1:  # the sentence's least frequent token
+                rare_hits += rare_token_hit(alpha, rare=n_prefix + int(np.argmin(train_count[rows])), eos=eos)
                 rare_sentences += 1
-            ranks.append(freq_rank[rows])
+            ranks.append(rank[rows])
             received.append(alpha.mean(axis=(1, 2))[:, content])  # (L, n): per key, mean over heads and queries
             if has_norms:
-                value_norm.append(np.asarray(arrays["value_norm"][k, :, :, :t], dtype=np.float64).mean(1)[:, content])
-        if has_norms:
-            norm_sums += ns
-            layer_norm_sums += key_shares(np.asarray(arrays["summed_norm"][k, :, :t, :t], dtype=np.float64),
-                                          [bos, eos, punct])
-    out: dict[str, Any] = {"sums": sums, "counts": counts, "sentences": int(att.sizes["sentence"])}
+                norm_sums += ns
+                value_norm.append(np.asarray(norms["value_norm"][:, b, :, :t], dtype=np.float64).mean(1)[:, content])
+                layer_norm_sums += key_shares(np.asarray(norms["summed_norm"][:, b, :t, :t], dtype=np.float64),
+                                              [bos, eos, punct])
+    out: dict[str, Any] = {"sums": sums, "counts": counts, "sentences": len(sentences),
+                           "frequency": "train_count" if train_count is not None else "freq_rank"}
     spearman = np.full((L, 2), np.nan)
-    if ranks:
-        r = np.concatenate(ranks)
-        for j, values in enumerate((value_norm, received)):
-            if values:
-                v = np.concatenate(values, axis=1)
-                spearman[:, j] = [spearmanr(v[layer], r).statistic for layer in range(L)]
+    r = np.concatenate(ranks)
+    for j, values in enumerate((value_norm, received)):
+        if values:
+            v = np.concatenate(values, axis=1)
+            spearman[:, j] = [spearmanr(v[layer], r).statistic for layer in range(L)]
     out["spearman"] = spearman
     if rare_sentences:
         out.update(rare_hits=rare_hits, rare_sentences=rare_sentences)
@@ -253,7 +266,7 @@ def head_map_task(*, store: str, models: list[str], seed: int) -> dict[str, Any]
 
 class Heads(Analysis):
     name = "heads"
-    version = 1
+    version = 2  # 2: statistics over every sentence (re-run), frequency from training counts
     section = "heads"
 
     def tables(self, path):
@@ -266,7 +279,9 @@ class Heads(Analysis):
         for m in inputs.models.values():
             if not has_attention(inputs.store, m.name):
                 continue
-            units.append(Unit(m.name, heads_task, dict(store=inputs.store, model=m.name, causal=m.objective == "lm"),
+            units.append(Unit(m.name, heads_task,
+                              dict(store=inputs.store, model=m.name, spec=m.spec, causal=m.objective == "lm",
+                                   max_batch_tokens=inputs.max_batch_tokens, torch_threads=inputs.torch_threads),
                               key={"model": m.key, "causal": m.objective == "lm"}))
         with_maps = [u.kwargs["model"] for u in units]
         if with_maps:
@@ -323,7 +338,8 @@ class Heads(Analysis):
              "layer_norm_share": (("model", "layer", "key_type"), layer_norm_share)},
             coords={"model": strings(models), "layer": np.arange(1, L + 1), "head": np.arange(H),
                     "measure": strings(MEASURES), "key_type": strings(KEY_TYPES),
-                    "sentences": ("model", [results[m]["sentences"] for m in models])})
+                    "sentences": ("model", [results[m]["sentences"] for m in models])},
+            attrs={"frequency": {m: results[m].get("frequency", "") for m in models}})
         spearman = np.full((len(models), L, 2), np.nan)
         for i, m in enumerate(models):
             sp = np.asarray(results[m]["spearman"], dtype=float)
