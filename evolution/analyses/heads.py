@@ -481,8 +481,9 @@ def _tables(path) -> list[tuple[str, list[list[str]], str]]:
             rows.append([str(m), str(q)] + [f(v) for v in ds.spearman.sel(model=m, quantity=q).values])
     out.append(("Spearman correlation with frequency rank, by layer", rows,
                 "Of ||f(x)|| (averaged over heads) and of the attention a token receives, over the content tokens of "
-                "the stored sentences (Kobayashi et al. 2020); a negative value: frequent tokens (low rank) score "
-                "higher."))
+                "the analysis set (Kobayashi et al. 2020); frequency: training-split counts where the model has them "
+                f"({', '.join(f'{m}: {v}' for m, v in ds.attrs.get('frequency', {}).items())}); a positive value: rarer "
+                "tokens score higher."))
     return out
 
 
