@@ -52,7 +52,6 @@ class ChangeByPOS(Analysis):
     version = 1
     section = "similarity"
 
-
     def units(self, inputs: Inputs) -> list[Unit]:
         scfg = inputs.config.similarity
         units = []

@@ -56,7 +56,6 @@ class Influence(Analysis):
     version = 1
     section = "influence"
 
-
     def units(self, inputs: Inputs) -> list[Unit]:
         from evolution.metrics.influence import sample_influencers
         from evolution.metrics.plan import content_ids_by_sentence

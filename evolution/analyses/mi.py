@@ -84,7 +84,6 @@ class MI(Analysis):
     version = 1
     section = "mi"
 
-
     def units(self, inputs: Inputs) -> list[Unit]:
         from evolution.metrics.plan import content_ids_by_sentence
 

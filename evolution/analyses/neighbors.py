@@ -60,7 +60,6 @@ class Neighbors(Analysis):
     version = 1
     section = "neighbors"
 
-
     def units(self, inputs: Inputs) -> list[Unit]:
         cfg = inputs.config
         units = []

@@ -147,7 +147,6 @@ class Similarity(Analysis):
     version = 1
     section = "similarity"
 
-
     def units(self, inputs: Inputs) -> list[Unit]:
         scfg = inputs.config.similarity
         units = []

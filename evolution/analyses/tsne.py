@@ -38,7 +38,6 @@ class TSNE(Analysis):
     version = 1
     section = "tsne"
 
-
     def units(self, inputs: Inputs) -> list[Unit]:
         cfg = inputs.config
         units = []
