@@ -56,6 +56,7 @@ from evolution.analyses.base import Analysis, Inputs, Unit, strings
 from evolution.analyses.plotting import STYLES, open_group, plt
 from evolution.config import HeadsConfig
 from evolution.metrics.heads import OFFSETS
+from evolution.metrics.plan import rows_by_sentence
 
 logger = logging.getLogger(__name__)
 
@@ -121,14 +122,6 @@ def dependency_task(*, spec: dict, treebank: str, heads: HeadsConfig, max_batch_
             "sentences": len(kept), "notes": notes}
 
 
-def _content_rows(reps) -> dict[int, np.ndarray]:
-    """Per sentence, the token-axis rows of its content tokens in position order."""
-    sentence = reps["sentence"].values
-    order = np.lexsort((reps["position"].values, sentence))
-    cuts = np.flatnonzero(np.diff(sentence[order])) + 1
-    return {int(sentence[g[0]]): g for g in np.split(order, cuts) if len(g)}
-
-
 def rare_token_hit(alpha: np.ndarray, *, rare: int, eos: np.ndarray) -> np.ndarray:
     """(L, H) whether each head's maxima in one sentence go mostly to position ``rare`` (the
     sentence's least frequent token): the key most often holding a query's maximum weight,
@@ -157,7 +150,7 @@ def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_to
     torch.set_num_threads(torch_threads)
     adapter = cached_adapter(spec)
     reps = open_representations(store, model)
-    rows_of = _content_rows(reps)
+    rows_of = rows_by_sentence(reps["sentence"].values)
     token_id, token_str = reps["token_id"].values, reps["token_str"].values
     train_count = reps["train_count"].values if "train_count" in reps.coords else None
     rank = -train_count if train_count is not None else reps["freq_rank"].values  # Spearman: any monotone rank
@@ -229,7 +222,7 @@ def head_map_task(*, store: str, models: list[str], seed: int) -> dict[str, Any]
     per_model = {}
     for m in models:
         reps, att = open_representations(store, m), open_attention(store, m)
-        per_model[m] = {"rows": _content_rows(reps), "word_id": reps["word_id"].values,
+        per_model[m] = {"rows": rows_by_sentence(reps["sentence"].values), "word_id": reps["word_id"].values,
                         "prefix": len(reps.attrs.get("prefix_ids", [])), "suffix": len(reps.attrs.get("suffix_ids", [])),
                         "index": {int(s): k for k, s in enumerate(att["sentence"].values)},
                         "length": att["length"].values, "attention": open_attention_array(store, m),

@@ -20,7 +20,7 @@ from evolution.metrics.mi import select_frequent
 logger = logging.getLogger(__name__)
 
 __all__ = ["OccurrencePlan", "plan_occurrences", "text_parts", "neighbour_ids", "next_token_labels", "word_forms",
-           "content_ids_by_sentence", "END"]
+           "rows_by_sentence", "content_ids_by_sentence", "END"]
 
 #: Label of "no token": the next token after the last one (end of sentence),
 #: the left neighbour of the first.
@@ -77,15 +77,20 @@ def word_forms(token_str) -> np.ndarray:
     return out
 
 
+def rows_by_sentence(sentence: np.ndarray) -> dict[int, np.ndarray]:
+    """``{sentence: rows of the token axis}``, each in token-axis order, which is position
+    order (extraction writes a sentence's tokens in order)."""
+    sentence = np.asarray(sentence)
+    order = np.argsort(sentence, kind="stable")
+    return {int(sentence[g[0]]): g for g in np.split(order, np.flatnonzero(np.diff(sentence[order])) + 1) if len(g)}
+
+
 def content_ids_by_sentence(token_id: np.ndarray, sentence: np.ndarray, *, wanted=None) -> dict[int, list[int]]:
     """``{sentence: [token ids in token-axis order]}`` (optionally only the ``wanted`` sentences):
     what an analysis that re-runs the model (influence, MLM output MI) feeds it."""
-    sentence = np.asarray(sentence)
-    order = np.argsort(sentence, kind="stable")
-    groups = np.split(order, np.flatnonzero(np.diff(sentence[order])) + 1)
     keep = None if wanted is None else set(int(w) for w in wanted)
-    return {int(sentence[g[0]]): np.asarray(token_id)[g].tolist() for g in groups
-            if len(g) and (keep is None or int(sentence[g[0]]) in keep)}
+    return {s: np.asarray(token_id)[rows].tolist() for s, rows in rows_by_sentence(sentence).items()
+            if keep is None or s in keep}
 
 
 def text_parts(*, sentence: np.ndarray, token_id: np.ndarray, freq_rank: np.ndarray,

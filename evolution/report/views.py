@@ -58,6 +58,7 @@ def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] |
     requested sentence was not extracted with attention.
     """
     from evolution.metrics.heads import word_attention, word_units
+    from evolution.metrics.plan import rows_by_sentence
     from evolution.models import cached_adapter
     from evolution.store import open_attention, open_representations
 
@@ -75,6 +76,7 @@ def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] |
                              f"holds corpus sentences {stored[0]}..{stored[-1]} ({len(stored)}): choose among them in "
                              "report.views.sentences, or raise extract.attention.sentences and rerun")
         adapter = cached_adapter(spec)
+        rows_of = rows_by_sentence(reps["sentence"].values)
         n_prefix, n_suffix = adapter.content_offset, len(adapter.suffix)
         items = []
         for s in sentences:
@@ -85,9 +87,7 @@ def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] |
             weights = {"alpha": _row_normalised(alpha)}
             if "weighted_norm" in att:
                 weights["norm"] = _row_normalised(att["weighted_norm"][k, :, :, :t, :t].values)
-            rows = np.flatnonzero(reps["sentence"].values == s)
-            rows = rows[np.argsort(reps["position"].values[rows])]
-            word_id = reps["word_id"].values[rows]
+            word_id = reps["word_id"].values[rows_of[s]]
             pieces = adapter.pieces(ids)
             units = word_units(word_id, n_prefix=n_prefix, n_suffix=n_suffix)
             n_words = int(word_id.max()) + 1 if len(word_id) else 0
