@@ -9,10 +9,11 @@ import pytest
 
 from evolution.corpus.conllu import (
     EMBEDDED,
+    annotation_columns,
+    label_codes,
     NO_LABEL,
     read_conllu,
     resolve_treebank,
-    token_labels,
 )
 from evolution.corpus.text import CorpusError
 from evolution.metrics.neighbors import knn, within_type_measures
@@ -80,17 +81,25 @@ def test_embedded_treebank_equals_the_conllu_package():
         resolve_treebank("ud-ewt")
 
 
-def test_token_labels_follow_word_ids():
+def test_annotation_columns_follow_word_ids():
     # corpus sentences 0-1 are main text, 2-3 annotated; sentence 3 truncated after 2 tokens
-    words = [["DT", "NN", "VBD"], ["PRP", "VBZ", "JJ", "."]]
+    sentences = [{"upos": ["DET", "NOUN", "VERB"], "xpos": ["DT", "NN", "VBD"], "deprel": ["det", "nsubj", "root"],
+                  "head": [2, 3, 0]},
+                 {"upos": ["PRON", "VERB", "ADJ", "PUNCT"], "xpos": ["PRP", "VBZ", "JJ", "."],
+                  "deprel": ["nsubj", "root", "xcomp", "punct"], "head": [2, 0, 2, 2]}]
     sentence = np.array([0, 0, 1, 2, 2, 2, 2, 3, 3])
     word_id = np.array([0, 1, 0, 0, 1, 1, 2, 0, 1])  # "cat" split into two pieces -> both NN
-    codes = token_labels(sentence=sentence, word_id=word_id, first=2, words=words)
-    vocab = sorted({w for s in words for w in s})
-    decoded = [vocab[c] if c != NO_LABEL else None for c in codes]
-    assert decoded == [None, None, None, "DT", "NN", "NN", "VBD", "PRP", "VBZ"]
+    cols = annotation_columns(sentence=sentence, word_id=word_id, first=2, sentences=sentences)
+    assert cols["xpos"].tolist() == ["", "", "", "DT", "NN", "NN", "VBD", "PRP", "VBZ"]
+    assert cols["deprel"].tolist() == ["", "", "", "det", "nsubj", "nsubj", "root", "nsubj", "root"]
+    assert cols["head"].tolist() == [-1, -1, -1, 2, 3, 3, 0, 2, 0]
+    codes = label_codes(cols["xpos"])
+    vocab = sorted({w for s in sentences[:1] for w in s["xpos"]} | {"PRP", "VBZ"})  # the labels present
+    assert [vocab[c] if c != NO_LABEL else None for c in codes] == \
+        [None, None, None, "DT", "NN", "NN", "VBD", "PRP", "VBZ"]
     # a word id beyond the sentence (should not happen, but never an index error)
-    assert token_labels(sentence=np.array([2]), word_id=np.array([7]), first=2, words=words)[0] == NO_LABEL
+    far = annotation_columns(sentence=np.array([2]), word_id=np.array([7]), first=2, sentences=sentences)
+    assert far["upos"][0] == "" and far["head"][0] == -1
 
 
 def _brute_within_type(x, types, labels, k):

@@ -26,8 +26,8 @@ import numpy as np
 
 from evolution.corpus.text import CorpusError
 
-__all__ = ["TreebankSentence", "EMBEDDED", "read_conllu", "resolve_treebank", "label_vocabulary", "token_labels",
-           "annotation_columns", "label_codes", "NO_LABEL", "ANNOTATION_COLUMNS"]
+__all__ = ["TreebankSentence", "EMBEDDED", "read_conllu", "resolve_treebank", "annotation_columns", "label_codes",
+           "NO_LABEL", "ANNOTATION_COLUMNS"]
 
 #: Treebanks shipped with the package (``corpus.annotated`` accepts these names).
 EMBEDDED = {"ud-ewt-dev": "en_ewt-ud-dev.conllu.gz", "ud-ewt-test": "en_ewt-ud-test.conllu.gz"}
@@ -134,30 +134,6 @@ def read_conllu(path: str | Path, *, max_sentences: int | None = None) -> list[T
     if not out:
         raise CorpusError(f"{path}: no sentence found; is it a CoNLL-U file?")
     return out[:max_sentences] if max_sentences is not None else out
-
-
-def label_vocabulary(words: Sequence[Sequence[str]]) -> list[str]:
-    """The labels of ``words`` (per sentence, per word) in code order: code ``i`` of
-    :func:`token_labels` is ``label_vocabulary(words)[i]``."""
-    return sorted({w for s in words for w in s})
-
-
-def token_labels(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
-                 words: Sequence[Sequence[str]]) -> np.ndarray:
-    """Per token (n,), the label of the annotated word it belongs to, as an int code.
-
-    ``sentence`` and ``word_id`` are the token table's columns; the annotated
-    sentences are corpus sentences ``first, first + 1, ...`` and ``words[j]``
-    holds the labels of sentence ``first + j`` word by word. Tokens of other
-    sentences, or whose word id is beyond the sentence (truncation), get
-    :data:`NO_LABEL`. Codes index :func:`label_vocabulary` of ``words``.
-    """
-    vocab = {v: i for i, v in enumerate(label_vocabulary(words))}
-    ok, index = _word_index(sentence=sentence, word_id=word_id, first=first, lengths=[len(s) for s in words])
-    flat = np.array([vocab[w] for s in words for w in s], dtype=np.int64)
-    out = np.full(len(ok), NO_LABEL, dtype=np.int64)
-    out[ok] = flat[index]
-    return out
 
 
 def _word_index(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
