@@ -35,6 +35,9 @@ def viewed(tmp_path_factory, model_specs):
     text = cfg.read_text().replace("sentences: 5", f"sentences: {len(SENTENCES) + 1}")
     cfg.write_text(text)
     run(cfg, progress=False)
+    report = (tmp / "w" / "report" / "report.html").read_text()
+    assert f'<a href="views.html">Attention views</a> (Vig 2019: head, model and neuron view of corpus sentences ' \
+           f'0, 3, {len(SENTENCES)};' in report
     page = shutil.copy(tmp / "w" / "report" / "views.html", tmp / "views.html")  # later tests rerun the report
     data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page.read_text(),
                                 re.S).group(1).replace("<\\/", "</"))
@@ -75,6 +78,7 @@ def test_a_sentence_without_stored_attention_is_refused(viewed, model_specs):
     with pytest.raises(ConfigError, match=r"report.views.sentences: model 'translation': sentence\(s\) \[99\]"):
         run(cfg, progress=False)
     assert (viewed["tmp"] / "w" / "metrics.zarr").is_dir()  # nothing computed is lost
+    assert (viewed["tmp"] / "w" / "report" / "report.html").is_file()  # nor the previous report
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium")

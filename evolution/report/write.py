@@ -57,11 +57,12 @@ def training_table(training: dict) -> tuple[list[list[str]], str]:
 
 
 def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = "evolution report",
-                 training: dict | None = None) -> Path:
+                 training: dict | None = None, links: list[tuple[str, str, str]] = ()) -> Path:
     """Draw every figure and write ``report.md`` and ``report.html`` into
     ``out_dir`` (written under a temporary name, then moved into place).
-    ``training`` is the train stage's summary (``eval.json``), shown first.
-    Returns the HTML file."""
+    ``training`` is the train stage's summary (``eval.json``), shown first;
+    ``links`` (file, text, what it is) are pages beside the report, listed
+    under the title. Returns the HTML file."""
     out_dir = Path(out_dir)
     with replace_dir(out_dir) as tmp:
         figures = draw_all(metrics_path, tmp)
@@ -103,6 +104,8 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
             sections += analysis.tables(metrics_path)
         notes = list(attrs.get("notes", [])) if attrs else []
         md = [f"# {title}", ""]
+        if links:
+            md += [f"[{text}]({href}) ({what})." for href, text, what in links] + [""]
         if attrs:
             md += [f"Objectives: {json.dumps(attrs.get('objectives', {}))}. Seed {attrs.get('seed')}. "
                    f"Representations: `{attrs.get('representations')}`.", ""]
@@ -119,6 +122,8 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
         (tmp / "report.md").write_text("\n".join(md), encoding="utf-8")
 
         body = [f"<h1>{html.escape(title)}</h1>"]
+        body += [f"<p><a href=\"{html.escape(href)}\">{html.escape(text)}</a> ({html.escape(what)}).</p>"
+                 for href, text, what in links]
         if attrs:
             body.append(f"<p>Objectives: {html.escape(json.dumps(attrs.get('objectives', {})))}; seed "
                         f"{attrs.get('seed')}.</p>")

@@ -29,9 +29,11 @@ class ReportStage(Stage):
         return config_hash({"metrics": MetricsStage().fingerprint(ctx), "train": train,
                             "report": resolved_dict(ctx.config.report)})
 
-    def _views(self, ctx: Context, page: Path) -> None:
-        """``views.html`` (Vig 2019) for the models extracted with attention, linked from the report."""
-        from evolution.report.views import views_data, write_views
+    def _views_data(self, ctx: Context) -> dict | None:
+        """The data of ``views.html`` (Vig 2019) for the models extracted with attention; None
+        without ``report.views`` or attention. Read before anything is written, so that a bad
+        sentence choice leaves the previous report in place."""
+        from evolution.report.views import views_data
         from evolution.store import has_attention
         from pipelines.stages.extract import ExtractStage
 
@@ -39,20 +41,12 @@ class ReportStage(Stage):
         store = ExtractStage().store(ctx)
         models = [m for m in ctx.config.models if has_attention(store, m.name)]
         if vcfg is None or not models:
-            return
+            return None
         try:
-            data = views_data(store, {m.name: ExtractStage().spec(ctx, m) for m in models},
+            return views_data(store, {m.name: ExtractStage().spec(ctx, m) for m in models},
                               sentences=vcfg.sentences, top_k=vcfg.top_k, neuron=vcfg.neuron)
         except ValueError as exc:
             raise ConfigError(f"report.views.sentences: {exc}") from None
-        views = write_views(self.directory(ctx) / "views.html", data,
-                            title=f"evolution: {ctx.config.workdir.name}: attention views")
-        text = page.read_text(encoding="utf-8")
-        shown = sorted({s["sentence"] for m in data["models"] for s in m["sentences"]})
-        link = (f'<p><a href="{views.name}">Attention views</a> (Vig 2019: head, model and neuron view of corpus '
-                f'sentences {", ".join(map(str, shown))}; static, works offline).</p>')
-        page.write_text(text.replace("</h1>", "</h1>\n" + link, 1), encoding="utf-8")
-        logger.info("report: %s", views)
 
     def pending(self, ctx: Context) -> list[str]:
         done = self.directory(ctx) / "done.json"
@@ -67,8 +61,18 @@ class ReportStage(Stage):
         if not self.pending(ctx):
             logger.info("report: cached at %s", self.directory(ctx))
             return
-        page = write_report(MetricsStage().path(ctx), self.directory(ctx),
+        from evolution.report.views import write_views
+
+        views = self._views_data(ctx)
+        links = []
+        if views is not None:
+            shown = sorted({s["sentence"] for m in views["models"] for s in m["sentences"]})
+            links.append(("views.html", "Attention views", f"Vig 2019: head, model and neuron view of corpus sentences "
+                                                           f"{', '.join(map(str, shown))}; static, works offline"))
+        page = write_report(MetricsStage().path(ctx), self.directory(ctx), links=links,
                             title=f"evolution: {ctx.config.workdir.name}", training=TrainStage().evaluation(ctx))
-        self._views(ctx, page)
+        if views is not None:
+            logger.info("report: %s", write_views(self.directory(ctx) / "views.html", views,
+                                                  title=f"evolution: {ctx.config.workdir.name}: attention views"))
         (self.directory(ctx) / "done.json").write_text(json.dumps({"key": self._key(ctx)}), encoding="utf-8")
         logger.info("report: %s", page)
