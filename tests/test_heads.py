@@ -241,3 +241,131 @@ def test_rare_token_hit_by_hand():
     mixed = np.eye(T)  # every query on itself: the mode is the first position
     got = rare_token_hit(np.stack([to_two, mixed])[None], rare=2, eos=eos)
     np.testing.assert_array_equal(got, [[1.0, 0.0]])
+
+
+def test_decoder_attention_matches_fairseq_and_a_manual_softmax(model_specs):
+    """Teacher-forced decoder maps of a fairseq translation model: the encoder-decoder
+    attention averaged over heads equals fairseq's own alignment output (``alignment_layer``)
+    layer by layer; the self-attention equals softmax(q k^T / sqrt(d_head)) recomputed from
+    the layer's query input with a causal mask; a padded batch equals one sentence at a time."""
+    import torch
+
+    from evolution.models import load_adapter
+
+    adapter = load_adapter(model_specs["translation"])
+    assert adapter.supports_decoder and not load_adapter(model_specs["masked_lm"]).supports_decoder
+    sources = [adapter.build_input(adapter.tokenize(s).ids) for s in ("the cat sat on the mat", "a dog ran")]
+    targets = [adapter.build_decoder_input(adapter.tokenize_target(s).ids) for s in ("the dog sat", "a cat sat on it")]
+    own, cross = adapter.forward_decoder(sources, targets)
+    model = adapter._model
+    L, H = len(model.decoder.layers), model.decoder.layers[0].self_attn.num_heads
+    assert own.shape[:3] == (L, 2, H) and cross.shape[-1] == max(map(len, sources))
+    for b in range(2):
+        src = torch.as_tensor([sources[b]])
+        tgt = torch.as_tensor([targets[b]])
+        ts, tt = len(sources[b]), len(targets[b])
+        one_own, one_cross = adapter.forward_decoder([sources[b]], [targets[b]])
+        np.testing.assert_allclose(own[:, b, :, :tt, :tt], one_own[:, 0], atol=1e-5)
+        np.testing.assert_allclose(cross[:, b, :, :tt, :ts], one_cross[:, 0], atol=1e-5)
+        queries = []
+        hooks = [layer.self_attn.register_forward_pre_hook(lambda m, a, k: queries.append(k.get("query", a[0] if a else None)),
+                                                          with_kwargs=True) for layer in model.decoder.layers]
+        with torch.inference_mode():
+            enc = model.encoder(src, src_lengths=torch.as_tensor([ts]))
+            for layer in range(L):
+                _, extra = model.decoder(tgt, encoder_out=enc, alignment_layer=layer)
+                np.testing.assert_allclose(extra["attn"][0][0].numpy(), one_cross[layer, 0].mean(0), atol=1e-5)
+        for h in hooks:
+            h.remove()
+        for layer in range(L):  # queries[:L]: the first of the L passes above
+            m = model.decoder.layers[layer].self_attn
+            x = queries[layer][:, 0]  # (T, d) the layer's self-attention input
+            d_head = m.embed_dim // m.num_heads
+            with torch.inference_mode():
+                q = (m.q_proj(x) * d_head ** -0.5).view(tt, m.num_heads, d_head).transpose(0, 1)
+                k = m.k_proj(x).view(tt, m.num_heads, d_head).transpose(0, 1)
+                scores = q @ k.transpose(1, 2) + torch.triu(torch.full((tt, tt), float("-inf")), diagonal=1)
+            np.testing.assert_allclose(one_own[layer, 0], torch.softmax(scores, -1).numpy(), atol=1e-5)
+
+
+def test_cross_head_sums_against_a_loop():
+    """Encoder-decoder statistics: each measure recomputed query by query with scipy's entropy;
+    the measures that need the query's own position in the keys are NaN."""
+    from evolution.metrics.heads import cross_head_sums
+
+    rng = np.random.default_rng(3)
+    alpha = rng.dirichlet(np.ones(5) * 0.3, size=(2, 3, 4))  # (L, H, Tq=4, Tk=5)
+    bos = np.array([1, 0, 0, 0, 0], bool)
+    eos = np.array([0, 0, 0, 0, 1], bool)
+    punct = np.array([0, 0, 1, 1, 0], bool)
+    sums, counts = cross_head_sums(alpha, bos=bos, eos=eos, punct=punct)
+    for layer, head in [(0, 0), (1, 2)]:
+        rows = alpha[layer, head]
+        expect = {"entropy": np.mean([scipy_entropy(r) for r in rows]), "uniform_entropy": np.log(5),
+                  "to_bos": rows[:, 0].mean(), "to_eos": rows[:, 4].mean(), "to_punct": rows[:, 2:4].sum(1).mean(),
+                  "confidence": rows.max(1).mean()}
+        for name, value in expect.items():
+            assert _measure(sums[layer, head], counts, name) == pytest.approx(value)
+    for name in ("to_self", "to_prev", "to_next", "max_prev", "max_self", "max_next"):
+        assert np.isnan(sums[..., MEASURES.index(name)]).all()
+
+
+@pytest.mark.slow
+def test_decoder_heads_end_to_end(tmp_path, model_specs):
+    """A translation model on a parallel corpus: the ``heads_decoder`` group equals the
+    adapter's teacher-forced maps pooled by hand over every analysed sentence with its own
+    reference line (scipy's entropy; numpy shares), and the report has its table."""
+    from evolution.corpus import layout
+    from evolution.metrics.results import open_metrics
+    from evolution.models import load_adapter
+    from evolution.store import open_representations
+    from pipelines.run import run
+
+    from conftest import SENTENCES
+
+    src, tgt = tmp_path / "c.en", tmp_path / "c.xx"
+    src.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    tgt.write_text("".join(" ".join(reversed(s.split())) + " .\n" for s in SENTENCES), encoding="utf-8")
+    spec = model_specs["translation"]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"""workdir: {tmp_path / 'w'}
+cluster: synchronous
+corpus: {{source: parallel, path: {src}, target_path: {tgt}, languages: [en, xx],
+          split: {{valid: 0.125, test: 0.5, block_lines: 4}}}}
+extract: {{chunk_tokens: 32, max_batch_tokens: 64, attention: {{sentences: 3}}}}
+metrics:
+  tokens: {{top: 4, min_count: 2}}
+  mi: {{k: 3, restarts: 1}}
+  neighbors: {{k: 2}}
+  tsne: {{selections: []}}
+models:
+  - {{name: mt, kind: fairseq, path: {spec['path']}, data: {spec['data']}}}
+""", encoding="utf-8")
+    run(cfg, progress=False)
+    dec = open_metrics(tmp_path / "w" / "metrics.zarr", "heads_decoder").load()
+    assert dec.value.dims == ("model", "attention", "layer", "head", "measure")
+    corpus_dir = next((tmp_path / "w" / "corpus").iterdir())
+    targets = layout.load_targets(corpus_dir).sentences
+    reps = open_representations(str(tmp_path / "w" / "reps.zarr"), "mt")
+    adapter = load_adapter(spec)
+    ent, eos, conf, self_prev = [], [], [], []
+    sentences = np.unique(reps.sentence.values)
+    assert len(targets) == len(sentences) == dec.sentences.sel(model="mt").item()
+    for s in sentences:
+        rows = np.flatnonzero(reps.sentence.values == s)
+        source = adapter.build_input(reps.token_id.values[rows[np.argsort(reps.position.values[rows])]].tolist())
+        assert " ".join(reps.token_str.values[rows]) == " ".join(reversed(targets[s][:-2].split()))  # its own line
+        own, cross = adapter.forward_decoder([source], [adapter.build_decoder_input(adapter.tokenize_target(targets[s]).ids)])
+        ent += [scipy_entropy(row) for row in cross[0, 0, 1]]  # layer 1, head 1
+        eos += list(cross[0, 0, 0, :, -1])  # layer 1, head 0: the source's </s>
+        conf += list(own[0, 0, 1].max(-1))
+        self_prev += list(np.diagonal(own[0, 0, 0], offset=-1))
+    v = dec.value.sel(model="mt", layer=1)
+    assert v.sel(attention="encoder_decoder", head=1, measure="entropy").item() == pytest.approx(np.mean(ent), rel=1e-6)
+    assert v.sel(attention="encoder_decoder", head=0, measure="to_eos").item() == pytest.approx(np.mean(eos), rel=1e-6)
+    assert v.sel(attention="decoder_self", head=1, measure="confidence").item() == pytest.approx(np.mean(conf), rel=1e-6)
+    assert v.sel(attention="decoder_self", head=0, measure="to_prev").item() == pytest.approx(np.mean(self_prev),
+                                                                                          rel=1e-6)
+    assert np.isnan(v.sel(attention="encoder_decoder", measure="to_self")).all()
+    assert not dec.positional.sel(attention="encoder_decoder").any()
+    assert "### Decoder heads of the translation model" in (tmp_path / "w" / "report" / "report.md").read_text()

@@ -85,6 +85,7 @@ class Inputs:
     torch_threads: int
     arrays_dir: Path  # where units' index arrays are written for tasks to read (see save_arrays)
     max_batch_tokens: int = 1024  # padded tokens per forward pass, for analyses that re-run a model
+    targets: Any = None  # evolution.corpus.layout.Targets: the target side of a parallel corpus, or None
     attrs: dict[str, Any] = field(default_factory=dict)  # provenance attached to every group
 
     @property

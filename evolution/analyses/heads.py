@@ -6,7 +6,8 @@ One unit per model re-runs it over every sentence of the analysis set (the
 store's token ids, so truncation is the extraction's) and pools per-head sums
 over every query, keeping no map; the head map reads the stored maps (the first
 ``extract.attention.sentences`` sentences) of every model; the dependency
-units re-run each model on two treebanks.
+units re-run each model on two treebanks; a translation model's decoder unit
+re-runs it teacher-forced on the reference translations.
 
 ============================  ==============================  ==========================================
 ``heads/value``               (model, layer, head, measure)   entropy (nats) and its uniform baseline,
@@ -37,6 +38,10 @@ units re-run each model on two treebanks.
 ``heads_dependency/...``      (model, split, layer, head,     dependency accuracy (Clark et al.), the
                               relation, direction)            offset baseline, the head picked on the
                                                               select treebank and its score accuracy
+``heads_decoder/value``,      (model, attention, layer,       translation models: the statistics above
+``positional``,               head[, measure])                for the decoder self-attention and the
+``rare_token_share``                                          encoder-decoder attention, teacher-forced
+                                                              on the reference (parallel corpora)
 
 ``layer`` runs 1..L (blocks), ``head`` 0..H-1; models with fewer layers or
 heads are padded with NaN. Select the head dimension as ``ds["head"]``
@@ -209,6 +214,96 @@ def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_to
     return out
 
 
+ATTENTIONS = ("decoder_self", "encoder_decoder")
+
+
+def decoder_task(*, store: str, model: str, spec: dict, targets: list[str], target_training_text: str,
+                 max_batch_tokens: int, torch_threads: int = 1) -> dict[str, Any]:
+    """The decoder heads of a translation model (Voita et al. ACL 2019 measured the roles of
+    encoder heads; here the same statistics where they apply to the decoder): teacher-forced
+    on the reference translation ``targets[s]`` of every analysed sentence ``s`` (the
+    store's source token ids, truncation included), per-head sums of :data:`MEASURES`
+    for the decoder self-attention (causal; queries ``</s> y1..ym``) and the
+    encoder-decoder attention (keys: the source ``x1..xn </s>``), pooled as in
+    :func:`heads_task`, and the rare-token hits: the least frequent target token (counts
+    on ``target_training_text``; queries that can see it) and the least frequent source
+    token (the store's ``train_count``)."""
+    import torch
+    from collections import Counter
+
+    from evolution.extract import batches
+    from evolution.metrics.heads import MEASURES, cross_head_sums, head_sums, is_punctuation
+    from evolution.models import cached_adapter
+    from evolution.store import open_representations
+
+    torch.set_num_threads(torch_threads)
+    adapter = cached_adapter(spec)
+    if not adapter.supports_decoder:
+        return {"unsupported": f"{model}: {type(adapter).__name__} cannot return decoder attention; decoder heads "
+                               "are measured for fairseq translation models"}
+    reps = open_representations(store, model)
+    rows_of = rows_by_sentence(reps["sentence"].values)
+    token_id, token_str = reps["token_id"].values, reps["token_str"].values
+    source_count = reps["train_count"].values if "train_count" in reps.coords else None
+    sentences = [s for s in sorted(rows_of) if s < len(targets) and targets[s].strip()]
+    target_counts: Counter = Counter()
+    with open(target_training_text, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                target_counts.update(adapter.tokenize_target(line.strip()).ids)
+    limit, truncated = adapter.max_target_tokens, 0
+    pairs = []
+    for s in sentences:
+        tok = adapter.tokenize_target(targets[s])
+        truncated += len(tok) > limit
+        ids, pieces = tok.ids[:limit], tok.pieces[:limit]
+        pairs.append((adapter.build_input(token_id[rows_of[s]].tolist()), adapter.build_decoder_input(ids), ids, pieces))
+    n_prefix = adapter.content_offset
+    src_suffix = len(adapter.suffix)
+    sums = {a: 0.0 for a in ATTENTIONS}
+    counts = {a: Counter() for a in ATTENTIONS}
+    rare_hits = {a: 0.0 for a in ATTENTIONS}
+    rare_sentences = {a: 0 for a in ATTENTIONS}
+    for batch in batches([max(len(p[0]), len(p[1])) for p in pairs], max_batch_tokens=max_batch_tokens):
+        own, cross = adapter.forward_decoder([pairs[i][0] for i in batch], [pairs[i][1] for i in batch])
+        for b, i in enumerate(batch):
+            src, dec, ids, pieces = pairs[i]
+            rows = rows_of[sentences[i]]
+            ts, tt = len(src), len(dec)
+            dec_punct = np.array([False] + [is_punctuation(p) for p in pieces])
+            first = np.arange(tt) == 0
+            a_own = np.asarray(own[:, b, :, :tt, :tt], dtype=np.float64)
+            s_own, c_own, _ = head_sums(a_own, bos=first, eos=np.zeros(tt, bool), punct=dec_punct, causal=True)
+            src_punct = np.zeros(ts, bool)
+            src_punct[n_prefix:ts - src_suffix] = [is_punctuation(str(p)) for p in token_str[rows]]
+            a_cross = np.asarray(cross[:, b, :, :tt, :ts], dtype=np.float64)
+            s_cross, c_cross = cross_head_sums(a_cross, bos=np.arange(ts) < n_prefix,
+                                               eos=np.arange(ts) >= ts - src_suffix, punct=src_punct)
+            for a, sm, c in (("decoder_self", s_own, c_own), ("encoder_decoder", s_cross, c_cross)):
+                sums[a] = sums[a] + sm
+                counts[a].update(c)
+            if len(ids) > 1:  # the least frequent target token, for the queries at or after it
+                rare = 1 + int(np.argmin([target_counts.get(t, 0) for t in ids]))
+                rare_hits["decoder_self"] += rare_token_hit(a_own, rare=rare, eos=np.arange(tt) < rare)
+                rare_sentences["decoder_self"] += 1
+            if source_count is not None and len(rows) > 1:
+                rare = n_prefix + int(np.argmin(source_count[rows]))
+                rare_hits["encoder_decoder"] += rare_token_hit(a_cross, rare=rare, eos=np.zeros(tt, bool))
+                rare_sentences["encoder_decoder"] += 1
+    if not pairs:
+        return {"sentences": 0, "notes": [f"{model}: no analysed sentence has a target side; no decoder heads"]}
+    notes = []
+    if truncated:
+        notes.append(f"{model}: {truncated} target sentence(s) longer than the decoder's {limit} positions were "
+                     "truncated for the decoder heads")
+    return {"sums": np.stack([np.asarray(sums[a]) for a in ATTENTIONS]),
+            "counts": {a: dict(counts[a]) for a in ATTENTIONS},
+            "rare_hits": np.stack([np.zeros(np.shape(sums[a])[:2]) + rare_hits[a] for a in ATTENTIONS]),
+            "rare_sentences": [rare_sentences[a] for a in ATTENTIONS], "sentences": len(pairs),
+            "target_tokens": int(sum(len(p[2]) for p in pairs)), "notes": notes,
+            "measures": list(MEASURES)}
+
+
 def head_map_task(*, store: str, models: list[str], seed: int) -> dict[str, Any]:
     """Jensen-Shannon distance between every two heads of ``models`` (Clark et al. 2019,
     section 6): word-level attention among content words (special tokens dropped, rows
@@ -259,7 +354,7 @@ def head_map_task(*, store: str, models: list[str], seed: int) -> dict[str, Any]
 
 class Heads(Analysis):
     name = "heads"
-    version = 2  # 2: statistics over every sentence (re-run), frequency from training counts
+    version = 3  # 2: statistics over every sentence (re-run), frequency from training counts; 3: decoder heads
     section = "heads"
 
     def tables(self, path):
@@ -276,7 +371,20 @@ class Heads(Analysis):
                               dict(store=inputs.store, model=m.name, spec=m.spec, causal=m.objective == "lm",
                                    max_batch_tokens=inputs.max_batch_tokens, torch_threads=inputs.torch_threads),
                               key={"model": m.key, "causal": m.objective == "lm"}))
-        with_maps = [u.kwargs["model"] for u in units]
+        if inputs.targets is not None:
+            import hashlib
+
+            digest = hashlib.sha256("\n".join(inputs.targets.sentences).encode()).hexdigest()[:16]
+            for m in inputs.models.values():
+                if m.objective == "mt":
+                    units.append(Unit(f"{m.name}-decoder", decoder_task,
+                                      dict(store=inputs.store, model=m.name, spec=m.spec,
+                                           targets=inputs.targets.sentences,
+                                           target_training_text=str(inputs.targets.training_text),
+                                           max_batch_tokens=inputs.max_batch_tokens,
+                                           torch_threads=inputs.torch_threads),
+                                      key={"model": m.key, "targets": digest}))
+        with_maps = [u.kwargs["model"] for u in units if u.fn is heads_task]
         if with_maps:
             units.append(Unit("map", head_map_task, dict(store=inputs.store, models=with_maps, seed=inputs.seed),
                               key={"models": [inputs.models[m].key for m in with_maps], "seed": inputs.seed}))
@@ -300,8 +408,9 @@ class Heads(Analysis):
         from evolution.metrics.heads import COUNTS, MEASURES
 
         models = [n for n in inputs.names if n in results]
+        decoder = self._decoder(inputs, results)
         if not models:
-            return {}
+            return {} if decoder is None else {"heads_decoder": decoder}
         L = max(np.asarray(results[m]["sums"]).shape[0] for m in models)  # noqa: N806
         H = max(np.asarray(results[m]["sums"]).shape[1] for m in models)
         value = np.full((len(models), L, H, len(MEASURES)), np.nan)
@@ -361,12 +470,66 @@ class Heads(Analysis):
                         "unit_layer": ("unit", [u[1] for u in units]), "unit_head": ("unit", [u[2] for u in units]),
                         "component": strings(["x", "y"])},
                 attrs={"sentences": r["sentences"], "queries": r["queries"]})
+        if decoder is not None:
+            out["heads_decoder"] = decoder
         dep = self._dependency(inputs, results)
         if dep is not None:
             out["heads_dependency"] = dep
             ds["syntactic"] = dep["syntactic"].reindex(model=ds.model.values, layer=ds.layer.values,
                                                        head=ds["head"].values, fill_value=False)
         return out
+
+    def _decoder(self, inputs: Inputs, results: dict[str, dict]) -> xr.Dataset | None:
+        """The ``heads_decoder`` group: per (model, attention, layer, head, measure) the
+        statistics of a translation model's decoder self-attention and encoder-decoder
+        attention; positional heads (decoder self-attention only) and rare-token shares."""
+        from evolution.metrics.heads import COUNTS, MEASURES
+
+        done = {}
+        for n in inputs.names:
+            r = results.get(f"{n}-decoder")
+            if r is None:
+                continue
+            for note in r.get("notes", []) + ([r["unsupported"]] if "unsupported" in r else []):
+                logger.info("metrics: heads: %s", note)
+            if r.get("sentences"):
+                done[n] = r
+        if not done:
+            return None
+        models = list(done)
+        L = max(np.asarray(r["sums"]).shape[1] for r in done.values())  # noqa: N806
+        H = max(np.asarray(r["sums"]).shape[2] for r in done.values())
+        value = np.full((len(models), len(ATTENTIONS), L, H, len(MEASURES)), np.nan)
+        rare = np.full((len(models), len(ATTENTIONS), L, H), np.nan)
+        for i, m in enumerate(models):
+            r = done[m]
+            sums = np.asarray(r["sums"], dtype=float)
+            l, h = sums.shape[1:3]
+            for j, a in enumerate(ATTENTIONS):
+                denom = np.array([r["counts"][a][COUNTS[name]] for name in MEASURES], dtype=float)
+                value[i, j, :l, :h] = sums[j] / np.maximum(denom, 1)
+                if r["rare_sentences"][j]:
+                    rare[i, j, :l, :h] = np.asarray(r["rare_hits"], dtype=float)[j] / r["rare_sentences"][j]
+        offsets = value[..., [MEASURES.index(k) for k in ("max_prev", "max_self", "max_next")]]
+        threshold = inputs.config.heads.positional_share
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            positional = np.nanmax(offsets, axis=-1) >= threshold
+        return xr.Dataset(
+            {"value": (("model", "attention", "layer", "head", "measure"), value,
+                       {"long_name": "per-head statistics of the decoder, teacher-forced on the reference translation; "
+                                     "NaN where a measure does not apply (offsets in encoder-decoder attention)"}),
+             "positional": (("model", "attention", "layer", "head"), positional,
+                            {"long_name": f">= {threshold:.0%} of maxima on one relative offset (decoder "
+                                          "self-attention; -1 or 0 in a causal decoder)"}),
+             "rare_token_share": (("model", "attention", "layer", "head"), rare,
+                                  {"long_name": "share of sentences whose head maxima go mostly to the least frequent "
+                                                "token: the target token (decoder self-attention, queries at or after "
+                                                "it) or the source token (encoder-decoder); training-split counts"})},
+            coords={"model": strings(models), "attention": strings(ATTENTIONS), "layer": np.arange(1, L + 1),
+                    "head": np.arange(H), "measure": strings(MEASURES),
+                    "sentences": ("model", [done[m]["sentences"] for m in models]),
+                    "target_tokens": ("model", [done[m]["target_tokens"] for m in models])})
 
     def _dependency(self, inputs: Inputs, results: dict[str, dict]) -> xr.Dataset | None:
         """The ``heads_dependency`` group: accuracy per (model, split, layer, head, relation,
@@ -468,6 +631,29 @@ def _tables(path) -> list[tuple[str, list[list[str]], str]]:
                                  f"(offset {int(dep.baseline_offset.sel(**sel)):+d})"])
         out.append(("Dependency heads", rows, f"Picked on {dep.treebank.values[0]}, scored on {dep.treebank.values[1]} "
                     "(layer-head counted from 1-0); same-data best: picked and scored on the second, as Clark et al."))
+    dec = open_group(path, "heads_decoder")
+    if dec is not None:
+        rows = [["model", "attention", "layer", "entropy (uniform)", "confidence", "to </s>", "to punct.",
+                 "positional heads", "max rare-token share"]]
+        for m in dec.model.values:
+            for a in dec.attention.values:
+                v = dec.value.sel(model=m, attention=a)
+                for layer in dec.layer.values:
+                    x = v.sel(layer=layer)
+                    if np.isnan(x.sel(measure="entropy")).all():
+                        continue
+                    mean = lambda name: x.sel(measure=name).mean("head").item()  # noqa: E731
+                    rows.append([str(m), str(a).replace("_", "-"), str(int(layer)),
+                                 f"{f(mean('entropy'))} ({f(mean('uniform_entropy'))})", f(mean("confidence")),
+                                 f(mean("to_bos" if a == "decoder_self" else "to_eos")), f(mean("to_punct")),
+                                 str(int(dec.positional.sel(model=m, attention=a, layer=layer).sum()))
+                                 if a == "decoder_self" else "n/a",
+                                 f(dec.rare_token_share.sel(model=m, attention=a, layer=layer).max().item())])
+        out.append(("Decoder heads of the translation model", rows,
+                    "Teacher-forced on the reference translations of the analysed sentences; means over heads. "
+                    "Decoder self-attention: to </s> is the start symbol, positional heads have >= 90% of maxima on "
+                    "offset -1 or 0; encoder-decoder: to </s> is the source's end, positions do not apply. "
+                    "Rare-token share: the least frequent target (self) or source (encoder-decoder) token."))
     rows = [["model", "quantity"] + [str(int(v)) for v in ds.layer.values]]
     for m in ds.model.values:
         for q in ds.quantity.values:

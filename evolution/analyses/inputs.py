@@ -29,11 +29,14 @@ class ModelSource:
 
 
 def load_inputs(*, store: str, models: list[ModelSource], config: MetricsConfig, seed: int, torch_threads: int,
-                arrays_dir: Path, attrs: dict[str, Any] | None = None, max_batch_tokens: int = 1024) -> Inputs:
+                arrays_dir: Path, attrs: dict[str, Any] | None = None, max_batch_tokens: int = 1024,
+                targets: Any = None) -> Inputs:
     """Open each model's group, split its token axis into main and annotated text
     (:func:`~evolution.metrics.plan.text_parts`, from the store's annotation
     coordinates) and plan the occurrences of every metric
-    (:func:`~evolution.metrics.plan.plan_occurrences`)."""
+    (:func:`~evolution.metrics.plan.plan_occurrences`). ``targets``
+    (:class:`~evolution.corpus.layout.Targets`, parallel corpora): the target side, for
+    the decoder heads of translation models."""
     from evolution.corpus.conllu import ANNOTATION_COLUMNS
     from evolution.metrics.plan import plan_occurrences, text_parts
     from evolution.store import open_representations
@@ -58,5 +61,5 @@ def load_inputs(*, store: str, models: list[ModelSource], config: MetricsConfig,
                                   freq_rank=np.asarray(parts["freq_rank"]), plan=plan)
     notes = [n for mi in out.values() for n in mi.plan.notes]
     return Inputs(store=store, models=out, config=config, seed=seed, torch_threads=torch_threads,
-                  arrays_dir=Path(arrays_dir), max_batch_tokens=max_batch_tokens, attrs={**(attrs or {}), "notes": notes,
+                  arrays_dir=Path(arrays_dir), max_batch_tokens=max_batch_tokens, targets=targets, attrs={**(attrs or {}), "notes": notes,
                                                       "objectives": {n: str(v.objective) for n, v in out.items()}})

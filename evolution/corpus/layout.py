@@ -33,7 +33,7 @@ from evolution.provenance import file_hash, versions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SourceText", "read_source", "write", "load", "load_annotation", "is_done"]
+__all__ = ["SourceText", "read_source", "write", "load", "load_annotation", "load_targets", "is_done"]
 
 
 @dataclass
@@ -141,7 +141,7 @@ def _write_parallel(directory: Path, source: SourceText, meta: dict) -> tuple[li
                     counts[name]["source_words"], src, counts[name]["target_words"], tgt)
     analysed = splits[c.analyse][:c.max_sentences] if c.max_sentences else splits[c.analyse]
     meta.update(source=corpus.origin, filter=corpus.stats, splits=counts, analysed_split=c.analyse,
-                refs=[corpus.refs[i] for i in analysed])
+                languages=[src, tgt], refs=[corpus.refs[i] for i in analysed])
     # `lines`: 1-based position of each analysed sentence in its split
     return [corpus.source[i] for i in analysed], list(range(1, len(analysed) + 1))
 
@@ -162,3 +162,26 @@ def load_annotation(directory: Path) -> dict | None:
     ``upos``, ``xpos``, ``deprel``, ``head`` word by word."""
     f = directory / "annotation.json"
     return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The target side of a parallel corpus directory: ``sentences[i]`` translates analysed
+    sentence ``i`` (the main text only; annotated sentences have none), ``training_text``
+    the target side of the training split (for frequencies)."""
+
+    sentences: list[str]
+    training_text: Path
+    language: str
+
+
+def load_targets(directory: Path) -> Targets | None:
+    """The target side of the analysed sentences (None for a plain-text corpus)."""
+    meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+    if "analysed_split" not in meta:
+        return None
+    tgt = (meta.get("languages") or meta["config"]["languages"])[1]
+    n_main = meta.get("annotated", {}).get("first", meta["n_sentences"])
+    lines = (directory / "text" / f"{meta['analysed_split']}.{tgt}").read_text(encoding="utf-8").splitlines()
+    return Targets(sentences=[lines[i - 1] for i in meta["lines"][:n_main]],
+                   training_text=directory / "text" / f"train.{tgt}", language=tgt)

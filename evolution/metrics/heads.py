@@ -31,9 +31,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-__all__ = ["word_attention", "word_units", "is_punctuation", "head_sums", "key_shares", "dependency_hits", "js_divergence_sums",
-           "MEASURES",
-           "COUNTS", "OFFSETS"]
+__all__ = ["word_attention", "word_units", "is_punctuation", "head_sums", "cross_head_sums", "key_shares",
+           "dependency_hits", "js_divergence_sums", "MEASURES", "COUNTS", "OFFSETS"]
 
 #: the per-head statistics, in the order of :func:`head_sums`'s ``sums`` (last axis)
 MEASURES = ("entropy", "uniform_entropy", "to_bos", "to_eos", "to_punct", "to_self", "to_prev", "to_next",
@@ -115,6 +114,25 @@ def head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.
     counts = {"queries": T, "with_prev": T - 1, "with_next": T - 1, "non_eos": int((~eos).sum())}
     norm_sums = None if norm is None else key_shares(norm, [bos, eos, punct])
     return sums, counts, norm_sums
+
+
+def cross_head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.ndarray
+                    ) -> tuple[np.ndarray, dict[str, int]]:
+    """:func:`head_sums` for attention between two sequences (a translation model's
+    encoder-decoder attention): ``alpha`` (L, H, T_query, T_key), the masks over the
+    keys (source positions). The measures that need a query's own position in the keys
+    (to self / previous / next, the offsets of the maximum) are NaN; entropy's uniform
+    baseline is log(T_key); confidence counts every query.
+    """
+    alpha = np.asarray(alpha, dtype=np.float64)
+    L, H, Tq, Tk = alpha.shape
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ent = -np.where(alpha > 0, alpha * np.log(alpha), 0.0).sum(-1)
+    applies = {"entropy": ent, "uniform_entropy": np.full((L, H, Tq), np.log(Tk)),
+               "to_bos": alpha[..., np.asarray(bos, bool)].sum(-1), "to_eos": alpha[..., np.asarray(eos, bool)].sum(-1),
+               "to_punct": alpha[..., np.asarray(punct, bool)].sum(-1), "confidence": alpha.max(-1)}
+    sums = np.stack([applies[m].sum(-1) if m in applies else np.full((L, H), np.nan) for m in MEASURES], axis=-1)
+    return sums, {"queries": Tq, "with_prev": Tq, "with_next": Tq, "non_eos": Tq}
 
 
 def key_shares(weights: np.ndarray, masks: Sequence[np.ndarray]) -> np.ndarray:

@@ -177,6 +177,23 @@ class Adapter(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot compute value-vector norms (Kobayashi et al. 2020); "
                                   "they are available for fairseq Transformers and BERT-like Hugging Face encoders")
 
+    #: whether :meth:`forward_decoder` is available (translation models with a Transformer decoder)
+    supports_decoder: bool = False
+
+    def tokenize_target(self, sentence: str) -> Tokenized:
+        """Content tokens of one target-language sentence (translation models)."""
+        raise NotImplementedError(f"{type(self).__name__} has no decoder")
+
+    def forward_decoder(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """Teacher-forced decoder attention of a translation model: ``sources`` model inputs
+        (:meth:`build_input`), ``targets`` decoder inputs (:meth:`build_decoder_input`).
+        Returns the decoder self-attention ``(L, B, H, T_target, T_target)`` and the
+        encoder-decoder attention ``(L, B, H, T_target, T_source)``; values at padded
+        positions are unspecified."""
+        raise NotImplementedError(f"{type(self).__name__} has no decoder whose attention can be read; decoder heads "
+                                  "are available for fairseq translation models")
+
     #: the ``<mask>`` id of a masked LM (None otherwise), and the [low, high) range of ordinary
     #: symbols that random replacements are drawn from (MLM output MI, evolution.metrics.masked)
     mask_id: int | None = None

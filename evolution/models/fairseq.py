@@ -193,6 +193,48 @@ class FairseqAdapter(Adapter):
             self._run(inputs, attention=False, norms=False, key_mask=None)
         return (torch.stack([q for q, _ in qk]).float().numpy(), torch.stack([k for _, k in qk]).float().numpy())
 
+    @property
+    def supports_decoder(self) -> bool:
+        decoder = getattr(self._model, "decoder", None)
+        return self.objective == "mt" and bool(getattr(decoder, "layers", None)) and \
+            getattr(decoder.layers[0], "encoder_attn", None) is not None
+
+    @property
+    def max_target_tokens(self) -> int:
+        """The longest target the decoder accepts after its ``</s>`` start symbol."""
+        return int(self._model.decoder.max_positions()) - 1
+
+    def tokenize_target(self, sentence: str) -> Tokenized:
+        """Target pieces (the same SentencePiece model: this project's vocabulary is joint)
+        mapped through the task's target dictionary."""
+        pieces = self._spm.encode(sentence, out_type=str) if self._spm is not None else sentence.split()
+        d = self._task.target_dictionary
+        return Tokenized(ids=[d.index(p) for p in pieces], pieces=list(pieces), word_ids=word_ids_from_pieces(pieces))
+
+    def build_decoder_input(self, ids: Sequence[int]) -> list[int]:
+        """Target content ids -> the teacher-forced decoder input ``</s> y1..ym`` (fairseq's
+        ``prev_output_tokens``: the output at position i predicts y_{i+1}, the last one ``</s>``)."""
+        return [self._task.target_dictionary.eos(), *ids]
+
+    def forward_decoder(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        if not self.supports_decoder:
+            return super().forward_decoder(sources, targets)
+        src, _, src_lengths = self._pad(sources)
+        tgt = torch.full((len(targets), max(len(t) for t in targets)), self._task.target_dictionary.pad(),
+                         dtype=torch.long)
+        for b, t in enumerate(targets):
+            tgt[b, :len(t)] = torch.as_tensor(list(t), dtype=torch.long)
+        layers = list(self._model.decoder.layers)
+        with contextlib.ExitStack() as ctx, torch.inference_mode():
+            own = ctx.enter_context(capture_attention([layer.self_attn for layer in layers]))
+            cross = ctx.enter_context(capture_attention([layer.encoder_attn for layer in layers]))
+            encoder_out = self._model.encoder(src, src_lengths=torch.as_tensor(src_lengths))
+            self._model.decoder(tgt, encoder_out=encoder_out)
+        return torch.stack(own).float().numpy(), torch.stack(cross).float().numpy()
+
     def _run(self, inputs, *, attention: bool, norms: bool, key_mask: dict | None):
         import torch
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from evolution.config import resolved_dict
 from evolution.provenance import config_hash, versions
+from evolution.corpus import layout as corpus_layout
 from pipelines.stages.base import Context, Stage
+from pipelines.stages.corpus import CorpusStage
 from pipelines.stages.extract import ExtractStage
 
 logger = logging.getLogger(__name__)
@@ -66,7 +68,8 @@ class MetricsStage(Stage):
         cache = ctx.workdir / "metrics" / "cache"
         inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed,
                              torch_threads=cfg.extract.torch_threads, max_batch_tokens=cfg.extract.max_batch_tokens,
-                             arrays_dir=cache, attrs=attrs)
+                             arrays_dir=cache, attrs=attrs,
+                             targets=corpus_layout.load_targets(CorpusStage().directory(ctx)))
         datasets = run_analyses(enabled(cfg.metrics), inputs, cache=cache, client=ctx.client, progress=ctx.progress,
                                 force=self.name in ctx.force)
         write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
