@@ -195,6 +195,13 @@ def training_counts(adapter: Adapter, path) -> dict[int, int]:
     return dict(counts)
 
 
+def training_ranks(counts: dict[int, int]) -> dict[int, int]:
+    """The frequency rank of every token id seen in training (1 = most frequent; ties: the
+    smaller id first, as :func:`evolution.tokens.frequency_ranks`); unseen ids have none."""
+    order = sorted(counts, key=lambda i: (-counts[i], i))
+    return {int(i): r for r, i in enumerate(order, start=1)}
+
+
 def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint: str, config: ExtractConfig,
                      annotation: dict | None, attrs: dict[str, Any], client=None, progress: bool = True,
                      training_text=None) -> dict[str, float]:
@@ -207,8 +214,11 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
     (:func:`evolution.corpus.conllu.annotation_columns`) and its first sentence
     the group attribute ``annotated_from``, so that the metrics read only the
     store. ``training_text`` (the model's training split, source side; this
-    project's trained models) gives the token coordinate ``train_count``: each
-    token's count there (:func:`training_counts`). ``attrs`` (provenance) join
+    project's trained models) gives the token coordinates ``train_count``: each
+    token's count there (:func:`training_counts`), and ``train_rank``: its type's
+    frequency rank there (:func:`training_ranks`; 0 = never seen in training), with
+    the group attribute ``train_types`` (how many types training has: the ranks a
+    frequency bin can reach). ``attrs`` (provenance) join
     the adapter's own description. Returns the timings of :func:`extract_model`
     plus ``stage_seconds``.
     """
@@ -229,7 +239,9 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
     if training_text is not None:
         counts = training_counts(adapter, training_text)
         columns["train_count"] = np.array([counts.get(int(i), 0) for i in columns["token_id"]], dtype=np.int64)
-        attrs["train_count_source"] = str(training_text)
+        rank = training_ranks(counts)
+        columns["train_rank"] = np.array([rank.get(int(i), 0) for i in columns["token_id"]], dtype=np.int32)
+        attrs.update(train_count_source=str(training_text), train_types=len(rank))
     if annotation is not None:
         columns.update(annotation_columns(sentence=columns["sentence"], word_id=columns["word_id"],
                                           first=annotation["first"], sentences=annotation["sentences"]))

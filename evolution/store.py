@@ -11,7 +11,9 @@
                                           0 = root, -1 off it), and the attribute
                                           annotated_from (its first sentence, -1: none);
                                           for this project's trained models train_count
-                                          (the token's count in the training split);
+                                          (the token's count in the training split) and
+                                          train_rank (its type's rank there; 1 = most
+                                          frequent, 0 = unseen; attribute train_types);
                                           coordinate layer = 0..L
     reps.zarr/<model>/attention/attention (sentence, layer, head, query, key)
                                           chunks (1, L, H, T, T), padded to T

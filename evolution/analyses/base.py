@@ -56,7 +56,9 @@ class ModelInputs:
     ``coords`` are the token coordinates (n,) of :mod:`evolution.store`;
     ``primary`` (n,) marks the main text; ``annotation`` maps ``pos`` (PTB
     tag), ``deprel``, ``upos`` to label codes (n,) (None without annotated
-    text); ``freq_rank`` is counted on the main text; ``plan`` is the
+    text); ``freq_rank`` (0 off the main text) ranks token types by their count
+    in the training split where the store has ``train_rank`` (this project's
+    trained models), else in the main text (``frequency`` says which); ``plan`` is the
     :class:`~evolution.metrics.plan.OccurrencePlan` of every metric.
     """
 
@@ -72,6 +74,8 @@ class ModelInputs:
     annotation: dict[str, np.ndarray] | None
     freq_rank: np.ndarray
     plan: Any
+    frequency: str = "analysed text"  # what freq_rank counts: "training split" (train_rank) or "analysed text"
+    ranked_types: int = 0  # how many types freq_rank ranks (the ranks a frequency bin can reach)
 
 
 @dataclass

@@ -34,7 +34,7 @@ __all__ = ["Influence", "influence_task", "influence_by_frequency"]
 
 
 def influence_task(*, spec: dict, content_ids: dict[int, list[int]], samples: list[tuple[int, int, int]],
-                   influence: InfluenceConfig, torch_threads: int = 1) -> dict[str, Any]:
+                   influence: InfluenceConfig, n_bins: int, torch_threads: int = 1) -> dict[str, Any]:
     """Token influence of one model; ``{"unsupported": reason}`` for a model that cannot
     mask attention keys per layer."""
     import torch
@@ -47,7 +47,7 @@ def influence_task(*, spec: dict, content_ids: dict[int, list[int]], samples: li
     if not adapter.supports_key_masking:
         return {"unsupported": f"{spec['name']}: {type(adapter).__name__} cannot mask attention keys per layer"}
     return token_influence(adapter, content_ids={int(k): v for k, v in content_ids.items()}, samples=samples,
-                           n_bins=len(influence.freq_bins) - 1, methods=influence.methods,
+                           n_bins=n_bins, methods=influence.methods,
                            epsilon=influence.epsilon, min_ratio=influence.min_ratio)
 
 
@@ -61,11 +61,11 @@ class Influence(Analysis):
         from evolution.metrics.plan import content_ids_by_sentence
 
         icfg = inputs.config.influence
-        bins = list(zip(icfg.freq_bins[:-1], icfg.freq_bins[1:]))
         units = []
         for m in inputs.models.values():
             if m.kind == "huggingface":
                 continue
+            bins, _ = _bins(icfg, m)
             sentence, main = m.coords["sentence"], m.primary
             samples = sample_influencers(sentence=sentence[main], position=m.coords["position"][main],
                                          freq_rank=m.freq_rank[main], bins=bins, max_per_bin=icfg.max_per_bin,
@@ -73,8 +73,9 @@ class Influence(Analysis):
             content = content_ids_by_sentence(m.coords["token_id"], sentence, wanted={s for s, _, _ in samples})
             units.append(Unit(m.name, influence_task,
                               dict(spec=m.spec, content_ids=content, samples=samples, influence=icfg,
-                                   torch_threads=inputs.torch_threads),
-                              key={"model": m.key, "influence": resolved_dict(icfg), "seed": inputs.seed}))
+                                   n_bins=len(bins), torch_threads=inputs.torch_threads),
+                              key={"model": m.key, "influence": resolved_dict(icfg), "seed": inputs.seed,
+                                   "bins": bins, "frequency": m.frequency}))
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -85,10 +86,13 @@ class Influence(Analysis):
         if not results:
             return {}
         icfg = inputs.config.influence
-        methods, freq_bins = icfg.methods, icfg.freq_bins
+        methods = icfg.methods
         models = list(results)
         L = max(len(r["rows"]) for r in results.values())
-        bins = [f"{lo}-{hi}" for lo, hi in zip(freq_bins[:-1], freq_bins[1:])]
+        edges, notes = _bins(icfg, inputs.models[models[0]])  # one basis for the trained models of a run
+        for note in notes:
+            logger.info("metrics: influence: %s", note)
+        bins = [f"{lo}-{hi}" for lo, hi in edges]
         dist = np.full((len(methods), len(models), L, len(bins)), np.nan)
         rows = np.zeros((len(models), L, len(bins)), dtype=np.int64)
         samples = np.zeros_like(rows)
@@ -103,9 +107,16 @@ class Influence(Analysis):
                           {"long_name": "distance of the other tokens' layer-n states with vs without the key masked"}),
              "rows": (("model", "layer", "freq_bin"), rows), "samples": (("model", "layer", "freq_bin"), samples)},
             coords={"metric": strings(methods), "model": strings(models), "layer": np.arange(1, L + 1),
-                    "freq_bin": strings(bins), "rank_lo": ("freq_bin", freq_bins[:-1])},
-            attrs={"notes": [n for r in results.values() for n in r.get("notes", [])]})
+                    "freq_bin": strings(bins), "rank_lo": ("freq_bin", [lo for lo, _ in edges])},
+            attrs={"notes": notes + [n for r in results.values() for n in r.get("notes", [])],
+                   "frequency": inputs.models[models[0]].frequency})
         return {"influence": ds}
+
+
+def _bins(icfg, m) -> tuple[list[tuple[int, int]], list[str]]:
+    from evolution.metrics.plan import frequency_bins
+
+    return frequency_bins(icfg.freq_bins, ranked_types=m.ranked_types, basis=m.frequency)
 
 
 def influence_by_frequency(path, metric: str = "pwcca"):

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from evolution.metrics.plan import frequency_bins
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.plotting import STYLES, adjacent_change_figure, open_group, plt
 from evolution.config import SimilarityConfig, resolved_dict
@@ -34,12 +35,13 @@ __all__ = ["Similarity", "similarity_task", "adjacent_change", "merge", "similar
 
 
 def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], arrays: str,
-                    similarity: SimilarityConfig) -> dict[str, Any]:
+                    similarity: SimilarityConfig, bins: list[tuple[int, int]]) -> dict[str, Any]:
     """All-pairs similarity of (model, layer) views on the same occurrences,
     and adjacent-layer change per frequency-rank bin.
 
     ``arrays`` holds ``rows/<model>`` (n,), the same occurrences in the same
-    order in every model, and ``freq_rank`` (n,) of those occurrences.
+    order in every model, and ``freq_rank`` (n,) of those occurrences; ``bins``
+    the frequency-rank bins [lo, hi) of the change measure.
     Returns ``similarity[method]`` as a nested list (view_a, view_b) over
     ``views`` = [(model, layer), ...], and ``change[method][model]`` as
     (layer_pair, bin) with NaN where a bin has too few occurrences (listed in
@@ -67,7 +69,7 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
                 else:
                     sim[m][i, j] = fns[m](va, vb)
     del views
-    bins = list(zip(similarity.freq_bins[:-1], similarity.freq_bins[1:]))
+    bins = [tuple(b) for b in bins]
     change: dict[str, dict[str, list]] = {m: {} for m in methods}
     notes = []
     freq_rank = a["freq_rank"]
@@ -159,13 +161,18 @@ class Similarity(Analysis):
                                "fewer than metrics.similarity.min_ratio x d = %g x %d", ", ".join(names), n_rows,
                                scfg.sentences, scfg.min_ratio, d)
                 continue
+            bins, notes = frequency_bins(scfg.freq_bins, ranked_types=models[0].ranked_types,
+                                         basis=models[0].frequency)
+            for note in notes:
+                logger.info("metrics: change by frequency (%s): %s", ", ".join(names), note)
             rows = {f"rows/{m.name}": m.plan.similarity_rows for m in models}
             arrays = save_arrays(inputs.arrays_dir, "similarity",
                                  {**rows, "freq_rank": models[0].freq_rank[models[0].plan.similarity_rows]})
             units.append(Unit("+".join(names), similarity_task,
                               dict(store=inputs.store, models=names, n_layers={m.name: m.n_layers for m in models},
-                                   arrays=arrays, similarity=scfg),
-                              key={"models": [m.key for m in models], "similarity": resolved_dict(scfg)}))
+                                   arrays=arrays, similarity=scfg, bins=bins),
+                              key={"models": [m.key for m in models], "similarity": resolved_dict(scfg),
+                                   "bins": bins}))
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -200,7 +207,8 @@ class Similarity(Analysis):
             coords={"metric": strings(methods), "model": strings(models),
                     "layer_pair": strings(f"{i}-{i + 1}" for i in range(L - 1)),
                     "layer_from": ("layer_pair", np.arange(L - 1)), "freq_bin": strings(bins),
-                    "rank_lo": ("freq_bin", [lo for lo, _ in similarity["bins"]])})
+                    "rank_lo": ("freq_bin", [lo for lo, _ in similarity["bins"]])},
+            attrs={"frequency": next(iter(inputs.models.values())).frequency})
         return out
 
 

@@ -94,7 +94,7 @@ def content_ids_by_sentence(token_id: np.ndarray, sentence: np.ndarray, *, wante
 
 
 def text_parts(*, sentence: np.ndarray, token_id: np.ndarray, freq_rank: np.ndarray,
-               labels: dict[str, np.ndarray] | None, annotated_from: int = -1) -> dict:
+               labels: dict[str, np.ndarray] | None, annotated_from: int = -1, ranks_given: bool = False) -> dict:
     """Split the token axis (n,) into the main text and the annotated text after it.
 
     ``labels`` are the store's annotation coordinates (``upos``, ``xpos``,
@@ -104,7 +104,8 @@ def text_parts(*, sentence: np.ndarray, token_id: np.ndarray, freq_rank: np.ndar
     codes (n,) per name: ``pos`` = PTB tag, ``deprel``, ``upos``;
     :data:`~evolution.corpus.conllu.NO_LABEL` off the annotated text); and
     ``freq_rank`` counted on the main text only (the given ranks when nothing
-    is annotated; 0 on annotated rows).
+    is annotated; 0 on annotated rows). Pass the store's ``train_rank`` as
+    ``freq_rank`` to rank by the training split: it is kept (0 on annotated rows).
     """
     from evolution.corpus.conllu import label_codes
     from evolution.tokens import frequency_ranks
@@ -115,7 +116,7 @@ def text_parts(*, sentence: np.ndarray, token_id: np.ndarray, freq_rank: np.ndar
     primary = sentence < annotated_from
     codes = {name: label_codes(labels[key]) for name, key in (("pos", "xpos"), ("deprel", "deprel"), ("upos", "upos"))}
     rank = np.zeros(len(sentence), dtype=np.int32)
-    rank[primary] = frequency_ranks(np.asarray(token_id)[primary])
+    rank[primary] = np.asarray(freq_rank)[primary] if ranks_given else frequency_ranks(np.asarray(token_id)[primary])
     return {"primary": primary, "annotation": codes, "freq_rank": rank}
 
 
@@ -211,3 +212,17 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
     for note in plan.notes:
         logger.warning("metrics: %s", note)
     return plan
+
+
+def frequency_bins(edges, *, ranked_types: int, basis: str) -> tuple[list[tuple[int, int]], list[str]]:
+    """The bins ``[lo, hi)`` of consecutive ``edges`` that ranks can reach: a bin starting
+    beyond the ``ranked_types`` types of the ``basis`` (the training split, or the analysed
+    text) is omitted with a note, never filled with other tokens (Voita et al.'s rare bins
+    need a larger vocabulary than a small corpus has)."""
+    bins = [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:])]
+    kept = [b for b in bins if b[0] <= ranked_types]
+    notes = []
+    if len(kept) < len(bins):
+        dropped = ", ".join(f"[{lo}, {hi})" for lo, hi in bins[len(kept):])
+        notes.append(f"frequency-rank bins {dropped} omitted: the {basis} has {ranked_types} token types")
+    return kept, notes
