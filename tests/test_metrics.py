@@ -133,6 +133,59 @@ def test_cka_and_pwcca_small_case_by_hand():
     assert cka(a, b) == pytest.approx(expected)
 
 
+def reference_pwcca(x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """PWCCA by the covariance route (Morcos et al. 2018), independent of the SVD-of-bases code:
+    whiten with Sxx^-1/2 and Syy^-1/2 (eigendecompositions, on their numerical range), canonical correlations =
+    singular values of Sxx^-1/2 Sxy Syy^-1/2, canonical variates of x = x Sxx^-1/2 u (unit
+    norm), weights alpha_i = sum_j |<h_i, x_j>| over x's centred columns. Returns (PWCCA, rho, alpha)."""
+    x = x - x.mean(0)
+    y = y - y.mean(0)
+
+    def whitening(c):  # (d, r): c^-1/2 on its numerical range (layer-normed states lose a direction)
+        w, v = np.linalg.eigh(c)
+        keep = w > 1e-12 * w.max()
+        return v[:, keep] / np.sqrt(w[keep])
+
+    wx, wy = whitening(x.T @ x), whitening(y.T @ y)
+    u, rho, _ = np.linalg.svd(wx.T @ (x.T @ y) @ wy)
+    m = min(wx.shape[1], wy.shape[1])
+    h = x @ wx @ u[:, :m]
+    h /= np.linalg.norm(h, axis=0)
+    alpha = np.abs(h.T @ x).sum(axis=1)
+    return float((alpha * rho[:m]).sum() / alpha.sum()), rho[:m], alpha
+
+
+def reference_cka(x: np.ndarray, y: np.ndarray) -> float:
+    """Linear CKA in its kernel form (Kornblith et al. 2019): HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L))
+    with K = x x^T, L = y y^T and the centring matrix H = I - 11^T / n."""
+    n = len(x)
+    h = np.eye(n) - np.ones((n, n)) / n
+    k, l_ = h @ (x @ x.T) @ h, h @ (y @ y.T) @ h
+    return float((k * l_).sum() / np.sqrt((k * k).sum() * (l_ * l_).sum()))
+
+
+def test_pwcca_and_cka_against_independent_implementations_with_intermediate_correlations():
+    """Views sharing signals with correlations spread over (0, 1) and unequal scales: PWCCA equals
+    the covariance-route reference and CKA the kernel form. With every canonical correlation
+    0 or 1, replacing rho by rho^2 or dropping the weights would go unnoticed; here it cannot."""
+    rng = np.random.default_rng(11)
+    n = 400
+    z = rng.normal(size=(n, 4))
+    x = np.column_stack([z, rng.normal(size=n)]) @ np.diag([3.0, 1.0, 0.5, 2.0, 1.5])
+    mix = rng.normal(size=(5, 4))
+    y = np.column_stack([z[:, 0] + 0.3 * rng.normal(size=n), z[:, 1] + 1.0 * rng.normal(size=n),
+                         z[:, 2] + 2.5 * rng.normal(size=n), rng.normal(size=n)]) @ mix[:4]
+    expected, rho, alpha = reference_pwcca(x, y)
+    assert ((rho > 0.2) & (rho < 0.97)).sum() >= 2  # intermediate correlations
+    a, b = View(x, min_ratio=1), View(y, min_ratio=1)
+    assert pwcca(a, b) == pytest.approx(expected, rel=1e-9)
+    assert pwcca(b, a) == pytest.approx(reference_pwcca(y, x)[0], rel=1e-9)
+    # the wrong variants this catches differ by more than the tolerance: unweighted mean, rho^2
+    assert abs(expected - rho.mean()) > 0.01 and abs(expected - (alpha * rho ** 2).sum() / alpha.sum()) > 0.01
+    assert cka(a, b) == pytest.approx(reference_cka(x, y), rel=1e-9)
+    assert 0.05 < cka(a, b) < 0.95
+
+
 def test_similarity_refuses_too_few_occurrences():
     with pytest.raises(ValueError, match="at least 10 x d"):
         View(np.random.default_rng(0).normal(size=(50, 10)), name="mt layer 3")

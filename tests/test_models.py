@@ -252,3 +252,32 @@ def test_a_model_without_attention_weights_stops_with_one_message(adapters, monk
         a.forward([a.build_input(a.tokenize("the cat").ids)], attention=True)
     hidden, att = a.forward([a.build_input(a.tokenize("the cat").ids)])  # hidden states alone still work
     assert att is None and hidden.shape[0] == a.num_layers + 1
+
+
+@pytest.mark.parametrize("name", ["translation", "language_modeling", "masked_lm", "bert", "gpt2"])
+def test_hidden_states_equal_the_libraries_own_layer_outputs(model_specs, name):
+    """The adapter's layers 0..L (the hooks of extraction) equal what the library itself returns
+    for every layer: fairseq's ``return_all_hiddens`` (encoder_states) / ``inner_states``,
+    Hugging Face's ``output_hidden_states``; one sentence, no padding."""
+    import torch
+
+    adapter = load_adapter(model_specs[name])
+    inp = adapter.build_input(adapter.tokenize("the dog sat on the red mat").ids)
+    ours = adapter.forward([inp])[0][:, 0]  # (L + 1, T, d)
+    ids = torch.as_tensor([inp])
+    with torch.inference_mode():
+        if name == "translation":
+            out = adapter._model.encoder(ids, src_lengths=torch.as_tensor([len(inp)]), return_all_hiddens=True)
+            theirs = [s[:, 0] for s in out["encoder_states"]]
+        elif name == "language_modeling":
+            theirs = [s[:, 0] for s in adapter._model.decoder.extract_features(ids, encoder_out=None)[1]["inner_states"]]
+        elif name == "masked_lm":  # fairseq builds a RoBERTa model: its sentence encoder is a TransformerEncoder
+            out = adapter._model.encoder.sentence_encoder(ids, return_all_hiddens=True)
+            theirs = [s[:, 0] for s in out["encoder_states"]]
+        else:
+            adapter.forward([inp])  # loads the weights
+            theirs = [s[0] for s in adapter.model(input_ids=ids, output_hidden_states=True).hidden_states]
+    theirs = torch.stack(theirs).float().numpy()
+    assert theirs.shape == ours.shape == (adapter.num_layers + 1, len(inp), adapter.d_model)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    assert np.abs(np.diff(theirs, axis=0)).max() > 1e-3  # layers differ: not one state repeated

@@ -49,3 +49,21 @@ def test_too_long_policies(model_specs):
     assert t.n_skipped == 1 and t.sentence_index.tolist() == [0, 2]
     with pytest.raises(SentenceTooLong, match=r"corpus.txt:7: 40 tokens.*at most 30"):
         build_token_table(sents, a, too_long="error", lines=[1, 7, 9], source="corpus.txt")
+
+
+def test_training_ranks_sort_by_count_then_id():
+    from evolution.extract import training_ranks
+
+    assert training_ranks({5: 3, 2: 3, 7: 10, 9: 1}) == {7: 1, 2: 2, 5: 3, 9: 4}
+
+
+def test_frequency_bins_keep_what_ranks_can_reach():
+    """A bin starting beyond the ranked types is omitted with a note naming it; a bin that
+    the types reach only in part is kept (its ranks exist)."""
+    from evolution.metrics.plan import frequency_bins
+
+    bins, notes = frequency_bins([1, 10, 25, 50, 100, 250], ranked_types=50, basis="training split")
+    assert bins == [(1, 10), (10, 25), (25, 50), (50, 100)]
+    assert len(notes) == 1 and "[100, 250)" in notes[0] and "50 token types" in notes[0] and "training split" in notes[0]
+    assert frequency_bins([1, 10, 25], ranked_types=9, basis="analysed text") == ([(1, 10)], [
+        "frequency-rank bins [10, 25) omitted: the analysed text has 9 token types"])

@@ -391,3 +391,100 @@ def test_train_counts_are_counts_in_the_training_split(trained):
         assert ds.attrs["train_count_source"].endswith("train.en")
         got = dict(zip(ds.token_str.values.tolist(), ds.train_count.values.tolist()))
         assert got == {p: counts[p] for p in got}
+        # train_rank: the piece's place when the training split's types are sorted by count (ties: the
+        # smaller dictionary id first), 0 for a piece training never saw; train_types counts them
+        ids = dict(zip(ds.token_str.values.tolist(), ds.token_id.values.tolist()))
+        id_of = {p: i for i, p in enumerate(line.split()[0] for line in (paths.root / "dict.txt").read_text(
+            encoding="utf-8").splitlines())}
+        order = sorted(counts, key=lambda p: (-counts[p], id_of.get(p, 10**9)))
+        rank = {p: r for r, p in enumerate(order, start=1)}
+        got = dict(zip(ds.token_str.values.tolist(), ds.train_rank.values.tolist()))
+        assert got == {p: rank.get(p, 0) for p in got}
+        assert ds.attrs["train_types"] == len(counts)
+        assert len(ids) > 20
+
+
+def test_extracted_layers_equal_the_encoders_return_all_hiddens(trained):
+    """This project's shared encoder: the adapter's hooks (extraction) give the same layers as
+    the encoder's own ``return_all_hiddens`` for MT, LM (causal) and MLM."""
+    from evolution.models.fairseq import FairseqAdapter
+
+    paths = trained["paths"]
+    for o in ("mt", "lm", "mlm"):
+        adapter = FairseqAdapter(paths.checkpoint(o), data=paths.data(o), sentencepiece=paths.spm_model)
+        inp = adapter.build_input(adapter.tokenize("And God saw the light, that it was good").ids)
+        ours = adapter.forward([inp])[0][:, 0]
+        with torch.inference_mode():
+            states = adapter._model.shared_encoder(torch.as_tensor([inp]), return_all_hiddens=True)["encoder_states"]
+        theirs = torch.stack([s[:, 0] for s in states]).float().numpy()
+        assert theirs.shape == ours.shape
+        np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+def test_lm_perplexity_is_exp_of_a_direct_evaluation(trained):
+    """eval.json's LM perplexity (fairseq-validate, 2 ** base-2 loss) equals exp of the mean
+    negative log-likelihood computed here sentence by sentence with the model's own logits:
+    input ``</s> x1..xn``, targets ``x1..xn </s>``, every test line of the training split layout."""
+    from evolution.models.fairseq import FairseqAdapter
+
+    paths = trained["paths"]
+    ev = json.loads((paths.root / "eval.json").read_text(encoding="utf-8"))["evaluation"]
+    adapter = FairseqAdapter(paths.checkpoint("lm"), data=paths.data("lm"), sentencepiece=paths.spm_model)
+    d, model = adapter.dictionary, adapter._model
+    nll, n = 0.0, 0
+    for line in (paths.spm_dir / "test.en").read_text(encoding="utf-8").splitlines():
+        ids = [d.index(p) for p in line.split()]
+        with torch.inference_mode():
+            logits = model(torch.as_tensor([[d.eos(), *ids]]))[0][0].double()
+        logp = torch.log_softmax(logits, -1)
+        targets = torch.as_tensor([*ids, d.eos()])
+        nll -= float(logp[torch.arange(len(targets)), targets].sum())
+        n += len(targets)
+    assert n > 100
+    assert ev["lm"]["ppl"] == pytest.approx(math.exp(nll / n), rel=1e-3)  # fairseq logs the loss to 3 decimals
+
+
+def test_influence_on_the_trained_encoder_against_a_manual_masked_forward(trained):
+    """Token influence on this project's trained MT encoder equals PWCCA / CKA distances
+    (independent reference implementations) between the other tokens' layer-n states of a plain
+    forward and of a forward written out block by block here, in which fairseq's own encoder
+    layers get the token as a padding key at block n only."""
+    from evolution.metrics.influence import token_influence
+    from evolution.models.fairseq import FairseqAdapter
+
+    from test_metrics import reference_cka, reference_pwcca
+
+    paths = trained["paths"]
+    adapter = FairseqAdapter(paths.checkpoint("mt"), data=paths.data("mt"), sentencepiece=paths.spm_model)
+    enc = adapter._model.shared_encoder
+    lines = [ln for ln in (paths.text / "train.en").read_text(encoding="utf-8").splitlines() if ln.strip()][:30]
+    content = {s: adapter.tokenize(t).ids[:20] for s, t in enumerate(lines)}
+    samples = sorted((s, pos, 0) for s, ids in content.items() for pos in (1, len(ids) // 2) if len(ids) >= 4)
+    got = token_influence(adapter, content_ids=content, samples=samples, n_bins=1, methods=("pwcca", "cka"),
+                          min_ratio=10.0)
+    L = adapter.num_layers
+    normal, masked = {n: [] for n in range(1, L + 1)}, {n: [] for n in range(1, L + 1)}
+    for s, pos, _ in samples:
+        inp = adapter.build_input(content[s])
+        src = torch.as_tensor([inp])
+        others = [j for j in range(len(content[s])) if j != pos]
+        for n in range(1, L + 1):
+            with torch.inference_mode():
+                x = enc.forward_embedding(src)[0].transpose(0, 1)
+                runs = {"normal": x, "masked": x}
+                for i, layer in enumerate(enc.layers):
+                    for k in runs:
+                        key = torch.zeros(src.shape, dtype=torch.bool)
+                        key[0, pos] = k == "masked" and i == n - 1
+                        out = layer(runs[k], encoder_padding_mask=key if key.any() else None)
+                        runs[k] = out[0] if isinstance(out, tuple) else out
+                    if i == n - 1:
+                        break
+            normal[n].append(runs["normal"][others, 0].double().numpy())
+            masked[n].append(runs["masked"][others, 0].double().numpy())
+    for n in range(1, L + 1):
+        a, b = np.concatenate(normal[n]), np.concatenate(masked[n])
+        assert len(a) >= 10 * adapter.d_model
+        assert got["distance"]["pwcca"][n - 1][0] == pytest.approx(1 - reference_pwcca(a, b)[0], abs=1e-4)
+        assert got["distance"]["cka"][n - 1][0] == pytest.approx(1 - reference_cka(a, b), abs=1e-4)
+        assert np.abs(a - b).max() > 1e-3 and got["distance"]["pwcca"][n - 1][0] > 1e-4  # masking one key moves the others
