@@ -274,6 +274,8 @@ class NeighborsConfig(_Section):
     metric: Literal["euclidean", "cosine"] = "euclidean"
     index: Literal["exact", "ivf"] = Field("exact", description="faiss flat index, or IVF (approximate) for large N")
     max_per_type: int = Field(200, ge=2, description="occurrences sampled per token type (bounds the cost)")
+    bootstrap: int = Field(200, ge=0, description="bootstrap replicates over sentences for each rate's 95% "
+                                                 "interval (0: none)")
 
 
 class SimilarityConfig(_Section):

@@ -352,3 +352,43 @@ def test_task_arrays_file_round_trip(tmp_path):
     assert save_arrays(tmp_path, "plan", arrays) == path  # same content, same file
     arrays["mi/input/0"] = arrays["mi/input/0"][1:]
     assert save_arrays(tmp_path, "plan", arrays) != path
+
+
+def test_bootstrap_interval_resamples_sentences_not_queries():
+    """Queries of one sentence sharing a value (perfectly correlated): the interval has the
+    width of n_sentences independent draws, 2 x 1.96 sd / sqrt(n_sentences), not the sqrt(m)
+    narrower width a bootstrap over queries would give."""
+    from evolution.metrics.neighbors import bootstrap_interval
+
+    rng = np.random.default_rng(0)
+    n_sent, m, sd = 400, 9, 2.0
+    per_sentence = rng.normal(5.0, sd, size=n_sent)
+    values = np.repeat(per_sentence, m)
+    sentence = np.repeat(np.arange(n_sent), m)
+    lo, hi = bootstrap_interval(values, sentence=sentence, n_boot=2000, seed=1)
+    expected = 2 * 1.96 * per_sentence.std() / np.sqrt(n_sent)
+    assert hi - lo == pytest.approx(expected, rel=0.1)
+    assert lo < values.mean() < hi
+    # NaN queries are not counted; groups: the mean of group means, its interval around it
+    values[::7] = np.nan
+    groups = np.arange(len(values)) % 3
+    lo, hi = bootstrap_interval(values, sentence=sentence, groups=groups, n_boot=500, seed=1)
+    point = np.mean([np.nanmean(values[groups == g]) for g in range(3)])
+    assert lo < point < hi and hi - lo < 3 * expected
+
+
+def test_within_type_per_query_values_average_to_the_measures():
+    from evolution.metrics.neighbors import within_type_measures
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(60, 4))
+    types = np.repeat([3, 5, 8], 20)
+    types[-1] = 9  # a type with one occurrence: left out (NaN per query)
+    pos = rng.integers(0, 10, size=60)
+    left = rng.integers(0, 3, size=60)
+    values, queries = within_type_measures(x, types=types, position=pos, annotations={"left": left}, k=4,
+                                           per_query=True)
+    assert np.isnan(queries["same_left"][-1])
+    for name in ("position_distance", "same_left"):
+        by_type = [np.nanmean(queries[name][types == t]) for t in (3, 5, 8)]
+        assert values[name] == pytest.approx(np.mean(by_type))

@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["knn", "same_label_rate", "within_type_measures"]
+__all__ = ["knn", "same_label_rate", "same_label_per_query", "within_type_measures", "bootstrap_interval"]
 
 Metric = Literal["euclidean", "cosine"]
 
@@ -81,16 +81,55 @@ def same_label_rate(neighbors: np.ndarray, labels: np.ndarray) -> float:
 
     ``neighbors`` (n, k) indices (-1 = none, ignored), ``labels`` (n,).
     """
+    per_query = same_label_per_query(neighbors, labels)
+    return float(np.nanmean(per_query))
+
+
+def same_label_per_query(neighbors: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(n,) each query's share of neighbours with its label; NaN for a query without neighbours."""
     labels = np.asarray(labels)
     valid = neighbors >= 0
     same = (labels[np.where(valid, neighbors, 0)] == labels[:, None]) & valid
     per_query = same.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
-    return float(per_query[valid.any(axis=1)].mean())
+    return np.where(valid.any(axis=1), per_query, np.nan)
+
+
+def bootstrap_interval(values: np.ndarray, *, sentence: np.ndarray, groups: np.ndarray | None = None,
+                       n_boot: int = 200, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of a mean over queries when whole sentences are resampled with
+    replacement (a cluster bootstrap: the occurrences of one sentence are not independent).
+
+    ``values`` (n,) per query (NaN: not counted), ``sentence`` (n,) each query's sentence.
+    The statistic is the mean over queries, or with ``groups`` (n,) the mean over groups of
+    each group's mean (as :func:`within_type_measures` averages over types). The
+    neighbours are not searched again: the interval is the sampling variability of the
+    average over the queries, given the representation.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    ok = ~np.isnan(values)
+    values, sentence = values[ok], np.asarray(sentence)[ok]
+    _, sent_idx = np.unique(sentence, return_inverse=True)
+    n_sent = int(sent_idx.max()) + 1
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n_sent, np.full(n_sent, 1.0 / n_sent), size=n_boot).astype(np.float64)  # (B, S)
+    w = counts[:, sent_idx]  # (B, n): each query weighted by how often its sentence was drawn
+    if groups is None:
+        stats = (w * values).sum(1) / np.maximum(w.sum(1), 1e-300)
+    else:
+        _, g = np.unique(np.asarray(groups)[ok], return_inverse=True)
+        onehot = np.zeros((len(g), int(g.max()) + 1))
+        onehot[np.arange(len(g)), g] = 1.0
+        sums, weights = (w * values) @ onehot, w @ onehot  # (B, G)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            stats = np.nanmean(np.where(weights > 0, sums / weights, np.nan), axis=1)
+    lo, hi = np.percentile(stats, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return float(lo), float(hi)
 
 
 def within_type_measures(vectors: np.ndarray, *, types: np.ndarray, position: np.ndarray,
                          annotations: dict[str, np.ndarray], k: int, metric: Metric = "euclidean",
-                         min_occurrences: int = 2, chance: bool = False) -> dict[str, float]:
+                         min_occurrences: int = 2, chance: bool = False, per_query: bool = False
+                         ) -> dict[str, float] | tuple[dict[str, float], dict[str, np.ndarray]]:
     """Neighbour statistics among the occurrences of each token type.
 
     For each type with at least ``min_occurrences`` occurrences, neighbours
@@ -106,26 +145,34 @@ def within_type_measures(vectors: np.ndarray, *, types: np.ndarray, position: np
     query. It does not depend on the representation: the floor against which
     a layer's rate says that the representation groups by ``name`` (a type
     with one POS has rate = chance = 1 at every layer).
+
+    With ``per_query=True`` also each query's value (n,) per measure (NaN for
+    queries of types left out), whose mean per type, averaged over types, is
+    the returned value (:func:`bootstrap_interval` with ``groups=types``).
     """
     types = np.asarray(types)
     position = np.asarray(position)
     out: dict[str, list[float]] = {"position_distance": [], **{f"same_{a}": [] for a in annotations}}
     if chance:
         out.update({f"same_{a}_chance": [] for a in annotations})
+    queries = {name: np.full(len(types), np.nan) for name in out}
     for t in np.unique(types):
         rows = np.flatnonzero(types == t)
         if len(rows) < max(2, min_occurrences):
             continue
         nb = rows[knn(vectors[rows], k=k, metric=metric)]  # global indices (m, k')
-        out["position_distance"].append(float(np.abs(position[nb] - position[rows][:, None]).mean()))
+        queries["position_distance"][rows] = np.abs(position[nb] - position[rows][:, None]).mean(1)
         for name, values in annotations.items():
             values = np.asarray(values)
             q = values[rows][:, None]
-            out[f"same_{name}"].append(float(((values[nb] == q) & (q >= 0)).mean()))
+            queries[f"same_{name}"][rows] = ((values[nb] == q) & (q >= 0)).mean(1)
             if chance:
                 _, inverse, counts = np.unique(values[rows], return_inverse=True, return_counts=True)
-                per_query = np.where(values[rows] >= 0, (counts[inverse] - 1) / (len(rows) - 1), 0.0)
-                out[f"same_{name}_chance"].append(float(per_query.mean()))
+                queries[f"same_{name}_chance"][rows] = np.where(values[rows] >= 0,
+                                                                (counts[inverse] - 1) / (len(rows) - 1), 0.0)
+        for name in out:
+            out[name].append(float(queries[name][rows].mean()))
     if not out["position_distance"]:
         raise ValueError(f"no token type has {max(2, min_occurrences)} occurrences")
-    return {name: float(np.mean(v)) for name, v in out.items()}
+    values = {name: float(np.mean(v)) for name, v in out.items()}
+    return (values, queries) if per_query else values

@@ -32,7 +32,7 @@ class OccurrencePlan:
     """Rows of the ``token`` axis (sorted) and their labels, per metric."""
 
     mi: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # target -> (rows, labels)
-    neighbors: dict[str, np.ndarray] = field(default_factory=dict)  # rows, token, position, left, right
+    neighbors: dict[str, np.ndarray] = field(default_factory=dict)  # rows, token, position, left, right, sentence
     tsne: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # selection -> rows, token, position
     syntax: dict[str, np.ndarray] = field(default_factory=dict)  # rows, token, position, pos, deprel
     similarity_rows: np.ndarray | None = None
@@ -185,7 +185,7 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
         rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type, rng=rng)
         left, right = neighbour_ids(token_id, sentence)
         plan.neighbors = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
-                          "left": left[rows], "right": right[rows]}
+                          "left": left[rows], "right": right[rows], "sentence": sentence[rows]}
         if annotation is not None:
             frequent = _frequent_rows(token_id, plan.annotated_rows, top=sel.top, min_count=sel.min_count)
             if _enough_types(plan, "POS / dependency neighbour rates", n_types=len(np.unique(token_id[frequent])),
@@ -193,7 +193,7 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
                 rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type,
                                         rng=rng)
                 plan.syntax = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
-                               **{k: np.asarray(annotation[k])[rows] for k in ("pos", "deprel")}}
+                               "sentence": sentence[rows], **{k: np.asarray(annotation[k])[rows] for k in ("pos", "deprel")}}
     if cfg.tsne is not None:
         words = word_forms(token_str)
         for s in cfg.tsne.selections:
