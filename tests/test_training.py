@@ -290,6 +290,14 @@ def test_mlm_output_states_are_those_of_the_corrupted_input(trained):
         match = [np.flatnonzero(np.isclose(states[-1], h[-1, j], atol=1e-5).all(axis=1)) for j in range(len(changed))]
         assert all(len(m) >= 1 for m in match)
         assert all(labels[m[0]] == content[0][c] for m, c in zip(match, changed))
+    # the ids fed at the corrupted positions (MI with the input there): BERT's 80 / 10 / 10
+    again, labels_again, fed = masked_states(adapter, content, seed=3, return_inputs=True)
+    np.testing.assert_array_equal(again, states)
+    np.testing.assert_array_equal(labels_again, labels)
+    masked, kept = fed == adapter.mask_id, fed == labels
+    assert 0.65 < masked.mean() < 0.95 and kept.mean() < 0.25 and (~masked & ~kept).any()
+    if len(changed):
+        assert all(fed[m[0]] == new[c] for m, c in zip(match, changed))
 
 
 def test_training_key_ignores_what_is_analysed(tmp_path):

@@ -13,7 +13,9 @@ a model) and owns one or more groups of ``metrics.zarr``. It says
 One rule keys every unit's cached result (:func:`unit_key`): the analysis
 name, its ``version`` (bumped when the analysis computes something new), the
 unit's name and its ``key`` (the config sections it reads, the extraction
-keys of the models it reads, the seed). The runner
+keys of the models it reads, the seed). ``layout`` is bumped when only the
+groups built from unchanged unit results change (a derived variable): it
+rebuilds ``metrics.zarr`` without recomputing any unit. The runner
 (:mod:`evolution.analyses.runner`) knows nothing else about analyses.
 """
 
@@ -106,6 +108,8 @@ class Analysis:
 
     name: str = ""
     version: int = 1
+    #: bumped when :meth:`datasets` builds different groups from the same unit results
+    layout: int = 1
     #: the ``metrics`` config section that switches the analysis on (None: always on)
     section: str | None = None
     #: figure name -> (function of the metrics store path returning a Figure or None, caption)

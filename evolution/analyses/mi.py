@@ -8,11 +8,16 @@ Two kinds of unit, one group:
 * per masked LM of this project: MI with its output label (the original
   token) at corrupted positions, which needs new forward passes
   (:mod:`evolution.metrics.masked`); its result joins the layer results as
-  target ``output``.
+  target ``output``; on the same positions and clusters' states, MI with the
+  token fed there (``<mask>``, a random or the original token) as target
+  ``masked_input`` (Voita et al. 2019, finding 5: the first rises while the
+  second falls).
 
 ========================  ===============================  ================================
 ``mi/mi``                 (model, layer, target, restart)  I(X; cluster), nats
 ``mi/mi_shuffled``        (model, layer, target)           shuffled-label control
+``mi/mi_mean``, ``mi_sd``  (model, layer, target)           over restarts
+``mi/mi_corrected``       (model, layer, target)           mi_mean - mi_shuffled
 ``mi/entropy``            (model, target)                  H(X), the upper bound
 ``mi/k``, ``mi/n``        (model, layer, target)           clusters used (after capping), occurrences
 ========================  ===============================  ================================
@@ -24,6 +29,7 @@ The attribute ``kmeans`` records the k-means that ran per model and target
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import numpy as np
@@ -68,20 +74,21 @@ def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: lis
     adapter = cached_adapter(spec)
     if adapter.mask_id is None:
         return {"unsupported": f"{spec['name']}: no <mask> symbol"}
-    states, labels = masked_states(adapter, {int(k): v for k, v in content_ids.items()}, seed=seed,
-                                   corruptions=mi.mlm_corruptions)
+    states, labels, fed = masked_states(adapter, {int(k): v for k, v in content_ids.items()}, seed=seed,
+                                        corruptions=mi.mlm_corruptions, return_inputs=True)
     keep = np.isin(labels, np.asarray(types))
-    out = []
+    out, inputs = [], []
     for layer in range(states.shape[0]):
-        r = layer_mi(states[layer][keep], labels[keep], k=mi.k, restarts=mi.restarts, niter=mi.niter, seed=seed,
-                     algorithm=mi.algorithm)
-        out.append(r.as_dict())
-    return {"layers": out}
+        for target, acc in ((labels, out), (fed, inputs)):
+            acc.append(layer_mi(states[layer][keep], target[keep], k=mi.k, restarts=mi.restarts, niter=mi.niter,
+                                seed=seed, algorithm=mi.algorithm).as_dict())
+    return {"layers": out, "input_layers": inputs}
 
 
 class MI(Analysis):
     name = "mi"
     version = 1
+    layout = 2  # 2: mi_mean, mi_sd, mi_corrected
     section = "mi"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -111,7 +118,7 @@ class MI(Analysis):
                                   dict(spec=m.spec, content_ids=content, types=types, mi=cfg.mi, seed=inputs.seed,
                                        torch_threads=inputs.torch_threads),
                                   key={"model": m.key, "mi": resolved_dict(cfg.mi), "tokens": resolved_dict(cfg.tokens),
-                                       "seed": inputs.seed}))
+                                       "seed": inputs.seed, "targets": ["output", "masked_input"]}))
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -120,9 +127,11 @@ class MI(Analysis):
             for layer in range(m.n_layers):
                 if f"{m.name}-{layer}" in results:
                     per_layer[(m.name, layer)] = dict(results[f"{m.name}-{layer}"])
-            for layer, v in enumerate(results.get(f"{m.name}-mlm-output", {}).get("layers", [])):
-                if (m.name, layer) in per_layer:  # the MLM's output label joins its layer results
-                    per_layer[(m.name, layer)]["output"] = v
+            masked = results.get(f"{m.name}-mlm-output", {})
+            for target, key in (("output", "layers"), ("masked_input", "input_layers")):
+                for layer, v in enumerate(masked.get(key, [])):
+                    if (m.name, layer) in per_layer:  # the MLM's corrupted positions join its layer results
+                        per_layer[(m.name, layer)][target] = v
         if not any(per_layer.values()):
             return {}
         _warn_saturation(per_layer)
@@ -150,6 +159,13 @@ class MI(Analysis):
             coords={"model": strings(models), "layer": np.arange(L), "target": strings(targets),
                     "restart": np.arange(restarts)},
             attrs={"kmeans": kmeans})
+        with warnings.catch_warnings():  # one restart: no spread
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ds["mi_mean"] = ds.mi.mean("restart").assign_attrs(units="nats", long_name="MI, mean over restarts")
+            ds["mi_sd"] = ds.mi.std("restart", ddof=1).assign_attrs(
+                units="nats", long_name="standard deviation over k-means restarts (NaN with one restart)")
+        ds["mi_corrected"] = (ds.mi_mean - ds.mi_shuffled).assign_attrs(
+            units="nats", long_name="mean MI minus the shuffled-label control (the estimator's bias at this n and k)")
         return {"mi": ds}
 
 

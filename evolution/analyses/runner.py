@@ -119,6 +119,7 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
     datasets: dict[str, xr.Dataset] = {}
     for a in analyses:
         for group, ds in a.datasets(inputs, results[a.name]).items():
-            ds.attrs = {**inputs.attrs, **ds.attrs, "analysis": a.name, "analysis_version": a.version}
+            ds.attrs = {**inputs.attrs, **ds.attrs, "analysis": a.name, "analysis_version": a.version,
+                        "analysis_layout": a.layout}
             datasets[group] = ds
     return datasets

@@ -34,13 +34,14 @@ def corrupt(ids: Sequence[int], *, rng: np.random.Generator, mask_id: int, low: 
 
 
 def masked_states(adapter, content_ids: dict[int, Sequence[int]], *, seed: int, corruptions: int = 1,
-                  max_batch_tokens: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+                  max_batch_tokens: int = 2048, return_inputs: bool = False):
     """States ``(L + 1, n, d)`` at every corrupted position of every sentence, and the
     original token ids ``(n,)`` there. Deterministic in ``seed`` (one generator per sentence
     and corruption). ``corruptions`` independent corruptions of each sentence (each its
     own forward pass) multiply the occurrences: at 15% per corruption, 7 corrupt each
     position about once, which a small corpus needs for an MI estimate that is not
-    mostly bias (the default run: 5,669 occurrences with 1)."""
+    mostly bias (the default run: 5,669 occurrences with 1). With ``return_inputs`` also
+    the ids fed at those positions ``(n,)`` (``<mask>``, a random token or the original)."""
     if adapter.mask_id is None:
         raise ValueError(f"{type(adapter).__name__} has no <mask> symbol; MLM output MI needs a masked LM")
     low, high = adapter.ordinary_ids
@@ -51,18 +52,19 @@ def masked_states(adapter, content_ids: dict[int, Sequence[int]], *, seed: int, 
             rng = np.random.default_rng([seed, s] if r == 0 else [seed, s, r])  # r = 0: as with one corruption
             new, changed = corrupt(ids, rng=rng, mask_id=adapter.mask_id, low=low, high=high)
             if len(changed):
-                items.append((adapter.build_input(new), changed, np.asarray(ids)[changed]))
+                items.append((adapter.build_input(new), changed, np.asarray(ids)[changed], np.asarray(new)[changed]))
     items.sort(key=lambda it: len(it[0]))
-    states, labels = [], []
+    states, labels, fed = [], [], []
     batch: list = []
 
     def flush():
         if not batch:
             return
         hidden = adapter.forward([it[0] for it in batch])[0]  # (L+1, B, T, d)
-        for b, (_, changed, original) in enumerate(batch):
+        for b, (_, changed, original, given) in enumerate(batch):
             states.append(hidden[:, b, adapter.content_offset + changed])
             labels.append(original)
+            fed.append(given)
         batch.clear()
 
     for it in items:
@@ -71,5 +73,7 @@ def masked_states(adapter, content_ids: dict[int, Sequence[int]], *, seed: int, 
         batch.append(it)
     flush()
     if not states:
-        return np.empty((adapter.num_layers + 1, 0, adapter.d_model), np.float32), np.empty(0, np.int64)
-    return np.concatenate(states, axis=1).astype(np.float32), np.concatenate(labels)
+        out = np.empty((adapter.num_layers + 1, 0, adapter.d_model), np.float32), np.empty(0, np.int64)
+        return (*out, np.empty(0, np.int64)) if return_inputs else out
+    out = np.concatenate(states, axis=1).astype(np.float32), np.concatenate(labels)
+    return (*out, np.concatenate(fed)) if return_inputs else out

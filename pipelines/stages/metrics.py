@@ -38,7 +38,7 @@ class MetricsStage(Stage):
         from evolution.analyses import enabled
 
         return config_hash({"metrics": resolved_dict(ctx.config.metrics), "seed": ctx.config.seed,
-                            "analyses": {a.name: a.version for a in enabled(ctx.config.metrics)},
+                            "analyses": {a.name: [a.version, a.layout] for a in enabled(ctx.config.metrics)},
                             "models": {m.name: ExtractStage().model_key(ctx, m) for m in ctx.config.models}})
 
     def pending(self, ctx: Context) -> list[str]:
