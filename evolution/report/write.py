@@ -12,6 +12,7 @@ import xarray as xr
 from evolution.analyses.plotting import open_group
 from evolution.atomic import replace_dir
 from evolution.report.figures import draw_all
+from evolution.report.scorecard import SD_FACTOR, scorecard, scorecard_table
 
 __all__ = ["write_report"]
 
@@ -103,12 +104,22 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
         for analysis in ANALYSES:
             sections += analysis.tables(metrics_path)
         notes = list(attrs.get("notes", [])) if attrs else []
+        findings = scorecard(metrics_path)
+        (tmp / "scorecard.json").write_text(json.dumps([f.as_dict() for f in findings], indent=1), encoding="utf-8")
+        card, rules = scorecard_table(findings), [f"{f.number}. {f.rule}." for f in findings]
+        card_text = (f"Each verdict is computed from this run's stored numbers by the rule below "
+                     f"(evolution/report/scorecard.py): an MI difference counts beyond {SD_FACTOR:g} x the combined "
+                     "standard deviation over k-means restarts, and MI within 2% of H(X) is saturated; neighbour "
+                     "rates are compared by their 95% bootstrap intervals over sentences; distances, change and "
+                     "influence by holding in every seed replicate. Not measurable here: the run lacks what the "
+                     "claim needs, or the difference is within the uncertainty.")
         md = [f"# {title}", ""]
         if links:
             md += [f"[{text}]({href}) ({what})." for href, text, what in links] + [""]
         if attrs:
             md += [f"Objectives: {json.dumps(attrs.get('objectives', {}))}. Seed {attrs.get('seed')}. "
                    f"Representations: `{attrs.get('representations')}`.", ""]
+        md += ["## Findings scorecard", "", _md(card), "", card_text, "", "Rules:", ""] + rules + [""]
         for name, f, caption in figures:
             md += [f"## {name}", "", f"![{name}]({f.name})", "", caption, ""]
         md += ["## Values", ""]
@@ -127,6 +138,8 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
         if attrs:
             body.append(f"<p>Objectives: {html.escape(json.dumps(attrs.get('objectives', {})))}; seed "
                         f"{attrs.get('seed')}.</p>")
+        body.append(f"<h2>Findings scorecard</h2>{_html_table(card)}<p>{html.escape(card_text)}</p><ol>"
+                    + "".join(f"<li>{html.escape(f.rule)}.</li>" for f in findings) + "</ol>")
         for name, f, caption in figures:
             body.append(f"<h2>{html.escape(name)}</h2><img src='{f.name}' style='max-width:100%'>"
                         f"<p>{html.escape(caption)}</p>")

@@ -63,8 +63,12 @@ class MetricsStage(Stage):
         store = extract.store(ctx)
         sources = [ModelSource(name=m.name, kind=m.kind, key=extract.model_key(ctx, m), spec=extract.spec(ctx, m),
                                objective=m.objective) for m in cfg.models]
+        runs = cfg.train.runs(cfg.seed) if cfg.train is not None else {}
         attrs = {"config": resolved_dict(cfg.metrics), "seed": cfg.seed, "versions": versions(),
-                 "representations": store, "extract_keys": {s.name: s.key for s in sources}}
+                 "representations": store, "extract_keys": {s.name: s.key for s in sources},
+                 # which trained run each model is (objective, seed, token dropout): the report's scorecard
+                 # tells base models from their seed and token-dropout controls by it
+                 "runs": {m.name: runs[m.run_name] for m in cfg.models if m.kind == "trained" and m.run_name in runs}}
         cache = ctx.workdir / "metrics" / "cache"
         inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed,
                              torch_threads=cfg.extract.torch_threads, max_batch_tokens=cfg.extract.max_batch_tokens,
