@@ -36,9 +36,14 @@ class View:
 
     Attributes
     ----------
-    x_ : (n, d) float64, centred
     basis_ : (n, r) orthonormal basis of the column space (r = numerical rank)
+    coords_ : (r, d) the centred x in that basis, x = basis_ @ coords_ (= S V^T of its SVD,
+        up to the dropped directions)
+    singular_ : (r,) the kept singular values
     gram_norm_ : ||x^T x||_F, for CKA
+
+    Only the (n, r) basis is kept per occurrence, not x itself: comparing many
+    views (every layer of every model) holds half the memory.
     """
 
     def __init__(self, x: np.ndarray, *, epsilon: float = 1e-6, min_ratio: float = MIN_RATIO, name: str = "view"):
@@ -51,17 +56,18 @@ class View:
                              f"{min_ratio:g} x d = {int(np.ceil(min_ratio * d))} (use more sentences, or "
                              "lower metrics.similarity.min_ratio knowingly)")
         self.name = name
-        self.x_ = x - x.mean(axis=0)
-        u, s, _ = np.linalg.svd(self.x_, full_matrices=False)
+        u, s, vt = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)
         keep = s > epsilon * (s[0] if len(s) and s[0] > 0 else 1.0)
         if not keep.any():
             raise ValueError(f"{name}: the representations are constant over occurrences")
         self.basis_ = u[:, keep]
+        self.singular_ = s[keep]
+        self.coords_ = s[keep, None] * vt[keep]
         self.gram_norm_ = float(np.sqrt((s ** 4).sum()))  # ||X^T X||_F = sqrt(sum sigma^4)
 
     @property
     def n(self) -> int:
-        return self.x_.shape[0]
+        return self.basis_.shape[0]
 
 
 def _check(a: View, b: View) -> None:
@@ -81,15 +87,15 @@ def pwcca(a: View, b: View) -> float:
     _check(a, b)
     u, rho, _ = np.linalg.svd(a.basis_.T @ b.basis_, full_matrices=False)
     m = len(rho)  # min(rank_a, rank_b)
-    h = a.basis_ @ u[:, :m]  # (n, m) canonical variates of a
-    alpha = np.abs(h.T @ a.x_).sum(axis=1)
+    alpha = np.abs(u[:, :m].T @ a.coords_).sum(axis=1)  # h^T x = U^T Qa^T Qa C = U^T C
     return float(np.clip((alpha * np.clip(rho, 0, 1)).sum() / alpha.sum(), 0.0, 1.0))
 
 
 def cka(a: View, b: View) -> float:
-    """Linear CKA: ||b^T a||_F^2 / (||a^T a||_F ||b^T b||_F) on centred views. Symmetric."""
+    """Linear CKA: ||b^T a||_F^2 / (||a^T a||_F ||b^T b||_F) on centred views. Symmetric.
+    With x = Q S V^T: ||b^T a||_F = ||S_b (Q_b^T Q_a) S_a||_F (V orthonormal)."""
     _check(a, b)
-    cross = np.linalg.norm(b.x_.T @ a.x_) ** 2
+    cross = np.linalg.norm(b.singular_[:, None] * (b.basis_.T @ a.basis_) * a.singular_[None, :]) ** 2
     return float(np.clip(cross / (a.gram_norm_ * b.gram_norm_), 0.0, 1.0))
 
 
