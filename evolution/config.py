@@ -304,9 +304,16 @@ class InfluenceConfig(_Section):
 
 
 class TSNESelection(_Section):
+    """Occurrences of ``tokens`` (word forms) laid out per layer. ``color: upos`` or
+    ``deprel`` takes them from the annotated text (``corpus.annotated``) and colours
+    them by their gold label; ``masked: true`` adds, for masked LMs, the layout of the
+    same occurrences with the word replaced by ``<mask>`` and 15% of the rest of the
+    sentence corrupted as in training (Voita et al. 2019, the MLM's t-SNE)."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
     tokens: list[str] = Field(min_length=1)
-    color: Literal["token", "position"] = "token"
+    color: Literal["token", "position", "upos", "deprel"] = "token"
+    masked: bool = False
 
 
 class TSNEConfig(_Section):
@@ -315,7 +322,7 @@ class TSNEConfig(_Section):
     perplexity: float = Field(30.0, gt=0)
     max_points: int = Field(1000, ge=4, description="occurrences sampled per selection")
     selections: list[TSNESelection] = Field(default_factory=lambda: [
-        TSNESelection(name="be", tokens=["is", "are", "were", "was"], color="token"),
+        TSNESelection(name="be", tokens=["is", "are", "were", "was"], color="token", masked=True),
         TSNESelection(name="it", tokens=["it"], color="position")])
 
 

@@ -392,3 +392,31 @@ def test_within_type_per_query_values_average_to_the_measures():
     for name in ("position_distance", "same_left"):
         by_type = [np.nanmean(queries[name][types == t]) for t in (3, 5, 8)]
         assert values[name] == pytest.approx(np.mean(by_type))
+
+
+def test_tsne_selection_coloured_by_ud_label_takes_annotated_rows():
+    """``color: upos`` lays out the word's occurrences in the annotated text only, with their
+    labels; without annotation it is skipped with a note naming corpus.annotated."""
+    from evolution.config import MetricsConfig
+    from evolution.metrics.plan import plan_occurrences
+
+    token_id = np.array([1, 2, 1, 3, 1, 2, 1, 2, 1, 2, 3, 1, 2])
+    sentence = np.arange(13) // 4
+    words = np.array([f"w{t}" for t in token_id])
+    upos = np.array([""] * 5 + ["AUX", "", "VERB", "", "AUX", "", "VERB", "AUX"], dtype=object)
+    annotated = upos != ""
+    cfg = MetricsConfig(tokens={"top": 2, "min_count": 2}, mi=None, neighbors=None, similarity=None,
+                        tsne={"perplexity": 2, "selections": [{"name": "w2", "tokens": ["w2"], "color": "upos"}]})
+    from evolution.corpus.conllu import NO_LABEL
+
+    pos_codes = np.where(annotated, 0, NO_LABEL)
+    plan = plan_occurrences(token_id=token_id, token_str=words, sentence=sentence, position=np.arange(13) % 4,
+                            objective="mlm", cfg=cfg, seed=0, primary=~annotated,
+                            annotation={"pos": pos_codes, "deprel": pos_codes, "upos": pos_codes},
+                            labels={"upos": upos})
+    sel = plan.tsne["w2"]
+    np.testing.assert_array_equal(sel["rows"], [5, 7, 9, 12])  # w2 in the annotated rows, not row 1
+    assert list(sel["label"]) == ["AUX", "VERB", "AUX", "AUX"]
+    plain = plan_occurrences(token_id=token_id, token_str=words, sentence=sentence, position=np.arange(13) % 4,
+                             objective="mlm", cfg=cfg, seed=0)
+    assert "w2" not in plain.tsne and any("corpus.annotated" in n for n in plain.notes)

@@ -496,3 +496,29 @@ def test_influence_on_the_trained_encoder_against_a_manual_masked_forward(traine
         assert got["distance"]["pwcca"][n - 1][0] == pytest.approx(1 - reference_pwcca(a, b)[0], abs=1e-4)
         assert got["distance"]["cka"][n - 1][0] == pytest.approx(1 - reference_cka(a, b), abs=1e-4)
         assert np.abs(a - b).max() > 1e-3 and got["distance"]["pwcca"][n - 1][0] > 1e-4  # masking one key moves the others
+
+
+def test_masked_tsne_states_are_those_of_the_masked_word(trained):
+    """The masked MLM's t-SNE points: the state at each point equals a forward pass of its
+    sentence with that word replaced by <mask> and the rest corrupted with the point's own
+    generator (rebuilt here), batched or not."""
+    from evolution.analyses.tsne import masked_point_states
+    from evolution.metrics.masked import corrupt
+    from evolution.models.fairseq import FairseqAdapter
+
+    paths = trained["paths"]
+    adapter = FairseqAdapter(paths.checkpoint("mlm"), data=paths.data("mlm"), sentencepiece=paths.spm_model)
+    lines = ["In the beginning God created the heavens and the earth", "God saw the light and it was good",
+             "And God said, Let there be light: and there was light"]
+    content = {s: adapter.tokenize(t).ids for s, t in enumerate(lines)}
+    points = [(0, 2), (1, 0), (2, 5), (2, 6)]
+    states = masked_point_states(adapter, content, points, seed=4, max_batch_tokens=64)
+    low, high = adapter.ordinary_ids
+    for i, (s, pos) in enumerate(points):
+        new, _ = corrupt(content[s], rng=np.random.default_rng([4, s, pos]), mask_id=adapter.mask_id, low=low,
+                         high=high)
+        new[pos] = adapter.mask_id
+        h = adapter.forward([adapter.build_input(new)])[0][:, 0, adapter.content_offset + pos]
+        np.testing.assert_allclose(states[:, i], h, atol=1e-5)
+        plain = adapter.forward([adapter.build_input(content[s])])[0][:, 0, adapter.content_offset + pos]
+        assert np.abs(plain[-1] - states[-1, i]).max() > 1e-3  # masking changed the state

@@ -150,7 +150,8 @@ def _enough_types(plan: OccurrencePlan, what: str, *, n_types: int, sel, where: 
 def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: np.ndarray,
                      position: np.ndarray, objective: str | None, cfg: MetricsConfig, seed: int,
                      sentence_order: np.ndarray | None = None, primary: np.ndarray | None = None,
-                     annotation: dict[str, np.ndarray] | None = None) -> OccurrencePlan:
+                     annotation: dict[str, np.ndarray] | None = None,
+                     labels: dict[str, np.ndarray] | None = None) -> OccurrencePlan:
     """Decide the rows of every metric for one model. Deterministic in ``seed``.
 
     ``sentence_order`` lists sentence ids in corpus order (default: sorted
@@ -161,6 +162,8 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
     (:data:`evolution.corpus.conllu.NO_LABEL` where a row is not annotated);
     with it, ``plan.syntax`` holds the annotated rows of the most frequent
     types for :func:`~evolution.metrics.neighbors.within_type_measures`.
+    ``labels`` are the store's annotation strings (``upos``, ``deprel``, ...), for
+    t-SNE selections coloured by them.
     """
     rng = np.random.default_rng(seed)
     token_id = np.asarray(token_id, dtype=np.int64)
@@ -197,14 +200,23 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
     if cfg.tsne is not None:
         words = word_forms(token_str)
         for s in cfg.tsne.selections:
-            rows = main[np.isin(words[main], s.tokens)]
+            by_label = s.color in ("upos", "deprel")
+            if by_label and (labels is None or s.color not in labels):
+                plan.notes.append(f"t-SNE '{s.name}': color {s.color} needs annotated text (corpus.annotated); "
+                                  "skipped")
+                continue
+            pool = plan.annotated_rows if by_label else main
+            rows = pool[np.isin(words[pool], s.tokens)]
             if len(rows) < 4:
-                plan.notes.append(f"t-SNE '{s.name}': {len(rows)} occurrences of {s.tokens}; skipped")
+                where = " in the annotated text" if by_label else ""
+                plan.notes.append(f"t-SNE '{s.name}': {len(rows)} occurrences of {s.tokens}{where}; skipped")
                 continue
             if len(rows) > cfg.tsne.max_points:
                 rows = np.sort(rng.choice(rows, cfg.tsne.max_points, replace=False))
-            plan.tsne[s.name] = {"rows": rows, "token": words[rows],
-                                 "position": np.asarray(position)[rows]}
+            plan.tsne[s.name] = {"rows": rows, "token": words[rows], "position": np.asarray(position)[rows],
+                                 "sentence": sentence[rows],
+                                 "label": (np.asarray(labels[s.color])[rows] if by_label
+                                           else np.full(len(rows), "", dtype=object))}
     if cfg.similarity is not None:
         order = np.unique(sentence[main]) if sentence_order is None else np.asarray(sentence_order)
         first = order[:cfg.similarity.sentences]
