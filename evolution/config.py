@@ -166,7 +166,9 @@ class CorpusConfig(_Section):
     languages: tuple[str, str] = Field(("en", "es"), description="source and target language codes (file suffixes)")
     max_length_ratio: float = Field(2.2, gt=1, description="drop pairs whose longer side has more characters")
     split: Annotated[SplitConfig, Field(default_factory=SplitConfig)]
-    analyse: Literal["train", "valid", "test"] = Field("test", description="the split whose source side is analysed")
+    analyse: Literal["train", "valid", "test", "all"] = Field(
+        "test", description="the split whose source side is analysed; all: the whole corpus in its order "
+                            "(Voita et al.'s analysis-set size; trained models have seen its training part)")
     max_sentences: int | None = Field(None, ge=1, description="analyse only the first N sentences")
     annotated: str | None = Field(
         None, description="annotated text analysed beside the main one, for POS / dependency neighbour rates: "

@@ -176,3 +176,30 @@ def test_fraction_split_is_deterministic_and_whole_groups():
         assert sum(corpus.groups.count(g) for g in groups) == len(a[name])  # whole groups only
     with pytest.raises(CorpusError, match="unknown group"):
         split_corpus(corpus, valid=["nope"], test=["b1"])
+
+
+@pytest.mark.parametrize("analyse", ["test", "all"])
+def test_analysed_sentences_and_their_targets(tmp_path, analyse):
+    """``analyse: all`` analyses every pair in corpus order; the target side of the analysed
+    sentences (the decoder heads' input) is read back line for line with its source."""
+    from evolution.config import CorpusConfig
+    from evolution.corpus import layout
+
+    src, tgt = tmp_path / "c.en", tmp_path / "c.xx"
+    pairs = [(f"source sentence number {i}", f"target {i} here") for i in range(40)]
+    src.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    tgt.write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    cfg = CorpusConfig(source="parallel", path=src, target_path=tgt, languages=("en", "xx"),
+                       split={"valid": 0.1, "test": 0.2, "block_lines": 5}, analyse=analyse)
+    source = layout.read_source(cfg, seed=0, inputs={})
+    out = tmp_path / "corpus"
+    out.mkdir()
+    n = layout.write(out, source, key="k")
+    sentences = layout.load(out).sentences
+    targets = layout.load_targets(out).sentences
+    assert len(sentences) == len(targets) == n
+    assert all(t == f"target {s.split()[-1]} here" for s, t in zip(sentences, targets))
+    if analyse == "all":
+        assert sentences == [s for s, _ in pairs]
+    else:
+        assert 0 < n < 40

@@ -10,6 +10,7 @@
                                  corpus index of the first one); read by extraction, which
                                  writes them into the representation store
     text/{train,valid,test}.<lang>   parallel sources: the split text (training data)
+    text/analysed.<tgt>          parallel sources: the target side of the analysed sentences
     refs/<split>.txt             parallel sources: the reference (book, chapter, verse) of each pair
     done.json                    written last: ``{"key": ...}``
 
@@ -139,10 +140,14 @@ def _write_parallel(directory: Path, source: SourceText, meta: dict) -> tuple[li
             counts[name]["group_names"] = groups
         logger.info("corpus: %s split: %d pairs in %d groups, %d %s / %d %s words", name, len(idx), len(groups),
                     counts[name]["source_words"], src, counts[name]["target_words"], tgt)
-    analysed = splits[c.analyse][:c.max_sentences] if c.max_sentences else splits[c.analyse]
+    pool = sorted(i for name in SPLITS for i in splits[name]) if c.analyse == "all" else splits[c.analyse]
+    analysed = pool[:c.max_sentences] if c.max_sentences else pool
     meta.update(source=corpus.origin, filter=corpus.stats, splits=counts, analysed_split=c.analyse,
                 languages=[src, tgt], refs=[corpus.refs[i] for i in analysed])
-    # `lines`: 1-based position of each analysed sentence in its split
+    # the target side of the analysed sentences, line by line (decoder heads)
+    (directory / "text" / f"analysed.{tgt}").write_text("".join(corpus.target[i] + "\n" for i in analysed),
+                                                         encoding="utf-8")
+    # `lines`: 1-based position of each analysed sentence in the analysed list (its split, or the corpus)
     return [corpus.source[i] for i in analysed], list(range(1, len(analysed) + 1))
 
 
@@ -182,6 +187,10 @@ def load_targets(directory: Path) -> Targets | None:
         return None
     tgt = (meta.get("languages") or meta["config"]["languages"])[1]
     n_main = meta.get("annotated", {}).get("first", meta["n_sentences"])
-    lines = (directory / "text" / f"{meta['analysed_split']}.{tgt}").read_text(encoding="utf-8").splitlines()
-    return Targets(sentences=[lines[i - 1] for i in meta["lines"][:n_main]],
-                   training_text=directory / "text" / f"train.{tgt}", language=tgt)
+    analysed = directory / "text" / f"analysed.{tgt}"
+    if analysed.is_file():
+        sentences = analysed.read_text(encoding="utf-8").splitlines()[:n_main]
+    else:  # corpus directories written before analysed.<tgt>: the split file, by line
+        lines = (directory / "text" / f"{meta['analysed_split']}.{tgt}").read_text(encoding="utf-8").splitlines()
+        sentences = [lines[i - 1] for i in meta["lines"][:n_main]]
+    return Targets(sentences=sentences, training_text=directory / "text" / f"train.{tgt}", language=tgt)
