@@ -10,7 +10,8 @@ __all__ = ["STYLES", "plt", "open_group", "by_group_panels", "adjacent_change_fi
 #: Distinct colour + line style + marker per model, so coinciding curves stay visible.
 STYLES = [dict(color=c, linestyle=ls, marker=mk) for c, ls, mk in
           [("tab:blue", "-", "o"), ("tab:orange", "--", "s"), ("tab:green", ":", "^"), ("tab:red", "-.", "D"),
-           ("tab:purple", "-", "v"), ("tab:brown", "--", "P")]]
+           ("tab:purple", "-", "v"), ("tab:brown", "--", "P"), ("tab:pink", ":", "X"), ("tab:gray", "-.", "*"),
+           ("tab:olive", "-", "h"), ("tab:cyan", "--", "<")]]  # 10: a run with 3 objectives and their controls
 
 
 def plt():

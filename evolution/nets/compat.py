@@ -93,6 +93,12 @@ def quiet() -> Iterator[None]:
         hydra_logger.setLevel(level)
 
 
+#: the fairseq wheel (a cp311 build of fairseq 0.12), as the Makefile installs it
+FAIRSEQ_PIN = "ve-fairseq==0.12.3"
+#: what a user who installed with pip runs to be able to train (the message of import_fairseq)
+INSTALL_TRAIN = f"pip install -e '.[train]' && pip install --no-deps {FAIRSEQ_PIN}"
+
+
 def import_fairseq():
     """Import fairseq with the NumPy patch applied; a clear error if it is missing."""
     import logging
@@ -110,8 +116,9 @@ def import_fairseq():
 
         logging.getLogger("fairseq").setLevel(logging.WARNING)  # it logs every dictionary load
     except ImportError as exc:
-        raise ImportError("fairseq is not installed; install the project's `train` extra "
-                          "(pip install -e '.[train]'), which pins ve-fairseq") from exc
+        raise ImportError(f"fairseq is not installed. Install what training needs with: {INSTALL_TRAIN} "
+                          "(ve-fairseq goes in without its declared dependencies, which would replace the "
+                          "CPU torch; `make setup` does both)") from exc
     finally:
         for h in root.handlers[:]:
             if h not in handlers:

@@ -354,8 +354,10 @@ def claim_seeds_closer(run: Run) -> Finding:
     measured = "; ".join(f"layer {layer}: seeds <= {_fmt(s, 3)}, objectives >= {_fmt(c, 3)}" for layer, s, c in worst
                          if layer in (1, top) or layer == (1 + top) // 2)
     bad = [layer for layer, s, c in worst if not s < c]
+    shared = any(run.runs.get(m, {}).get("seed") != run.seed for m in everyone) and bool(run.runs)
     return Finding(10, claim, rule, measured, FAILS if bad else HOLDS,
-                   f"fails at layer(s) {bad}" if bad else "")
+                   (f"fails at layer(s) {bad}" + ("; the objectives share their initial weights, each seed "
+                                                   "replicate has its own" if shared else "")) if bad else "")
 
 
 def claim_frequent_change_more(run: Run) -> Finding:
@@ -410,7 +412,7 @@ def claim_rare_influence(run: Run) -> Finding:
         if m not in d.model.values or (p := profile(m)) is None:
             continue
         rare, frequent = p
-        parts.append(f"{m}: layer 1 rare {_fmt(rare[0], 3)} vs frequent {_fmt(frequent[0], 3)}, rare peaks at layer "
+        parts.append(f"{m}: layer 1 rare {rare[0]:.2e} vs frequent {frequent[0]:.2e}, rare peaks at layer "
                      f"{int(np.nanargmax(rare)) + 1}")
         ok.append(rare[0] > frequent[0] and int(np.nanargmax(rare)) == 0)
     if not ok:
@@ -422,7 +424,7 @@ def claim_rare_influence(run: Run) -> Finding:
     removed = []
     for m in drop:
         rare, frequent = profile(m)
-        parts.append(f"{m}: layer 1 rare {_fmt(rare[0], 3)} vs frequent {_fmt(frequent[0], 3)}")
+        parts.append(f"{m}: layer 1 rare {rare[0]:.2e} vs frequent {frequent[0]:.2e}")
         removed.append(not rare[0] > frequent[0])
     verdict = HOLDS if all(ok) and all(removed) else FAILS
     why = "" if verdict == HOLDS else ("the base MT does not show it" if not all(ok) else "token dropout keeps it")
