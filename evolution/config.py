@@ -590,6 +590,20 @@ def _format_errors(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+def _yaml_error(path: Path, exc: Exception) -> str:
+    """``file:line:column: what`` for a YAML syntax error (PyYAML names the text ``<unicode string>``)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    what = " ".join(x for x in (getattr(exc, "context", None), getattr(exc, "problem", None)) if x) or str(exc)
+    line = ""
+    if mark is not None:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if mark.line < len(lines):
+            line = f"\n  {lines[mark.line]}\n  {' ' * mark.column}^"
+    return (f"{where}: not valid YAML: {what}{line}\n  check the brackets, quotes and indentation there "
+            "(evolution.yaml is a complete example)")
+
+
 def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) -> EvolutionConfig:
     """Read and validate a YAML config.
 
@@ -611,7 +625,7 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(_yaml_error(path, exc)) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(data, dict):

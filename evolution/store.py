@@ -40,6 +40,7 @@ so an interrupted write is detected and redone, never read.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,8 @@ __all__ = [
     "open_representations",
     "open_attention",
     "group_is_complete",
+    "check_store",
+    "StoreError",
     "mark_complete",
     "create_hidden_group",
     "create_attention_group",
@@ -124,6 +127,36 @@ def read_rows(store: str, model: str, layer: int, rows: np.ndarray) -> np.ndarra
 
 def _open_root(store: str, mode: str = "a") -> zarr.Group:
     return zarr.open_group(store, mode=mode, zarr_format=3)
+
+
+class StoreError(ValueError):
+    """The store path holds something this pipeline did not write."""
+
+
+def check_store(store: str) -> None:
+    """Refuse a store path that holds something else than this pipeline's representations:
+    a file, a directory that is not a Zarr store, or a Zarr store with members that are not
+    model groups written here. Nothing is modified. Stores on fsspec URLs are not checked."""
+    if "://" in str(store):
+        return
+    path = Path(store)
+    if not path.exists():
+        return
+    fix = "point extract.store elsewhere, or move it away if it is not needed"
+    if not path.is_dir():
+        raise StoreError(f"{path}: extract.store is a file, not a Zarr store; {fix}")
+    if not any(path.iterdir()):
+        return
+    try:
+        root = zarr.open_group(store, mode="r", zarr_format=3)
+        members = list(root.members())
+    except Exception as exc:  # noqa: BLE001 - zarr raises many types for what is not a store
+        raise StoreError(f"{path}: extract.store exists but is not a readable Zarr store "
+                         f"({type(exc).__name__}: {exc}); {fix}") from None
+    foreign = [name for name, m in members if not isinstance(m, zarr.Group) or _FINGERPRINT not in m.attrs]
+    if foreign:
+        raise StoreError(f"{path}: extract.store holds a Zarr store this pipeline did not write (members "
+                         f"{', '.join(sorted(foreign)[:5])}); {fix}")
 
 
 def group_is_complete(store: str, group: str, fingerprint: str) -> bool:

@@ -19,6 +19,7 @@ import yaml
 from evolution.config import ConfigError, load_config
 from evolution.corpus import CorpusError
 from evolution.models import ModelLoadError
+from evolution.store import StoreError
 from evolution.tokens import SentenceTooLong
 from pipelines.cluster import dask_client
 from pipelines.stages import STAGES, Context, downstream, stage_order
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(args.config, stage=args.stage, force=args.force, dry_run=args.dry_run, workdir=args.workdir,
             progress=not args.no_progress)
-    except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, ConnectionError) as exc:
+    except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, StoreError, ConnectionError) as exc:
         logger.error("%s", exc)
         return 2
     except KeyboardInterrupt:

@@ -67,6 +67,12 @@ class HuggingFaceAdapter(Adapter):
             raise ModelLoadError(f"{self.path} is not a Hugging Face model directory (no config.json); "
                                  "point models[].path at a directory written by save_pretrained()")
         self.name = name or self.path.name
+        weights = [f.name for f in self.path.iterdir()
+                   if f.suffix in (".safetensors", ".bin", ".pt", ".h5", ".msgpack") or f.name.endswith(".index.json")]
+        if not weights:
+            raise ModelLoadError(f"{self.path}: a Hugging Face config but no weights (model.safetensors or "
+                                 "pytorch_model.bin); save the model with save_pretrained() into that directory, "
+                                 "or point models[].path at the directory that has them")
         try:
             self.config = AutoConfig.from_pretrained(self.path, local_files_only=True)
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)

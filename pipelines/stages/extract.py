@@ -46,9 +46,10 @@ class ExtractStage(Stage):
         return ctx.memo(f"extract.key.{model.name}", compute)
 
     def _todo(self, ctx: Context) -> list[ModelConfig]:
-        from evolution.store import group_is_complete
+        from evolution.store import check_store, group_is_complete
 
         store = self.store(ctx)
+        check_store(store)  # before any cluster or write: a foreign store stops the run here
         return [m for m in ctx.config.models
                 if self.name in ctx.force or not group_is_complete(store, m.name, self.model_key(ctx, m))]
 
