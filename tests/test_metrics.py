@@ -405,7 +405,7 @@ def test_tsne_selection_coloured_by_ud_label_takes_annotated_rows():
     words = np.array([f"w{t}" for t in token_id])
     upos = np.array([""] * 5 + ["AUX", "", "VERB", "", "AUX", "", "VERB", "AUX"], dtype=object)
     annotated = upos != ""
-    cfg = MetricsConfig(tokens={"top": 2, "min_count": 2}, mi=None, neighbors=None, similarity=None,
+    cfg = MetricsConfig(tokens={"top": 2, "min_count": 2}, mi={"k": 2}, neighbors=None, similarity=None,
                         tsne={"perplexity": 2, "selections": [{"name": "w2", "tokens": ["w2"], "color": "upos"}]})
     from evolution.corpus.conllu import NO_LABEL
 
@@ -413,7 +413,7 @@ def test_tsne_selection_coloured_by_ud_label_takes_annotated_rows():
     plan = plan_occurrences(token_id=token_id, token_str=words, sentence=sentence, position=np.arange(13) % 4,
                             objective="mlm", cfg=cfg, seed=0, primary=~annotated,
                             annotation={"pos": pos_codes, "deprel": pos_codes, "upos": pos_codes},
-                            labels={"upos": upos})
+                            label_strings={"upos": upos})
     sel = plan.tsne["w2"]
     np.testing.assert_array_equal(sel["rows"], [5, 7, 9, 12])  # w2 in the annotated rows, not row 1
     assert list(sel["label"]) == ["AUX", "VERB", "AUX", "AUX"]

@@ -62,7 +62,7 @@ def load_inputs(*, store: str, models: list[ModelSource], config: MetricsConfig,
         plan = plan_occurrences(token_id=coords["token_id"], token_str=coords["token_str"],
                                 sentence=coords["sentence"], position=coords["position"], objective=objective,
                                 cfg=config, seed=seed, primary=parts["primary"], annotation=parts["annotation"],
-                                labels=labels)
+                                label_strings=labels)
         out[m.name] = ModelInputs(name=m.name, kind=m.kind, objective=objective, key=m.key, spec=m.spec,
                                   n_layers=int(ds.sizes["layer"]), d_model=int(ds.sizes["feature"]), coords=coords,
                                   primary=np.asarray(parts["primary"]), annotation=parts["annotation"],

@@ -151,7 +151,7 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
                      position: np.ndarray, objective: str | None, cfg: MetricsConfig, seed: int,
                      sentence_order: np.ndarray | None = None, primary: np.ndarray | None = None,
                      annotation: dict[str, np.ndarray] | None = None,
-                     labels: dict[str, np.ndarray] | None = None) -> OccurrencePlan:
+                     label_strings: dict[str, np.ndarray] | None = None) -> OccurrencePlan:
     """Decide the rows of every metric for one model. Deterministic in ``seed``.
 
     ``sentence_order`` lists sentence ids in corpus order (default: sorted
@@ -162,7 +162,7 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
     (:data:`evolution.corpus.conllu.NO_LABEL` where a row is not annotated);
     with it, ``plan.syntax`` holds the annotated rows of the most frequent
     types for :func:`~evolution.metrics.neighbors.within_type_measures`.
-    ``labels`` are the store's annotation strings (``upos``, ``deprel``, ...), for
+    ``label_strings`` are the store's annotation strings (``upos``, ``deprel``, ...), for
     t-SNE selections coloured by them.
     """
     rng = np.random.default_rng(seed)
@@ -201,7 +201,7 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
         words = word_forms(token_str)
         for s in cfg.tsne.selections:
             by_label = s.color in ("upos", "deprel")
-            if by_label and (labels is None or s.color not in labels):
+            if by_label and (label_strings is None or s.color not in label_strings):
                 plan.notes.append(f"t-SNE '{s.name}': color {s.color} needs annotated text (corpus.annotated); "
                                   "skipped")
                 continue
@@ -215,7 +215,7 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
                 rows = np.sort(rng.choice(rows, cfg.tsne.max_points, replace=False))
             plan.tsne[s.name] = {"rows": rows, "token": words[rows], "position": np.asarray(position)[rows],
                                  "sentence": sentence[rows],
-                                 "label": (np.asarray(labels[s.color])[rows] if by_label
+                                 "label": (np.asarray(label_strings[s.color])[rows] if by_label
                                            else np.full(len(rows), "", dtype=object))}
     if cfg.similarity is not None:
         order = np.unique(sentence[main]) if sentence_order is None else np.asarray(sentence_order)
