@@ -85,7 +85,7 @@ def masked_point_states(adapter, content_ids: dict[int, list[int]], points: list
 
 class TSNE(Analysis):
     name = "tsne"
-    version = 2  # 2: UD-label colours, the masked MLM's layouts
+    version = 3  # 2: UD-label colours, the masked MLM's layouts; 3: the UD-label selection planned (was skipped)
     section = "tsne"
 
     def units(self, inputs: Inputs) -> list[Unit]:
