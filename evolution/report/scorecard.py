@@ -407,14 +407,16 @@ def claim_rare_influence(run: Run) -> Finding:
         rare, frequent = v[:, filled[-1]], v[:, filled[0]]
         return rare, frequent
 
-    parts, ok = [], []
+    parts, ok, above, peak = [], [], [], []
     for m in run.replicates("mt"):
         if m not in d.model.values or (p := profile(m)) is None:
             continue
         rare, frequent = p
         parts.append(f"{m}: layer 1 rare {rare[0]:.2e} vs frequent {frequent[0]:.2e}, rare peaks at layer "
                      f"{int(np.nanargmax(rare)) + 1}")
-        ok.append(rare[0] > frequent[0] and int(np.nanargmax(rare)) == 0)
+        above.append(rare[0] > frequent[0])
+        peak.append(int(np.nanargmax(rare)) == 0)
+        ok.append(above[-1] and peak[-1])
     if not ok:
         return Finding(12, claim, rule, "", NA, "no MT influence with two filled frequency bins")
     drop = [m for m in run.token_dropout("mt") if m in d.model.values and profile(m) is not None]
@@ -427,8 +429,14 @@ def claim_rare_influence(run: Run) -> Finding:
         parts.append(f"{m}: layer 1 rare {rare[0]:.2e} vs frequent {frequent[0]:.2e}")
         removed.append(not rare[0] > frequent[0])
     verdict = HOLDS if all(ok) and all(removed) else FAILS
-    why = "" if verdict == HOLDS else ("the base MT does not show it" if not all(ok) else "token dropout keeps it")
-    return Finding(12, claim, rule, "; ".join(parts), verdict, why)
+    reasons = []
+    if not all(above):
+        reasons.append("in the base MT rare tokens do not influence more than frequent ones at layer 1")
+    elif not all(peak):
+        reasons.append("rare tokens influence more than frequent ones at layer 1, but their influence peaks later")
+    if not all(removed):
+        reasons.append("token dropout does not remove the rare tokens' lead at layer 1")
+    return Finding(12, claim, rule, "; ".join(parts), verdict, "; ".join(reasons))
 
 
 CLAIMS: tuple[Callable[[Run], Finding], ...] = (
