@@ -176,3 +176,15 @@ def test_a_difference_within_the_restart_spread_does_not_count(tmp_path, number)
     groups["mi"] = _mi({("lm", "input"): [3.9, 3.7, 3.69, 3.68]}, sd=0.05)
     by = {f.number: f for f in scorecard(_write(tmp_path / "m.zarr", groups))}
     assert by[number].verdict == FAILS
+
+
+def test_committed_scorecard_is_computed_from_the_committed_store():
+    """results/bible-full: the report's scorecard.json is what scorecard() gives on the
+    committed metrics.zarr (no verdict or number edited by hand, none stale)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "results" / "bible-full"
+    committed = json.loads((root / "report" / "scorecard.json").read_text(encoding="utf-8"))
+    assert [f.as_dict() for f in scorecard(root / "metrics.zarr")] == committed
+    assert len(committed) == 12
