@@ -42,18 +42,23 @@ def by_group_panels(d, *, series: str, label, width, xlabel: str, ylabel: str, g
         return None
     pyplot = plt()
     models = list(d.model.values)
-    fig, axes = pyplot.subplots(1, len(models), figsize=(4.2 * len(models), 3.4), squeeze=False, sharey=True,
+    cols = min(4, len(models))  # a run with controls has 8 models: two rows of four
+    rows = -(-len(models) // cols)
+    fig, axes = pyplot.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True,
                                 layout="constrained")
+    for ax in axes.ravel()[len(models):]:
+        ax.set_visible(False)
     cmap = pyplot.get_cmap("viridis")
     n = d.sizes[series]
     x = np.arange(d.sizes[groups])
-    for ax, m in zip(axes[0], models):
+    for ax, m in zip(axes.ravel(), models):
         for j, v in enumerate(d[series].values):
             ax.plot(x, d.sel({"model": m, series: v}), marker="o", color=cmap(j / max(1, n - 1)), label=label(v),
                     lw=width(v))
         ax.set_xticks(x, [str(b) for b in d[groups].values], rotation=45, fontsize=7)
         ax.set(title=str(m), xlabel=xlabel)
-    axes[0][0].set_ylabel(ylabel)
+    for row in axes:
+        row[0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=7)
     return fig
 

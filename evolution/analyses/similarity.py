@@ -220,13 +220,17 @@ def similarity_heatmaps(path, metric: str = "pwcca"):
     pyplot = plt()
     d = ds.distance.sel(metric=metric).load()
     models = list(ds.model_a.values)
-    fig, axes = pyplot.subplots(1, len(models) + 1, figsize=(3.6 * (len(models) + 1), 3.4), squeeze=False,
-                                layout="constrained")
-    for ax, m in zip(axes[0], models):
+    cols = min(5, len(models) + 1)  # a run with controls: rows of five panels
+    rows = -(-(len(models) + 1) // cols)
+    fig, grid = pyplot.subplots(rows, cols, figsize=(3.6 * cols, 3.4 * rows), squeeze=False, layout="constrained")
+    axes = grid.ravel()
+    for ax in axes[len(models) + 1:]:
+        ax.set_visible(False)
+    for ax, m in zip(axes, models):
         im = ax.imshow(d.sel(model_a=m, model_b=m), vmin=0, vmax=1, cmap="viridis", origin="lower")
         ax.set(title=f"{m}: layer vs layer", xlabel="layer", ylabel="layer")
-    fig.colorbar(im, ax=axes[0][:len(models)].tolist(), fraction=0.02, label=f"{metric.upper()} distance")
-    ax = axes[0][-1]
+    fig.colorbar(im, ax=axes[:len(models)].tolist(), fraction=0.02, label=f"{metric.upper()} distance")
+    ax = axes[len(models)]
     k = 0
     for i, a in enumerate(models):
         for b in models[i + 1:]:
@@ -235,7 +239,7 @@ def similarity_heatmaps(path, metric: str = "pwcca"):
             k += 1
     ax.set(title="between models, same layer", xlabel="layer", ylabel=f"{metric.upper()} distance", ylim=(0, 1))
     if k:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8 if k <= 6 else 5, ncol=1 if k <= 10 else 2)
     return fig
 
 
