@@ -178,13 +178,14 @@ def test_a_difference_within_the_restart_spread_does_not_count(tmp_path, number)
     assert by[number].verdict == FAILS
 
 
-def test_committed_scorecard_is_computed_from_the_committed_store():
-    """results/bible-full: the report's scorecard.json is what scorecard() gives on the
+@pytest.mark.parametrize("run", ["bible-full", "bible-paper"])
+def test_committed_scorecard_is_computed_from_the_committed_store(run):
+    """results/<run>: the report's scorecard.json is what scorecard() gives on the
     committed metrics.zarr (no verdict or number edited by hand, none stale)."""
     import json
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "results" / "bible-full"
+    root = Path(__file__).resolve().parents[1] / "results" / run
     committed = json.loads((root / "report" / "scorecard.json").read_text(encoding="utf-8"))
     assert [f.as_dict() for f in scorecard(root / "metrics.zarr")] == committed
     assert len(committed) == 12
