@@ -287,18 +287,28 @@ def warm_workers(client, spec: dict) -> list:
     return [client.submit(_warm, spec, workers=[w], allow_other_workers=False, pure=False) for w in workers]
 
 
-def compute(delayed: list, *, client, progress: bool, label: str, unit: str = "chunk") -> list:
+def compute(delayed: list, *, client, progress: bool, label: str, unit: str = "chunk",
+            on_result=None) -> list:
     """Compute Dask delayed objects on ``client`` (or synchronously), with a progress bar
-    counting ``unit``s (one per delayed object)."""
+    counting ``unit``s (one per delayed object). ``on_result(i, result)`` is called as
+    each one finishes, so that a caller can keep what is done if the run is killed."""
     import dask
 
     if client is None:
-        if progress:
-            from dask.diagnostics import ProgressBar
+        if on_result is None:
+            if progress:
+                from dask.diagnostics import ProgressBar
 
-            with ProgressBar(minimum=1):
-                return list(dask.compute(*delayed, scheduler="synchronous"))
-        return list(dask.compute(*delayed, scheduler="synchronous"))
+                with ProgressBar(minimum=1):
+                    return list(dask.compute(*delayed, scheduler="synchronous"))
+            return list(dask.compute(*delayed, scheduler="synchronous"))
+        from tqdm.auto import tqdm
+
+        results = []
+        for i, d in enumerate(tqdm(delayed, desc=label, unit=unit, disable=not progress)):
+            results.append(dask.compute(d, scheduler="synchronous")[0])
+            on_result(i, results[-1])
+        return results
     from distributed import as_completed
     from tqdm.auto import tqdm
 
@@ -307,6 +317,9 @@ def compute(delayed: list, *, client, progress: bool, label: str, unit: str = "c
     index = {f.key: i for i, f in enumerate(futures)}
     with tqdm(total=len(futures), desc=label, unit=unit, disable=not progress) as bar:
         for fut in as_completed(futures):
-            results[index[fut.key]] = fut.result()
+            i = index[fut.key]
+            results[i] = fut.result()
+            if on_result is not None:
+                on_result(i, results[i])
             bar.update(1)
     return results

@@ -108,14 +108,18 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
             where.append((a.name, u.name, f))
     n_cached = sum(len(r) for r in results.values())
     logger.info("metrics: %d task(s) to compute, %d cached", len(todo), n_cached)
-    computed = compute(todo, client=client, progress=progress, label="metrics", unit="task") if todo else []
-    for (name, unit, f), out in zip(where, computed):
+    def keep(i: int, out: dict) -> None:
+        """Cache one unit's result as soon as it is done (a killed run keeps it)."""
+        name, unit, f = where[i]
         _replay(out["logs"], unit=f"{name} {unit}")
         r = json.loads(json.dumps(out["result"], default=_jsonable))
         tmp = f.with_name(f.name + ".partial")
         tmp.write_text(json.dumps(r), encoding="utf-8")
         os.replace(tmp, f)
         results[name][unit] = r
+
+    if todo:
+        compute(todo, client=client, progress=progress, label="metrics", unit="task", on_result=keep)
     datasets: dict[str, xr.Dataset] = {}
     for a in analyses:
         for group, ds in a.datasets(inputs, results[a.name]).items():
