@@ -290,6 +290,9 @@ class SimilarityConfig(_Section):
     freq_bins: list[int] = Field(
         default_factory=lambda: [1, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000],
         min_length=2, description="frequency-rank bin edges [lo, hi) (Voita et al., figure 4)")
+    bootstrap: int = Field(20, ge=0, description="bootstrap replicates over sentences for 95% intervals of the "
+                                                 "same-layer distances between models and of the change by "
+                                                 "frequency (0: none; each replicate redoes their SVDs)")
 
 
 class InfluenceConfig(_Section):

@@ -420,3 +420,38 @@ def test_tsne_selection_coloured_by_ud_label_takes_annotated_rows():
     plain = plan_occurrences(token_id=token_id, token_str=words, sentence=sentence, position=np.arange(13) % 4,
                              objective="mlm", cfg=cfg, seed=0)
     assert "w2" not in plain.tsne and any("corpus.annotated" in n for n in plain.notes)
+
+
+def test_similarity_bootstrap_against_a_loop_with_the_reference_pwcca():
+    """Paired bootstrap over sentences of the same-layer distance between two models and of a
+    model's adjacent-layer change on a subset: the percentiles of a loop that resamples the
+    same sentences and computes the covariance-route PWCCA (mean of both directions)."""
+    from evolution.analyses.similarity import bootstrap_distances
+
+    rng = np.random.default_rng(4)
+    n_sent, per = 60, 5
+    sentence = np.repeat(np.arange(n_sent), per)
+    z = rng.normal(size=(n_sent * per, 3))
+    states = {("a", 0): z @ rng.normal(size=(3, 3)) + 0.3 * rng.normal(size=(len(z), 3)),
+              ("a", 1): z @ rng.normal(size=(3, 3)) + 0.8 * rng.normal(size=(len(z), 3)),
+              ("b", 0): z @ rng.normal(size=(3, 3)) + 0.5 * rng.normal(size=(len(z), 3)),
+              ("b", 1): rng.normal(size=(len(z), 3))}
+    mask = np.arange(len(z)) % 2 == 0
+    out = bootstrap_distances(read=lambda g, layer: states[(g, layer)], models=["a", "b"], n_layers={"a": 2, "b": 2},
+                              sentence=sentence, masks={"even": mask}, methods=["pwcca"], replicates=30, seed=7,
+                              epsilon=1e-9, min_ratio=1.0)
+    between, change = [], []
+    for r in range(30):
+        idx = np.concatenate([np.flatnonzero(sentence == k) for k in
+                              np.random.default_rng([7, r]).integers(0, n_sent, n_sent)])
+        between.append([1 - (reference_pwcca(states[("a", layer)][idx], states[("b", layer)][idx])[0]
+                             + reference_pwcca(states[("b", layer)][idx], states[("a", layer)][idx])[0]) / 2
+                        for layer in (0, 1)])
+        sel = idx[mask[idx]]
+        change.append(1 - reference_pwcca(states[("a", 0)][sel], states[("a", 1)][sel])[0])
+    np.testing.assert_allclose(np.asarray(out["between"]["pwcca"])[:, 0],
+                               np.percentile(between, [2.5, 97.5], axis=0).T, rtol=1e-8)
+    np.testing.assert_allclose(np.asarray(out["change"]["pwcca"]["a"])[0, 0], np.percentile(change, [2.5, 97.5]),
+                               rtol=1e-8)
+    lo, hi = np.asarray(out["between"]["pwcca"])[1, 0]
+    assert hi - lo > 0.01  # layer 1 of b is noise: a wide, non-degenerate interval

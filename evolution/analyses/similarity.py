@@ -18,6 +18,7 @@ token). Views of different sets stay NaN.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ __all__ = ["Similarity", "similarity_task", "adjacent_change", "merge", "similar
 
 
 def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], arrays: str,
-                    similarity: SimilarityConfig, bins: list[tuple[int, int]]) -> dict[str, Any]:
+                    similarity: SimilarityConfig, bins: list[tuple[int, int]], seed: int = 0) -> dict[str, Any]:
     """All-pairs similarity of (model, layer) views on the same occurrences,
     and adjacent-layer change per frequency-rank bin.
 
@@ -45,7 +46,11 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
     Returns ``similarity[method]`` as a nested list (view_a, view_b) over
     ``views`` = [(model, layer), ...], and ``change[method][model]`` as
     (layer_pair, bin) with NaN where a bin has too few occurrences (listed in
-    ``notes``).
+    ``notes``). With ``similarity.bootstrap`` and ``sentence`` (n,) in ``arrays``,
+    ``interval``: 95% percentile intervals over resampled sentences (one resample
+    shared by every model: a paired bootstrap) of the same-layer distances between
+    models (``between[method]``: (layer, model pair, 2)) and of the change
+    (``change[method][model]``: (layer_pair, bin, 2)); see :func:`bootstrap_distances`.
     """
     from evolution.metrics.similarity import View, cka, pwcca
     from evolution.store import read_rows
@@ -81,8 +86,70 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
         notes += bin_notes
         for m in methods:
             change[m][g] = per_method[m]
-    return {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
-            "bins": bins, "n": int(len(freq_rank)), "notes": notes}
+    out = {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
+           "bins": bins, "n": int(len(freq_rank)), "notes": notes}
+    if similarity.bootstrap and "sentence" in a:
+        out["interval"] = bootstrap_distances(
+            read=lambda g, layer: np.asarray(read_rows(store, g, layer, rows[g]), dtype=np.float64),
+            models=models, n_layers=n_layers, sentence=a["sentence"], masks=masks, methods=methods,
+            replicates=similarity.bootstrap, seed=seed, **kw)
+    return out
+
+
+def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], sentence: np.ndarray,
+                        masks: dict[str, np.ndarray], methods: list[str], replicates: int, seed: int,
+                        epsilon: float, min_ratio: float, level: float = 0.95) -> dict[str, Any]:
+    """``read(model, layer)`` (n, d) the states of the compared occurrences, ``sentence``
+    (n,) their sentences. Percentile intervals of the distances the figures compare, over ``replicates``
+    resamples of whole sentences (replicate ``r`` draws with ``default_rng([seed, r])``,
+    the same occurrences for every model): the same-layer distance of every pair of
+    models, and each model's change between adjacent layers per subset of ``masks``.
+    Each replicate redoes the SVDs (a View per model and layer), one layer at a time."""
+    from evolution.metrics.plan import rows_by_sentence
+    from evolution.metrics.similarity import View, cka, pwcca
+
+    fns = {"pwcca": pwcca, "cka": cka}
+    groups = list(rows_by_sentence(np.asarray(sentence)).values())
+    picks = [np.concatenate([groups[k] for k in np.random.default_rng([seed, r]).integers(0, len(groups),
+                                                                                          len(groups))])
+             for r in range(replicates)]
+    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
+    L = max(n_layers.values())
+    between = {m: np.full((replicates, L, len(pairs)), np.nan) for m in methods}
+    change = {m: {g: np.full((replicates, L - 1, len(masks)), np.nan) for g in models} for m in methods}
+    previous: dict[str, np.ndarray] = {}
+    for layer in range(L):
+        states = {g: read(g, layer) for g in models if layer < n_layers[g]}
+        for r, idx in enumerate(picks):
+            views = {g: View(x[idx], epsilon=epsilon, min_ratio=min_ratio, name=f"{g} layer {layer}")
+                     for g, x in states.items()}
+            for p, (a, b) in enumerate(pairs):
+                if a in views and b in views:
+                    for m in methods:  # PWCCA weights by one view: the mean of both directions
+                        between[m][r, layer, p] = 1.0 - (fns[m](views[a], views[b]) + fns[m](views[b], views[a])) / 2
+            for g, x in states.items():
+                if g not in previous:
+                    continue
+                for k, mask in enumerate(masks.values()):
+                    sel = idx[mask[idx]]
+                    if len(sel) < min_ratio * x.shape[1]:
+                        continue
+                    va = View(previous[g][sel], epsilon=epsilon, min_ratio=min_ratio)
+                    vb = View(x[sel], epsilon=epsilon, min_ratio=min_ratio)
+                    for m in methods:
+                        change[m][g][r, layer - 1, k] = 1.0 - fns[m](va, vb)
+        previous = states
+    q = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
+
+    def bounds(x: np.ndarray) -> list:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: bins too small
+            return np.moveaxis(np.nanpercentile(x, q, axis=0), 0, -1).tolist()
+
+    return {"pairs": pairs, "replicates": replicates,
+            "between": {m: bounds(v) for m, v in between.items()},
+            "change": {m: {g: bounds(v) for g, v in per.items()} for m, per in change.items()}}
+
 
 
 def adjacent_change(states: list[np.ndarray], masks: dict[str, np.ndarray], *, methods: list[str], epsilon: float,
@@ -127,6 +194,7 @@ def merge(parts: list[dict]) -> dict:
             sim[m][off:off + n, off:off + n] = p["similarity"][m]
         off += n
     change = {m: {g: v for p in parts for g, v in p["change"][m].items()} for m in methods}
+    # intervals are per class (their replicates resample different occurrences): none across classes
     return {"views": views, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
             "bins": parts[0]["bins"], "n": parts[0]["n"], "notes": [n for p in parts for n in p["notes"]]}
 
@@ -146,7 +214,7 @@ def tokenisation_classes(inputs: Inputs) -> list[list[str]]:
 
 class Similarity(Analysis):
     name = "similarity"
-    version = 1
+    version = 2  # 2: bootstrap intervals
     section = "similarity"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -166,13 +234,15 @@ class Similarity(Analysis):
             for note in notes:
                 logger.info("metrics: change by frequency (%s): %s", ", ".join(names), note)
             rows = {f"rows/{m.name}": m.plan.similarity_rows for m in models}
+            first = models[0].plan.similarity_rows
             arrays = save_arrays(inputs.arrays_dir, "similarity",
-                                 {**rows, "freq_rank": models[0].freq_rank[models[0].plan.similarity_rows]})
+                                 {**rows, "freq_rank": models[0].freq_rank[first],
+                                  "sentence": models[0].coords["sentence"][first]})
             units.append(Unit("+".join(names), similarity_task,
                               dict(store=inputs.store, models=names, n_layers={m.name: m.n_layers for m in models},
-                                   arrays=arrays, similarity=scfg, bins=bins),
+                                   arrays=arrays, similarity=scfg, bins=bins, seed=inputs.seed),
                               key={"models": [m.key for m in models], "similarity": resolved_dict(scfg),
-                                   "bins": bins}))
+                                   "bins": bins, "seed": inputs.seed}))
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -209,6 +279,27 @@ class Similarity(Analysis):
                     "layer_from": ("layer_pair", np.arange(L - 1)), "freq_bin": strings(bins),
                     "rank_lo": ("freq_bin", [lo for lo, _ in similarity["bins"]])},
             attrs={"frequency": next(iter(inputs.models.values())).frequency})
+        interval = similarity.get("interval")
+        if interval is not None:  # one tokenisation class (merge keeps intervals only then)
+            n_boot = interval["replicates"]
+            between = np.full((len(methods), len(models), len(models), L, 2), np.nan)
+            change_iv = np.full((len(methods), len(models), L - 1, len(bins), 2), np.nan)
+            for q, meth in enumerate(methods):
+                b = np.asarray(interval["between"][meth], dtype=float)  # (layer, pair, 2)
+                for p_i, (ma, mb) in enumerate(interval["pairs"]):
+                    i, j = models.index(ma), models.index(mb)
+                    between[q, i, j, :len(b)] = between[q, j, i, :len(b)] = b[:, p_i]
+                for m, v in interval["change"][meth].items():
+                    v = np.asarray(v, dtype=float)
+                    change_iv[q, models.index(m), :len(v)] = v
+            long_name = f"95% bootstrap interval over sentences ({n_boot} paired replicates)"
+            out["similarity"]["interval"] = (("metric", "model_a", "model_b", "layer", "bound"), between,
+                                             {"long_name": "same-layer distance (mean of both directions): "
+                                                           + long_name})
+            out["similarity"] = out["similarity"].assign_coords(layer=layer, bound=strings(["low", "high"]))
+            out["change"]["interval"] = (("metric", "model", "layer_pair", "freq_bin", "bound"), change_iv,
+                                         {"long_name": long_name})
+            out["change"] = out["change"].assign_coords(bound=strings(["low", "high"]))
         return out
 
 
@@ -236,6 +327,10 @@ def similarity_heatmaps(path, metric: str = "pwcca"):
         for b in models[i + 1:]:
             same = [d.sel(model_a=a, model_b=b, layer_a=layer, layer_b=layer).item() for layer in ds.layer_a.values]
             ax.plot(ds.layer_a, same, label=f"{a} vs {b}", **STYLES[k % len(STYLES)])
+            if "interval" in ds:  # 95% bootstrap interval over sentences
+                band = ds.interval.sel(metric=metric, model_a=a, model_b=b)
+                ax.fill_between(ds.layer, band.sel(bound="low"), band.sel(bound="high"),
+                                color=STYLES[k % len(STYLES)]["color"], alpha=0.15, linewidth=0)
             k += 1
     ax.set(title="between models, same layer", xlabel="layer", ylabel=f"{metric.upper()} distance", ylim=(0, 1))
     if k:
