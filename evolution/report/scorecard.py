@@ -11,9 +11,11 @@ one of :data:`VERDICTS`. Uncertainty comes from what the run stored:
   show a fall: too few types for the clusters; ``docs/metrics.md``);
 * kNN rates: the 95% bootstrap intervals over sentences (``neighbors/interval``);
   an ordering counts when the intervals do not overlap;
-* distances between models (PWCCA), change by frequency and influence: no
-  interval of their own; where the run has seed replicates (``train.seeds``) the
-  claim must hold for every replicate (the seed-to-seed spread is the noise).
+* distances between models (PWCCA) and change by frequency: their bootstrap
+  intervals over sentences where stored (``similarity/interval``,
+  ``change/interval``); influence has none. Where the run has seed replicates
+  (``train.seeds``) a claim must hold for every replicate (the seed-to-seed
+  spread is the noise).
 
 Models are told apart by objective (the groups' ``objectives`` attribute) and,
 for trained runs, by the ``runs`` attribute: the base model of an objective is
@@ -124,6 +126,14 @@ class Run:
             return float("nan")
         return float((d.sel(model_a=a, model_b=b, layer_a=layer, layer_b=layer)
                       + d.sel(model_a=b, model_b=a, layer_a=layer, layer_b=layer)) / 2)
+
+    def distance_interval(self, a: str, b: str, layer: int) -> tuple[float, float] | None:
+        """The bootstrap interval of :meth:`distance`, when the run stored one."""
+        ds = self.groups["similarity"]
+        if ds is None or "interval" not in ds or "pwcca" not in ds.metric.values:
+            return None
+        iv = ds.interval.sel(metric="pwcca", model_a=a, model_b=b, layer=layer).values
+        return (float(iv[0]), float(iv[1])) if np.isfinite(iv).all() else None
 
     def top_layer(self, models: list[str]) -> int | None:
         ds = self.groups["similarity"]
@@ -315,7 +325,8 @@ def claim_lm_left_context(run: Run) -> Finding:
 def claim_lm_mt_farthest(run: Run) -> Finding:
     claim = "At the top layer LM and MT are farther apart than MT and MLM."
     rule = ("PWCCA distance (mean of both directions) at the top layer: d(LM, MT) > d(MT, MLM), for every "
-            "combination of seed replicates")
+            "combination of seed replicates and, where stored, with non-overlapping 95% bootstrap intervals for "
+            "the base models")
     mts, lms, mlms = run.replicates("mt"), run.replicates("lm"), run.replicates("mlm")
     layer = run.top_layer(mts + lms + mlms)
     if not (mts and lms and mlms) or layer is None:
@@ -328,8 +339,16 @@ def claim_lm_mt_farthest(run: Run) -> Finding:
     measured = (f"layer {layer}: d(LM, MT) {_fmt(a.min(), 3)}-{_fmt(a.max(), 3)}, d(MT, MLM) {_fmt(b.min(), 3)}-"
                 f"{_fmt(b.max(), 3)} over {len(combos)} replicate combination(s)")
     ok = a > b
-    return Finding(9, claim, rule, measured, HOLDS if ok.all() else FAILS,
-                   "" if ok.all() else f"holds in {int(ok.sum())} of {len(ok)} combinations")
+    if not ok.all():
+        return Finding(9, claim, rule, measured, FAILS, f"holds in {int(ok.sum())} of {len(ok)} combinations")
+    lm_mt, mt_mlm = (run.distance_interval(lms[0], mts[0], layer), run.distance_interval(mts[0], mlms[0], layer))
+    if lm_mt is None or mt_mlm is None:
+        return Finding(9, claim, rule, measured, HOLDS)
+    measured += (f"; base models' 95% intervals [{_fmt(lm_mt[0], 3)}, {_fmt(lm_mt[1], 3)}] vs "
+                 f"[{_fmt(mt_mlm[0], 3)}, {_fmt(mt_mlm[1], 3)}]")
+    if lm_mt[0] > mt_mlm[1]:
+        return Finding(9, claim, rule, measured, HOLDS)
+    return Finding(9, claim, rule, measured, NA, "in this order, but the 95% intervals overlap")
 
 
 def claim_seeds_closer(run: Run) -> Finding:
@@ -363,7 +382,8 @@ def claim_seeds_closer(run: Run) -> Finding:
 def claim_frequent_change_more(run: Run) -> Finding:
     claim = "Frequent tokens change more between layers than rare ones."
     rule = ("PWCCA distance between adjacent layers averaged over layer pairs: the most frequent rank bin above the "
-            "rarest filled bin, for every base model and seed replicate")
+            "rarest filled bin, for every base model and seed replicate (where stored, the bootstrap intervals "
+            "averaged the same way do not overlap)")
     ds = run.groups["change"]
     if ds is None or "pwcca" not in ds.metric.values:
         return Finding(11, claim, rule, "", NA, "no change-by-frequency group in this run")
@@ -381,6 +401,12 @@ def claim_frequent_change_more(run: Run) -> Finding:
             parts.append(f"{m}: {_fmt(frequent, 3)} (bin {ds.freq_bin.values[filled[0]]}) vs {_fmt(rare, 3)} "
                          f"(bin {ds.freq_bin.values[filled[-1]]})")
             ok.append(frequent > rare)
+            if "interval" in ds:  # the bootstrap intervals of the change, averaged over layer pairs
+                iv = ds.interval.sel(metric="pwcca", model=m).mean("layer_pair").values  # (bin, 2)
+                if np.isfinite(iv[[filled[0], filled[-1]]]).all():
+                    parts[-1] += (f" [{_fmt(iv[filled[0], 0], 3)}, {_fmt(iv[filled[0], 1], 3)}] vs "
+                                  f"[{_fmt(iv[filled[-1], 0], 3)}, {_fmt(iv[filled[-1], 1], 3)}]")
+                    ok[-1] = ok[-1] and iv[filled[0], 0] > iv[filled[-1], 1]
     if not ok:
         return Finding(11, claim, rule, "", NA, "fewer than two filled frequency bins")
     frequency = ds.attrs.get("frequency", "")
