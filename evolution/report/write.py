@@ -86,8 +86,17 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
         nb = open_group(metrics_path, "neighbors")
         if nb is not None:
             for meas in nb.measure.values:
-                sections.append((f"Neighbours: {meas}", _table(nb.value.sel(measure=meas).transpose("model", "layer").load(),
-                                                               "model", "layer"), ""))
+                table = _table(nb.value.sel(measure=meas).transpose("model", "layer").load(), "model", "layer")
+                text = ""
+                if "interval" in nb and np.isfinite(nb.interval.sel(measure=meas).values).any():
+                    iv = nb.interval.sel(measure=meas).transpose("model", "layer", "bound").values
+                    for r, row in enumerate(table[1:]):
+                        for c in range(1, len(row)):
+                            lo, hi = iv[r, c - 1]
+                            if np.isfinite(lo):
+                                row[c] += f" [{lo:.3f}, {hi:.3f}]"
+                    text = "In brackets: the 95% bootstrap interval over sentences."
+                sections.append((f"Neighbours: {meas}", table, text))
         sim = open_group(metrics_path, "similarity")
         if sim is not None:
             for metric in sim.metric.values:
