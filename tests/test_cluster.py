@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from test_training import _corpus  # the 400 Genesis lines and their learnable "translation"
+
 ROOT = Path(__file__).resolve().parents[1]
 DASK = Path(sys.executable).with_name("dask")
 
@@ -64,15 +66,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _corpus(tmp: Path) -> tuple[Path, Path]:
-    lines = [ln for ln in (ROOT / "evolution/data/web-genesis.en.txt").read_text(encoding="utf-8").splitlines()
-             if 3 <= len(ln.split()) <= 25][:400]
-    src, tgt = tmp / "corpus.en", tmp / "corpus.xx"
-    src.write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
-    tgt.write_text("".join(" ".join(w[::-1] for w in ln.split()) + "\n" for ln in lines), encoding="utf-8")
-    return src, tgt
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
