@@ -455,3 +455,13 @@ def test_similarity_bootstrap_against_a_loop_with_the_reference_pwcca():
                                rtol=1e-8)
     lo, hi = np.asarray(out["between"]["pwcca"])[1, 0]
     assert hi - lo > 0.01  # layer 1 of b is noise: a wide, non-degenerate interval
+
+
+def test_pair_similarity_equals_the_separate_calls():
+    from evolution.metrics.similarity import pair_similarity
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(300, 6))
+    y = np.column_stack([x[:, :3] @ rng.normal(size=(3, 3)) + rng.normal(size=(300, 3)), np.zeros((300, 2))])
+    for a, b in [(View(x), View(y)), (View(y), View(x)), (View(x), View(x @ rng.normal(size=(6, 4))))]:
+        np.testing.assert_allclose(pair_similarity(a, b), (pwcca(a, b), pwcca(b, a), cka(a, b)), rtol=1e-10)

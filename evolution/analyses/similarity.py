@@ -52,12 +52,11 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
     models (``between[method]``: (layer, model pair, 2)) and of the change
     (``change[method][model]``: (layer_pair, bin, 2)); see :func:`bootstrap_distances`.
     """
-    from evolution.metrics.similarity import View, cka, pwcca
+    from evolution.metrics.similarity import View, pair_similarity
     from evolution.store import read_rows
 
     a = load_arrays(arrays)
     rows = {m: a[f"rows/{m}"] for m in models}
-    fns = {"pwcca": pwcca, "cka": cka}
     methods = similarity.methods
     kw = {"epsilon": similarity.epsilon, "min_ratio": similarity.min_ratio}
     views, keys = [], []
@@ -67,12 +66,12 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
             keys.append((g, layer))
     sim = {m: np.full((len(views), len(views)), np.nan) for m in methods}
     for i, va in enumerate(views):
-        for j, vb in enumerate(views):
-            for m in methods:
-                if m == "cka" and j < i:
-                    sim[m][i, j] = sim[m][j, i]  # symmetric
-                else:
-                    sim[m][i, j] = fns[m](va, vb)
+        for j in range(i, len(views)):  # one product and one SVD give both PWCCA directions and CKA
+            p_ab, p_ba, c = pair_similarity(va, views[j])
+            if "pwcca" in sim:
+                sim["pwcca"][i, j], sim["pwcca"][j, i] = p_ab, p_ba
+            if "cka" in sim:
+                sim["cka"][i, j] = sim["cka"][j, i] = c
     del views
     bins = [tuple(b) for b in bins]
     change: dict[str, dict[str, list]] = {m: {} for m in methods}
@@ -106,7 +105,7 @@ def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], se
     models, and each model's change between adjacent layers per subset of ``masks``.
     Each replicate redoes the SVDs (a View per model and layer), one layer at a time."""
     from evolution.metrics.plan import rows_by_sentence
-    from evolution.metrics.similarity import View, cka, pwcca
+    from evolution.metrics.similarity import View, cka, pair_similarity, pwcca
 
     fns = {"pwcca": pwcca, "cka": cka}
     groups = list(rows_by_sentence(np.asarray(sentence)).values())
@@ -125,8 +124,9 @@ def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], se
                      for g, x in states.items()}
             for p, (a, b) in enumerate(pairs):
                 if a in views and b in views:
+                    p_ab, p_ba, c = pair_similarity(views[a], views[b])
                     for m in methods:  # PWCCA weights by one view: the mean of both directions
-                        between[m][r, layer, p] = 1.0 - (fns[m](views[a], views[b]) + fns[m](views[b], views[a])) / 2
+                        between[m][r, layer, p] = 1.0 - ((p_ab + p_ba) / 2 if m == "pwcca" else c)
             for g, x in states.items():
                 if g not in previous:
                     continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO"]
+__all__ = ["pair_similarity", "View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO"]
 
 #: Default minimum occurrences per dimension: CCA on fewer points than ~10 d
 #: overfits (correlations tend to 1 as n approaches d).
@@ -97,6 +97,25 @@ def cka(a: View, b: View) -> float:
     _check(a, b)
     cross = np.linalg.norm(b.singular_[:, None] * (b.basis_.T @ a.basis_) * a.singular_[None, :]) ** 2
     return float(np.clip(cross / (a.gram_norm_ * b.gram_norm_), 0.0, 1.0))
+
+
+def pair_similarity(a: View, b: View) -> tuple[float, float, float]:
+    """``(pwcca(a, b), pwcca(b, a), cka(a, b))`` from one (r_a, r_b) product of the bases
+    and one SVD: M = Qa^T Qb = U S V^T gives a's canonical directions (U), b's (V), the
+    correlations (S) and, with the singular values, CKA. Equal to the three calls."""
+    _check(a, b)
+    m_ab = a.basis_.T @ b.basis_
+    u, rho, vt = np.linalg.svd(m_ab, full_matrices=False)
+    k = len(rho)
+    rho = np.clip(rho, 0, 1)
+
+    def weighted(directions: np.ndarray, coords: np.ndarray) -> float:
+        alpha = np.abs(directions @ coords).sum(axis=1)
+        return float(np.clip((alpha * rho).sum() / alpha.sum(), 0.0, 1.0))
+
+    cross = np.linalg.norm(a.singular_[:, None] * m_ab * b.singular_[None, :]) ** 2
+    return (weighted(u[:, :k].T, a.coords_), weighted(vt[:k], b.coords_),
+            float(np.clip(cross / (a.gram_norm_ * b.gram_norm_), 0.0, 1.0)))
 
 
 def pwcca_distance(a: View, b: View) -> float:
