@@ -117,9 +117,7 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
         deadline = time.time() + 600
         while run.poll() is None and time.time() < deadline:
             chunks = list(store.glob("*/hidden/c/*/*/*")) if store.exists() else []
-            if chunks:
-                from evolution.store import group_is_complete  # noqa: F401 - the markers say what is complete
-
+            if chunks:  # the groups' completion markers say which models are fully extracted
                 complete = [g for g in ("mt", "lm", "mlm") if (store / g / "zarr.json").exists()
                             and "evolution_complete" in (store / g / "zarr.json").read_text()]
                 killed_during_extraction = len(complete) < 3
