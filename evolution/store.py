@@ -40,7 +40,6 @@ so an interrupted write is detected and redone, never read.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -135,27 +134,26 @@ class StoreError(ValueError):
 
 def check_store(store: str) -> None:
     """Refuse a store path that holds something else than this pipeline's representations:
-    a file, a directory that is not a Zarr store, or a Zarr store with members that are not
-    model groups written here. Nothing is modified. Stores on fsspec URLs are not checked."""
-    if "://" in str(store):
-        return
-    path = Path(store)
-    if not path.exists():
+    a file, a directory (or URL prefix) that is not a Zarr store, or a Zarr store with
+    members that are not model groups written here. Nothing is modified."""
+    from evolution import location
+
+    if not location.exists(store):
         return
     fix = "point extract.store elsewhere, or move it away if it is not needed"
-    if not path.is_dir():
-        raise StoreError(f"{path}: extract.store is a file, not a Zarr store; {fix}")
-    if not any(path.iterdir()):
+    if not location.is_dir(store):
+        raise StoreError(f"{store}: extract.store is a file, not a Zarr store; {fix}")
+    if not location.listdir(store):
         return
     try:
         root = zarr.open_group(store, mode="r", zarr_format=3)
         members = list(root.members())
     except Exception as exc:  # noqa: BLE001 - zarr raises many types for what is not a store
-        raise StoreError(f"{path}: extract.store exists but is not a readable Zarr store "
+        raise StoreError(f"{store}: extract.store exists but is not a readable Zarr store "
                          f"({type(exc).__name__}: {exc}); {fix}") from None
     foreign = [name for name, m in members if not isinstance(m, zarr.Group) or _FINGERPRINT not in m.attrs]
     if foreign:
-        raise StoreError(f"{path}: extract.store holds a Zarr store this pipeline did not write (members "
+        raise StoreError(f"{store}: extract.store holds a Zarr store this pipeline did not write (members "
                          f"{', '.join(sorted(foreign)[:5])}); {fix}")
 
 

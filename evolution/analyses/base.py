@@ -22,7 +22,7 @@ rebuilds ``metrics.zarr`` without recomputing any unit. The runner
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -89,7 +89,7 @@ class Inputs:
     config: MetricsConfig
     seed: int
     torch_threads: int
-    arrays_dir: Path  # where units' index arrays are written for tasks to read (see save_arrays)
+    arrays_dir: str  # where units' index arrays are written for tasks to read (see save_arrays)
     max_batch_tokens: int = 1024  # padded tokens per forward pass, for analyses that re-run a model
     targets: Any = None  # evolution.corpus.layout.Targets: the target side of a parallel corpus, or None
     attrs: dict[str, Any] = field(default_factory=dict)  # provenance attached to every group
@@ -141,29 +141,33 @@ def unit_key(analysis: Analysis, unit: Unit) -> str:
     return config_hash({"analysis": analysis.name, "version": analysis.version, "unit": unit.name, **unit.key})
 
 
-def save_arrays(directory: Path, prefix: str, arrays: dict[str, np.ndarray]) -> str:
+def save_arrays(directory: str | Path, prefix: str, arrays: dict[str, np.ndarray]) -> str:
     """Write ``arrays`` to ``<directory>/<prefix>-<content hash>.npz`` (once) and return its path.
 
     Tasks read their index arrays from such a file, as they read the
     representations, so the task graph stays small whatever the corpus size;
-    the name is content-addressed, so a file is never stale.
+    the name is content-addressed, so a file is never stale. ``directory`` may
+    be an fsspec URL (:mod:`evolution.location`), for workers on other machines.
     """
+    from evolution import location
+
     h = hashlib.sha256()
     for name in sorted(arrays):
         a = np.ascontiguousarray(arrays[name])
         h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
-    path = Path(directory) / f"{prefix}-{h.hexdigest()[:16]}.npz"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.partial-{os.getpid()}.npz")
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    return str(path)
+    path = location.join(directory, f"{prefix}-{h.hexdigest()[:16]}.npz")
+    if not location.exists(path):
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        location.write_bytes(path, buffer.getvalue())
+    return path
 
 
 def load_arrays(path: str) -> dict[str, np.ndarray]:
     """The arrays written by :func:`save_arrays`."""
-    with np.load(path, allow_pickle=False) as f:
+    from evolution import location
+
+    with np.load(io.BytesIO(location.read_bytes(path)), allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
 
 

@@ -29,7 +29,7 @@ class ModelSource:
 
 
 def load_inputs(*, store: str, models: list[ModelSource], config: MetricsConfig, seed: int, torch_threads: int,
-                arrays_dir: Path, attrs: dict[str, Any] | None = None, max_batch_tokens: int = 1024,
+                arrays_dir: str | Path, attrs: dict[str, Any] | None = None, max_batch_tokens: int = 1024,
                 targets: Any = None) -> Inputs:
     """Open each model's group, split its token axis into main and annotated text
     (:func:`~evolution.metrics.plan.text_parts`, from the store's annotation
@@ -70,5 +70,5 @@ def load_inputs(*, store: str, models: list[ModelSource], config: MetricsConfig,
                                   ranked_types=ranked_types)
     notes = [n for mi in out.values() for n in mi.plan.notes]
     return Inputs(store=store, models=out, config=config, seed=seed, torch_threads=torch_threads,
-                  arrays_dir=Path(arrays_dir), max_batch_tokens=max_batch_tokens, targets=targets, attrs={**(attrs or {}), "notes": notes,
+                  arrays_dir=str(arrays_dir), max_batch_tokens=max_batch_tokens, targets=targets, attrs={**(attrs or {}), "notes": notes,
                                                       "objectives": {n: str(v.objective) for n, v in out.items()}})

@@ -19,41 +19,87 @@ from pathlib import Path
 
 import xarray as xr
 
+from evolution import location
 from evolution.atomic import replace_dir
 
-__all__ = ["write_metrics", "open_metrics", "metrics_groups", "metrics_fingerprint"]
+__all__ = ["write_metrics", "open_metrics", "metrics_groups", "metrics_fingerprint", "check_metrics_store"]
+
+#: Root attribute of every metrics store this pipeline writes (set first; the fingerprint is set last).
+_MARK = "evolution_metrics"
+_FINGERPRINT = "evolution_fingerprint"
 
 
-def write_metrics(path: Path, datasets: dict[str, xr.Dataset], *, fingerprint: str) -> None:
-    """Write all groups to ``path`` under a temporary name, then move it into place."""
+def write_metrics(path: str | Path, datasets: dict[str, xr.Dataset], *, fingerprint: str) -> None:
+    """Write all groups to ``path``; the root's fingerprint, which readers trust, last.
+
+    A local store is written under a temporary name and moved into place (the
+    previous one stays readable until then). On object storage (an fsspec URL),
+    which has no rename, the previous store is removed and the new one written
+    in place: an interrupted write leaves a store without fingerprint, which
+    :func:`metrics_fingerprint` reports as not done.
+    """
+    if location.is_url(path):
+        location.remove(path)
+        _write_groups(str(path), datasets, fingerprint)
+        return
+    with replace_dir(path) as tmp:
+        _write_groups(str(tmp), datasets, fingerprint)
+
+
+def _write_groups(store: str, datasets: dict[str, xr.Dataset], fingerprint: str) -> None:
     import json
 
     import zarr
 
-    with replace_dir(path) as tmp:
-        zarr.open_group(tmp, mode="w", zarr_format=3)  # the root exists even when no metric had enough data
-        for group, ds in datasets.items():
-            ds = ds.copy()
-            # attributes as JSON would store them (tuples -> lists, paths -> strings)
-            ds.attrs = json.loads(json.dumps(ds.attrs, default=str))
-            ds.to_zarr(tmp, group=group, mode="w", zarr_format=3, consolidated=False)
-        zarr.open_group(tmp, mode="r+", zarr_format=3).attrs.update({"evolution_fingerprint": fingerprint,
-                                                                     "groups": sorted(datasets)})
+    # the root exists even when no metric had enough data
+    zarr.open_group(store, mode="w", zarr_format=3).attrs.update({_MARK: True})
+    for group, ds in datasets.items():
+        ds = ds.copy()
+        # attributes as JSON would store them (tuples -> lists, paths -> strings)
+        ds.attrs = json.loads(json.dumps(ds.attrs, default=str))
+        ds.to_zarr(store, group=group, mode="w", zarr_format=3, consolidated=False)
+    zarr.open_group(store, mode="r+", zarr_format=3).attrs.update({_FINGERPRINT: fingerprint,
+                                                                   "groups": sorted(datasets)})
 
 
-def metrics_fingerprint(path: Path) -> str | None:
+def metrics_fingerprint(path: str | Path) -> str | None:
     import zarr
 
     try:
-        return zarr.open_group(path, mode="r", zarr_format=3).attrs.get("evolution_fingerprint")
+        return zarr.open_group(str(path), mode="r", zarr_format=3).attrs.get(_FINGERPRINT)
     except Exception:  # noqa: BLE001 - a missing or unreadable store is simply not done
         return None
 
 
+def check_metrics_store(path: str | Path) -> None:
+    """Refuse a metrics store path that holds something this pipeline did not write (it
+    would be replaced): a file, or a non-empty directory / URL prefix whose root is not a
+    metrics store of this pipeline. Nothing is modified. Raises
+    :class:`evolution.store.StoreError`."""
+    import zarr
+
+    from evolution.store import StoreError
+
+    fix = "point metrics.store elsewhere, or move it away if it is not needed"
+    if not location.exists(path):
+        return
+    if not location.is_dir(path):
+        raise StoreError(f"{path}: metrics.store is a file, not a Zarr store; {fix}")
+    if not location.listdir(path):
+        return
+    try:
+        attrs = zarr.open_group(str(path), mode="r", zarr_format=3).attrs
+    except Exception:  # noqa: BLE001 - zarr raises many types for what is not a store
+        attrs = {}
+    if _MARK not in attrs and _FINGERPRINT not in attrs:
+        raise StoreError(f"{path}: metrics.store holds something this pipeline did not write, which "
+                         f"writing the metrics would replace; {fix}")
+
+
 def open_metrics(path: str | Path, group: str) -> xr.Dataset:
     """One group of a metrics store written by the pipeline, lazily
-    (``xr.open_zarr(path, group=group, consolidated=False)``)."""
-    return xr.open_zarr(path, group=group, consolidated=False)
+    (``xr.open_zarr(path, group=group, consolidated=False)``; ``path`` may be an fsspec URL)."""
+    return xr.open_zarr(str(path), group=group, consolidated=False)
 
 
 def metrics_groups(path: str | Path) -> list[str]:
@@ -61,6 +107,6 @@ def metrics_groups(path: str | Path) -> list[str]:
     import zarr
 
     try:
-        return list(zarr.open_group(path, mode="r", zarr_format=3).attrs.get("groups", []))
+        return list(zarr.open_group(str(path), mode="r", zarr_format=3).attrs.get("groups", []))
     except Exception:  # noqa: BLE001 - a missing or unreadable store has no groups
         return []

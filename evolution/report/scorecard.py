@@ -28,7 +28,6 @@ measurable here" and says what is missing.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -62,7 +61,7 @@ class Run:
     def __init__(self, path):
         from evolution.analyses.plotting import open_group
 
-        self.path = Path(path)
+        self.path = str(path)
         self.groups = {name: open_group(path, name) for name in ("mi", "neighbors", "similarity", "change",
                                                                  "influence")}
         attrs = next((g.attrs for g in self.groups.values() if g is not None), {})

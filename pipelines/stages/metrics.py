@@ -2,16 +2,20 @@
 representation store, into ``<workdir>/metrics.zarr``.
 
 Unit results are cached in ``<workdir>/metrics/cache`` (keyed per unit, so
-adding a model computes only its units); ``metrics.zarr`` is rebuilt from
-them, written under a temporary name and moved into place.
+adding a model computes only its units; written by this process, never by
+workers); ``metrics.zarr`` (or ``metrics.store``, which may be an fsspec URL)
+is rebuilt from them, its fingerprint written last. The index arrays that
+tasks read go to ``metrics-inputs`` beside the representation store
+(:func:`evolution.location.inputs_dir`), where every worker that reads the
+store can read them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
+from evolution import location
 from evolution.config import resolved_dict
 from evolution.provenance import config_hash, versions
 from evolution.corpus import layout as corpus_layout
@@ -29,21 +33,28 @@ class MetricsStage(Stage):
     after = ("extract",)
     uses_cluster = True
 
-    def path(self, ctx: Context) -> Path:
-        return ctx.workdir / "metrics.zarr"
+    def path(self, ctx: Context) -> str:
+        """The metrics store: ``metrics.store`` (a path or an fsspec URL), default ``<workdir>/metrics.zarr``."""
+        return ctx.config.metrics.store or str(ctx.workdir / "metrics.zarr")
+
+    @staticmethod
+    def _config(ctx: Context) -> dict:
+        """The metrics config without ``store``: where the metrics go is not what they are."""
+        return {k: v for k, v in resolved_dict(ctx.config.metrics).items() if k != "store"}
 
     def fingerprint(self, ctx: Context) -> str:
         """What ``metrics.zarr`` depends on: the metrics config, the analyses' versions,
         the seed and every model's extraction key."""
         from evolution.analyses import enabled
 
-        return config_hash({"metrics": resolved_dict(ctx.config.metrics), "seed": ctx.config.seed,
+        return config_hash({"metrics": self._config(ctx), "seed": ctx.config.seed,
                             "analyses": {a.name: [a.version, a.layout] for a in enabled(ctx.config.metrics)},
                             "models": {m.name: ExtractStage().model_key(ctx, m) for m in ctx.config.models}})
 
     def pending(self, ctx: Context) -> list[str]:
-        from evolution.metrics.results import metrics_fingerprint
+        from evolution.metrics.results import check_metrics_store, metrics_fingerprint
 
+        check_metrics_store(self.path(ctx))  # before any cluster or write: a foreign store stops the run here
         if self.name not in ctx.force and ExtractStage().pending(ctx) == [] and \
                 metrics_fingerprint(self.path(ctx)) == self.fingerprint(ctx):
             return []
@@ -64,7 +75,7 @@ class MetricsStage(Stage):
         sources = [ModelSource(name=m.name, kind=m.kind, key=extract.model_key(ctx, m), spec=extract.spec(ctx, m),
                                objective=m.objective) for m in cfg.models]
         runs = cfg.train.runs(cfg.seed) if cfg.train is not None else {}
-        attrs = {"config": resolved_dict(cfg.metrics), "seed": cfg.seed, "versions": versions(),
+        attrs = {"config": self._config(ctx), "seed": cfg.seed, "versions": versions(),
                  "representations": store, "extract_keys": {s.name: s.key for s in sources},
                  # which trained run each model is (objective, seed, token dropout): the report's scorecard
                  # tells base models from their seed and token-dropout controls by it
@@ -72,7 +83,7 @@ class MetricsStage(Stage):
         cache = ctx.workdir / "metrics" / "cache"
         inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed,
                              torch_threads=cfg.extract.torch_threads, max_batch_tokens=cfg.extract.max_batch_tokens,
-                             arrays_dir=cache, attrs=attrs,
+                             arrays_dir=location.inputs_dir(store), attrs=attrs,
                              targets=corpus_layout.load_targets(CorpusStage().directory(ctx)))
         datasets = run_analyses(enabled(cfg.metrics), inputs, cache=cache, client=ctx.client, progress=ctx.progress,
                                 force=self.name in ctx.force)
