@@ -85,12 +85,18 @@ def _execute(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None
     resolved = config.model_dump(mode="json")
     (config.workdir / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False),
                                                          encoding="utf-8")
-    needs_cluster = any(STAGES[n].uses_cluster and plan[n] for n in order)
     t0 = time.perf_counter()
-    with dask_client(config.cluster) if needs_cluster else contextlib.nullcontext() as client:
-        ctx.client = client
+    # the cluster starts lazily, for the first stage that has tasks for it and after that stage's
+    # own checks: a bad corpus or checkpoint stops the run before any cluster exists
+    with contextlib.ExitStack() as stack:
+        started = False
         for name in order:
-            STAGES[name].run(ctx)
+            stage = STAGES[name]
+            if stage.uses_cluster and plan[name] and not started:
+                stage.prepare(ctx)
+                ctx.client = stack.enter_context(dask_client(config.cluster))
+                started = True
+            stage.run(ctx)
     logger.info("done in %.1f s; results under %s", time.perf_counter() - t0, config.workdir)
 
 

@@ -5,21 +5,32 @@ stage output is started for a config or input that is not good)."""
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 from pipelines.run import main
 
 
-def _fails(tmp_path: Path, config: str, capsys, *expected: str) -> str:
+def _fails(tmp_path: Path, config: str, capsys, *expected: str, cluster: bool = False) -> str:
     """Run ``config`` (``{w}`` = the workdir): exit code 2, every ``expected`` string in the
-    message, the earlier run's files untouched and no new stage output."""
+    message, the earlier run's files untouched, no new stage output, and (unless ``cluster``)
+    no Dask cluster started."""
+    import pipelines.run
     w = tmp_path / "w"
     w.mkdir(exist_ok=True)
     (w / "earlier.txt").write_text("from an earlier run")
     cfg = tmp_path / "bad.yaml"
     cfg.write_text(config.format(w=w, tmp=tmp_path), encoding="utf-8")
     capsys.readouterr()
-    assert main([str(cfg), "--no-progress"]) == 2
+    started, real = [], pipelines.run.dask_client
+
+    def spy(cfg):
+        started.append(cfg)
+        return real(cfg)
+
+    with mock.patch("pipelines.run.dask_client", spy):
+        assert main([str(cfg), "--no-progress"]) == 2
     err = capsys.readouterr().err
+    assert cluster or not started, f"a cluster was started before the bad input was found:\n{err}"
     for e in expected:
         assert e in err, f"{e!r} not in:\n{err}"
     assert (w / "earlier.txt").read_text() == "from an earlier run"
@@ -113,4 +124,4 @@ def test_unreachable_scheduler(tmp_path, model_specs, capsys):
     c = _text(tmp_path)
     bert = model_specs["bert"]["path"]
     _fails(tmp_path, f"workdir: {{w}}\ncluster: tcp://127.0.0.1:9\ncorpus: {{{{path: {c}}}}}\n"
-                     f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n", capsys, "tcp://127.0.0.1:9")
+                     f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n", capsys, "tcp://127.0.0.1:9", cluster=True)

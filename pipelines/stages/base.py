@@ -45,5 +45,9 @@ class Stage:
         """What would run (empty when everything is cached), one line each."""
         raise NotImplementedError
 
+    def prepare(self, ctx: Context) -> None:
+        """Checks of the stage's inputs that can fail, run before a Dask cluster is started for
+        it (default: none), so that bad input stops the run before any cluster exists."""
+
     def run(self, ctx: Context) -> None:
         raise NotImplementedError

@@ -56,6 +56,14 @@ class ExtractStage(Stage):
     def pending(self, ctx: Context) -> list[str]:
         return [f"extract: model {m.name} ({m.kind}) -> {self.store(ctx)} group {m.name}" for m in self._todo(ctx)]
 
+    def prepare(self, ctx: Context) -> None:
+        """Load every model still to extract once (``cached_adapter``; the extraction reuses
+        them), so that a bad checkpoint or model directory fails before a cluster starts."""
+        from evolution.models import cached_adapter
+
+        for model in self._todo(ctx):
+            cached_adapter(self.spec(ctx, model))
+
     def run(self, ctx: Context) -> None:
         from evolution.extract import extract_to_store
 
