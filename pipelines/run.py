@@ -2,12 +2,13 @@
 
 Runs the stages of the pipeline DAG in order, skipping those whose outputs are
 cached for the same config and inputs. Exit codes: 0 done, 2 bad config or
-input (nothing written), 130 interrupted (rerun to resume).
+input (nothing written) or a full disk (rerun once there is room), 130 interrupted (rerun to resume).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import contextlib
 import logging
 import sys
@@ -117,6 +118,14 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress)
     except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, StoreError, ConnectionError) as exc:
         logger.error("%s", exc)
+        return 2
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = exc.filename or "the workdir or a store"
+        logger.error("%s: %s. Free space there, or point workdir / extract.store / metrics.store at a disk "
+                     "with room, then rerun the same command: finished results are kept, the interrupted "
+                     "one is redone (a partly written store group is never read)", where, exc.strerror)
         return 2
     except KeyboardInterrupt:
         logger.error("interrupted; rerun the same command to resume (incomplete outputs are redone)")

@@ -125,3 +125,55 @@ def test_unreachable_scheduler(tmp_path, model_specs, capsys):
     bert = model_specs["bert"]["path"]
     _fails(tmp_path, f"workdir: {{w}}\ncluster: tcp://127.0.0.1:9\ncorpus: {{{{path: {c}}}}}\n"
                      f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n", capsys, "tcp://127.0.0.1:9", cluster=True)
+
+
+def test_full_disk_during_extraction(tmp_path, model_specs, corpus_file, capsys, monkeypatch):
+    """The disk fills (ENOSPC, simulated in zarr's local store) while the second model's hidden
+    states are written: exit 2 with the path and the fix; the first model stays complete, the
+    second is not trusted, and the same command completes it once there is room."""
+    import errno
+
+    import numpy as np
+    import zarr.storage
+
+    from conftest import write_config
+    from evolution.store import group_is_complete, open_representations
+    from evolution.config import load_config
+    from pipelines.stages import Context
+    from pipelines.stages.extract import ExtractStage
+
+    specs = [model_specs["bert"], model_specs["translation"]]
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=specs, workdir=tmp_path / "w",
+                       extra="metrics: {mi: null, neighbors: null, similarity: null, tsne: null, influence: null, "
+                             "heads: null}")
+    real, written = zarr.storage.LocalStore.set, []
+
+    async def full_disk(self, key, value):
+        if "translation/hidden/c/" in key:
+            written.append(key)
+            if len(written) > 2:
+                raise OSError(errno.ENOSPC, "No space left on device", f"{self.root}/{key}")
+        return await real(self, key, value)
+
+    monkeypatch.setattr(zarr.storage.LocalStore, "set", full_disk)
+    capsys.readouterr()
+    assert main([str(cfg), "--no-progress", "--stage", "extract"]) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "translation/hidden/c/" in err and "rerun the same command" in err
+    store = str(tmp_path / "w" / "reps.zarr")
+    ctx = Context(config=load_config(cfg))
+    keys = {m.name: ExtractStage().model_key(ctx, m) for m in ctx.config.models}
+    assert group_is_complete(store, "bert", keys["bert"])
+    assert not group_is_complete(store, "translation", keys["translation"])
+    bert = open_representations(store, "bert")["hidden"].values
+
+    monkeypatch.setattr(zarr.storage.LocalStore, "set", real)  # room again
+    assert main([str(cfg), "--no-progress", "--stage", "extract"]) == 0
+    assert "extract: bert cached" in capsys.readouterr().err  # the finished model is not redone
+    assert group_is_complete(store, "translation", keys["translation"])
+    np.testing.assert_array_equal(open_representations(store, "bert")["hidden"].values, bert)
+    # the completed group equals an extraction that never saw a full disk
+    ref = write_config(tmp_path / "ref.yaml", corpus=corpus_file, models=specs[1:], workdir=tmp_path / "ref")
+    assert main([str(ref), "--no-progress", "--stage", "extract"]) == 0
+    np.testing.assert_array_equal(open_representations(store, "translation")["hidden"].values,
+                                  open_representations(str(tmp_path / "ref" / "reps.zarr"), "translation")["hidden"].values)
