@@ -1,7 +1,8 @@
 """The whole pipeline on a Dask cluster started the way a user starts one: ``dask scheduler``
-and two ``dask worker`` processes on 127.0.0.1, the config's ``cluster`` naming the
+and three ``dask worker`` processes on 127.0.0.1, the config's ``cluster`` naming the
 scheduler's address. Results equal the synchronous run's; one worker killed (-9) in the middle
-of the extraction does not stop the run (its tasks run again on the other worker)."""
+of the extraction and another in the middle of the metrics do not stop the run (their tasks
+run again on the workers left)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
     try:
         workers = [_start(["worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
                            "--memory-limit", "3GiB", "--name", f"w{i}"], tmp_path / f"worker{i}.log")
-                   for i in range(2)]
+                   for i in range(3)]
         procs += workers
         from distributed import Client
 
@@ -99,7 +100,7 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
         while True:
             try:
                 with Client(address, timeout="5s") as c:
-                    if len(c.scheduler_info()["workers"]) == 2:
+                    if len(c.scheduler_info()["workers"]) == 3:
                         break
             except OSError:
                 pass
@@ -111,22 +112,31 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
                                         f"{address}}}", src=src, tgt=tgt))
         run = subprocess.Popen([sys.executable, "-m", "pipelines.run", str(cl_cfg), "--no-progress"], cwd=ROOT,
                                stdout=(tmp_path / "run.log").open("w"), stderr=subprocess.STDOUT)
-        # kill one worker once the extraction has written its first chunks, before it is complete
-        store = tmp_path / "cl" / "reps.zarr"
-        killed_during_extraction = False
+        # kill one worker once the extraction has written its first chunks, before it is complete, and
+        # another once the metrics have cached their first units, before they are complete
+        store, cache = tmp_path / "cl" / "reps.zarr", tmp_path / "cl" / "metrics" / "cache"
+        killed_during_extraction, units_at_kill = None, None
         deadline = time.time() + 600
         while run.poll() is None and time.time() < deadline:
-            chunks = list(store.glob("*/hidden/c/*/*/*")) if store.exists() else []
-            if chunks:  # the groups' completion markers say which models are fully extracted
-                complete = [g for g in ("mt", "lm", "mlm") if (store / g / "zarr.json").exists()
-                            and "evolution_complete" in (store / g / "zarr.json").read_text()]
-                killed_during_extraction = len(complete) < 3
-                os.killpg(workers[0].pid, signal.SIGKILL)
-                break
+            if killed_during_extraction is None:
+                chunks = list(store.glob("*/hidden/c/*/*/*")) if store.exists() else []
+                if chunks:  # the groups' completion markers say which models are fully extracted
+                    complete = [g for g in ("mt", "lm", "mlm") if (store / g / "zarr.json").exists()
+                                and "evolution_complete" in (store / g / "zarr.json").read_text()]
+                    killed_during_extraction = len(complete) < 3
+                    os.killpg(workers[0].pid, signal.SIGKILL)
+            else:
+                units = list(cache.glob("*.json")) if cache.exists() else []
+                if units and not (tmp_path / "cl" / "metrics.zarr").exists():
+                    units_at_kill = len(units)
+                    os.killpg(workers[1].pid, signal.SIGKILL)
+                    break
             time.sleep(0.02)
         assert run.wait(timeout=900) == 0, (tmp_path / "run.log").read_text()[-4000:]
         assert killed_during_extraction, "the extraction finished before a worker could be killed"
-        assert workers[0].wait(timeout=10) == -signal.SIGKILL
+        assert units_at_kill is not None and units_at_kill < len(list(cache.glob("*.json"))), \
+            "the metrics finished before a worker could be killed"
+        assert workers[0].wait(timeout=10) == -signal.SIGKILL and workers[1].wait(timeout=10) == -signal.SIGKILL
     finally:
         for p in procs:
             if p.poll() is None:
