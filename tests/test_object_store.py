@@ -90,10 +90,12 @@ def test_stores_on_s3_equal_local_stores(tmp_path, s3_server):
     # every store lives in the bucket, nothing of them in the workdir
     assert fs.exists("evolution-test/run/reps.zarr/mt/hidden/zarr.json")
     assert fs.exists("evolution-test/run/metrics.zarr/zarr.json")
-    assert [p.rpartition("/")[2].split("-")[0] for p in fs.ls("evolution-test/run/metrics-inputs")]
+    # what the metrics tasks read: the occurrence plans, the similarity subsets, the decoder heads' texts
+    inputs = {p.rpartition("/")[2].split("-")[0] for p in fs.ls("evolution-test/run/metrics-inputs")}
+    assert {"mi", "neighbors", "similarity", "tsne", "heads"} <= inputs, inputs
     workdir = tmp_path / "s3"
     assert not (workdir / "reps.zarr").exists() and not (workdir / "metrics.zarr").exists()
-    assert not list(workdir.rglob("*.npz"))
+    assert not list(workdir.rglob("*.npz")) and not (workdir / "metrics-inputs").exists()
     assert (workdir / "report" / "report.html").is_file()
 
     # the same numbers as the local run

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.plotting import STYLES, open_group, plt
 from evolution.config import HeadsConfig
 from evolution.metrics.heads import OFFSETS
@@ -217,16 +217,31 @@ def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_to
 ATTENTIONS = ("decoder_self", "encoder_decoder")
 
 
-def decoder_task(*, store: str, model: str, spec: dict, targets: list[str], target_training_text: str,
-                 max_batch_tokens: int, torch_threads: int = 1) -> dict[str, Any]:
+def decoder_text(inputs: Inputs) -> str:
+    """Save the analysed sentences' reference translations and the training split's target
+    side as UTF-8 bytes with :func:`~evolution.analyses.base.save_arrays` (beside the
+    representation store, where every worker reads) and return the file's path."""
+    from pathlib import Path
+
+    def utf8(text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+    training = Path(inputs.targets.training_text).read_text(encoding="utf-8")
+    return save_arrays(inputs.arrays_dir, "heads-decoder", {"targets": utf8("\n".join(inputs.targets.sentences)),
+                                                            "training": utf8(training)})
+
+
+def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tokens: int,
+                 torch_threads: int = 1) -> dict[str, Any]:
     """The decoder heads of a translation model (Voita et al. ACL 2019 measured the roles of
     encoder heads; here the same statistics where they apply to the decoder): teacher-forced
-    on the reference translation ``targets[s]`` of every analysed sentence ``s`` (the
+    on the reference translation ``targets[s]`` of every analysed sentence ``s`` (``text``:
+    the arrays of :func:`decoder_text`, beside the store so that any worker reads them; the
     store's source token ids, truncation included), per-head sums of :data:`MEASURES`
     for the decoder self-attention (causal; queries ``</s> y1..ym``) and the
     encoder-decoder attention (keys: the source ``x1..xn </s>``), pooled as in
     :func:`heads_task`, and the rare-token hits: the least frequent target token (counts
-    on ``target_training_text``; queries that can see it) and the least frequent source
+    on the training split's target side; queries that can see it) and the least frequent source
     token (the store's ``train_count``)."""
     import torch
     from collections import Counter
@@ -238,6 +253,8 @@ def decoder_task(*, store: str, model: str, spec: dict, targets: list[str], targ
 
     torch.set_num_threads(torch_threads)
     adapter = cached_adapter(spec)
+    arrays = load_arrays(text)
+    targets = arrays["targets"].tobytes().decode("utf-8").split("\n")
     if not adapter.supports_decoder:
         return {"unsupported": f"{model}: {type(adapter).__name__} cannot return decoder attention; decoder heads "
                                "are measured for fairseq translation models"}
@@ -247,10 +264,9 @@ def decoder_task(*, store: str, model: str, spec: dict, targets: list[str], targ
     source_count = reps["train_count"].values if "train_count" in reps.coords else None
     sentences = [s for s in sorted(rows_of) if s < len(targets) and targets[s].strip()]
     target_counts: Counter = Counter()
-    with open(target_training_text, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                target_counts.update(adapter.tokenize_target(line.strip()).ids)
+    for line in arrays["training"].tobytes().decode("utf-8").splitlines():
+        if line.strip():
+            target_counts.update(adapter.tokenize_target(line.strip()).ids)
     limit, truncated = adapter.max_target_tokens, 0
     pairs = []
     for s in sentences:
@@ -375,12 +391,12 @@ class Heads(Analysis):
             import hashlib
 
             digest = hashlib.sha256("\n".join(inputs.targets.sentences).encode()).hexdigest()[:16]
+            text = decoder_text(inputs)
             for m in inputs.models.values():
                 if m.objective == "mt":
                     units.append(Unit(f"{m.name}-decoder", decoder_task,
                                       dict(store=inputs.store, model=m.name, spec=m.spec,
-                                           targets=inputs.targets.sentences,
-                                           target_training_text=str(inputs.targets.training_text),
+                                           text=text,
                                            max_batch_tokens=inputs.max_batch_tokens,
                                            torch_threads=inputs.torch_threads),
                                       key={"model": m.key, "targets": digest}))
