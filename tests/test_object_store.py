@@ -148,3 +148,19 @@ def test_credentials_in_a_store_url_are_refused(tmp_path):
         with pytest.raises(ConfigError, match="extract.store: the URL carries credentials") as err:
             load_config(cfg)
         assert "hunter2" not in str(err.value)  # the message does not repeat the secret
+
+
+def test_locations_keep_urls_intact(tmp_path):
+    """``Path`` would fold ``s3://`` into ``s3:/``; URLs keep their protocol, local paths resolve."""
+    from evolution import location
+
+    assert location.join("s3://bucket/run/", "metrics.zarr") == "s3://bucket/run/metrics.zarr"
+    assert location.inputs_dir("s3://bucket/run/reps.zarr") == "s3://bucket/run/metrics-inputs"
+    assert location.inputs_dir(tmp_path / "w" / "reps.zarr") == str(tmp_path / "w" / "metrics-inputs")
+    assert location.is_url("gs://b/x") and not location.is_url(tmp_path) and not location.is_url("file:///tmp/x")
+    # local files: written whole (no temporary left), read back, listed, removed
+    f = location.join(tmp_path / "d", "a.bin")
+    location.write_bytes(f, b"\x00\x01")
+    assert location.read_bytes(f) == b"\x00\x01" and location.listdir(tmp_path / "d") == ["a.bin"]
+    location.remove(tmp_path / "d")
+    assert not location.exists(f) and location.listdir(tmp_path / "d") == []
