@@ -597,7 +597,31 @@ class EvolutionConfig(_Section):
             raise ValueError(f"models: names must be unique, {dupes} appear more than once")
         if self.extract.max_batch_tokens < 2:
             raise ValueError("extract.max_batch_tokens must be at least 2")
+        self._stores_apart()
         return self
+
+    def _stores_apart(self) -> None:
+        """The metrics store is replaced whole on every write: it must not be, hold or sit inside
+        the representation store, the metrics tasks' inputs, or the workdir."""
+        from evolution import location
+
+        reps = self.extract.store or str(self.workdir / "reps.zarr")
+        metrics = self.metrics.store or str(self.workdir / "metrics.zarr")
+
+        def norm(p: str) -> str:
+            return p.rstrip("/") if location.is_url(p) else str(Path(p).resolve())
+
+        def within(a: str, b: str) -> bool:  # a is b or lies under b
+            return a == b or a.startswith(b.rstrip("/") + "/")
+
+        m = norm(metrics)
+        for name, other in (("extract.store", reps), ("the metrics inputs", location.inputs_dir(reps)),
+                            ("workdir", str(self.workdir))):
+            o = norm(other)
+            if within(o, m) or (within(m, o) and name != "workdir"):
+                raise ValueError(f"metrics.store {metrics} overlaps {name} ({other}); writing the metrics "
+                                 "replaces the whole metrics store, so give it a location of its own, e.g. "
+                                 f"{location.join(location.parent(reps), 'metrics.zarr')}")
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:

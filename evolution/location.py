@@ -27,7 +27,11 @@ __all__ = ["is_url", "join", "parent", "exists", "is_dir", "listdir", "remove", 
 
 #: Query parameters that would put a secret into a config file (and the logs).
 _SECRET_PARAMS = {"key", "secret", "token", "password", "access_key", "secret_key", "session_token",
-                  "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "sas_token", "account_key"}
+                  "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "sas_token", "account_key",
+                  "sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"}
+
+#: Object stores whose first URL component is a bucket (a store needs a prefix below it).
+_BUCKETS = {"s3", "s3a", "gs", "gcs", "abfs", "az", "adl", "oss"}
 
 
 def is_url(location: str | Path) -> bool:
@@ -56,8 +60,9 @@ def join(base: str | Path, *names: str) -> str:
 def parent(location: str | Path) -> str:
     """The directory (or URL prefix) that holds ``location``."""
     if is_url(location):
-        head, _, _ = str(location).rstrip("/").rpartition("/")
-        return head
+        parts = urlsplit(str(location).rstrip("/"))
+        head = parts.path.rpartition("/")[0]
+        return f"{parts.scheme}://{parts.netloc}{head}"
     return str(_local(location).resolve().parent)
 
 
@@ -130,7 +135,7 @@ def check_url(url: str, *, key: str) -> None:
         return
     parts = urlsplit(url)
     secrets = sorted(_SECRET_PARAMS & {k.lower() for k in parse_qs(parts.query)})
-    if parts.password is not None or "@" in parts.netloc or secrets:
+    if parts.password is not None or secrets:
         raise ValueError(f"{key}: the URL carries credentials ({'user:secret@' if not secrets else ', '.join(secrets)}); "
                          "remove them and set them in the environment instead (for S3: AWS_ACCESS_KEY_ID, "
                          "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, or an AWS profile), so that they never reach "
@@ -145,6 +150,9 @@ def check_url(url: str, *, key: str) -> None:
         extra = "pip install 'evolution[s3]' (s3fs)" if parts.scheme in ("s3", "s3a") else str(exc)
         raise ValueError(f"{key}: {parts.scheme}:// needs a filesystem package that is not installed: {extra}") \
             from None
+    if parts.scheme in _BUCKETS and not parts.path.strip("/"):
+        raise ValueError(f"{key}: {url} is a bucket's root; give a prefix below it, e.g. "
+                         f"{parts.scheme}://{parts.netloc}/evolution/{'reps' if 'extract' in key else 'metrics'}.zarr")
 
 
 def inputs_dir(representations: str | Path) -> str:

@@ -135,16 +135,23 @@ class StoreError(ValueError):
 def check_store(store: str) -> None:
     """Refuse a store path that holds something else than this pipeline's representations:
     a file, a directory (or URL prefix) that is not a Zarr store, or a Zarr store with
-    members that are not model groups written here. Nothing is modified."""
+    members that are not model groups written here, or a location that cannot be read
+    (credentials, endpoint). Nothing is modified."""
     from evolution import location
 
-    if not location.exists(store):
-        return
     fix = "point extract.store elsewhere, or move it away if it is not needed"
-    if not location.is_dir(store):
-        raise StoreError(f"{store}: extract.store is a file, not a Zarr store; {fix}")
-    if not location.listdir(store):
-        return
+    try:
+        if not location.exists(store):
+            return
+        if not location.is_dir(store):
+            raise StoreError(f"{store}: extract.store is a file, not a Zarr store; {fix}")
+        if not location.listdir(store):
+            return
+    except StoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - botocore / fsspec / OS errors alike
+        raise StoreError(f"{store}: cannot read extract.store ({type(exc).__name__}: {exc}); check the path, "
+                         "and for object storage the credentials and endpoint in the environment") from None
     try:
         root = zarr.open_group(store, mode="r", zarr_format=3)
         members = list(root.members())

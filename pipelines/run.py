@@ -27,7 +27,7 @@ from pipelines.stages import STAGES, Context, downstream, stage_order
 
 logger = logging.getLogger("pipelines.run")
 
-__all__ = ["main", "run"]
+__all__ = ["main", "run", "DiskFull"]
 
 
 _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -49,6 +49,10 @@ def _log_to_file(workdir: Path) -> logging.Handler:
     logging.getLogger().addHandler(handler)
     logger.info("log: %s", path)
     return handler
+
+
+class DiskFull(RuntimeError):
+    """No space left where the run writes (ENOSPC / EDQUOT); the message names where and what to do."""
 
 
 def run(config_path: str | Path, *, stage: str | None = None, force: list[str] | None = None,
@@ -75,6 +79,17 @@ def run(config_path: str | Path, *, stage: str | None = None, force: list[str] |
     log_handler = _log_to_file(config.workdir)
     try:
         _execute(ctx, order, plan)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        from pipelines.stages.extract import ExtractStage
+        from pipelines.stages.metrics import MetricsStage
+
+        where = exc.filename or (f"writing under the workdir {config.workdir}, the representation store "
+                                 f"{ExtractStage().store(ctx)} or the metrics store {MetricsStage().path(ctx)}")
+        raise DiskFull(f"{where}: {exc.strerror}. Free space there, or point workdir / extract.store / "
+                       "metrics.store at a disk with room, then rerun the same command: finished results are "
+                       "kept, the interrupted one is redone (a partly written store group is never read)") from exc
     finally:
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
@@ -119,13 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, StoreError, ConnectionError) as exc:
         logger.error("%s", exc)
         return 2
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        where = exc.filename or "the workdir or a store"
-        logger.error("%s: %s. Free space there, or point workdir / extract.store / metrics.store at a disk "
-                     "with room, then rerun the same command: finished results are kept, the interrupted "
-                     "one is redone (a partly written store group is never read)", where, exc.strerror)
+    except DiskFull as exc:
+        logger.error("%s", exc)
         return 2
     except KeyboardInterrupt:
         logger.error("interrupted; rerun the same command to resume (incomplete outputs are redone)")

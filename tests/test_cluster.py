@@ -107,6 +107,8 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
             assert time.time() < deadline, (tmp_path / "scheduler.log").read_text()[-2000:]
             time.sleep(0.5)
 
+        watch = Client(address, timeout="10s")
+        w1 = next(a for a, w in watch.scheduler_info()["workers"].items() if w["name"] == "w1")
         cl_cfg = tmp_path / "cl.yaml"
         cl_cfg.write_text(CONFIG.format(workdir=tmp_path / "cl", cluster=f"cluster: {{kind: address, address: "
                                         f"{address}}}", src=src, tgt=tgt))
@@ -115,7 +117,7 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
         # kill one worker once the extraction has written its first chunks, before it is complete, and
         # another once the metrics have cached their first units, before they are complete
         store, cache = tmp_path / "cl" / "reps.zarr", tmp_path / "cl" / "metrics" / "cache"
-        killed_during_extraction, units_at_kill = None, None
+        killed_during_extraction, units_at_kill, killed_unit = None, None, None
         deadline = time.time() + 600
         while run.poll() is None and time.time() < deadline:
             if killed_during_extraction is None:
@@ -128,14 +130,21 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
             else:
                 units = list(cache.glob("*.json")) if cache.exists() else []
                 if units and not (tmp_path / "cl" / "metrics.zarr").exists():
-                    units_at_kill = len(units)
-                    os.killpg(workers[1].pid, signal.SIGKILL)
-                    break
+                    # kill the second worker while it runs a metrics unit (the scheduler says which)
+                    busy = [str(k) for k in watch.processing(workers=[w1])[w1]
+                            if not str(k).startswith(("extract-", "warm"))]
+                    if busy:
+                        units_at_kill, killed_unit = len(units), busy[0]
+                        os.killpg(workers[1].pid, signal.SIGKILL)
+                        break
             time.sleep(0.02)
         assert run.wait(timeout=900) == 0, (tmp_path / "run.log").read_text()[-4000:]
         assert killed_during_extraction, "the extraction finished before a worker could be killed"
         assert units_at_kill is not None and units_at_kill < len(list(cache.glob("*.json"))), \
             "the metrics finished before a worker could be killed"
+        # the unit that died with its worker ran again elsewhere and was cached
+        assert list(cache.glob(f"{killed_unit}-*.json")), killed_unit
+        watch.close()
         assert workers[0].wait(timeout=10) == -signal.SIGKILL and workers[1].wait(timeout=10) == -signal.SIGKILL
     finally:
         for p in procs:

@@ -100,6 +100,22 @@ def test_added_model_reuses_cached_layers(two_models, corpus_file, model_specs, 
     assert calls == []  # everything cached
 
 
+def test_moving_the_stores_recomputes_nothing(two_models, corpus_file, model_specs, monkeypatch, tmp_path):
+    """``metrics.store`` says where, not what: pointing it elsewhere rewrites the store from the
+    cached units, computing none; the groups are equal."""
+    cfg, w = two_models
+    calls = []
+    real = evolution.analyses.mi.layer_task
+    monkeypatch.setattr(evolution.analyses.mi, "layer_task", lambda **k: calls.append(k["model"]) or real(**k))
+    moved = tmp_path / "elsewhere" / "m.zarr"
+    write_config(cfg, corpus=corpus_file, workdir=w, extra=METRICS + f"\n  store: {moved}",
+                 models=[model_specs["translation"], model_specs["language_modeling"]])
+    run(cfg, progress=False)
+    assert calls == []
+    for group in ("mi", "neighbors", "similarity"):
+        xr.testing.assert_equal(open_metrics(moved, group).load(), open_metrics(w / "metrics.zarr", group).load())
+
+
 def test_metrics_are_deterministic(two_models, tmp_path, corpus_file, model_specs):
     cfg2 = write_config(tmp_path / "c2.yaml", corpus=corpus_file, workdir=tmp_path / "w2", extra=METRICS,
                         models=[model_specs["translation"], model_specs["language_modeling"]])

@@ -25,9 +25,6 @@ import xarray as xr
 from test_cluster import CONFIG, _free_port
 from test_training import _corpus
 
-pytest.importorskip("s3fs")
-pytest.importorskip("moto")
-
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "not-a-real-secret-7f3a"
 
@@ -35,6 +32,8 @@ SECRET = "not-a-real-secret-7f3a"
 @pytest.fixture
 def s3_server(tmp_path, monkeypatch):
     """A moto S3 server on 127.0.0.1 and the environment that points fsspec at it."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
     port = _free_port()
     log = tmp_path / "moto.log"
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -164,3 +163,30 @@ def test_locations_keep_urls_intact(tmp_path):
     assert location.read_bytes(f) == b"\x00\x01" and location.listdir(tmp_path / "d") == ["a.bin"]
     location.remove(tmp_path / "d")
     assert not location.exists(f) and location.listdir(tmp_path / "d") == []
+
+
+def test_a_metrics_store_overlapping_other_outputs_is_refused(tmp_path):
+    """Writing the metrics replaces the whole metrics store: it may not be, hold, or sit inside the
+    representation store, nor hold the workdir."""
+    from evolution.config import ConfigError, load_config
+
+    src, tgt = _corpus(tmp_path)
+    w = tmp_path / "w"
+    cases = [("s3://b/run/reps.zarr", "s3://b/run", "extract.store"),
+             ("s3://b/run/reps.zarr", "s3://b/run/reps.zarr", "extract.store"),
+             ("s3://b/run/reps.zarr", "s3://b/run/metrics-inputs", "the metrics inputs"),
+             (None, str(w / "reps.zarr" / "m.zarr"), "extract.store"),
+             (None, str(tmp_path), "extract.store")]
+    for reps, metrics, clash in cases:
+        cfg = CONFIG.format(workdir=w, cluster="", src=src, tgt=tgt)
+        if reps:
+            cfg = cfg.replace("extract:\n", f"extract:\n  store: {reps}\n")
+        cfg = cfg.replace("metrics:\n", f"metrics:\n  store: {metrics}\n")
+        (tmp_path / "c.yaml").write_text(cfg)
+        with pytest.raises(ConfigError, match=f"metrics.store {metrics} overlaps {clash}"):
+            load_config(tmp_path / "c.yaml")
+    # beside each other is fine
+    (tmp_path / "c.yaml").write_text(CONFIG.format(workdir=w, cluster="", src=src, tgt=tgt)
+                                     .replace("extract:\n", "extract:\n  store: s3://b/run/reps.zarr\n")
+                                     .replace("metrics:\n", "metrics:\n  store: s3://b/run/metrics.zarr\n"))
+    assert load_config(tmp_path / "c.yaml").metrics.store == "s3://b/run/metrics.zarr"

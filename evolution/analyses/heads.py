@@ -74,11 +74,26 @@ SPLITS = ("select", "score")
 KEY_TYPES = ("bos", "eos", "punct")
 
 
-def dependency_task(*, spec: dict, treebank: str, heads: HeadsConfig, max_batch_tokens: int,
+def treebank_text(inputs: Inputs, treebank: str) -> str:
+    """Check that ``treebank`` (an embedded name or a CoNLL-U file) reads, save its text with
+    :func:`~evolution.analyses.base.save_arrays` and return the file's path."""
+    import gzip
+
+    from evolution.corpus.conllu import read_conllu, resolve_treebank
+
+    path = resolve_treebank(treebank)
+    read_conllu(path, max_sentences=inputs.config.heads.max_sentences)  # a bad file fails here, not in a worker
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
+        text = f.read()
+    return save_arrays(inputs.arrays_dir, "treebank", {"conllu": np.frombuffer(text.encode("utf-8"), np.uint8)})
+
+
+def dependency_task(*, spec: dict, treebank: str, text: str, heads: HeadsConfig, max_batch_tokens: int,
                     torch_threads: int = 1) -> dict[str, Any]:
     """Dependency arcs predicted by each head's most attended other word on ``treebank``
     (re-running the model; no map is kept): per (layer, head, relation, direction) hits,
-    arcs per relation, and the fixed-offset baseline's hits."""
+    arcs per relation, and the fixed-offset baseline's hits. ``text``: the treebank's
+    content as saved by :func:`treebank_text` (beside the store, where any worker reads it)."""
     import torch
 
     from evolution.corpus.conllu import read_conllu, resolve_treebank
@@ -88,7 +103,8 @@ def dependency_task(*, spec: dict, treebank: str, heads: HeadsConfig, max_batch_
 
     torch.set_num_threads(torch_threads)
     adapter = cached_adapter(spec)
-    sentences = read_conllu(resolve_treebank(treebank), max_sentences=heads.max_sentences)
+    sentences = read_conllu(resolve_treebank(treebank), max_sentences=heads.max_sentences,
+                            text=load_arrays(text)["conllu"].tobytes().decode("utf-8"))
     relations = sorted({r for s in sentences for r in s.deprel})
     code = {r: i for i, r in enumerate(relations)}
     L, H, R = adapter.num_layers, adapter.num_heads, len(relations)
@@ -253,11 +269,11 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
 
     torch.set_num_threads(torch_threads)
     adapter = cached_adapter(spec)
-    arrays = load_arrays(text)
-    targets = arrays["targets"].tobytes().decode("utf-8").split("\n")
     if not adapter.supports_decoder:
         return {"unsupported": f"{model}: {type(adapter).__name__} cannot return decoder attention; decoder heads "
                                "are measured for fairseq translation models"}
+    arrays = load_arrays(text)
+    targets = arrays["targets"].tobytes().decode("utf-8").split("\n")
     reps = open_representations(store, model)
     rows_of = rows_by_sentence(reps["sentence"].values)
     token_id, token_str = reps["token_id"].values, reps["token_str"].values
@@ -391,9 +407,10 @@ class Heads(Analysis):
             import hashlib
 
             digest = hashlib.sha256("\n".join(inputs.targets.sentences).encode()).hexdigest()[:16]
-            text = decoder_text(inputs)
+            text = None
             for m in inputs.models.values():
                 if m.objective == "mt":
+                    text = text or decoder_text(inputs)
                     units.append(Unit(f"{m.name}-decoder", decoder_task,
                                       dict(store=inputs.store, model=m.name, spec=m.spec,
                                            text=text,
@@ -409,11 +426,12 @@ class Heads(Analysis):
             from evolution.corpus.conllu import resolve_treebank
             from evolution.provenance import file_hash
 
+            texts = {split: treebank_text(inputs, getattr(hcfg, split)) for split in SPLITS}
             for m in inputs.models.values():
                 for split in SPLITS:
                     treebank = getattr(hcfg, split)
                     units.append(Unit(f"{m.name}-dependency-{split}", dependency_task,
-                                      dict(spec=m.spec, treebank=treebank, heads=hcfg,
+                                      dict(spec=m.spec, treebank=treebank, text=texts[split], heads=hcfg,
                                            max_batch_tokens=inputs.max_batch_tokens,
                                            torch_threads=inputs.torch_threads),
                                       key={"model": m.key, "treebank": file_hash(resolve_treebank(treebank)),

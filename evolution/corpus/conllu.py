@@ -16,6 +16,7 @@ which is the ``word_id`` the token table assigns (:mod:`evolution.tokens`).
 from __future__ import annotations
 
 import gzip
+import io
 import hashlib
 from dataclasses import dataclass
 from importlib import resources
@@ -76,8 +77,10 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def read_conllu(path: str | Path, *, max_sentences: int | None = None) -> list[TreebankSentence]:
-    """Read a CoNLL-U file (plain or ``.gz``) into :class:`TreebankSentence` s.
+def read_conllu(path: str | Path, *, max_sentences: int | None = None,
+                text: str | None = None) -> list[TreebankSentence]:
+    """Read a CoNLL-U file (plain or ``.gz``) into :class:`TreebankSentence` s; with ``text``,
+    parse that text instead (the file's content, shipped to a worker), naming ``path`` in errors.
 
     A word line without 10 tab-separated columns, a non-integer head or a
     sentence whose word ids do not run 1..n raises :class:`CorpusError`
@@ -106,7 +109,7 @@ def read_conllu(path: str | Path, *, max_sentences: int | None = None) -> list[T
         rows.clear()
 
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
+        with (io.StringIO(text) if text is not None else opener(path, "rt", encoding="utf-8")) as fh:
             for lineno, line in enumerate(fh, start=1):
                 line = line.rstrip("\n")
                 if not line.strip():

@@ -34,11 +34,14 @@ def write_metrics(path: str | Path, datasets: dict[str, xr.Dataset], *, fingerpr
 
     A local store is written under a temporary name and moved into place (the
     previous one stays readable until then). On object storage (an fsspec URL),
-    which has no rename, the previous store is removed and the new one written
-    in place: an interrupted write leaves a store without fingerprint, which
-    :func:`metrics_fingerprint` reports as not done.
+    which has no rename, the previous store's fingerprint is removed first, then
+    the store, and the new one is written in place: an interrupted write leaves a
+    store without fingerprint, which :func:`metrics_fingerprint` reports as not
+    done and :func:`check_metrics_store` still recognises as this pipeline's.
     """
+    check_metrics_store(path)  # again at write time: something may have appeared since the plan
     if location.is_url(path):
+        _untrust(str(path))
         location.remove(path)
         _write_groups(str(path), datasets, fingerprint)
         return
@@ -46,13 +49,27 @@ def write_metrics(path: str | Path, datasets: dict[str, xr.Dataset], *, fingerpr
         _write_groups(str(tmp), datasets, fingerprint)
 
 
+def _untrust(store: str) -> None:
+    """Drop the root's fingerprint (nothing when there is no readable root)."""
+    import zarr
+
+    try:
+        root = zarr.open_group(store, mode="r+", zarr_format=3)
+    except Exception:  # noqa: BLE001 - no root: nothing to untrust
+        return
+    attrs = dict(root.attrs)
+    if attrs.pop(_FINGERPRINT, None) is not None:
+        root.attrs.clear()
+        root.attrs.update(attrs)
+
+
 def _write_groups(store: str, datasets: dict[str, xr.Dataset], fingerprint: str) -> None:
     import json
 
     import zarr
 
-    # the root exists even when no metric had enough data
-    zarr.open_group(store, mode="w", zarr_format=3).attrs.update({_MARK: True})
+    # the root (with its mark, in one write) exists even when no metric had enough data
+    zarr.open_group(store, mode="w", zarr_format=3, attributes={_MARK: True})
     for group, ds in datasets.items():
         ds = ds.copy()
         # attributes as JSON would store them (tuples -> lists, paths -> strings)
@@ -71,29 +88,46 @@ def metrics_fingerprint(path: str | Path) -> str | None:
         return None
 
 
-def check_metrics_store(path: str | Path) -> None:
-    """Refuse a metrics store path that holds something this pipeline did not write (it
-    would be replaced): a file, or a non-empty directory / URL prefix whose root is not a
-    metrics store of this pipeline. Nothing is modified. Raises
-    :class:`evolution.store.StoreError`."""
+def _attrs(store: str) -> dict | None:
+    """The attributes of the Zarr group at ``store``, or None where there is none."""
     import zarr
 
+    try:
+        return dict(zarr.open_group(store, mode="r", zarr_format=3).attrs)
+    except Exception:  # noqa: BLE001 - zarr raises many types for what is not a group
+        return None
+
+
+def check_metrics_store(path: str | Path) -> None:
+    """Refuse a metrics store path that holds something this pipeline did not write (it
+    would be replaced): a file, or a non-empty directory / URL prefix that is neither a
+    metrics store of this pipeline (root marked) nor what is left of one whose root was
+    lost in an interrupted write (every entry a group written by an analysis). Nothing is
+    modified. Raises :class:`evolution.store.StoreError`, also when the location cannot be
+    read (credentials, endpoint)."""
     from evolution.store import StoreError
 
     fix = "point metrics.store elsewhere, or move it away if it is not needed"
-    if not location.exists(path):
-        return
-    if not location.is_dir(path):
-        raise StoreError(f"{path}: metrics.store is a file, not a Zarr store; {fix}")
-    if not location.listdir(path):
-        return
     try:
-        attrs = zarr.open_group(str(path), mode="r", zarr_format=3).attrs
-    except Exception:  # noqa: BLE001 - zarr raises many types for what is not a store
-        attrs = {}
-    if _MARK not in attrs and _FINGERPRINT not in attrs:
-        raise StoreError(f"{path}: metrics.store holds something this pipeline did not write, which "
-                         f"writing the metrics would replace; {fix}")
+        if not location.exists(path):
+            return
+        if not location.is_dir(path):
+            raise StoreError(f"{path}: metrics.store is a file, not a Zarr store; {fix}")
+        entries = location.listdir(path)
+    except StoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - botocore / fsspec / OS errors alike
+        raise StoreError(f"{path}: cannot read metrics.store ({type(exc).__name__}: {exc}); check the path, "
+                         "and for object storage the credentials and endpoint in the environment") from None
+    if not entries:
+        return
+    root = _attrs(str(path))
+    if root is not None and (_MARK in root or _FINGERPRINT in root):
+        return
+    if root is None and all((_attrs(location.join(path, e)) or {}).get("analysis") for e in entries):
+        return  # the groups of a store whose root was removed or not yet rewritten
+    raise StoreError(f"{path}: metrics.store holds something this pipeline did not write, which "
+                     f"writing the metrics would replace; {fix}")
 
 
 def open_metrics(path: str | Path, group: str) -> xr.Dataset:

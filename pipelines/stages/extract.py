@@ -41,7 +41,9 @@ class ExtractStage(Stage):
             else:
                 inputs = {p: tree_hash(getattr(model, p)) for p in ("path", "data", "sentencepiece")
                           if getattr(model, p) is not None}
-            return config_hash({"corpus": CorpusStage().key(ctx), "extract": resolved_dict(ctx.config.extract),
+            # where the store is is not what it holds: moving it (say, to object storage) keeps the keys
+            extract = {**resolved_dict(ctx.config.extract), "store": None}
+            return config_hash({"corpus": CorpusStage().key(ctx), "extract": extract,
                                 "model": resolved_dict(model), "inputs": inputs, "store_version": STORE_VERSION})
         return ctx.memo(f"extract.key.{model.name}", compute)
 
@@ -57,8 +59,9 @@ class ExtractStage(Stage):
         return [f"extract: model {m.name} ({m.kind}) -> {self.store(ctx)} group {m.name}" for m in self._todo(ctx)]
 
     def prepare(self, ctx: Context) -> None:
-        """Load every model still to extract once (``cached_adapter``; the extraction reuses
-        them), so that a bad checkpoint or model directory fails before a cluster starts."""
+        """Load every model still to extract once, so that a bad checkpoint or model directory
+        fails before a cluster starts (through ``cached_adapter``: the last few loaded stay
+        cached for the extraction)."""
         from evolution.models import cached_adapter
 
         for model in self._todo(ctx):
