@@ -57,11 +57,12 @@ def make_corpus(path: Path, n_tokens: int, words: list[str], seed: int = 0) -> N
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def write_config(path: Path, *, corpus: Path, model: Path, data: Path, workdir: Path, cluster: str) -> Path:
+def write_config(path: Path, *, corpus: Path, model: Path, data: Path, workdir: Path, cluster: str,
+                 task_chunks: int = 4) -> Path:
     path.write_text(f"""workdir: {workdir}
 cluster: {cluster}
 corpus: {{path: {corpus}}}
-extract: {{chunk_tokens: 4096, task_chunks: 4}}
+extract: {{chunk_tokens: 4096, task_chunks: {task_chunks}}}
 models:
   - {{name: mt, kind: fairseq, path: {model}, data: {data}}}
 """, encoding="utf-8")
@@ -177,6 +178,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--heads", action="store_true", help="the cost of the attention-head analyses per sentence")
     p.add_argument("--sentences", type=int, default=1000, help="with --heads: sentences measured")
+    p.add_argument("--task-chunks", type=int, default=None, help="extract.task_chunks (default: the config's)")
     args = p.parse_args()
 
     from evolution.models.random_init import make_fairseq_model, vocabulary_of
@@ -214,7 +216,8 @@ def main() -> None:
                 for m in (1024, 2048, 4096)), key=lambda r: r["tokens_per_s"])
     (tmp / "local").mkdir()
     cfg = write_config(tmp / "local" / "c.yaml", corpus=corpora["full"], model=model, data=data,
-                       workdir=tmp / "local" / "w", cluster="local")
+                       workdir=tmp / "local" / "w", cluster="local",
+                       **({"task_chunks": args.task_chunks} if args.task_chunks else {}))
     piped = in_subprocess(f"pipeline(Path({str(cfg)!r}))")
     print(f"\nthroughput on {bare['tokens']:,} tokens")
     print(f"  bare forward loop ({cores} threads, best of max_batch_tokens 1024/2048/4096 = "
