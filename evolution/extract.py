@@ -17,6 +17,7 @@ worker process.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -137,7 +138,8 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
     hidden_arr[:, task.start:task.stop] = buf.astype(dtype, copy=False)
     t_end = time.perf_counter()
     return {"index": task.index, "tokens": task.stop - task.start, "load_s": t_loaded - t_start,
-            "forward_s": forward_s, "write_s": t_end - t0, "total_s": t_end - t_start}
+            "forward_s": forward_s, "write_s": t_end - t0, "total_s": t_end - t_start,
+            "began": time.time() - (t_end - t_start), "worker": os.getpid()}
 
 
 def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str, group: str,
@@ -170,9 +172,14 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
             torch_threads=torch_threads, norms=norms, dask_key_name=f"extract-{group}-{task.index}"))
     logger.info("%s: %d tokens of %d sentences in %d task(s) of <= %d tokens", group, table.n_tokens,
                 table.n_sentences, len(tasks), chunk_tokens * task_chunks)
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     results = compute(delayed, client=client, progress=progress, label=f"extract {group}")
     seconds = time.perf_counter() - t0
+    first = {}
+    for r in results:
+        first[r["worker"]] = min(first.get(r["worker"], np.inf), r["began"])
+    logger.info("%s: first task began %.1f s after submission (%s)", group, min(first.values()) - wall0,
+                ", ".join(f"{v - wall0:.1f}" for v in first.values()))
     n = sum(r["tokens"] for r in results)
     times = {k: sum(r[k] for r in results) for k in ("load_s", "forward_s", "write_s", "total_s")}
     logger.info("%s: task graph computed in %.1f s (%.0f tokens/s); summed over tasks: model load %.1f s, "
@@ -260,12 +267,24 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
                                inputs=[adapter.build_input(ids) for ids in table.ids[:n_att]],
                                n_layers=adapter.num_layers, n_heads=adapter.num_heads, dtype=config.attention.dtype,
                                attrs={"special_ids": sorted(adapter.special_ids), **attrs}, norms=norms)
+    # the graph is timed from when every worker holds the model (loading overlapped tokenisation
+    # above; what is left of it is waited for here and reported as warm_s, not as graph time)
+    t_warm = time.perf_counter()
+    if warming:
+        from distributed import wait
+
+        try:  # bounded: a warm-up pinned to a worker that died never finishes
+            wait(warming, timeout=120)
+        except TimeoutError:
+            logger.info("%s: a worker did not finish loading the model in 120 s; starting anyway", group)
+    warm_s = time.perf_counter() - t_warm
     stats = extract_model(spec, table, adapter, store=store, group=group, chunk_tokens=config.chunk_tokens,
                           task_chunks=config.task_chunks, max_batch_tokens=config.max_batch_tokens, dtype=config.dtype,
                           attention_sentences=n_att, attention_dtype=config.attention.dtype if config.attention else None,
                           torch_threads=config.torch_threads, client=client, progress=progress, norms=norms)
     del warming
     mark_complete(store, group, fingerprint)
+    stats["warm_s"] = warm_s
     stats["stage_seconds"] = time.perf_counter() - t0
     return stats
 
