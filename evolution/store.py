@@ -62,6 +62,7 @@ __all__ = [
     "open_attention",
     "group_is_complete",
     "check_store",
+    "store_entries",
     "StoreError",
     "mark_complete",
     "create_hidden_group",
@@ -132,26 +133,35 @@ class StoreError(ValueError):
     """The store path holds something this pipeline did not write."""
 
 
+def store_entries(path: str, *, key: str) -> list[str]:
+    """The names directly under a store location ([] when nothing is there yet), for the
+    checks of the representation and metrics stores. Raises :class:`StoreError` naming
+    ``key`` (the config entry) for a file, or for a location that cannot be read
+    (credentials, endpoint)."""
+    from evolution import location
+
+    try:
+        if not location.exists(path):
+            return []
+        if not location.is_dir(path):
+            raise StoreError(f"{path}: {key} is a file, not a Zarr store; point {key} elsewhere, or move "
+                             "it away if it is not needed")
+        return location.listdir(path)
+    except StoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - botocore / fsspec / OS errors alike
+        raise StoreError(f"{path}: cannot read {key} ({type(exc).__name__}: {exc}); check the path, "
+                         "and for object storage the credentials and endpoint in the environment") from None
+
+
 def check_store(store: str) -> None:
     """Refuse a store path that holds something else than this pipeline's representations:
     a file, a directory (or URL prefix) that is not a Zarr store, or a Zarr store with
     members that are not model groups written here, or a location that cannot be read
     (credentials, endpoint). Nothing is modified."""
-    from evolution import location
-
+    if not store_entries(store, key="extract.store"):
+        return
     fix = "point extract.store elsewhere, or move it away if it is not needed"
-    try:
-        if not location.exists(store):
-            return
-        if not location.is_dir(store):
-            raise StoreError(f"{store}: extract.store is a file, not a Zarr store; {fix}")
-        if not location.listdir(store):
-            return
-    except StoreError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - botocore / fsspec / OS errors alike
-        raise StoreError(f"{store}: cannot read extract.store ({type(exc).__name__}: {exc}); check the path, "
-                         "and for object storage the credentials and endpoint in the environment") from None
     try:
         root = zarr.open_group(store, mode="r", zarr_format=3)
         members = list(root.members())

@@ -33,7 +33,8 @@ import xarray as xr
 from evolution.config import MetricsConfig
 from evolution.provenance import config_hash
 
-__all__ = ["Analysis", "Unit", "ModelInputs", "Inputs", "unit_key", "save_arrays", "load_arrays", "strings"]
+__all__ = ["Analysis", "Unit", "ModelInputs", "Inputs", "unit_key", "save_arrays", "load_arrays", "save_texts",
+           "load_texts", "strings"]
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,18 @@ def load_arrays(path: str) -> dict[str, np.ndarray]:
 
     with np.load(io.BytesIO(location.read_bytes(path)), allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
+
+
+def save_texts(directory: str | Path, prefix: str, texts: dict[str, str]) -> str:
+    """:func:`save_arrays` for texts (UTF-8 bytes, no pickle), for tasks that read a text on
+    whichever worker they run; read back with :func:`load_texts`."""
+    return save_arrays(directory, prefix, {k: np.frombuffer(v.encode("utf-8"), dtype=np.uint8)
+                                           for k, v in texts.items()})
+
+
+def load_texts(path: str) -> dict[str, str]:
+    """The texts written by :func:`save_texts`."""
+    return {k: v.tobytes().decode("utf-8") for k, v in load_arrays(path).items()}
 
 
 def strings(values) -> np.ndarray:

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts, strings
 from evolution.analyses.plotting import STYLES, open_group, plt
 from evolution.config import HeadsConfig
 from evolution.metrics.heads import OFFSETS
@@ -75,17 +75,17 @@ KEY_TYPES = ("bos", "eos", "punct")
 
 
 def treebank_text(inputs: Inputs, treebank: str) -> str:
-    """Check that ``treebank`` (an embedded name or a CoNLL-U file) reads, save its text with
-    :func:`~evolution.analyses.base.save_arrays` and return the file's path."""
+    """Check that ``treebank`` (an embedded name or a CoNLL-U file) parses (a bad file fails
+    here, naming its line, not in a worker), save its text with
+    :func:`~evolution.analyses.base.save_texts` and return the file's path."""
     import gzip
 
     from evolution.corpus.conllu import read_conllu, resolve_treebank
 
     path = resolve_treebank(treebank)
-    read_conllu(path, max_sentences=inputs.config.heads.max_sentences)  # a bad file fails here, not in a worker
+    read_conllu(path, max_sentences=inputs.config.heads.max_sentences)
     with (gzip.open if str(path).endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
-        text = f.read()
-    return save_arrays(inputs.arrays_dir, "treebank", {"conllu": np.frombuffer(text.encode("utf-8"), np.uint8)})
+        return save_texts(inputs.arrays_dir, "treebank", {"conllu": f.read()})
 
 
 def dependency_task(*, spec: dict, treebank: str, text: str, heads: HeadsConfig, max_batch_tokens: int,
@@ -104,7 +104,7 @@ def dependency_task(*, spec: dict, treebank: str, text: str, heads: HeadsConfig,
     torch.set_num_threads(torch_threads)
     adapter = cached_adapter(spec)
     sentences = read_conllu(resolve_treebank(treebank), max_sentences=heads.max_sentences,
-                            text=load_arrays(text)["conllu"].tobytes().decode("utf-8"))
+                            text=load_texts(text)["conllu"])
     relations = sorted({r for s in sentences for r in s.deprel})
     code = {r: i for i, r in enumerate(relations)}
     L, H, R = adapter.num_layers, adapter.num_heads, len(relations)
@@ -235,16 +235,13 @@ ATTENTIONS = ("decoder_self", "encoder_decoder")
 
 def decoder_text(inputs: Inputs) -> str:
     """Save the analysed sentences' reference translations and the training split's target
-    side as UTF-8 bytes with :func:`~evolution.analyses.base.save_arrays` (beside the
-    representation store, where every worker reads) and return the file's path."""
+    side with :func:`~evolution.analyses.base.save_texts` (beside the representation store,
+    where every worker reads) and return the file's path."""
     from pathlib import Path
 
-    def utf8(text: str) -> np.ndarray:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-
-    training = Path(inputs.targets.training_text).read_text(encoding="utf-8")
-    return save_arrays(inputs.arrays_dir, "heads-decoder", {"targets": utf8("\n".join(inputs.targets.sentences)),
-                                                            "training": utf8(training)})
+    return save_texts(inputs.arrays_dir, "heads-decoder",
+                      {"targets": "\n".join(inputs.targets.sentences),
+                       "training": Path(inputs.targets.training_text).read_text(encoding="utf-8")})
 
 
 def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tokens: int,
@@ -272,15 +269,15 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
     if not adapter.supports_decoder:
         return {"unsupported": f"{model}: {type(adapter).__name__} cannot return decoder attention; decoder heads "
                                "are measured for fairseq translation models"}
-    arrays = load_arrays(text)
-    targets = arrays["targets"].tobytes().decode("utf-8").split("\n")
+    texts = load_texts(text)
+    targets = texts["targets"].split("\n")
     reps = open_representations(store, model)
     rows_of = rows_by_sentence(reps["sentence"].values)
     token_id, token_str = reps["token_id"].values, reps["token_str"].values
     source_count = reps["train_count"].values if "train_count" in reps.coords else None
     sentences = [s for s in sorted(rows_of) if s < len(targets) and targets[s].strip()]
     target_counts: Counter = Counter()
-    for line in arrays["training"].tobytes().decode("utf-8").splitlines():
+    for line in texts["training"].splitlines():
         if line.strip():
             target_counts.update(adapter.tokenize_target(line.strip()).ids)
     limit, truncated = adapter.max_target_tokens, 0

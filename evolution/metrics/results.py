@@ -105,20 +105,9 @@ def check_metrics_store(path: str | Path) -> None:
     lost in an interrupted write (every entry a group written by an analysis). Nothing is
     modified. Raises :class:`evolution.store.StoreError`, also when the location cannot be
     read (credentials, endpoint)."""
-    from evolution.store import StoreError
+    from evolution.store import StoreError, store_entries
 
-    fix = "point metrics.store elsewhere, or move it away if it is not needed"
-    try:
-        if not location.exists(path):
-            return
-        if not location.is_dir(path):
-            raise StoreError(f"{path}: metrics.store is a file, not a Zarr store; {fix}")
-        entries = location.listdir(path)
-    except StoreError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - botocore / fsspec / OS errors alike
-        raise StoreError(f"{path}: cannot read metrics.store ({type(exc).__name__}: {exc}); check the path, "
-                         "and for object storage the credentials and endpoint in the environment") from None
+    entries = store_entries(str(path), key="metrics.store")
     if not entries:
         return
     root = _attrs(str(path))
@@ -127,7 +116,8 @@ def check_metrics_store(path: str | Path) -> None:
     if root is None and all((_attrs(location.join(path, e)) or {}).get("analysis") for e in entries):
         return  # the groups of a store whose root was removed or not yet rewritten
     raise StoreError(f"{path}: metrics.store holds something this pipeline did not write, which "
-                     f"writing the metrics would replace; {fix}")
+                     "writing the metrics would replace; point metrics.store elsewhere, or move it away if it "
+                     "is not needed")
 
 
 def open_metrics(path: str | Path, group: str) -> xr.Dataset:
