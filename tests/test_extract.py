@@ -25,6 +25,50 @@ def test_batches_cover_everything_within_budget():
     assert batches(lengths, max_batch_tokens=100) == out  # deterministic
 
 
+def _partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for p in _partitions(rest):
+        for k in range(len(p)):
+            yield p[:k] + [[first] + p[k]] + p[k + 1:]
+        yield [[first]] + p
+
+
+def test_batches_least_cost_against_every_partition():
+    """The dynamic programme over the length order reaches the least cost (padded tokens plus
+    a fixed cost per batch) of all feasible groupings, found by enumerating every partition;
+    filling batches greedily to the budget does not."""
+    def cost(lengths, parts, overhead):
+        return sum(overhead + len(b) * max(lengths[i] for i in b) for b in parts)
+
+    def feasible(lengths, parts, budget):
+        return all(len(b) == 1 or len(b) * max(lengths[i] for i in b) <= budget for b in parts)
+
+    rng = np.random.default_rng(0)
+    beaten = 0
+    for _ in range(150):
+        n = int(rng.integers(1, 8))
+        lengths = rng.integers(1, 12, size=n).tolist()
+        budget, overhead = int(rng.integers(4, 40)), float(rng.choice([0, 1, 3, 8]))
+        least = min(cost(lengths, p, overhead) for p in _partitions(list(range(n))) if feasible(lengths, p, budget))
+        out = batches(lengths, max_batch_tokens=budget, overhead_tokens=overhead)
+        assert sorted(i for b in out for i in b) == list(range(n)) and feasible(lengths, out, budget)
+        assert cost(lengths, out, overhead) == pytest.approx(least)
+        # the greedy fill (start a batch only when the next sentence does not fit)
+        greedy, width = [], 0
+        for i in sorted(range(n), key=lambda i: (-lengths[i], i)):
+            if greedy and max(width, lengths[i]) * (len(greedy[-1]) + 1) <= budget:
+                greedy[-1].append(i)
+                width = max(width, lengths[i])
+            else:
+                greedy.append([i])
+                width = lengths[i]
+        beaten += cost(lengths, greedy, overhead) > least + 1e-9
+    assert beaten > 10  # the cases are not all ones where filling to the budget is already best
+
+
 @pytest.mark.parametrize("task_chunks", [1, 3])
 def test_plan_tasks_partition_tokens(model_specs, task_chunks):
     a = load_adapter(model_specs["bert"])
