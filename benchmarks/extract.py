@@ -37,6 +37,13 @@ fits the time of one forward pass (one thread) as ``c0 + c1 * B * T + c2 * B * T
 over batch shapes and prints ``c0 / c1``, the fixed cost of a pass in tokens
 (``evolution.extract.BATCH_OVERHEAD_TOKENS``), and
 
+    python benchmarks/extract.py --worker-profiler
+
+runs the single-threaded bare loop inside a one-worker LocalCluster, with
+distributed's statistical profiler on (distributed's default) and off (what
+``pipelines/cluster.py`` sets), and prints the CPU the worker's other threads
+used meanwhile, as a share of the loop's own CPU.
+
     python benchmarks/extract.py --padding
 
 the cost (padded tokens plus that overhead per batch) of extraction's batches
@@ -233,6 +240,37 @@ def padding_table(lengths: list[int], *, budgets=(1024, 2048), task_tokens=(8192
     return rows
 
 
+def _loop_in_worker(model: str, data: str, corpus: str) -> dict:
+    import logging
+
+    logging.disable(logging.INFO)
+    p0, t0 = time.process_time(), time.thread_time()
+    r = bare_loop(Path(model), Path(data), Path(corpus), threads=1, keep=False, max_batch_tokens=1024)
+    r["process_cpu_s"], r["thread_cpu_s"] = time.process_time() - p0, time.thread_time() - t0
+    return r
+
+
+def worker_profiler(model: Path, data: Path, corpus: Path, *, repeat: int = 3) -> list[dict]:
+    """The bare loop (one thread) in a one-worker LocalCluster, profiler on and off, alternating."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from pipelines.cluster import MALLOC_THRESHOLD
+
+    environ = {"MALLOC_TRIM_THRESHOLD_": str(MALLOC_THRESHOLD), "MALLOC_MMAP_THRESHOLD_": str(MALLOC_THRESHOLD),
+               "OMP_NUM_THREADS": "1"}
+    out = []
+    for _ in range(repeat):
+        for enabled in (True, False):
+            with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
+                                  "distributed.worker.profile.enabled": enabled}), \
+                    LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
+                    Client(c) as client:
+                r = client.submit(_loop_in_worker, str(model), str(data), str(corpus), pure=False).result()
+            out.append({"profiler": enabled, **r})
+    return out
+
+
 def in_subprocess(fn: str) -> dict:
     code = (f"import json, sys; sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(REPO / 'benchmarks')!r});"
             f"import logging; logging.disable(logging.INFO);"
@@ -255,6 +293,7 @@ def main() -> None:
     p.add_argument("--task-chunks", type=int, default=None, help="extract.task_chunks (default: the config's)")
     p.add_argument("--repeat", type=int, default=3, help="bare loop / pipeline pairs measured (median ratio)")
     p.add_argument("--batch-cost", action="store_true", help="fit a forward pass's fixed cost, in tokens")
+    p.add_argument("--worker-profiler", action="store_true", help="CPU taken by distributed's worker profiler")
     p.add_argument("--padding", action="store_true", help="batching cost over unpadded tokens, by plan")
     args = p.parse_args()
 
@@ -272,6 +311,17 @@ def main() -> None:
         print(f"one forward pass, one thread, fitted over {r['shapes']} batch shapes B x T:")
         print(f"  {1e3 * r['c0_s']:.2f} ms + {1e6 * r['c1_s']:.1f} us per token + {1e9 * r['c2_s']:.1f} ns * B * T^2")
         print(f"  fixed cost of a pass: {r['overhead_tokens']:.0f} tokens (BATCH_OVERHEAD_TOKENS)")
+        return
+    if args.worker_profiler:
+        corpus = tmp / "profiler.txt"
+        make_corpus(corpus, 50_000, words)
+        rows = in_subprocess(f"worker_profiler(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpus)!r}))")
+        print("\nsingle-threaded forward loop over 50k tokens in a LocalCluster worker:")
+        for r in rows:
+            other = r["process_cpu_s"] - r["thread_cpu_s"]
+            print(f"  profiler {'on ' if r['profiler'] else 'off'}: {r['tokens_per_s']:7,.0f} tokens/s; loop thread "
+                  f"{r['thread_cpu_s']:5.2f} s CPU, the worker's other threads {other:5.2f} s "
+                  f"({100 * other / r['thread_cpu_s']:.1f}%)")
         return
     if args.padding:
         from evolution.models import load_adapter

@@ -65,7 +65,12 @@ def dask_client(cfg: ClusterConfig) -> Iterator[object | None]:
     environ = {"MALLOC_TRIM_THRESHOLD_": str(MALLOC_THRESHOLD), "MALLOC_MMAP_THRESHOLD_": str(MALLOC_THRESHOLD),
                "OMP_NUM_THREADS": str(cfg.threads_per_worker), "MKL_NUM_THREADS": str(cfg.threads_per_worker),
                "OPENBLAS_NUM_THREADS": str(cfg.threads_per_worker)}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), LocalCluster(n_workers=n, threads_per_worker=cfg.threads_per_worker, processes=True,
-                      memory_limit=cfg.memory_limit, dashboard_address=None, silence_logs=logging.WARNING
-                      ) as cluster, Client(cluster) as client:
+    # Each worker's statistical profiler samples every thread's stack every 10 ms for a dashboard
+    # that a local cluster here does not serve: measured, it took 8-10% of a core beside a
+    # single-threaded forward loop (docs/decisions.md, "Worker memory allocator ...").
+    settings = {"distributed.nanny.pre-spawn-environ": environ, "distributed.worker.profile.enabled": False}
+    with dask.config.set(settings), LocalCluster(n_workers=n, threads_per_worker=cfg.threads_per_worker,
+                                                 processes=True, memory_limit=cfg.memory_limit,
+                                                 dashboard_address=None, silence_logs=logging.WARNING
+                                                 ) as cluster, Client(cluster) as client:
         yield client
