@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -297,11 +298,20 @@ def main() -> None:
     p.add_argument("--padding", action="store_true", help="batching cost over unpadded tokens, by plan")
     args = p.parse_args()
 
-    from evolution.models.random_init import make_fairseq_model, vocabulary_of
-    from pipelines.cluster import default_workers
+    from evolution.models.random_init import vocabulary_of
 
     words = vocabulary_of((REPO / "evolution/data/web-genesis.en.txt").read_text().splitlines(), max_size=8000)
     tmp = Path(tempfile.mkdtemp(prefix="bench-extract-"))
+    try:  # each pipeline run writes ~1.4 GB of states: nothing is left behind
+        measure(args, tmp, words)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
+    from evolution.models.random_init import make_fairseq_model
+    from pipelines.cluster import default_workers
+
     model, data = make_fairseq_model(tmp / "model", task="translation", words=words, layers=args.layers,
                                      d_model=args.d_model, heads=max(1, args.d_model // 64), max_positions=256)
     cores = default_workers()
@@ -370,6 +380,7 @@ def main() -> None:
                            workdir=tmp / f"local{rep}" / "w", cluster="local",
                            **({"task_chunks": args.task_chunks} if args.task_chunks else {}))
         piped = in_subprocess(f"pipeline(Path({str(cfg)!r}))")
+        shutil.rmtree(tmp / f"local{rep}")
         pairs.append((bare, piped))
         t = piped["timings"]
         print(f"  pair {rep + 1}: bare {bare['tokens_per_s']:,.0f} tokens/s (max_batch_tokens "
@@ -400,6 +411,7 @@ def main() -> None:
         c = write_config(d / "c.yaml", corpus=corpora[name], model=model, data=data, workdir=d / "w",
                          cluster="synchronous")
         rows["pipeline (synchronous)"].append(in_subprocess(f"pipeline(Path({str(c)!r}))")["peak_rss_mb"])
+        shutil.rmtree(d)
         rows["naive keep-all loop"].append(in_subprocess(
             f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpora[name])!r}), "
             f"threads={cores}, keep=True)")["peak_rss_mb"])
