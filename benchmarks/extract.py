@@ -44,6 +44,19 @@ distributed's statistical profiler on (distributed's default) and off (what
 ``pipelines/cluster.py`` sets), and prints the CPU the worker's other threads
 used meanwhile, as a share of the loop's own CPU.
 
+With ``--discard-writes`` the pipeline's workers skip storing ``hidden``
+(``benchmarks/discard_hidden_writes.py``, a worker preload): everything else
+of the task graph runs, so the ratio shows what the graph costs apart from
+the bytes it stores.
+
+    python benchmarks/extract.py --write-cost
+
+writes as many bytes as extraction stores for ``--tokens`` tokens (float32
+``(layers + 1) x tokens x d``) as 4 MiB files with plain ``os.write``, no Zarr,
+and prints the wall and CPU seconds (user, system) next to the CPU seconds of
+the bare forward loop over as many tokens: what storing the states costs on
+this machine, whatever writes them.
+
     python benchmarks/extract.py --padding
 
 the cost (padded tokens plus that overhead per batch) of extraction's batches
@@ -55,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -121,14 +135,17 @@ def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def pipeline(config: Path) -> dict:
+def pipeline(config: Path, *, discard_writes: bool = False) -> dict:
+    import dask
     import xarray as xr
 
     from pipelines.run import run
     from pipelines.stages import STAGES
 
+    preload = [str(REPO / "benchmarks" / "discard_hidden_writes.py")] if discard_writes else []
     t0 = time.perf_counter()
-    ctx = run(config, progress=False, stage="extract")
+    with dask.config.set({"distributed.worker.preload": preload}):
+        ctx = run(config, progress=False, stage="extract")
     seconds = time.perf_counter() - t0
     n = xr.open_zarr(STAGES["extract"].store(ctx), group="mt", consolidated=False).sizes["token"]
     stats = ctx.timings["extract.mt"]
@@ -272,6 +289,23 @@ def worker_profiler(model: Path, data: Path, corpus: Path, *, repeat: int = 3) -
     return out
 
 
+def write_cost(directory: Path, n_bytes: int, *, file_bytes: int = 4 << 20) -> dict:
+    """Wall and CPU seconds of writing ``n_bytes`` as new files of ``file_bytes`` with ``os.write``."""
+    block = np.random.default_rng(0).random(file_bytes // 8).tobytes()
+    directory.mkdir()
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    for k in range(-(-n_bytes // file_bytes)):
+        fd = os.open(directory / str(k), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, block)
+        finally:
+            os.close(fd)
+    r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    shutil.rmtree(directory)
+    return {"bytes": n_bytes, "seconds": t1 - t0, "user_s": r1.ru_utime - r0.ru_utime,
+            "system_s": r1.ru_stime - r0.ru_stime}
+
+
 def in_subprocess(fn: str) -> dict:
     code = (f"import json, sys; sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(REPO / 'benchmarks')!r});"
             f"import logging; logging.disable(logging.INFO);"
@@ -295,6 +329,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3, help="bare loop / pipeline pairs measured (median ratio)")
     p.add_argument("--batch-cost", action="store_true", help="fit a forward pass's fixed cost, in tokens")
     p.add_argument("--worker-profiler", action="store_true", help="CPU taken by distributed's worker profiler")
+    p.add_argument("--discard-writes", action="store_true", help="workers do not store hidden (diagnostic)")
+    p.add_argument("--write-cost", action="store_true", help="CPU of writing the states' bytes, without Zarr")
     p.add_argument("--padding", action="store_true", help="batching cost over unpadded tokens, by plan")
     args = p.parse_args()
 
@@ -332,6 +368,22 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
             print(f"  profiler {'on ' if r['profiler'] else 'off'}: {r['tokens_per_s']:7,.0f} tokens/s; loop thread "
                   f"{r['thread_cpu_s']:5.2f} s CPU, the worker's other threads {other:5.2f} s "
                   f"({100 * other / r['thread_cpu_s']:.1f}%)")
+        return
+    if args.write_cost:
+        corpus = tmp / "write.txt"
+        make_corpus(corpus, args.tokens, words)
+        bare = in_subprocess(f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpus)!r}), "
+                             f"threads={cores}, keep=False, max_batch_tokens=1024)")
+        n_bytes = (args.layers + 1) * bare["tokens"] * args.d_model * 4
+        rows = [in_subprocess(f"write_cost(Path({str(tmp / f'write{k}')!r}), {n_bytes})") for k in range(3)]
+        loop_cpu = cores * bare["seconds"]
+        print(f"\nbare forward loop over {bare['tokens']:,} tokens: {bare['seconds']:.1f} s x {cores} threads "
+              f"= {loop_cpu:.1f} core-s")
+        print(f"writing their states, {n_bytes / 2**30:.2f} GiB as new 4 MiB files (os.write, no Zarr):")
+        for r in rows:
+            cpu = r["user_s"] + r["system_s"]
+            print(f"  {r['seconds']:5.2f} s wall, {r['user_s']:.2f} s user + {r['system_s']:.2f} s system CPU "
+                  f"= {100 * cpu / loop_cpu:.1f}% of the loop's core-seconds")
         return
     if args.padding:
         from evolution.models import load_adapter
@@ -379,7 +431,7 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
         cfg = write_config(tmp / f"local{rep}" / "c.yaml", corpus=corpora["full"], model=model, data=data,
                            workdir=tmp / f"local{rep}" / "w", cluster="local",
                            **({"task_chunks": args.task_chunks} if args.task_chunks else {}))
-        piped = in_subprocess(f"pipeline(Path({str(cfg)!r}))")
+        piped = in_subprocess(f"pipeline(Path({str(cfg)!r}), discard_writes={args.discard_writes})")
         shutil.rmtree(tmp / f"local{rep}")
         pairs.append((bare, piped))
         t = piped["timings"]
@@ -403,6 +455,8 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
           f"(target >= 0.85; the {len(pairs)} pairs: {', '.join(f'{r:.3f}' for r in ratios)})")
     print(f"  ratio extract stage end to end / bare: {piped['stage_tokens_per_s'] / bare['tokens_per_s']:.3f}")
 
+    if args.discard_writes:
+        return
     print("\npeak RSS (MB)        " + "".join(f"{n:>14,} tok" for n in sizes.values()))
     rows = {"pipeline (synchronous)": [], "naive keep-all loop": []}
     for name in sizes:
