@@ -242,8 +242,9 @@ class ExtractConfig(_Section):
     computes ``task_chunks`` whole chunks, so a worker's memory is bounded by
     ``(layers + 1) * task_chunks * chunk_tokens * d_model`` floats whatever
     the corpus size. Larger tasks batch sentences of more similar length
-    (measured on random 8-60 word lines: 29% padding overhead over a global
-    length sort with 4,096-token tasks, 10% with 16,384).
+    (on random 8-60 word lines, batching costs 9.5% over the unpadded tokens
+    with 8,192-token tasks, 6.7% with 16,384, 3.4% with one global length
+    sort: ``python benchmarks/extract.py --padding``).
     """
 
     store: str | None = Field(None, description="Zarr store path or fsspec URL (s3://bucket/prefix/reps.zarr; "
