@@ -273,14 +273,12 @@ def worker_profiler(model: Path, data: Path, corpus: Path, *, repeat: int = 3) -
     import dask
     from distributed import Client, LocalCluster
 
-    from pipelines.cluster import MALLOC_THRESHOLD
+    from pipelines.cluster import worker_environ
 
-    environ = {"MALLOC_TRIM_THRESHOLD_": str(MALLOC_THRESHOLD), "MALLOC_MMAP_THRESHOLD_": str(MALLOC_THRESHOLD),
-               "OMP_NUM_THREADS": "1"}
     out = []
     for _ in range(repeat):
         for enabled in (True, False):
-            with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
+            with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ(1),
                                   "distributed.worker.profile.enabled": enabled}), \
                     LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
                     Client(c) as client:

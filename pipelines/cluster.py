@@ -11,7 +11,7 @@ from evolution.config import ClusterConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["dask_client", "default_workers"]
+__all__ = ["dask_client", "default_workers", "worker_environ"]
 
 #: glibc malloc trim and mmap thresholds for local workers (bytes).
 MALLOC_THRESHOLD = 1 << 30
@@ -24,6 +24,18 @@ def default_workers(threads_per_worker: int = 1) -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return max(1, cores // threads_per_worker)
+
+
+def worker_environ(threads: int) -> dict[str, str]:
+    """Environment of local worker processes: glibc's malloc thresholds and ``threads``
+    for the OpenMP / MKL / OpenBLAS pools."""
+    # distributed's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in workers. Setting that variable at
+    # all (to any value) switches off glibc's dynamic mmap threshold, so every tensor above 128 KiB
+    # is mmap'ed, page-faulted in and unmapped again: measured here, a 6-layer encoder forwarded
+    # 3.9k tokens/s in a worker against 6.1k in a plain process. Fixing both thresholds restores
+    # the plain-process speed (docs/decisions.md, "Worker memory allocator").
+    return {"MALLOC_TRIM_THRESHOLD_": str(MALLOC_THRESHOLD), "MALLOC_MMAP_THRESHOLD_": str(MALLOC_THRESHOLD),
+            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
 
 
 @contextlib.contextmanager
@@ -57,18 +69,11 @@ def dask_client(cfg: ClusterConfig) -> Iterator[object | None]:
     n = cfg.n_workers or default_workers(cfg.threads_per_worker)
     logger.info("cluster: local, %d worker process(es) x %d thread(s), memory_limit=%s", n,
                 cfg.threads_per_worker, cfg.memory_limit)
-    # distributed's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in workers. Setting that variable at
-    # all (to any value) switches off glibc's dynamic mmap threshold, so every tensor above 128 KiB
-    # is mmap'ed, page-faulted in and unmapped again: measured here, a 6-layer encoder forwarded
-    # 3.9k tokens/s in a worker against 6.1k in a plain process. Fixing both thresholds restores
-    # the plain-process speed (docs/decisions.md, "Worker memory allocator").
-    environ = {"MALLOC_TRIM_THRESHOLD_": str(MALLOC_THRESHOLD), "MALLOC_MMAP_THRESHOLD_": str(MALLOC_THRESHOLD),
-               "OMP_NUM_THREADS": str(cfg.threads_per_worker), "MKL_NUM_THREADS": str(cfg.threads_per_worker),
-               "OPENBLAS_NUM_THREADS": str(cfg.threads_per_worker)}
     # Each worker's statistical profiler samples every thread's stack every 10 ms for a dashboard
-    # that a local cluster here does not serve: measured, it took 8-10% of a core beside a
-    # single-threaded forward loop (docs/decisions.md, "Worker memory allocator ...").
-    settings = {"distributed.nanny.pre-spawn-environ": environ, "distributed.worker.profile.enabled": False}
+    # that a local cluster here does not serve: measured, it took 7-10% of a core beside a
+    # single-threaded forward loop (benchmarks/extract.py --worker-profiler; docs/decisions.md #11).
+    settings = {"distributed.nanny.pre-spawn-environ": worker_environ(cfg.threads_per_worker),
+                "distributed.worker.profile.enabled": False}
     with dask.config.set(settings), LocalCluster(n_workers=n, threads_per_worker=cfg.threads_per_worker,
                                                  processes=True, memory_limit=cfg.memory_limit,
                                                  dashboard_address=None, silence_logs=logging.WARNING
