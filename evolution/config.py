@@ -498,10 +498,14 @@ class ModelConfig(_Section):
       plugin); ``data`` is the directory holding its ``dict*.txt``;
       ``sentencepiece`` optionally names the subword model applied to raw text
       (otherwise text is split on spaces).
+    * ``kind: shipped``: ``path`` is a directory written by
+      ``python -m evolution.models.shipped`` (``model.safetensors`` and
+      ``model.json``; e.g. ``results/bible-full/models/mt``): a trained model
+      loaded without unpickling, its vocabulary found through ``model.json``.
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    kind: Literal["trained", "huggingface", "fairseq"]
+    kind: Literal["trained", "huggingface", "fairseq", "shipped"]
     run: str | None = Field(None, description="trained: the training run (default: name)")
     path: Path | None = None
     data: Path | None = None
@@ -527,7 +531,14 @@ class ModelConfig(_Section):
             raise ValueError(f"model {self.name!r}: 'run' is for kind: trained only")
         if self.path is None:
             raise ValueError(f"model {self.name!r}: kind {self.kind!r} needs 'path'")
-        if self.kind == "huggingface":
+        if self.kind == "shipped":
+            if not (self.path / "model.json").is_file() or not (self.path / "model.safetensors").is_file():
+                raise ValueError(f"model {self.name!r}: a shipped model path must be a directory with "
+                                 f"model.json and model.safetensors, got {str(self.path)!r}")
+            if self.data is not None or self.sentencepiece is not None:
+                raise ValueError(f"model {self.name!r}: a shipped model names its vocabulary in model.json; "
+                                 "remove 'data' and 'sentencepiece'")
+        elif self.kind == "huggingface":
             if not self.path.is_dir():
                 raise ValueError(f"model {self.name!r}: a huggingface model path must be a directory "
                                  f"with config.json, got the file {str(self.path)!r}")

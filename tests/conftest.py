@@ -67,3 +67,23 @@ def write_config(path: Path, *, corpus: Path, models: list[dict], workdir: Path,
         lines.append(entry + "}")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """One tiny training of this project's MT, LM, LM with token dropout and MLM (2 layers,
+    d = 16, 4 updates each; tests/test_training.py's corpus and config), shared by every module."""
+    from test_training import CONFIG, _corpus
+
+    from evolution.config import load_config
+    from pipelines.run import main
+    from pipelines.stages import Context, TrainStage
+
+    tmp = tmp_path_factory.mktemp("training")
+    src, tgt = _corpus(tmp)
+    cfg_path = tmp / "train.yaml"
+    cfg_path.write_text(CONFIG.format(workdir=tmp / "run", src=src, tgt=tgt), encoding="utf-8")
+    assert main([str(cfg_path), "--stage", "extract"]) == 0
+    cfg = load_config(cfg_path)
+    ctx = Context(config=cfg)
+    return {"cfg": cfg, "cfg_path": cfg_path, "paths": TrainStage().paths(ctx), "ctx": ctx}

@@ -64,22 +64,6 @@ extract:
 """
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    from pipelines.run import main
-
-    tmp = tmp_path_factory.mktemp("training")
-    src, tgt = _corpus(tmp)
-    cfg_path = tmp / "train.yaml"
-    cfg_path.write_text(CONFIG.format(workdir=tmp / "run", src=src, tgt=tgt), encoding="utf-8")
-    assert main([str(cfg_path), "--stage", "extract"]) == 0
-    cfg = load_config(cfg_path)
-    from pipelines.stages import Context, TrainStage
-
-    ctx = Context(config=cfg)
-    return {"cfg": cfg, "cfg_path": cfg_path, "paths": TrainStage().paths(ctx), "ctx": ctx}
-
-
 def _encoder_state(checkpoint: Path, objective: str) -> dict[str, torch.Tensor]:
     state = torch.load(str(checkpoint), map_location="cpu", weights_only=False)["model"]
     prefix = ENCODER_PREFIX[objective]

@@ -27,7 +27,11 @@ def load_adapter(spec: dict) -> Adapter:
 
         return FairseqAdapter(spec["path"], data=spec["data"], sentencepiece=spec.get("sentencepiece"),
                               name=spec.get("name"), objective=spec.get("objective"))
-    raise ModelLoadError(f"unknown model kind {kind!r}; use huggingface or fairseq")
+    if kind == "shipped":
+        from evolution.models.shipped import ShippedAdapter
+
+        return ShippedAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"))
+    raise ModelLoadError(f"unknown model kind {kind!r}; use huggingface, fairseq or shipped")
 
 
 @lru_cache(maxsize=4)

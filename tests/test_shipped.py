@@ -1,0 +1,113 @@
+"""Trained models shipped as safetensors (``kind: shipped``): packed from the tiny training,
+loaded without unpickling, and giving the pickled checkpoint's numbers exactly."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from evolution.config import load_config
+from evolution.models import load_adapter
+from evolution.models.base import ModelLoadError
+from evolution.models.fairseq import FairseqAdapter
+from evolution.models.shipped import ShippedAdapter, pack_training
+
+SENTENCE = "And God said, Let there be light: and there was light."
+
+
+@pytest.fixture(scope="module")
+def shipped(trained, tmp_path_factory):
+    out = tmp_path_factory.mktemp("shipped") / "models"
+    pack_training(trained["paths"].root, out=out)
+    return out
+
+
+def _no_unpickling(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a shipped model must load without unpickling")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
+
+
+@pytest.mark.parametrize("run", ["mt", "lm", "mlm", "lm-tokdrop"])
+def test_shipped_model_gives_the_checkpoints_states_and_attention(trained, shipped, run, monkeypatch):
+    paths = trained["paths"]
+    objective = run.split("-")[0]
+    reference = FairseqAdapter(paths.checkpoint(run), data=paths.data(objective), sentencepiece=paths.spm_model)
+    with monkeypatch.context() as m:
+        _no_unpickling(m)
+        model = ShippedAdapter(shipped / run)
+    assert (model.objective, model.prefix, model.suffix) == (reference.objective, reference.prefix, reference.suffix)
+    tokens = model.tokenize(SENTENCE)
+    assert tokens.ids == reference.tokenize(SENTENCE).ids
+    inputs = [model.build_input(tokens.ids)]
+    h, a = model.forward(inputs, attention=True)
+    h_ref, a_ref = reference.forward(inputs, attention=True)
+    np.testing.assert_array_equal(h, h_ref)
+    np.testing.assert_array_equal(a, a_ref)
+    if objective == "mt":
+        target = [model.build_decoder_input(model.tokenize_target("Y dijo Dios").ids)]
+        for ours, theirs in zip(model.forward_decoder(inputs, target), reference.forward_decoder(inputs, target)):
+            np.testing.assert_array_equal(ours, theirs)
+
+
+def test_tied_embeddings_are_stored_once_and_tied_again(trained, shipped):
+    from safetensors import safe_open
+
+    with safe_open(str(shipped / "mt" / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    meta = json.loads((shipped / "mt" / "model.json").read_text())
+    assert "encoder.embed_tokens.weight" in keys
+    assert set(meta["tied"]) == {"decoder.embed_tokens.weight", "decoder.output_projection.weight"}
+    assert not set(meta["tied"]) & keys
+    model = ShippedAdapter(shipped / "mt")._model
+    assert model.decoder.embed_tokens.weight.data_ptr() == model.encoder.embed_tokens.weight.data_ptr()
+    assert model.decoder.output_projection.weight.data_ptr() == model.encoder.embed_tokens.weight.data_ptr()
+
+
+def test_model_json_names_no_path_of_the_training_machine(trained, shipped):
+    root = str(trained["paths"].root)
+    for meta_path in shipped.glob("*/model.json"):
+        text = meta_path.read_text()
+        assert root not in text and str(trained["cfg_path"].parent) not in text, meta_path
+        meta = json.loads(text)
+        assert not meta["vocabulary"].startswith("/")
+        assert meta["updates"] == 4
+    assert sorted(p.name for p in shipped.iterdir()) == ["lm", "lm-tokdrop", "mlm", "mt", "vocab"]
+
+
+def test_shipped_directory_moves_with_its_vocabulary(shipped, tmp_path):
+    moved = tmp_path / "elsewhere"
+    import shutil
+
+    shutil.copytree(shipped, moved)
+    a = ShippedAdapter(moved / "mlm")
+    b = ShippedAdapter(shipped / "mlm")
+    x = [a.build_input(a.tokenize(SENTENCE).ids)]
+    np.testing.assert_array_equal(a.forward(x)[0], b.forward(x)[0])
+    (moved / "vocab" / "spm.model").unlink()
+    with pytest.raises(ModelLoadError, match="spm.model"):
+        ShippedAdapter(moved / "mlm")
+    with pytest.raises(ModelLoadError, match="model.json"):
+        ShippedAdapter(moved / "vocab")
+
+
+def test_config_kind_shipped(shipped, tmp_path, corpus_file):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"workdir: {tmp_path / 'run'}\ncorpus: {{path: {corpus_file}}}\n"
+                   f"models:\n  - {{name: mt, kind: shipped, path: {shipped / 'mt'}}}\n", encoding="utf-8")
+    model = load_config(cfg).models[0]
+    adapter = load_adapter(model.model_dump(mode="json"))
+    assert adapter.objective == "mt" and adapter.name == "mt"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"workdir: {tmp_path / 'run'}\ncorpus: {{path: {corpus_file}}}\n"
+                   f"models:\n  - {{name: v, kind: shipped, path: {shipped / 'vocab'}}}\n", encoding="utf-8")
+    with pytest.raises(Exception, match="model.json and model.safetensors"):
+        load_config(bad)
