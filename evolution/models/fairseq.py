@@ -193,6 +193,47 @@ class FairseqAdapter(Adapter):
             self._run(inputs, attention=False, norms=False, key_mask=None)
         return (torch.stack([q for q, _ in qk]).float().numpy(), torch.stack([k for _, k in qk]).float().numpy())
 
+    #: the attention types a model may have (Voita et al. ACL 2019 prune all three)
+    ATTENTIONS = ("encoder_self", "decoder_self", "encoder_decoder")
+    #: the batch axis of fairseq's attention tensors (T, B, d), for per-sentence head gates
+    gate_batch_dim = 1
+
+    @property
+    def attention_types(self) -> tuple[str, ...]:
+        """``encoder_self`` (the analysed stack), and for translation models the decoder's two."""
+        return self.ATTENTIONS if self.supports_decoder else self.ATTENTIONS[:1]
+
+    def attention_modules(self, attention: str = "encoder_self") -> list:
+        """The ``MultiheadAttention`` of each layer of one attention type."""
+        if attention not in self.attention_types:
+            raise ValueError(f"{self.name}: no {attention!r} attention; this model has {self.attention_types}")
+        if attention == "encoder_self":
+            return [layer.self_attn for layer in self._layers]
+        layers = list(self._model.decoder.layers)
+        return [layer.self_attn if attention == "decoder_self" else layer.encoder_attn for layer in layers]
+
+    def output_projections(self, attention: str = "encoder_self") -> list:
+        """Each layer's attention output projection, whose input is the concatenated heads
+        (:func:`evolution.nets.gates.head_gates`)."""
+        return [m.out_proj for m in self.attention_modules(attention)]
+
+    def logits(self, inputs: Sequence[Sequence[int]], decoder_inputs: Sequence[Sequence[int]] | None = None):
+        """Output logits ``(B, T, V)`` as a torch tensor with autograd on (the training objective's
+        output: next token for the LM, every position for the MLM, the target positions of
+        ``decoder_inputs`` for MT); the model stays in eval mode (no dropout)."""
+        import torch
+
+        ids, _, lengths = self._pad(inputs)
+        if self.objective != "mt":
+            return self._model(ids)[0]
+        if decoder_inputs is None:
+            raise ValueError("a translation model's logits need decoder_inputs (build_decoder_input)")
+        tgt = torch.full((len(decoder_inputs), max(len(t) for t in decoder_inputs)),
+                         self._task.target_dictionary.pad(), dtype=torch.long)
+        for b, t in enumerate(decoder_inputs):
+            tgt[b, :len(t)] = torch.as_tensor(list(t), dtype=torch.long)
+        return self._model(ids, src_lengths=torch.as_tensor(lengths), prev_output_tokens=tgt)[0]
+
     @property
     def supports_decoder(self) -> bool:
         decoder = getattr(self._model, "decoder", None)

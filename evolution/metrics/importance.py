@@ -1,0 +1,151 @@
+"""Head importance from the gradient of the loss with respect to a head mask
+(Michel, Levy & Neubig 2019, "Are Sixteen Heads Really Better than One?", eq. 2).
+
+A mask xi_h multiplies head h's output before the attention's output
+projection (:func:`evolution.nets.gates.head_gates`). For a sentence x with
+loss L(x) (its mean token negative log-likelihood under the model's own
+training objective), the importance of head h is
+
+    I_h = E_x | dL(x) / d xi_h |      at xi = 1,
+
+the expected absolute change of the loss when the head is scaled (a
+first-order estimate of what removing it costs). The absolute value is taken
+per sentence, before averaging: a head whose removal helps some sentences and
+hurts others is important. Michel et al. then normalise the scores of each
+layer by their l2 norm (:func:`normalize_by_layer`).
+
+Per-sentence gradients come from one backward pass per batch: every sentence
+gets its own copy of the mask (``(B, L, H)``), so the gradient of the summed
+losses with respect to copy b is sentence b's own gradient.
+
+The objectives (:func:`objective_items`):
+
+=========  =========================================  ===============================
+objective  input                                      predicted (positions, labels)
+=========  =========================================  ===============================
+lm         ``</s> x1..xn``                            every position: x1..xn ``</s>``
+mlm        ``<s> x'1..x'n </s>``, x' corrupted as in  the corrupted positions: the
+           training (15%; 80/10/10), seeded           original tokens
+mt         source ``x1..xn </s>``, decoder input      every target position: y1..ym
+           ``</s> y1..ym`` (teacher forcing)          ``</s>``
+=========  =========================================  ===============================
+
+Shapes: ``N`` sentences, ``L`` layers, ``H`` heads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["Item", "objective_items", "sentence_losses", "mask_gradients", "importance", "normalize_by_layer"]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One sentence as the objective sees it: model inputs, the decoder input (MT), and the
+    positions of the output whose labels are predicted."""
+
+    inputs: list[int]
+    decoder_inputs: list[int] | None
+    positions: np.ndarray
+    labels: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return max(len(self.inputs), len(self.decoder_inputs or ()))
+
+
+def objective_items(adapter, sentences: Sequence[Sequence[int]], *, targets: Sequence[Sequence[int]] | None = None,
+                    seed: int = 0) -> list[Item | None]:
+    """The :class:`Item` of each sentence (content ids, :meth:`Adapter.tokenize`) under the
+    adapter's objective; None where nothing is predicted (an MLM corruption that changed no
+    token, an empty target). ``targets``: target content ids, for MT. The MLM corruption of
+    sentence s uses ``numpy.random.default_rng([seed, s])``, as the MLM output MI does."""
+    from evolution.metrics.masked import corrupt
+
+    out: list[Item | None] = []
+    objective = adapter.objective
+    if objective == "mt" and targets is None:
+        raise ValueError(f"{adapter.name}: a translation model's loss needs the target sentences")
+    for s, ids in enumerate(sentences):
+        ids = list(ids)
+        if objective == "lm":
+            inputs = adapter.build_input(ids)  # prefix (one symbol) + content: position t predicts t + 1
+            out.append(Item(inputs, None, np.arange(len(inputs)), np.asarray([*ids, adapter.dictionary.eos()])))
+        elif objective == "mlm":
+            low, high = adapter.ordinary_ids
+            new, changed = corrupt(ids, rng=np.random.default_rng([seed, s]), mask_id=adapter.mask_id,
+                                   low=low, high=high)
+            out.append(Item(adapter.build_input(new), None, adapter.content_offset + changed,
+                            np.asarray(ids)[changed]) if len(changed) else None)
+        else:
+            target = list(targets[s])
+            if not target:
+                out.append(None)
+                continue
+            dec = adapter.build_decoder_input(target)
+            out.append(Item(adapter.build_input(ids), dec, np.arange(len(dec)),
+                            np.asarray([*target, adapter.dictionary.eos()])))
+    return out
+
+
+def sentence_losses(adapter, items: Sequence[Item]):
+    """``(B,)`` torch tensor: each item's mean negative log-likelihood of its labels (autograd on)."""
+    import torch
+
+    decoder = [it.decoder_inputs for it in items] if items[0].decoder_inputs is not None else None
+    logp = torch.log_softmax(adapter.logits([it.inputs for it in items], decoder), dim=-1)
+    losses = []
+    for b, it in enumerate(items):
+        pos = torch.as_tensor(it.positions, dtype=torch.long)
+        lab = torch.as_tensor(it.labels, dtype=torch.long)
+        losses.append(-logp[b, pos, lab].mean())
+    return torch.stack(losses)
+
+
+def mask_gradients(adapter, items: Sequence[Item], *, attentions: Sequence[str] = ("encoder_self",),
+                   max_batch_tokens: int = 4096) -> dict[str, np.ndarray]:
+    """Per-sentence dL(x)/dxi at xi = 1 for every head of every attention type.
+
+    Returns ``attention -> (N, L, H)`` float64, rows in the order of ``items``.
+    """
+    import torch
+
+    from evolution.extract import batches
+    from evolution.nets.gates import head_gates
+
+    items = list(items)
+    projections = {a: adapter.output_projections(a) for a in attentions}
+    out = {a: np.zeros((len(items), len(p), adapter.attention_modules(a)[0].num_heads)) for a, p in projections.items()}
+    for batch in batches([it.length for it in items], max_batch_tokens=max_batch_tokens):
+        chosen = [items[i] for i in batch]
+        gates = {a: torch.ones((len(batch), *out[a].shape[1:]), requires_grad=True) for a in attentions}
+        with contextlib.ExitStack() as stack:
+            calls = [stack.enter_context(head_gates(projections[a], gates[a], batch_dim=adapter.gate_batch_dim))
+                     for a in attentions]
+            losses = sentence_losses(adapter, chosen)
+        for a, c in zip(attentions, calls):
+            if min(c) == 0:
+                raise RuntimeError(f"{adapter.name}: the {a} output projections were not called; a fused "
+                                   "attention kernel bypassed the head gates")
+        grads = torch.autograd.grad(losses.sum(), [gates[a] for a in attentions])
+        for a, g in zip(attentions, grads):
+            out[a][batch] = g.double().numpy()
+    return out
+
+
+def importance(gradients: np.ndarray) -> np.ndarray:
+    """``(..., L, H)`` importance I_h = mean over sentences (axis 0) of |dL/dxi_h|."""
+    return np.abs(np.asarray(gradients, dtype=np.float64)).mean(axis=0)
+
+
+def normalize_by_layer(scores: np.ndarray) -> np.ndarray:
+    """Michel et al.'s per-layer normalisation: each layer's scores divided by their l2 norm
+    over heads (``(..., L, H)``; a layer of zeros stays zero)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    norm = np.sqrt((scores ** 2).sum(axis=-1, keepdims=True))
+    return np.divide(scores, norm, out=np.zeros_like(scores), where=norm > 0)
