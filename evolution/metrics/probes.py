@@ -172,7 +172,7 @@ class _Net(torch.nn.Module):
 
     def maps(self, attention: torch.Tensor) -> torch.Tensor:
         """(K, n+2, n+2) -> (M, n, n+1): [A, A^T], ROOT column first, then the word-word block."""
-        m = torch.cat([attention.transpose(-1, -2), attention]) if self.transpose else attention
+        m = torch.cat([attention, attention.transpose(-1, -2)]) if self.transpose else attention
         root = self.r_start * m[:, 1:-1, 0] + self.r_end * m[:, 1:-1, -1]
         return torch.cat([root[..., None], m[:, 1:-1, 1:-1]], dim=-1)
 
@@ -180,7 +180,7 @@ class _Net(torch.nn.Module):
         """(v_i + v_j) @ kernel for every (i, candidate j), ROOT's v = 0: (n, n+1, out), without the concatenation."""
         d = emb.shape[1]
         left, right = emb @ kernel[:d], emb @ kernel[d:]
-        right = torch.cat([torch.zeros_like(right[:1]), right])
+        right = torch.cat([right, torch.zeros_like(right[:1])])
         return left[:, None, :] + right[None, :, :]
 
     def forward(self, attention: torch.Tensor | None, emb: torch.Tensor | None, dist: torch.Tensor | None):

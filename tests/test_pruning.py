@@ -1,0 +1,110 @@
+"""L0 pruning with Hard-Concrete gates (Voita et al. ACL 2019) on the tiny trained MT model:
+the penalty closes gates, a killed run resumes to the uninterrupted run's numbers, and a
+pruned model translates exactly as the model with those heads physically removed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from evolution.models.fairseq import FairseqAdapter
+from evolution.nets.gates import remove_heads
+from evolution.training import pruning
+
+SOURCES = ["And God said, Let there be light", "and there was light.", "The earth was without form and void",
+           "God saw the light, that it was good"] * 3
+TARGETS = [" ".join(w[::-1] for w in s.split()) for s in SOURCES]
+
+
+def _mt(trained):
+    paths = trained["paths"]
+    return FairseqAdapter(paths.checkpoint("mt"), data=paths.data("mt"), sentencepiece=paths.spm_model)
+
+
+def test_a_large_penalty_closes_gates_and_no_penalty_keeps_them(trained, tmp_path):
+    results = {}
+    for lam in (0.0, 20.0):
+        a = _mt(trained)
+        items = pruning.training_items(a, SOURCES, TARGETS)
+        results[lam] = pruning.prune(a, items, directory=tmp_path / f"lam{lam}", lam=lam, attentions=a.attention_types,
+                                     updates=40, lr=0.05, max_tokens=200, progress=False)
+    total = {lam: sum(np.sum(r["prob_open"][att]) for att in r["prob_open"]) for lam, r in results.items()}
+    heads = sum(np.size(results[0.0]["prob_open"][att]) for att in results[0.0]["prob_open"])
+    assert total[20.0] < 0.25 * heads < total[0.0]
+    for r in results.values():  # kept = P(open) > P(closed) = P(open) > 0.5
+        for att in r["kept"]:
+            np.testing.assert_array_equal(np.asarray(r["kept"][att]), np.asarray(r["prob_open"][att]) > 0.5)
+    assert results[20.0]["history"][-1]["penalty"] < results[20.0]["history"][0]["penalty"]
+
+
+def test_an_interrupted_pruning_run_resumes_to_the_same_numbers(trained, tmp_path, monkeypatch):
+    a = _mt(trained)
+    items = pruning.training_items(a, SOURCES, TARGETS)
+    straight = pruning.prune(a, items, directory=tmp_path / "straight", lam=1.0, updates=8, lr=0.01,
+                             max_tokens=100, save_every=4, progress=False)
+    b = _mt(trained)
+    real_step = torch.optim.Adam.step
+    calls = {"n": 0}
+
+    def dying_step(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(torch.optim.Adam, "step", dying_step)
+        with pytest.raises(KeyboardInterrupt):
+            pruning.prune(b, items, directory=tmp_path / "resumed", lam=1.0, updates=8, lr=0.01, max_tokens=100,
+                          save_every=4, progress=False)
+    assert not (tmp_path / "resumed" / "result.json").exists()
+    c = _mt(trained)
+    resumed = pruning.prune(c, items, directory=tmp_path / "resumed", lam=1.0, updates=8, lr=0.01, max_tokens=100,
+                            save_every=4, progress=False)
+    np.testing.assert_allclose(resumed["prob_open"]["encoder_self"], straight["prob_open"]["encoder_self"],
+                               rtol=1e-6)
+    for p, q in zip(a._model.parameters(), c._model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def test_translations_of_the_gated_model_equal_the_model_with_heads_removed(trained):
+    a = _mt(trained)
+    b = _mt(trained)
+    sources = [a.tokenize(s).ids for s in SOURCES[:4]]
+    kept = {att: torch.ones(len(a.output_projections(att)), a.attention_modules(att)[0].num_heads)
+            for att in a.attention_types}
+    kept["encoder_self"][0, 1] = 0
+    kept["decoder_self"][0, 0] = 0
+    kept["encoder_decoder"][0, 1] = 0
+    gated = pruning.translate(a, sources, gates=kept, beam=2)
+    for att, mask in kept.items():
+        for module, row in zip(b.attention_modules(att), mask):
+            if not row.all():
+                remove_heads(module, row.bool().tolist())
+    removed = pruning.translate(b, sources, beam=2)
+    assert gated == removed
+    # the pruned heads matter: the teacher-forced outputs with and without the gates differ
+    from evolution.nets.gates import head_gates
+    import contextlib
+
+    src, dec = [a.build_input(sources[0])], [a.build_decoder_input(sources[0])]
+    with torch.no_grad():
+        full = a.logits(src, dec)
+        with contextlib.ExitStack() as stack:
+            for att, g in kept.items():
+                stack.enter_context(head_gates(a.output_projections(att), g))
+            pruned = a.logits(src, dec)
+    assert (full - pruned).abs().max() > 1e-3
+
+
+def test_label_smoothed_loss_by_hand():
+    from evolution.metrics.importance import Item
+
+    logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.2, 0.2, 0.6]]]))
+    item = Item(inputs=[1, 2], decoder_inputs=[1, 2], positions=np.array([0, 1]), labels=np.array([0, 2]))
+    total, n = pruning.label_smoothed_loss(logits, [item], smoothing=0.1)
+    eps_i = 0.1 / 2
+    expected = sum((1 - 0.1 - eps_i) * -np.log(p[y]) + eps_i * -np.log(p).sum()
+                   for p, y in (([0.5, 0.25, 0.25], 0), ([0.2, 0.2, 0.6], 2)))
+    assert n == 2 and float(total) == pytest.approx(expected, rel=1e-6)
