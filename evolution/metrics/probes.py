@@ -180,7 +180,7 @@ class _Net(torch.nn.Module):
         """(v_i + v_j) @ kernel for every (i, candidate j), ROOT's v = 0: (n, n+1, out), without the concatenation."""
         d = emb.shape[1]
         left, right = emb @ kernel[:d], emb @ kernel[d:]
-        right = torch.cat([right, torch.zeros_like(right[:1])])
+        right = torch.cat([torch.zeros_like(right[:1]), right])
         return left[:, None, :] + right[None, :, :]
 
     def forward(self, attention: torch.Tensor | None, emb: torch.Tensor | None, dist: torch.Tensor | None):
