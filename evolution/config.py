@@ -383,6 +383,46 @@ class HeadsConfig(_Section):
         return self
 
 
+class ImportanceConfig(_Section):
+    """Which heads matter (docs/heads.md): head-mask importance (Michel et al. 2019) for fairseq
+    models, LRP head relevance (Voita et al. ACL 2019) for translation models."""
+
+    sentences: int | None = Field(500, ge=1, description="the first N analysed sentences (null: all); each costs "
+                                                        "a forward and backward pass, and LRP one per target token")
+    relevance: bool = Field(True, description="LRP relevance of translation models' heads")
+
+
+class ProbesConfig(_Section):
+    """Attention parsing probes (Clark et al. 2019, section 5; docs/heads.md): trained on one
+    treebank, scored on another, punctuation excluded."""
+
+    train: str = Field("ud-ewt-dev", description="treebank the probes are trained on (embedded name or CoNLL-U file)")
+    test: str = Field("ud-ewt-test", description="treebank they are scored on")
+    max_sentences: int | None = Field(None, ge=1, description="use only the first N sentences of each treebank")
+    epochs: int = Field(1, ge=1, description="passes over the training treebank (Clark et al.: 1)")
+
+    @field_validator("train", "test", mode="before")
+    @classmethod
+    def _treebanks(cls, v: Any, info: ValidationInfo) -> str:
+        return _treebank(v, info, f"metrics.probes.{info.field_name}")
+
+
+class PruningConfig(_Section):
+    """L0 pruning of translation models' heads with Hard-Concrete gates (Voita et al. ACL 2019,
+    sec. 6; docs/heads.md): per lambda, gates on the encoder self-attention and on all three
+    attention types, the latter also trained from scratch with the kept layout."""
+
+    lambdas: list[float] = Field(default_factory=lambda: [0.05, 0.1, 0.2, 0.5], min_length=1,
+                                 description="L0 penalty weights (lambda x mean over gated layers of open heads)")
+    updates: int = Field(1000, ge=1, description="fine-tuning updates per run")
+    lr: float = Field(1e-4, gt=0, description="Adam's learning rate while fine-tuning (constant)")
+    max_tokens: int = Field(4096, ge=64, description="padded tokens per batch")
+    scratch_updates: int | None = Field(None, ge=1, description="from-scratch control's updates (the base model's "
+                                                               "budget, e.g. 3800 for bible-full); null: no control")
+    test_sentences: int | None = Field(None, ge=1, description="translate the first N analysed sentences (null: all)")
+    models: list[str] | None = Field(None, description="MT models to prune (default: every MT model)")
+
+
 class MetricsConfig(_Section):
     """Which metrics the ``metrics`` stage computes, and how. A section set
     to ``null`` is skipped."""
@@ -394,6 +434,9 @@ class MetricsConfig(_Section):
     tsne: TSNEConfig | None = Field(default_factory=TSNEConfig)
     influence: InfluenceConfig | None = Field(default_factory=InfluenceConfig)
     heads: HeadsConfig | None = Field(default_factory=HeadsConfig)
+    importance: ImportanceConfig | None = Field(None, description="head importance and relevance; off by default")
+    probes: ProbesConfig | None = Field(None, description="attention parsing probes; off by default")
+    pruning: PruningConfig | None = Field(None, description="L0 head pruning of MT models; off by default")
     store: str | None = Field(None, description="Zarr store path or fsspec URL of the metrics (s3://...; credentials "
                                                 "from the environment); default <workdir>/metrics.zarr")
 

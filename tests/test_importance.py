@@ -140,3 +140,4 @@ def test_hard_concrete_gate_probabilities_against_sampling():
     with torch.no_grad():
         gate.log_a.copy_(torch.tensor([-0.85, -0.75, 0.0]))  # P(open) = 0.5 at log_a = 0.33 log(1/11) = -0.791
     assert gate.kept().tolist() == [False, True, True]
+

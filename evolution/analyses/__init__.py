@@ -7,6 +7,9 @@ The stage, the runner and the report need no change.
 
 from evolution.analyses.base import Analysis, Inputs, ModelInputs, Unit
 from evolution.analyses.change_pos import ChangeByPOS
+from evolution.analyses.heads.importance import HeadImportance
+from evolution.analyses.heads.probes import HeadProbes
+from evolution.analyses.heads.pruning import HeadPruning
 from evolution.analyses.heads import Heads
 from evolution.analyses.influence import Influence
 from evolution.analyses.mi import MI
@@ -17,7 +20,8 @@ from evolution.analyses.tsne import TSNE
 __all__ = ["ANALYSES", "Analysis", "Inputs", "ModelInputs", "Unit", "enabled", "figures"]
 
 #: Every analysis, in the order of the report.
-ANALYSES: tuple[Analysis, ...] = (MI(), Neighbors(), Similarity(), ChangeByPOS(), Influence(), TSNE(), Heads())
+ANALYSES: tuple[Analysis, ...] = (MI(), Neighbors(), Similarity(), ChangeByPOS(), Influence(), TSNE(), Heads(),
+                                     HeadImportance(), HeadProbes(), HeadPruning())
 
 
 def enabled(config) -> list[Analysis]:

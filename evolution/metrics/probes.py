@@ -79,13 +79,18 @@ def word_level_attention(attn: np.ndarray, word_ids: Sequence[int]) -> np.ndarra
     distributions. A side without special tokens gets a row and column of zeros
     (its ROOT evidence is then 0).
     """
+    from evolution.metrics.heads import word_attention
+
     a = np.asarray(attn, dtype=np.float64)
     ids = np.asarray(word_ids, dtype=np.int64)
     if a.shape[-2:] != (len(ids), len(ids)):
         raise ValueError(f"attn ends in {a.shape[-2:]}, word_ids has {len(ids)} pieces")
-    onehot = _word_matrix(ids, int(ids.max()) + 1 if len(ids) else 0)
-    mean_rows = onehot / np.maximum(onehot.sum(axis=0, keepdims=True), 1.0)
-    return np.swapaxes(mean_rows, 0, 1) @ (a @ onehot)
+    units = _word_matrix(ids, int(ids.max()) + 1 if len(ids) else 0).argmax(axis=1)  # 0, words 1..n, n+1
+    present = np.unique(units)  # a side without special tokens has no unit
+    merged = word_attention(a, np.searchsorted(present, units), rule="mean")  # the heads analyses' merge
+    out = np.zeros((*a.shape[:-2], int(ids.max()) + 3, int(ids.max()) + 3))
+    out[..., present[:, None], present[None, :]] = merged
+    return out
 
 
 def word_level_embeddings(emb: np.ndarray, word_ids: Sequence[int]) -> np.ndarray:

@@ -152,7 +152,7 @@ def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens
             bar.update(1)
         if step % 10 == 0 or step == updates:
             history.append({"update": step, "loss": float(loss_sum.detach()) / n, "penalty": float(penalty.detach()),
-                            "open": {a: float(g.prob_open().sum()) for a, g in gates.items()}})
+                            "open": {a: float(g.prob_open().sum().detach()) for a, g in gates.items()}})
         if step % save_every == 0 or step == updates:
             tmp = directory / "state.pt.partial"
             torch.save({"model": model.state_dict(), "gates": {a: g.state_dict() for a, g in gates.items()},

@@ -1,0 +1,221 @@
+"""L0 pruning of attention heads (Voita et al. ACL 2019, sec. 6) for translation models
+(``metrics.pruning``; off unless configured: a weak MT model's pruning curve says nothing).
+
+For every lambda, two runs (:mod:`evolution.training.pruning`): gates on the encoder
+self-attention only (the paper's fig. 7) and on all three attention types (table 2),
+the latter with the from-scratch control (the same head layout trained from scratch
+for ``scratch_updates``). Each run is one unit, resumable in
+``<metrics store>/../pruning/<unit key>/``; test BLEU / chrF with beam 4 on the
+analysed sentences' reference translations, the unpruned model's beside them.
+
+Group ``heads_pruning``: ``bleu``, ``chrf``, ``bleu_scratch``, ``chrf_scratch`` (model,
+run); ``kept`` (model, run, attention, layer, head: 1 kept, 0 pruned, NaN absent);
+``lam``, ``scope`` (run); ``bleu_full``, ``chrf_full`` (model). :func:`survivor_roles`
+counts the roles (``heads`` group) of the kept encoder heads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
+from evolution.analyses.heads.importance import ATTENTIONS
+from evolution.analyses.plotting import open_group
+
+__all__ = ["HeadPruning", "pruning_task", "survivor_roles"]
+
+SCOPES = {"encoder": ("encoder_self",), "all": ATTENTIONS}
+
+
+def _pairs(lines_src: list[str], lines_tgt: list[str]) -> tuple[list[str], list[str]]:
+    keep = [i for i, (s, t) in enumerate(zip(lines_src, lines_tgt)) if s.strip() and t.strip()]
+    return [lines_src[i] for i in keep], [lines_tgt[i] for i in keep]
+
+
+def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, scope: str, updates: int, lr: float,
+                 max_tokens: int, seed: int, scratch_updates: int | None, torch_threads: int = 1) -> dict[str, Any]:
+    """One pruning run (``lam`` None: the unpruned model's BLEU only): fine-tune with gates, translate
+    the test sentences with the kept heads, and with ``scratch_updates`` train the kept layout from
+    scratch and translate again."""
+    import torch
+
+    from evolution.models import load_adapter
+    from evolution.training import evaluate, pruning
+
+    torch.set_num_threads(torch_threads)
+    adapter = load_adapter(spec)  # not the cached one: fine-tuning changes its weights
+    t = load_texts(texts)
+    src, tgt = _pairs(t["train_source"].split("\n"), t["train_target"].split("\n"))
+    refs = t["test_target"].split("\n")
+    test_ids = [adapter.tokenize(s).ids[:adapter.max_content_tokens] for s in t["test_source"].split("\n")]
+
+    def score(gates=None) -> dict:
+        hyps = pruning.translate(adapter, test_ids, gates=gates)
+        return evaluate.bleu_chrf(hyps, refs)
+
+    t0 = time.perf_counter()
+    if lam is None:
+        return {**score(), "seconds": round(time.perf_counter() - t0, 1)}
+    from pathlib import Path
+
+    from evolution import location
+
+    if location.is_url(directory):
+        raise ValueError(f"metrics.pruning keeps its resumable runs on a local disk, not at {directory}: "
+                         "use a local metrics.store / extract.store for pruning")
+
+    items = pruning.training_items(adapter, src, tgt, max_tokens=max_tokens)
+    run = pruning.prune(adapter, items, directory=Path(directory) / "prune", lam=lam, attentions=SCOPES[scope],
+                        updates=updates, lr=lr, max_tokens=max_tokens, seed=seed, progress=False)
+    kept = pruning.kept_gates(run)
+    out = {"kept": run["kept"], "prob_open": run["prob_open"], **score(kept), "prune_seconds": run["seconds"],
+           "history": run["history"]}
+    if scratch_updates:
+        fresh = load_adapter(spec)
+        scratch = pruning.train_with_heads(fresh, pruning.training_items(fresh, src, tgt, max_tokens=max_tokens),
+                                           directory=Path(directory) / "scratch", layout=kept, updates=scratch_updates,
+                                           max_tokens=max_tokens, seed=seed, progress=False)
+        adapter = fresh
+        s = score(kept)
+        out.update(bleu_scratch=s["bleu"], chrf_scratch=s["chrf"], scratch_seconds=scratch["seconds"])
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+class HeadPruning(Analysis):
+    name = "heads_pruning"
+    version = 1
+    section = "pruning"
+
+    def units(self, inputs: Inputs) -> list[Unit]:
+        import hashlib
+
+        from evolution import location
+        from evolution.provenance import config_hash
+
+        cfg = inputs.config.pruning
+        models = [m for m in inputs.models.values() if m.objective == "mt" and (not cfg.models or m.name in cfg.models)]
+        if not models or inputs.targets is None:
+            return []
+        train_tgt = inputs.targets.training_text
+        train_src = next(p for p in train_tgt.parent.glob("train.*") if p != train_tgt)
+        n = cfg.test_sentences or len(inputs.targets.sentences)
+        sources = _analysed_sources(inputs, n)
+        texts = {"train_source": train_src.read_text(encoding="utf-8"),
+                 "train_target": train_tgt.read_text(encoding="utf-8"),
+                 "test_source": "\n".join(sources), "test_target": "\n".join(inputs.targets.sentences[:len(sources)])}
+        saved = save_texts(inputs.arrays_dir, "pruning", texts)
+        digest = hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()[:16]
+        root = location.join(location.parent(inputs.arrays_dir), "pruning")
+        units = []
+        for m in models:
+            runs = [(None, "full")] + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
+            for lam, scope in runs:
+                key = {"model": m.key, "texts": digest, "lam": lam, "scope": scope, "updates": cfg.updates,
+                       "lr": cfg.lr, "max_tokens": cfg.max_tokens, "seed": inputs.seed,
+                       "scratch": cfg.scratch_updates if scope == "all" else None}
+                name = f"{m.name}-{scope}" if lam is None else f"{m.name}-{scope}-{lam:g}"
+                units.append(Unit(name, pruning_task,
+                                  dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
+                                       lam=lam, scope=scope, updates=cfg.updates, lr=cfg.lr,
+                                       max_tokens=cfg.max_tokens, seed=inputs.seed,
+                                       scratch_updates=key["scratch"], torch_threads=inputs.torch_threads),
+                                  key=key))
+        return units
+
+    def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
+        cfg = inputs.config.pruning
+        models = [n for n in inputs.names if f"{n}-full" in results]
+        if not models:
+            return {}
+        runs = [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
+        names = [f"{scope}-{lam:g}" for lam, scope in runs]
+        shape = [(np.shape(r["kept"][a])) for r in results.values() if "kept" in r for a in r["kept"]]
+        L = max([s[0] for s in shape], default=1)  # noqa: N806
+        H = max([s[1] for s in shape], default=1)  # noqa: N806
+        scores = {v: np.full((len(models), len(runs)), np.nan) for v in ("bleu", "chrf", "bleu_scratch", "chrf_scratch")}
+        kept = np.full((len(models), len(runs), len(ATTENTIONS), L, H), np.nan)
+        for i, m in enumerate(models):
+            for j, (lam, scope) in enumerate(runs):
+                r = results.get(f"{m}-{scope}-{lam:g}")
+                if r is None:
+                    continue
+                for v in scores:
+                    scores[v][i, j] = r.get(v, np.nan)
+                for a, k in r["kept"].items():
+                    k = np.asarray(k, dtype=float)
+                    kept[i, j, ATTENTIONS.index(a), :k.shape[0], :k.shape[1]] = k
+        ds = xr.Dataset({**{v: (("model", "run"), x) for v, x in scores.items()},
+                         "kept": (("model", "run", "attention", "layer", "head"), kept,
+                                  {"long_name": "1 kept (P(open) > P(closed)), 0 pruned, NaN not gated"}),
+                         "lam": (("run",), np.array([lam for lam, _ in runs], dtype=float)),
+                         "scope": (("run",), np.array([s for _, s in runs], dtype=object)),
+                         "bleu_full": (("model",), np.array([results[f"{m}-full"]["bleu"] for m in models])),
+                         "chrf_full": (("model",), np.array([results[f"{m}-full"]["chrf"] for m in models]))},
+                        coords={"model": np.array(models, dtype=object), "run": np.array(names, dtype=object),
+                                "attention": np.array(ATTENTIONS, dtype=object), "layer": np.arange(1, L + 1),
+                                "head": np.arange(H)})
+        return {"heads_pruning": ds}
+
+    def tables(self, path):
+        ds = open_group(path, "heads_pruning")
+        if ds is None:
+            return []
+        rows = [["model", "lambda", "gated", "heads kept (enc / dec-self / enc-dec)", "BLEU", "chrF",
+                 "BLEU from scratch"]]
+        for m in ds.model.values:
+            rows.append([str(m), "-", "none", "all", f"{float(ds.bleu_full.sel(model=m)):.2f}",
+                         f"{float(ds.chrf_full.sel(model=m)):.2f}", ""])
+            for run in ds.run.values:
+                k = ds.kept.sel(model=m, run=run)
+                counts = " / ".join(str(int(np.nansum(k.sel(attention=a)))) if np.isfinite(k.sel(attention=a)).any()
+                                    else "all" for a in ATTENTIONS)
+                bs = float(ds.bleu_scratch.sel(model=m, run=run))
+                rows.append([str(m), f"{float(ds.lam.sel(run=run)):g}", str(ds.scope.sel(run=run).values), counts,
+                             f"{float(ds.bleu.sel(model=m, run=run)):.2f}", f"{float(ds.chrf.sel(model=m, run=run)):.2f}",
+                             f"{bs:.2f}" if np.isfinite(bs) else ""])
+        return [("Pruning heads (Voita et al. ACL 2019, fig. 7 and table 2)", rows,
+                 "BLEU / chrF on the test books (beam 4) after fine-tuning with Hard-Concrete gates and an L0 "
+                 "penalty lambda; heads kept where P(open) > P(closed); 'from scratch': the kept layout trained "
+                 "from a fresh initialisation for metrics.pruning.scratch_updates.")]
+
+
+def _analysed_sources(inputs: Inputs, n: int) -> list[str]:
+    """The first ``n`` analysed sentences' source text (the corpus stage's sentences file)."""
+    from pathlib import Path
+
+    directory = Path(inputs.targets.training_text).parent.parent
+    return (directory / "sentences.txt").read_text(encoding="utf-8").splitlines()[:n]
+
+
+def survivor_roles(path) -> xr.Dataset | None:
+    """For each (model, run): how many kept encoder heads are positional, syntactic (any relation),
+    rare-token (share of sentences >= ``rare_share`` attribute of the heads group, or 0.2) or none
+    of these, from the ``heads`` group's flags of the unpruned model."""
+    prune, heads = open_group(path, "heads_pruning"), open_group(path, "heads")
+    if prune is None or heads is None:
+        return None
+    roles = ("positional", "syntactic", "rare_token", "other")
+    counts = np.zeros((prune.sizes["model"], prune.sizes["run"], len(roles)))
+    for i, m in enumerate(prune.model.values):
+        if m not in heads.model.values:
+            continue
+        h = heads.sel(model=m)
+        positional = h.positional.values.astype(bool)
+        syntactic = (h.syntactic.any("syntactic_relation").values.astype(bool) if "syntactic" in h
+                     else np.zeros_like(positional))
+        rare = (np.nan_to_num(h.rare_token_share.values) >= heads.attrs.get("rare_share", 0.2)
+                if "rare_token_share" in h else np.zeros_like(positional))
+        for j, run in enumerate(prune.run.values):
+            kept = prune.kept.sel(model=m, run=run, attention="encoder_self").values[:positional.shape[0],
+                                                                                   :positional.shape[1]] == 1
+            counts[i, j] = [np.sum(kept & positional), np.sum(kept & syntactic), np.sum(kept & rare),
+                            np.sum(kept & ~(positional | syntactic | rare))]
+    return xr.Dataset({"heads": (("model", "run", "role"), counts)},
+                      coords={"model": prune.model.values, "run": prune.run.values,
+                              "role": np.array(roles, dtype=object)})

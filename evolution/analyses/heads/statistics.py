@@ -1,0 +1,100 @@
+"""The per-head statistics unit of the heads analysis (:mod:`evolution.analyses.heads`):
+every sentence of the analysis set re-run, per-head sums pooled over every query
+(Clark et al. 2019, Voita et al. ACL 2019, Kobayashi et al. 2020), rare-token hits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from evolution.metrics.plan import rows_by_sentence
+
+KEY_TYPES = ("bos", "eos", "punct")
+
+
+def rare_token_hit(alpha: np.ndarray, *, rare: int, eos: np.ndarray) -> np.ndarray:
+    """(L, H) whether each head's maxima in one sentence go mostly to position ``rare`` (the
+    sentence's least frequent token): the key most often holding a query's maximum weight,
+    EOS queries excluded (Voita et al. ACL 2019, rare-token heads)."""
+    amax = alpha[..., ~eos, :].argmax(-1)  # (L, H, queries)
+    modes = np.apply_along_axis(lambda a: np.bincount(a, minlength=alpha.shape[-1]).argmax(), -1, amax)
+    return (modes == rare).astype(float)
+
+
+def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_tokens: int,
+               torch_threads: int = 1) -> dict[str, Any]:
+    """Per-head sums over every sentence of the analysis set, streamed: the model re-runs on
+    the stored token ids (truncation included) in batches and no map is kept. Also the
+    Spearman correlation of ||f(x)|| and of the attention a token receives with its
+    frequency (Kobayashi et al. 2020, section 5; both averaged over heads, per layer), and
+    the rare-token hits (Voita et al. ACL 2019). Frequency: the training-split counts
+    (``train_count``) where the store has them, else the store's ``freq_rank``."""
+    import torch
+    from scipy.stats import spearmanr
+
+    from evolution.extract import batches
+    from evolution.metrics.heads import COUNTS, MEASURES, head_sums, is_punctuation, key_shares
+    from evolution.models import cached_adapter
+    from evolution.store import open_representations
+
+    torch.set_num_threads(torch_threads)
+    adapter = cached_adapter(spec)
+    reps = open_representations(store, model)
+    rows_of = rows_by_sentence(reps["sentence"].values)
+    token_id, token_str = reps["token_id"].values, reps["token_str"].values
+    train_count = reps["train_count"].values if "train_count" in reps.coords else None
+    rank = -train_count if train_count is not None else reps["freq_rank"].values  # Spearman: any monotone rank
+    sentences = sorted(rows_of)
+    inputs = [adapter.build_input(token_id[rows_of[s]].tolist()) for s in sentences]
+    n_prefix, n_suffix = adapter.content_offset, len(adapter.suffix)
+    has_norms = adapter.supports_norms
+    L, H = adapter.num_layers, adapter.num_heads
+    sums, norm_sums = np.zeros((L, H, len(MEASURES))), np.zeros((L, H, len(KEY_TYPES)))
+    layer_norm_sums = np.zeros((L, len(KEY_TYPES)))
+    counts = dict.fromkeys(set(COUNTS.values()), 0)
+    ranks, received, value_norm = [], [], []  # per content token: frequency, (L,) means over heads
+    rare_hits, rare_sentences = np.zeros((L, H)), 0
+    for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
+        xs = [inputs[i] for i in batch]
+        if has_norms:
+            _, att, norms = adapter.forward_norms(xs)
+        else:
+            (_, att), norms = adapter.forward(xs, attention=True), None
+        for b, i in enumerate(batch):
+            t, rows = len(inputs[i]), rows_of[sentences[i]]
+            bos = np.arange(t) < n_prefix
+            eos = np.arange(t) >= t - n_suffix
+            punct = np.zeros(t, bool)
+            punct[n_prefix:t - n_suffix] = [is_punctuation(str(p)) for p in token_str[rows]]
+            alpha = np.asarray(att[:, b, :, :t, :t], dtype=np.float64)
+            norm = np.asarray(norms["weighted_norm"][:, b, :, :t, :t], dtype=np.float64) if has_norms else None
+            s, c, ns = head_sums(alpha, bos=bos, eos=eos, punct=punct, causal=causal, norm=norm)
+            sums += s
+            for name, v in c.items():
+                counts[name] += v
+            content = slice(n_prefix, t - n_suffix)
+            if train_count is not None and len(rows) > 1:  # the sentence's least frequent token
+                rare_hits += rare_token_hit(alpha, rare=n_prefix + int(np.argmin(train_count[rows])), eos=eos)
+                rare_sentences += 1
+            ranks.append(rank[rows])
+            received.append(alpha.mean(axis=(1, 2))[:, content])  # (L, n): per key, mean over heads and queries
+            if has_norms:
+                norm_sums += ns
+                value_norm.append(np.asarray(norms["value_norm"][:, b, :, :t], dtype=np.float64).mean(1)[:, content])
+                layer_norm_sums += key_shares(np.asarray(norms["summed_norm"][:, b, :t, :t], dtype=np.float64),
+                                              [bos, eos, punct])
+    out: dict[str, Any] = {"sums": sums, "counts": counts, "sentences": len(sentences),
+                           "frequency": "train_count" if train_count is not None else "freq_rank"}
+    spearman = np.full((L, 2), np.nan)
+    r = np.concatenate(ranks)
+    for j, values in enumerate((value_norm, received)):
+        if values:
+            v = np.concatenate(values, axis=1)
+            spearman[:, j] = [spearmanr(v[layer], r).statistic for layer in range(L)]
+    out["spearman"] = spearman
+    if rare_sentences:
+        out.update(rare_hits=rare_hits, rare_sentences=rare_sentences)
+    if has_norms:
+        out.update(norm_sums=norm_sums, layer_norm_sums=layer_norm_sums)
+    return out

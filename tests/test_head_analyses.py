@@ -1,0 +1,126 @@
+"""The head analyses of the metrics stage (metrics.importance, metrics.probes) on the tiny
+trained models: what the pipeline stores against the numerics run directly, and the
+probes' baseline against a plain loop over the treebank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from evolution.models.fairseq import FairseqAdapter
+
+
+@pytest.fixture(scope="module")
+def stage(trained, tmp_path_factory):
+    from pipelines.run import main
+
+    cfg = tmp_path_factory.mktemp("heads") / "heads.yaml"
+    cfg.write_text(trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
+                   "  tsne: null\n  influence: null\n  heads: null\n  importance: {sentences: 5}\n"
+                   "  probes: {max_sentences: 30}\n", encoding="utf-8")
+    assert main([str(cfg), "--stage", "metrics", "--no-progress"]) == 0
+    return trained["cfg"].workdir / "metrics.zarr"
+
+
+def test_metrics_stage_stores_importance_and_relevance_as_computed_directly(trained, stage):
+    """The pipeline's heads_importance group holds, per (model, attention, layer, head), what the
+    numerics give on the same sentences (first 5 analysed; MT teacher-forced on their references)."""
+    from scipy.stats import spearmanr
+
+    from evolution.analyses.heads.importance import correlations
+    from evolution.corpus.layout import load_targets
+    from evolution.metrics.importance import importance, mask_gradients, objective_items
+    from evolution.metrics.relevance import head_relevance
+    from evolution.store import open_representations
+    from pipelines.stages import CorpusStage
+
+    workdir = trained["cfg"].workdir
+    ds = xr.open_zarr(str(workdir / "metrics.zarr"), group="heads_importance", consolidated=False).load()
+    assert set(ds.model.values) == {"mt", "lm", "lm-tokdrop", "mlm"}
+    reps = open_representations(str(workdir / "reps.zarr"), "mt")
+    sentences = sorted(set(reps.sentence.values.tolist()))[:5]
+    ids = [reps.token_id.values[reps.sentence.values == s].tolist() for s in sentences]
+    targets_text = load_targets(CorpusStage().directory(trained["ctx"])).sentences
+    a = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
+                       sentencepiece=trained["paths"].spm_model)
+    items = objective_items(a, ids, targets=[a.tokenize_target(targets_text[s]).ids for s in sentences])
+    grads = mask_gradients(a, items, attentions=a.attention_types)
+    rel = head_relevance(a, items, attentions=a.attention_types)["relevance"]
+    for att in a.attention_types:
+        layers = grads[att].shape[1]  # the MT decoder has fewer layers: the rest of the grid is NaN
+        stored = ds.sel(model="mt", attention=att)
+        np.testing.assert_allclose(stored.importance.values[:layers], importance(grads[att]), rtol=1e-5)
+        np.testing.assert_allclose(stored.relevance.values[:layers], rel[att], rtol=1e-5)
+        assert np.isnan(stored.importance.values[layers:]).all()
+    assert int(ds.sentences.sel(model="mt")) == 5 and int(ds.steps.sel(model="mt")) == sum(len(i.positions) for i in items)
+    lm = ds.sel(model="lm")
+    assert np.isnan(lm.relevance).all() and np.isnan(lm.importance.sel(attention="decoder_self")).all()
+    assert np.isfinite(lm.importance.sel(attention="encoder_self")).all()
+    norm = ds.importance_normalized.sel(model="mlm", attention="encoder_self").values
+    np.testing.assert_allclose((norm ** 2).sum(-1), 1.0)
+    corr = correlations(workdir / "metrics.zarr")
+    r, i_ = (ds[v].sel(model="mt", attention="encoder_self").values.ravel() for v in ("relevance", "importance"))
+    assert float(corr.rho.sel(model="mt", pair="relevance ~ importance")) == pytest.approx(spearmanr(r, i_).statistic)
+    assert np.isnan(corr.rho.sel(model="lm", pair="relevance ~ importance"))  # no relevance for an LM
+
+
+def test_probes_group_and_right_branching_against_a_plain_loop(trained, stage):
+    from evolution.corpus.conllu import read_conllu, resolve_treebank
+
+    ds = xr.open_zarr(str(stage), group="heads_probes", consolidated=False).load()
+    assert list(ds.probe.values) == ["attention", "attention_words", "distance_words", "right_branching"]
+    a = FairseqAdapter(trained["paths"].checkpoint("lm"), data=trained["paths"].data("lm"),
+                       sentencepiece=trained["paths"].spm_model)
+    # the sentences that fit the model and whose pieces map back onto the treebank's words (all
+    # models share the vocabulary and the positions)
+    test = [s for s in read_conllu(resolve_treebank("ud-ewt-test"), max_sentences=30)
+            if max(a.tokenize(s.text).word_ids) + 1 == len(s) and len(a.tokenize(s.text)) <= a.max_content_tokens]
+    assert 25 <= len(test) <= 30
+    hit = total = 0
+    for s in test:  # every word's head is the next word, the last word's is ROOT; punct not scored
+        for i, (head, rel) in enumerate(zip(s.head, s.deprel)):
+            if rel != "punct":
+                total += 1
+                hit += head == (i + 2 if i + 1 < len(s) else 0)
+    for m in ds.model.values:
+        assert int(ds.sentences.sel(model=m, split="test")) == len(test)
+        assert float(ds.uas.sel(model=m, probe="right_branching")) == pytest.approx(hit / total)
+        assert 0 < float(ds.uas.sel(model=m, probe="attention")) < 1
+
+
+def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(trained, tmp_path):
+    """metrics.pruning on the tiny MT model: one unpruned row, and per lambda an encoder-only and an
+    all-attention run (the latter with its from-scratch control); BLEU of the unpruned model as
+    translate + sacrebleu give it directly; encoder-only runs gate no decoder head."""
+    from evolution.analyses.heads.pruning import survivor_roles
+    from evolution.training import evaluate, pruning
+    from pipelines.run import main
+
+    cfg = tmp_path / "prune.yaml"
+    cfg.write_text(trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
+                   "  tsne: null\n  influence: null\n  heads: null\n  pruning: {lambdas: [0.0, 30.0], updates: 30, "
+                   "lr: 0.1, max_tokens: 256, scratch_updates: 3, test_sentences: 4}\n", encoding="utf-8")
+    assert main([str(cfg), "--stage", "metrics", "--no-progress"]) == 0
+    path = trained["cfg"].workdir / "metrics.zarr"
+    ds = xr.open_zarr(str(path), group="heads_pruning", consolidated=False).load()
+    assert list(ds.model.values) == ["mt"]
+    assert list(ds.run.values) == ["encoder-0", "all-0", "encoder-30", "all-30"]
+    enc = ds.kept.sel(model="mt", run="encoder-30")
+    assert np.isnan(enc.sel(attention="decoder_self")).all() and np.isnan(enc.sel(attention="encoder_decoder")).all()
+    assert set(np.unique(enc.sel(attention="encoder_self").values)) <= {0.0, 1.0}
+    # lambda 30 closes more heads than lambda 0
+    assert np.nansum(ds.kept.sel(model="mt", run="all-30")) < np.nansum(ds.kept.sel(model="mt", run="all-0"))
+    assert np.isfinite(ds.bleu_scratch.sel(model="mt", run="all-30")) and np.isnan(
+        ds.bleu_scratch.sel(model="mt", run="encoder-30"))
+    a = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
+                       sentencepiece=trained["paths"].spm_model)
+    from evolution.corpus.layout import load_targets
+    from pipelines.stages import CorpusStage
+
+    directory = CorpusStage().directory(trained["ctx"])
+    sources = (directory / "sentences.txt").read_text(encoding="utf-8").splitlines()[:4]
+    refs = load_targets(directory).sentences[:4]
+    direct = evaluate.bleu_chrf(pruning.translate(a, [a.tokenize(s).ids for s in sources]), refs)
+    assert float(ds.chrf_full.sel(model="mt")) == pytest.approx(direct["chrf"])
+    assert survivor_roles(path) is None  # no heads group in this run: roles cannot be told
