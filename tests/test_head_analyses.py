@@ -124,3 +124,37 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     direct = evaluate.bleu_chrf(pruning.translate(a, [a.tokenize(s).ids for s in sources]), refs)
     assert float(ds.chrf_full.sel(model="mt")) == pytest.approx(direct["chrf"])
     assert survivor_roles(path) is None  # no heads group in this run: roles cannot be told
+
+
+def _strings(values):
+    from evolution.analyses.base import strings
+
+    return strings(values)
+
+
+def test_survivor_roles_count_kept_encoder_heads_by_role_on_a_synthetic_store(tmp_path):
+    from evolution.analyses.heads.pruning import survivor_roles
+
+    path = str(tmp_path / "metrics.zarr")
+    dims = ("model", "layer", "head")
+    positional = np.array([[[1, 0, 0], [0, 0, 0]]], dtype=bool)
+    syntactic = np.zeros((1, 2, 3, 2), dtype=bool)
+    syntactic[0, 0, 1, 1] = True  # layer 1 head 1: obj
+    syntactic[0, 0, 0, 0] = True  # positional and syntactic: counted in both
+    rare = np.array([[[0.0, 0.1, 0.5], [0.19, np.nan, 0.2]]])  # >= 0.2: layer 1 head 2, layer 2 head 2
+    xr.Dataset({"positional": (dims, positional), "syntactic": ((*dims, "syntactic_relation"), syntactic),
+                "rare_token_share": (dims, rare)},
+               coords={"model": _strings(["mt"]), "layer": [1, 2], "head": [0, 1, 2],
+                       "syntactic_relation": _strings(["nsubj", "obj"])}).to_zarr(path, group="heads", mode="w")
+    kept = np.full((1, 2, 3, 2, 3), np.nan)
+    kept[0, 0, 0] = [[1, 1, 1], [1, 0, 1]]  # run 0: all but layer 2 head 1
+    kept[0, 1, 0] = [[0, 1, 0], [1, 0, 0]]  # run 1: layer 1 head 1 (syntactic), layer 2 head 0 (none)
+    kept[0, 1, 1] = 1  # decoder heads are not counted
+    xr.Dataset({"kept": (("model", "run", "attention", "layer", "head"), kept)},
+               coords={"model": _strings(["mt"]), "run": _strings(["encoder-0.1", "all-0.5"]),
+                       "attention": _strings(["encoder_self", "decoder_self", "encoder_decoder"]), "layer": [1, 2],
+                       "head": [0, 1, 2]}).to_zarr(path, group="heads_pruning", mode="a")
+    roles = survivor_roles(path)
+    # run 0 keeps 5 heads: positional {L1H0}, syntactic {L1H0, L1H1}, rare {L1H2, L2H2}, other {L2H0}
+    np.testing.assert_array_equal(roles.heads.sel(model="mt", run="encoder-0.1").values, [1, 2, 2, 1])
+    np.testing.assert_array_equal(roles.heads.sel(model="mt", run="all-0.5").values, [0, 1, 0, 1])

@@ -108,3 +108,19 @@ def test_label_smoothed_loss_by_hand():
     expected = sum((1 - 0.1 - eps_i) * -np.log(p[y]) + eps_i * -np.log(p).sum()
                    for p, y in (([0.5, 0.25, 0.25], 0), ([0.2, 0.2, 0.6], 2)))
     assert n == 2 and float(total) == pytest.approx(expected, rel=1e-6)
+
+
+def test_l0_penalty_is_the_mean_over_gated_layers_of_expected_open_heads_by_hand():
+    import math
+
+    from evolution.nets.gates import HardConcreteGate
+
+    enc, dec = HardConcreteGate(6), HardConcreteGate(2)  # 3 layers x 2 heads, 1 layer x 2 heads
+    with torch.no_grad():
+        enc.log_a.copy_(torch.tensor([0.0, 1.0, -1.0, 2.0, -2.0, 0.5]))
+        dec.log_a.copy_(torch.tensor([3.0, -3.0]))
+    shift = 0.33 * math.log(0.1 / 1.1)  # log_a - beta log(-l / r)
+    p_open = [1 / (1 + math.exp(-(a - shift))) for a in [0.0, 1.0, -1.0, 2.0, -2.0, 0.5, 3.0, -3.0]]
+    expected = sum(p_open) / 4  # 4 gated layers in all, not 8 heads and not 2 attention types
+    value = pruning.l0_penalty({"encoder_self": enc, "decoder_self": dec}, {"encoder_self": 3, "decoder_self": 1})
+    assert float(value) == pytest.approx(expected, rel=1e-6)

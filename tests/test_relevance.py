@@ -129,3 +129,26 @@ def test_a_head_gated_off_has_no_relevance(trained):
 def test_normalize_over_heads_by_hand():
     np.testing.assert_allclose(normalize_over_heads(np.array([[1.0, 3.0], [0.0, 0.0], [2.0, 2.0]])),
                                [[0.25, 0.75], [0.0, 0.0], [0.5, 0.5]])
+
+
+def test_one_steps_head_relevance_against_a_plain_computation(trained):
+    """Step 2 of one sentence: relevance of the top-1 logit at the encoder heads' outputs, summed
+    as |R| over (query position, feature) per head, over the layer's heads, by hand."""
+    a = _adapter(trained, "mt")
+    src = a.build_input(a.tokenize(SOURCES[0]).ids)
+    dec = a.build_decoder_input(a.tokenize_target(TARGETS[0]).ids)
+    items = objective_items(a, [a.tokenize(SOURCES[0]).ids], targets=[a.tokenize_target(TARGETS[0]).ids])
+    ours = head_relevance(a, items, per_step=True)["per_step"]["encoder_self"][2]
+    captured = []
+    hooks = [p.register_forward_pre_hook(lambda m, args: captured.append(args[0])) for p in a.output_projections()]
+    with conservative_rules(a._model):
+        logits = a.logits([src], [dec])
+    for h in hooks:
+        h.remove()
+    y = logits[0, 2].max()
+    grads = torch.autograd.grad(y, captured)
+    H = a.num_heads
+    for layer, (z, g) in enumerate(zip(captured, grads)):
+        r = (z * g).detach().numpy()[:, 0, :]  # (T, H * d_head)
+        per_head = np.array([np.abs(r[:, h * (r.shape[1] // H):(h + 1) * (r.shape[1] // H)]).sum() for h in range(H)])
+        np.testing.assert_allclose(ours[layer], per_head / per_head.sum(), rtol=1e-6)

@@ -39,7 +39,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["training_items", "prune", "kept_gates", "train_with_heads", "translate", "label_smoothed_loss"]
+__all__ = ["training_items", "l0_penalty", "prune", "kept_gates", "train_with_heads", "translate", "label_smoothed_loss"]
 
 
 def training_items(adapter, sources: Sequence[str], targets: Sequence[str], *, max_tokens: int | None = None):
@@ -95,6 +95,13 @@ def _batches(items, *, max_tokens: int, seed: int):
         epoch += 1
 
 
+def l0_penalty(gates: dict, layers: dict):
+    """The mean over gated layers of each layer's expected number of open heads: ``gates``
+    attention -> :class:`~evolution.nets.gates.HardConcreteGate` over its (L * H) heads, ``layers``
+    attention -> L (the-story-of-heads, ``lib/task/seq2seq/problems/concrete.py`` l. 61)."""
+    return sum(g.penalty() for g in gates.values()) / sum(layers[a] for a in gates)
+
+
 def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens: int, seed: int,
          gates: dict, fixed: dict, lam: float, save_every: int, progress: bool, smoothing: float,
          warmup: int = 0) -> dict:
@@ -138,9 +145,7 @@ def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens
                 stack.enter_context(head_gates(projections[a], mask))
             logits = adapter.logits([it.inputs for it in batch], [it.decoder_inputs for it in batch])
         loss_sum, n = label_smoothed_loss(logits, batch, smoothing=smoothing)
-        # the mean over gated layers of each layer's expected number of open heads
-        penalty = (sum(g.penalty() for g in gates.values()) / sum(len(projections[a]) for a in gates)
-                   if gates else loss_sum.new_zeros(()))
+        penalty = l0_penalty(gates, {a: len(projections[a]) for a in gates}) if gates else loss_sum.new_zeros(())
         loss = loss_sum / n + lam * penalty
         for group in optimizer.param_groups:
             group["lr"] = lr * min(1.0, (step + 1) / warmup) if warmup else lr
