@@ -27,7 +27,7 @@ from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_tex
 from evolution.analyses.heads.importance import ATTENTIONS
 from evolution.analyses.plotting import open_group
 
-__all__ = ["HeadPruning", "pruning_task", "survivor_roles"]
+__all__ = ["HeadPruning", "pruning_task", "survivor_roles", "pruning_curve"]
 
 SCOPES = {"encoder": ("encoder_self",), "all": ATTENTIONS}
 
@@ -219,3 +219,40 @@ def survivor_roles(path) -> xr.Dataset | None:
     return xr.Dataset({"heads": (("model", "run", "role"), counts)},
                       coords={"model": prune.model.values, "run": prune.run.values,
                               "role": np.array(roles, dtype=object)})
+
+
+def pruning_curve(path):
+    """BLEU against the number of retained encoder heads (Voita et al. ACL 2019, fig. 7): one
+    point per lambda of the encoder-only runs, the unpruned model at all heads."""
+    from evolution.analyses.plotting import STYLES, plt
+
+    ds = open_group(path, "heads_pruning")
+    if ds is None:
+        return None
+    pyplot = plt()
+    fig, ax = pyplot.subplots(figsize=(5.5, 3.6), layout="constrained")
+    runs = [r for r in ds.run.values if str(ds.scope.sel(run=r).values) == "encoder"]
+    for i, m in enumerate(ds.model.values):
+        enc = ds.kept.sel(model=m, attention="encoder_self")
+        total = int(np.isfinite(enc.isel(run=0)).sum())
+        x = [int(np.nansum(enc.sel(run=r))) for r in runs] + [total]
+        y = [float(ds.bleu.sel(model=m, run=r)) for r in runs] + [float(ds.bleu_full.sel(model=m))]
+        order = np.argsort(x)
+        style = STYLES[i % len(STYLES)]
+        ax.plot(np.asarray(x)[order], np.asarray(y)[order], label=str(m), color=style["color"], marker=style["marker"])
+        for r, xi, yi in zip(runs, x, y):
+            ax.annotate(f"λ={float(ds.lam.sel(run=r)):g}", (xi, yi), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+    ax.set(xlabel="retained encoder heads", ylabel="BLEU (test, beam 4)",
+           title="pruning encoder self-attention heads")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.margins(x=0.12, y=0.15)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
+
+
+HeadPruning.figures = {
+    "heads_pruning": (pruning_curve, "BLEU against the number of retained encoder heads after fine-tuning with "
+                                     "Hard-Concrete gates on the encoder self-attention, one point per lambda "
+                                     "(Voita et al. ACL 2019, fig. 7); the unpruned model at all heads."),
+}
