@@ -17,6 +17,7 @@ counts the roles (``heads`` group) of the kept encoder heads.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -30,6 +31,10 @@ from evolution.analyses.plotting import open_group
 __all__ = ["HeadPruning", "pruning_task", "survivor_roles", "pruning_curve"]
 
 SCOPES = {"encoder": ("encoder_self",), "all": ATTENTIONS}
+#: below this test BLEU the unpruned model is too weak for its pruning curve to say anything (logged)
+WEAK_BLEU = 10
+
+logger = logging.getLogger(__name__)
 
 
 def _pairs(lines_src: list[str], lines_tgt: list[str]) -> tuple[list[str], list[str]]:
@@ -133,6 +138,12 @@ class HeadPruning(Analysis):
         models = [n for n in inputs.names if f"{n}-full" in results]
         if not models:
             return {}
+        weak = [f"{m} (BLEU {results[f'{m}-full']['bleu']:.1f})" for m in models
+                if results[f"{m}-full"]["bleu"] < WEAK_BLEU]
+        if weak:
+            logger.warning("metrics.pruning: %s translate too poorly for the pruning curve to mean anything (BLEU "
+                           "< %d on the test sentences); prune a well-trained model (configs/bible-full.yaml)",
+                           ", ".join(weak), WEAK_BLEU)
         runs = [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
         names = [f"{scope}-{lam:g}" for lam, scope in runs]
         shape = [(np.shape(r["kept"][a])) for r in results.values() if "kept" in r for a in r["kept"]]
