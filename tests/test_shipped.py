@@ -111,3 +111,22 @@ def test_config_kind_shipped(shipped, tmp_path, corpus_file):
                    f"models:\n  - {{name: v, kind: shipped, path: {shipped / 'vocab'}}}\n", encoding="utf-8")
     with pytest.raises(Exception, match="model.json and model.safetensors"):
         load_config(bad)
+
+
+def test_committed_bible_full_models_load_without_unpickling(monkeypatch):
+    """The shipped bible-full weights in the repository load from a fresh clone, pickle-free, and
+    name no path of the machine that trained them."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "results" / "bible-full" / "models"
+    runs = sorted(p.parent.name for p in root.glob("*/model.json"))
+    assert "mt" in runs
+    for run in runs:
+        meta = (root / run / "model.json").read_text()
+        assert '"/' not in meta  # no absolute path in any argument
+        with monkeypatch.context() as m:
+            _no_unpickling(m)
+            model = ShippedAdapter(root / run)
+        assert model.objective == run.split("-")[0] and model.num_layers == 6 and model.d_model == 128
+    mt = ShippedAdapter(root / "mt")
+    assert mt.tokenize("In the beginning God created the heavens").pieces[:3] == ["▁In", "▁the", "▁beginning"]
