@@ -419,8 +419,19 @@ class PruningConfig(_Section):
     max_tokens: int = Field(4096, ge=64, description="padded tokens per batch")
     scratch_updates: int | None = Field(None, ge=1, description="from-scratch control's updates (the base model's "
                                                                "budget, e.g. 3800 for bible-full); null: no control")
+    scratch_lambdas: list[float] | None = Field(None, description="the lambdas whose all-attention layout is also "
+                                                                 "trained from scratch (null: every lambda); each "
+                                                                 "costs a base model's training")
     test_sentences: int | None = Field(None, ge=1, description="translate the first N analysed sentences (null: all)")
     models: list[str] | None = Field(None, description="MT models to prune (default: every MT model)")
+
+    @model_validator(mode="after")
+    def _scratch_lambdas(self) -> "PruningConfig":
+        unknown = [x for x in self.scratch_lambdas or [] if x not in self.lambdas]
+        if unknown:
+            raise ValueError(f"metrics.pruning.scratch_lambdas {unknown} are not in metrics.pruning.lambdas "
+                             f"{self.lambdas}: the from-scratch control trains a layout that pruning found")
+        return self
 
 
 class MetricsConfig(_Section):

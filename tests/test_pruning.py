@@ -124,3 +124,29 @@ def test_l0_penalty_is_the_mean_over_gated_layers_of_expected_open_heads_by_hand
     expected = sum(p_open) / 4  # 4 gated layers in all, not 8 heads and not 2 attention types
     value = pruning.l0_penalty({"encoder_self": enc, "decoder_self": dec}, {"encoder_self": 3, "decoder_self": 1})
     assert float(value) == pytest.approx(expected, rel=1e-6)
+
+
+def test_inverse_sqrt_is_fairseqs_schedule():
+    """The from-scratch control trains under the base models' schedule: fairseq's own
+    InverseSquareRootSchedule, stepped as its trainer steps it, gives the same rate at every update."""
+    from types import SimpleNamespace
+
+    import torch
+    from fairseq.optim.lr_scheduler.inverse_square_root_schedule import InverseSquareRootSchedule
+
+    from evolution.nets.compat import import_fairseq
+    from evolution.training.pruning import inverse_sqrt
+
+    import_fairseq()
+    from fairseq.optim import FairseqOptimizer
+
+    class Plain(FairseqOptimizer):
+        def __init__(self):
+            super().__init__(None)
+            self._optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+
+    opt = Plain()
+    sched = InverseSquareRootSchedule(SimpleNamespace(warmup_updates=40, warmup_init_lr=1e-7, lr=[2e-3]), opt)
+    for step in range(0, 400):
+        expected = opt.get_lr() if step == 0 else sched.step_update(step)
+        assert inverse_sqrt(step, lr=2e-3, warmup=40) == pytest.approx(expected, rel=1e-12), step

@@ -130,3 +130,34 @@ def test_committed_bible_full_models_load_without_unpickling(monkeypatch):
         assert model.objective == run.split("-")[0] and model.num_layers == 6 and model.d_model == 128
     mt = ShippedAdapter(root / "mt")
     assert mt.tokenize("In the beginning God created the heavens").pieces[:3] == ["▁In", "▁the", "▁beginning"]
+
+
+def test_vocabulary_names_no_path_and_segments_as_the_trained_one(trained, shipped):
+    """The shipped SentencePiece model drops the file names its trainer recorded (paths of the
+    training machine) and segments every line of the corpus exactly as the original."""
+    import sentencepiece as spm
+
+    paths = trained["paths"]
+    original = paths.spm_model.read_bytes()
+    assert str(paths.root).encode() in original  # the trainer recorded its input files
+    copy = (shipped / "vocab" / "spm.model").read_bytes()
+    assert str(paths.root).encode() not in copy and b"train." not in copy
+    a = spm.SentencePieceProcessor(model_file=str(paths.spm_model))
+    b = spm.SentencePieceProcessor(model_file=str(shipped / "vocab" / "spm.model"))
+    lines = [t for split in ("train", "test") for lang in (paths.src, paths.tgt)
+             for t in (paths.text / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()]
+    assert lines and all(a.encode(t) == b.encode(t) for t in lines)
+    assert a.get_piece_size() == b.get_piece_size()
+    assert [a.get_score(i) for i in range(a.get_piece_size())] == [b.get_score(i) for i in range(b.get_piece_size())]
+
+
+def test_model_json_records_the_run_and_its_training_text(trained, shipped):
+    """run_spec gives what the train section says of each run; the training text's hash is the
+    source side of the training split (so frequency ranks can come from it)."""
+    from evolution.models.shipped import run_spec, training_text_hash
+    from evolution.provenance import file_hash
+
+    paths, runs = trained["paths"], trained["cfg"].train.runs(trained["cfg"].seed)
+    for name in ("mt", "lm", "mlm", "lm-tokdrop"):
+        assert run_spec(shipped / name) == {k: runs[name][k] for k in ("objective", "seed", "token_dropout")}
+        assert training_text_hash(shipped / name) == file_hash(paths.text / f"train.{paths.src}")

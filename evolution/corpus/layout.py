@@ -179,6 +179,13 @@ class Targets:
     training_text: Path
     language: str
 
+    @property
+    def digest(self) -> str:
+        """A short hash of ``sentences``: what units that read the reference translations key on."""
+        import hashlib
+
+        return hashlib.sha256("\n".join(self.sentences).encode()).hexdigest()[:16]
+
 
 def load_targets(directory: Path) -> Targets | None:
     """The target side of the analysed sentences (None for a plain-text corpus)."""

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from evolution.models.base import Adapter, ModelLoadError, Tokenized
 
-__all__ = ["Adapter", "ModelLoadError", "Tokenized", "load_adapter", "cached_adapter"]
+__all__ = ["Adapter", "ModelLoadError", "Tokenized", "load_adapter", "cached_adapter", "model_identity"]
 
 
 def load_adapter(spec: dict) -> Adapter:
@@ -42,3 +42,20 @@ def _cached(spec_json: str) -> Adapter:
 def cached_adapter(spec: dict) -> Adapter:
     """The adapter for ``spec``, loaded at most once per process."""
     return _cached(json.dumps(spec, sort_keys=True))
+
+
+def model_identity(spec: dict) -> str:
+    """A hash of what the model of ``spec`` is: its kind, objective and the content of every file
+    it is loaded from (weights, dictionary, subword model; a shipped model's vocabulary), not where
+    they are or how its states were extracted. Units that re-run a model and read nothing of the
+    representation store (pruning) key on it, so that a new extraction does not redo them."""
+    from pathlib import Path
+
+    from evolution.provenance import config_hash, tree_hash
+
+    files = {p: tree_hash(spec[p]) for p in ("path", "data", "sentencepiece") if spec.get(p)}
+    if spec["kind"] == "shipped":
+        from evolution.models.shipped import shipped_vocabulary
+
+        files["vocabulary"] = tree_hash(shipped_vocabulary(Path(spec["path"])))
+    return config_hash({"kind": spec["kind"], "objective": spec.get("objective"), "files": files})

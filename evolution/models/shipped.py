@@ -10,7 +10,8 @@ interface (hooks, attention, norms, decoder, key masking).
 Layout, as :func:`pack` writes it::
 
     <models>/vocab/dict.txt        the one fairseq dictionary of every run (``<mask>`` last)
-    <models>/vocab/spm.model       the joint SentencePiece model
+    <models>/vocab/spm.model       the joint SentencePiece model (its trainer's input and output
+                                   file names removed: they name the training machine's paths)
     <models>/<run>/model.safetensors   the weights (no optimizer state); tensors that share
                                    storage (MT's tied embeddings) are stored once
     <models>/<run>/model.json      the fairseq task and model arguments, the tied keys,
@@ -18,13 +19,16 @@ Layout, as :func:`pack` writes it::
 
 ``model.json`` holds no absolute path: the task's ``data`` and the plugin's
 ``init_encoder`` are dropped when packing (the weights are complete without
-them) and the vocabulary is found relative to the model directory.
+them) and the vocabulary is found relative to the model directory. It records
+the run (:func:`run_spec`: objective, seed, input token dropout) and the
+SHA-256 of the training split's source text, so that a pipeline analysing the
+model on the same corpus ranks token frequencies by the training split, as for
+``kind: trained``.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import shutil
@@ -32,10 +36,11 @@ from pathlib import Path
 
 from evolution.models.base import ModelLoadError
 from evolution.models.fairseq import FairseqAdapter
+from evolution.provenance import file_hash
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ShippedAdapter", "pack", "pack_training", "FORMAT"]
+__all__ = ["ShippedAdapter", "pack", "pack_training", "run_spec", "scrub_sentencepiece", "shipped_vocabulary", "training_text_hash", "FORMAT"]
 
 #: version of the ``model.json`` layout
 FORMAT = 1
@@ -57,21 +62,100 @@ def _jsonable(value):
     return str(value)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, value = value & 0x7F, value >> 7
+        out.append(b | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _fields(data: bytes):
+    """``(field number, wire type, raw bytes of the whole field, payload)`` of a protobuf message."""
+    i = 0
+    while i < len(data):
+        start = i
+        tag, i = _varint(data, i)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+            payload = b""
+        elif wire == 1:
+            i += 8
+            payload = b""
+        elif wire == 2:
+            n, i = _varint(data, i)
+            payload, i = data[i:i + n], i + n
+        elif wire == 5:
+            i += 4
+            payload = b""
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        yield number, wire, data[start:i], payload
+
+
+def scrub_sentencepiece(source: str | Path, dest: str | Path) -> Path:
+    """Copy a SentencePiece model without the file names its trainer recorded (``TrainerSpec``
+    fields ``input`` and ``model_prefix``: paths of the training machine). Pieces, scores and
+    normalisation are untouched, so the copy segments text exactly as the original.
+    A plain wire-format edit of ``ModelProto`` field 2 (no protobuf package needed)."""
+    data = Path(source).read_bytes()
+    out = bytearray()
+    for number, wire, raw, payload in _fields(data):
+        if number == 2 and wire == 2:  # ModelProto.trainer_spec
+            spec = b"".join(r for n, _, r, _ in _fields(payload) if n not in (1, 2))  # input, model_prefix
+            out += _encode_varint((2 << 3) | 2) + _encode_varint(len(spec)) + spec
+        else:
+            out += raw
+    dest = Path(dest)
+    tmp = dest.with_name(dest.name + ".partial")
+    tmp.write_bytes(bytes(out))
+    tmp.replace(dest)
+    return dest
+
+
+def run_spec(path: str | Path) -> dict:
+    """``{objective, seed, token_dropout}`` of a shipped model directory, from ``model.json``
+    alone (no torch): what the scorecard needs to tell base models, seed replicates and
+    token-dropout controls apart."""
+    meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
+    model = meta.get("model", {})
+    return {"objective": meta.get("objective"), "seed": int(model.get("seed", 0)),
+            "token_dropout": float(model.get("input_token_dropout", 0.0) or 0.0)}
+
+
+def shipped_vocabulary(path: str | Path) -> Path:
+    """The vocabulary directory (``dict.txt``, ``spm.model``) that ``model.json`` names."""
+    meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
+    return (Path(path) / meta["vocabulary"]).resolve()
+
+
+def training_text_hash(path: str | Path) -> str | None:
+    """The SHA-256 of the training split's source text recorded in ``model.json`` (None if not)."""
+    meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
+    return meta.get("training_text_sha256")
 
 
 def pack(checkpoint: str | Path, *, out: str | Path, vocabulary: str | Path, run: str | None = None,
-         dtype: str = "float32") -> Path:
+         dtype: str = "float32", training_text: str | Path | None = None) -> Path:
     """Write ``out/model.safetensors`` and ``out/model.json`` from a fairseq checkpoint of this
     project's plugin (or any ``translation`` / ``language_modeling`` / ``masked_lm`` model).
 
     ``vocabulary`` is the directory holding ``dict.txt`` and ``spm.model`` (see :func:`pack_training`);
     it is recorded relative to ``out``. ``dtype`` is ``float32`` (exact) or ``float16``.
+    ``training_text``: the training split's source side, whose SHA-256 is recorded.
     Reads the checkpoint with full unpickling: pack only checkpoints you trust (your own training).
     Returns ``out``.
     """
@@ -87,7 +171,7 @@ def pack(checkpoint: str | Path, *, out: str | Path, vocabulary: str | Path, run
     cfg = state["cfg"]
     model_args = cfg["model"]
     model_args = vars(model_args) if isinstance(model_args, argparse.Namespace) else dict(model_args)
-    task = {k: v for k, v in dict(cfg["task"]).items()}
+    task = dict(cfg["task"])
     weights, tied, seen = {}, {}, {}
     cast = {"float32": torch.float32, "float16": torch.float16}[dtype]
     for key, tensor in state["model"].items():
@@ -112,8 +196,10 @@ def pack(checkpoint: str | Path, *, out: str | Path, vocabulary: str | Path, run
         "vocabulary": _relative(vocabulary, out),
         "dtype": dtype,
         "updates": int(history[-1].get("num_updates", 0)),
-        "weights_sha256": _sha256(out / WEIGHTS),
+        "weights_sha256": file_hash(out / WEIGHTS),
     }
+    if training_text is not None:
+        meta["training_text_sha256"] = file_hash(training_text)
     (out / META).write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
     logger.info("packed %s -> %s (%.1f MB, %d tensors, %d tied)", checkpoint, out,
                 (out / WEIGHTS).stat().st_size / 1e6, len(weights), len(tied))
@@ -141,9 +227,14 @@ def pack_training(train_dir: str | Path, *, out: str | Path, runs: list[str] | N
     vocab = out / "vocab"
     vocab.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(train_dir / "dict.txt", vocab / "dict.txt")
-    shutil.copyfile(train_dir / "spm" / "spm.model", vocab / "spm.model")
-    return [pack(train_dir / "runs" / n / "checkpoint_last.pt", out=out / n, vocabulary=vocab, run=n, dtype=dtype)
-            for n in names]
+    scrub_sentencepiece(train_dir / "spm" / "spm.model", vocab / "spm.model")
+    # the source language is the one binarised for LM / MLM beside the MT data (trainer.TrainingPaths)
+    mono = [p.name for p in (train_dir / "bin").iterdir() if p.is_dir() and p.name != "mt"] \
+        if (train_dir / "bin").is_dir() else []
+    text = train_dir / "text" / f"train.{mono[0]}" if len(mono) == 1 else None
+    text = text if text is not None and text.is_file() else None
+    return [pack(train_dir / "runs" / n / "checkpoint_last.pt", out=out / n, vocabulary=vocab, run=n, dtype=dtype,
+                 training_text=text) for n in names]
 
 
 class ShippedAdapter(FairseqAdapter):
@@ -170,7 +261,7 @@ class ShippedAdapter(FairseqAdapter):
             raise ModelLoadError(f"{meta_path}: not valid JSON ({exc})") from exc
         if self.meta.get("format") != FORMAT:
             raise ModelLoadError(f"{meta_path}: format {self.meta.get('format')!r}, this version reads {FORMAT}")
-        vocab = (path / self.meta["vocabulary"]).resolve()
+        vocab = shipped_vocabulary(path)
         for f in ("dict.txt", "spm.model"):
             if not (vocab / f).is_file():
                 raise ModelLoadError(f"{path}: the vocabulary file {vocab / f} named by {META} is missing")

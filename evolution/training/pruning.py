@@ -39,7 +39,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["training_items", "l0_penalty", "prune", "kept_gates", "train_with_heads", "translate", "label_smoothed_loss"]
+__all__ = ["training_items", "l0_penalty", "inverse_sqrt", "prune", "kept_gates", "train_with_heads", "translate", "label_smoothed_loss"]
 
 
 def training_items(adapter, sources: Sequence[str], targets: Sequence[str], *, max_tokens: int | None = None):
@@ -102,6 +102,15 @@ def l0_penalty(gates: dict, layers: dict):
     return sum(g.penalty() for g in gates.values()) / sum(layers[a] for a in gates)
 
 
+def inverse_sqrt(step: int, *, lr: float, warmup: int, warmup_init_lr: float = 1e-7) -> float:
+    """fairseq's ``inverse_sqrt`` schedule, the base models' (``recipe.py``): the learning rate of
+    the update after ``step`` completed ones, linear from ``warmup_init_lr`` to ``lr`` over ``warmup``
+    updates, then ``lr * sqrt(warmup / step)``."""
+    if step < warmup:
+        return warmup_init_lr + step * (lr - warmup_init_lr) / warmup
+    return lr * (warmup / step) ** 0.5
+
+
 def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens: int, seed: int,
          gates: dict, fixed: dict, lam: float, save_every: int, progress: bool, smoothing: float,
          warmup: int = 0) -> dict:
@@ -148,7 +157,7 @@ def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens
         penalty = l0_penalty(gates, {a: len(projections[a]) for a in gates}) if gates else loss_sum.new_zeros(())
         loss = loss_sum / n + lam * penalty
         for group in optimizer.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / warmup) if warmup else lr
+            group["lr"] = inverse_sqrt(step, lr=lr, warmup=warmup) if warmup else lr
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -193,22 +202,32 @@ def prune(adapter, items, *, directory: str | Path, lam: float, attentions: Sequ
     import torch
 
     directory = Path(directory)
-    done = directory / "result.json"
+    finished = _finished(adapter, directory)
+    if finished is not None:
+        return finished
     gates = _gates_for(adapter, attentions)
-    if done.is_file():
-        result = json.loads(done.read_text(encoding="utf-8"))
-        state = torch.load(str(directory / "state.pt"), map_location="cpu", weights_only=True)
-        adapter._model.load_state_dict(state["model"])
-        adapter._model.eval()
-        return result
     run = _run(adapter, items, directory=directory, updates=updates, lr=lr, max_tokens=max_tokens, seed=seed,
                gates=gates, fixed={}, lam=lam, save_every=save_every, progress=progress, smoothing=smoothing)
     shape = {a: (len(adapter.output_projections(a)), -1) for a in attentions}
     result = {"lambda": lam, "attentions": list(attentions),
               "kept": {a: g.kept().view(shape[a]).tolist() for a, g in gates.items()},
               "prob_open": {a: g.prob_open().detach().view(shape[a]).tolist() for a, g in gates.items()}, **run}
-    done.write_text(json.dumps(result), encoding="utf-8")
+    (directory / "result.json").write_text(json.dumps(result), encoding="utf-8")
     return result
+
+
+def _finished(adapter, directory: Path) -> dict | None:
+    """A finished run's ``result.json``, its final weights loaded into the adapter's model; None
+    when the run has not finished."""
+    import torch
+
+    done = directory / "result.json"
+    if not done.is_file():
+        return None
+    state = torch.load(str(directory / "state.pt"), map_location="cpu", weights_only=True)
+    adapter._model.load_state_dict(state["model"])
+    adapter._model.eval()
+    return json.loads(done.read_text(encoding="utf-8"))
 
 
 def kept_gates(result: dict) -> dict:
@@ -223,27 +242,24 @@ def train_with_heads(adapter, items, *, directory: str | Path, layout: dict, upd
                      progress: bool = True, smoothing: float = 0.1) -> dict:
     """Re-initialise ``adapter``'s model (fairseq's initialisation under ``seed``) and train it
     from scratch with the fixed head ``layout`` (``attention -> (L, H)`` 0/1, e.g.
-    :func:`kept_gates` of a pruning run) for ``updates`` updates. The base recipe's inverse-sqrt
-    warm-up is approximated by a linear warm-up of ``warmup`` updates to ``lr``."""
+    :func:`kept_gates` of a pruning run) for ``updates`` updates under the base recipe's schedule
+    (:func:`inverse_sqrt` with ``warmup`` updates to ``lr``)."""
     import torch
 
     directory = Path(directory)
-    done = directory / "result.json"
-    if not done.is_file() and not (directory / "state.pt").is_file():
+    finished = _finished(adapter, directory)
+    if finished is not None:
+        return finished
+    if not (directory / "state.pt").is_file():
         torch.manual_seed(seed)
         fresh = adapter._task.build_model(adapter.cfg.model)
         adapter._model.load_state_dict(fresh.state_dict())
-    if done.is_file():
-        state = torch.load(str(directory / "state.pt"), map_location="cpu", weights_only=True)
-        adapter._model.load_state_dict(state["model"])
-        adapter._model.eval()
-        return json.loads(done.read_text(encoding="utf-8"))
     fixed = {a: torch.as_tensor(m, dtype=torch.float32) for a, m in layout.items()}
     run = _run(adapter, items, directory=directory, updates=updates, lr=lr, max_tokens=max_tokens, seed=seed,
                gates={}, fixed=fixed, lam=0.0, save_every=save_every, progress=progress, smoothing=smoothing,
                warmup=warmup)
     result = {"layout": {a: np.asarray(m).tolist() for a, m in layout.items()}, **run}
-    done.write_text(json.dumps(result), encoding="utf-8")
+    (directory / "result.json").write_text(json.dumps(result), encoding="utf-8")
     return result
 
 

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from evolution.config import ModelConfig, resolved_dict
-from evolution.provenance import config_hash, tree_hash, versions
+from evolution.provenance import config_hash, file_hash, tree_hash, versions
 from pipelines.stages.base import Context, Stage
 from pipelines.stages.corpus import CorpusStage
 from pipelines.stages.train import TrainStage
@@ -41,11 +41,31 @@ class ExtractStage(Stage):
             else:
                 inputs = {p: tree_hash(getattr(model, p)) for p in ("path", "data", "sentencepiece")
                           if getattr(model, p) is not None}
+                if model.kind == "shipped":  # the vocabulary lives beside the model directory; the corpus
+                    # key above fixes the training text that the recorded hash is compared with
+                    from evolution.models.shipped import shipped_vocabulary, training_text_hash
+
+                    inputs["vocabulary"] = tree_hash(shipped_vocabulary(model.path))
+                    inputs["training_text"] = training_text_hash(model.path)
             # where the store is is not what it holds: moving it (say, to object storage) keeps the keys
             extract = {**resolved_dict(ctx.config.extract), "store": None}
             return config_hash({"corpus": CorpusStage().key(ctx), "extract": extract,
                                 "model": resolved_dict(model), "inputs": inputs, "store_version": STORE_VERSION})
         return ctx.memo(f"extract.key.{model.name}", compute)
+
+    def training_text(self, ctx: Context, model: ModelConfig) -> Path | None:
+        """The training split's source text when ``model`` was trained on it: every ``kind: trained``
+        model, and a ``kind: shipped`` one whose ``model.json`` records this text's SHA-256 (token
+        frequency ranks then come from the training split; otherwise from the analysed text)."""
+        if model.kind not in ("trained", "shipped") or not ctx.config.corpus.parallel:
+            return None
+        text = CorpusStage().directory(ctx) / "text" / f"train.{ctx.config.corpus.languages[0]}"
+        if model.kind == "trained":
+            return text
+        from evolution.models.shipped import training_text_hash
+
+        recorded = training_text_hash(model.path)
+        return text if recorded is not None and text.is_file() and file_hash(text) == recorded else None
 
     def _todo(self, ctx: Context) -> list[ModelConfig]:
         from evolution.store import check_store, group_is_complete
@@ -81,8 +101,7 @@ class ExtractStage(Stage):
             attrs = {"model": model.name, "model_config": spec, "extract_config": resolved_dict(ctx.config.extract),
                      "corpus_key": CorpusStage().key(ctx), "model_sha256": tree_hash(Path(spec["path"])),
                      "seed": ctx.config.seed, "versions": versions()}
-            training_text = (CorpusStage().directory(ctx) / "text" / f"train.{ctx.config.corpus.languages[0]}"
-                             if model.kind == "trained" else None)
+            training_text = self.training_text(ctx, model)
             stats = extract_to_store(spec, corpus, store=store, group=model.name, fingerprint=self.model_key(ctx, model),
                                      config=ctx.config.extract, annotation=annotation, attrs=attrs, client=ctx.client,
                                      progress=ctx.progress, training_text=training_text)

@@ -60,6 +60,22 @@ class MetricsStage(Stage):
             return []
         return [f"metrics: {', '.join(m.name for m in ctx.config.models)} -> {self.path(ctx)}"]
 
+    @staticmethod
+    def runs(ctx: Context) -> dict[str, dict]:
+        """``model -> {objective, seed, token_dropout}`` for this project's models: the train
+        section's runs (``kind: trained``) and what a shipped model's ``model.json`` records."""
+        from evolution.models.shipped import run_spec
+
+        cfg = ctx.config
+        runs = cfg.train.runs(cfg.seed) if cfg.train is not None else {}
+        out = {}
+        for m in cfg.models:
+            if m.kind == "trained" and m.run_name in runs:
+                out[m.name] = runs[m.run_name]
+            elif m.kind == "shipped":
+                out[m.name] = run_spec(m.path)
+        return out
+
     def run(self, ctx: Context) -> None:
         from evolution.analyses import enabled
         from evolution.analyses.inputs import ModelSource, load_inputs
@@ -74,12 +90,11 @@ class MetricsStage(Stage):
         store = extract.store(ctx)
         sources = [ModelSource(name=m.name, kind=m.kind, key=extract.model_key(ctx, m), spec=extract.spec(ctx, m),
                                objective=m.objective) for m in cfg.models]
-        runs = cfg.train.runs(cfg.seed) if cfg.train is not None else {}
         attrs = {"config": self._config(ctx), "seed": cfg.seed, "versions": versions(),
                  "representations": store, "extract_keys": {s.name: s.key for s in sources},
                  # which trained run each model is (objective, seed, token dropout): the report's scorecard
                  # tells base models from their seed and token-dropout controls by it
-                 "runs": {m.name: runs[m.run_name] for m in cfg.models if m.kind == "trained" and m.run_name in runs}}
+                 "runs": self.runs(ctx)}
         cache = ctx.workdir / "metrics" / "cache"
         inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed,
                              torch_threads=cfg.extract.torch_threads, max_batch_tokens=cfg.extract.max_batch_tokens,

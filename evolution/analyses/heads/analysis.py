@@ -41,9 +41,7 @@ class Heads(Analysis):
                                    max_batch_tokens=inputs.max_batch_tokens, torch_threads=inputs.torch_threads),
                               key={"model": m.key, "causal": m.objective == "lm"}))
         if inputs.targets is not None:
-            import hashlib
-
-            digest = hashlib.sha256("\n".join(inputs.targets.sentences).encode()).hexdigest()[:16]
+            digest = inputs.targets.digest
             text = None
             for m in inputs.models.values():
                 if m.objective == "mt":

@@ -33,6 +33,11 @@ __all__ = ["HeadImportance", "importance_task", "correlations", "importance_heat
 ATTENTIONS = ("encoder_self", "decoder_self", "encoder_decoder")
 
 
+def _sem(samples: np.ndarray) -> list | None:
+    """The standard error of the mean over axis 0 (as nested lists), None below two samples."""
+    return (samples.std(axis=0, ddof=1) / np.sqrt(len(samples))).tolist() if len(samples) > 1 else None
+
+
 def importance_task(*, store: str, model: str, spec: dict, text: str | None, sentences: int | None, seed: int,
                     relevance: bool, max_batch_tokens: int, torch_threads: int = 1) -> dict[str, Any]:
     """Mask importance (and for translation models LRP relevance) of every head over the first
@@ -72,15 +77,13 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
     out: dict[str, Any] = {
         "attentions": list(attentions), "sentences": len(items),
         "importance": {a: importance(g).tolist() for a, g in grads.items()},
-        "importance_sem": {a: (np.abs(g).std(axis=0, ddof=1) / np.sqrt(len(g))).tolist() if len(g) > 1 else None
-                           for a, g in grads.items()},
+        "importance_sem": {a: _sem(np.abs(g)) for a, g in grads.items()},
         "importance_seconds": round(time.perf_counter() - t0, 2)}
     if relevance and adapter.objective == "mt":
         t0 = time.perf_counter()
         rel = head_relevance(adapter, items, attentions=attentions, max_batch_tokens=max_batch_tokens, per_step=True)
         out.update(steps=rel["steps"], relevance={a: v.tolist() for a, v in rel["relevance"].items()},
-                   relevance_sem={a: (v.std(axis=0, ddof=1) / np.sqrt(len(v))).tolist() if len(v) > 1 else None
-                                  for a, v in rel["per_step"].items()},
+                   relevance_sem={a: _sem(v) for a, v in rel["per_step"].items()},
                    relevance_seconds=round(time.perf_counter() - t0, 2))
     return out
 
@@ -91,13 +94,11 @@ class HeadImportance(Analysis):
     section = "importance"
 
     def units(self, inputs: Inputs) -> list[Unit]:
-        import hashlib
-
         cfg = inputs.config.importance
         text, digest = None, None
         if inputs.targets is not None and any(m.objective == "mt" for m in inputs.models.values()):
             text = save_texts(inputs.arrays_dir, "heads-importance", {"targets": "\n".join(inputs.targets.sentences)})
-            digest = hashlib.sha256("\n".join(inputs.targets.sentences).encode()).hexdigest()[:16]
+            digest = inputs.targets.digest
         return [Unit(m.name, importance_task,
                      dict(store=inputs.store, model=m.name, spec=m.spec, text=text if m.objective == "mt" else None,
                           sentences=cfg.sentences, seed=inputs.seed, relevance=cfg.relevance,
@@ -119,7 +120,7 @@ class HeadImportance(Analysis):
             for a in r["attentions"]:
                 j = ATTENTIONS.index(a)
                 for v in arrays:
-                    value = r.get(v, {}).get(a) if isinstance(r.get(v), dict) else None
+                    value = (r.get(v) or {}).get(a)
                     if value is not None:
                         value = np.asarray(value, dtype=float)
                         arrays[v][i, j, :value.shape[0], :value.shape[1]] = value

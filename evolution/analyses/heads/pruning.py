@@ -82,14 +82,26 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
            "history": run["history"]}
     if scratch_updates:
         fresh = load_adapter(spec)
+        base_lr, warmup = _base_schedule(fresh)
         scratch = pruning.train_with_heads(fresh, pruning.training_items(fresh, src, tgt, max_tokens=max_tokens),
                                            directory=Path(directory) / "scratch", layout=kept, updates=scratch_updates,
-                                           max_tokens=max_tokens, seed=seed, progress=False)
+                                           lr=base_lr, warmup=warmup, max_tokens=max_tokens, seed=seed,
+                                           progress=False)
         adapter = fresh
         s = score(kept)
         out.update(bleu_scratch=s["bleu"], chrf_scratch=s["chrf"], scratch_seconds=scratch["seconds"])
     out["seconds"] = round(time.perf_counter() - t0, 1)
     return out
+
+
+def _base_schedule(adapter) -> tuple[float, int]:
+    """The learning rate and warm-up the model was trained with (its recorded fairseq arguments;
+    fairseq's defaults where absent): the from-scratch control trains under the same schedule."""
+    args = getattr(adapter, "cfg", None)
+    model = getattr(args, "model", None)
+    lr = getattr(model, "lr", None) or [1e-3]
+    lr = float(lr[0] if isinstance(lr, (list, tuple)) else lr)
+    return lr, int(getattr(model, "warmup_updates", None) or 4000)
 
 
 class HeadPruning(Analysis):
@@ -101,6 +113,7 @@ class HeadPruning(Analysis):
         import hashlib
 
         from evolution import location
+        from evolution.models import model_identity
         from evolution.provenance import config_hash
 
         cfg = inputs.config.pruning
@@ -121,9 +134,10 @@ class HeadPruning(Analysis):
         for m in models:
             runs = [(None, "full")] + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
             for lam, scope in runs:
-                key = {"model": m.key, "texts": digest, "lam": lam, "scope": scope, "updates": cfg.updates,
+                key = {"model": model_identity(m.spec), "texts": digest, "lam": lam, "scope": scope, "updates": cfg.updates,
                        "lr": cfg.lr, "max_tokens": cfg.max_tokens, "seed": inputs.seed,
-                       "scratch": cfg.scratch_updates if scope == "all" else None}
+                       "scratch": cfg.scratch_updates if scope == "all" and (
+                           cfg.scratch_lambdas is None or lam in cfg.scratch_lambdas) else None}
                 name = f"{m.name}-{scope}" if lam is None else f"{m.name}-{scope}-{lam:g}"
                 units.append(Unit(name, pruning_task,
                                   dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
