@@ -2,7 +2,8 @@
 
 Runs the stages of the pipeline DAG in order, skipping those whose outputs are
 cached for the same config and inputs. Exit codes: 0 done, 2 bad config or
-input (nothing written) or a full disk (rerun once there is room), 130 interrupted (rerun to resume).
+input (nothing written), a full disk (rerun once there is room) or a workdir another live run is using
+(``pipelines.lock``), 130 interrupted (rerun to resume).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from evolution.models import ModelLoadError
 from evolution.store import StoreError
 from evolution.tokens import SentenceTooLong
 from pipelines.cluster import dask_client
+from pipelines.lock import WorkdirBusy, workdir_lock
 from pipelines.stages import STAGES, Context, downstream, stage_order
 
 logger = logging.getLogger("pipelines.run")
@@ -76,6 +78,13 @@ def run(config_path: str | Path, *, stage: str | None = None, force: list[str] |
     if dry_run:
         return ctx
     config.workdir.mkdir(parents=True, exist_ok=True)
+    with workdir_lock(config.workdir):  # one run per workdir (WorkdirBusy names the other one)
+        _run_locked(ctx, order, plan)
+    return ctx
+
+
+def _run_locked(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None:
+    config = ctx.config
     log_handler = _log_to_file(config.workdir)
     try:
         _execute(ctx, order, plan)
@@ -93,7 +102,6 @@ def run(config_path: str | Path, *, stage: str | None = None, force: list[str] |
     finally:
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
-    return ctx
 
 
 def _execute(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None:
@@ -134,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, StoreError, ConnectionError) as exc:
         logger.error("%s", exc)
         return 2
-    except DiskFull as exc:
+    except (DiskFull, WorkdirBusy) as exc:
         logger.error("%s", exc)
         return 2
     except KeyboardInterrupt:
