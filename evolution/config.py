@@ -276,7 +276,8 @@ class TokenSelection(_Section):
 
 
 class MIConfig(_Section):
-    """MI with the input token and the output label via k-means (METHODS.md 2)."""
+    """MI with the input token and the output label via k-means (Voita et al. 2019, sec. 4;
+    ``docs/metrics.md``)."""
 
     k: int = Field(10_000, ge=2, description="clusters; capped at occurrences / 10 (logged)")
     restarts: int = Field(3, ge=1, description="k-means restarts; mean and spread are reported")
@@ -287,21 +288,35 @@ class MIConfig(_Section):
                              "mostly bias)")
     algorithm: Literal["auto", "flat", "two_level"] = Field(
         "auto", description="k-means: flat faiss, or two-level (4 sqrt(k) coarse cells + one refinement pass; auto from k >= 2000)")
+    bootstrap: int = Field(200, ge=0, description="resamples of whole sentences (each restart's clusters fixed) "
+                                                 "for 95% intervals of MI, MI minus the control and both as "
+                                                 "fractions of H(X) (0: none)")
+    types: list[Annotated[int, Field(ge=2)]] = Field(
+        default_factory=list, description="also MI of the same clusters on the occurrences of the N most frequent "
+                                          "types, for each N listed (group mi_types; empty: none)")
 
 
 class NeighborsConfig(_Section):
-    """kNN token identity, position and context measures (METHODS.md 3)."""
+    """kNN token identity, position and context measures (``docs/metrics.md``)."""
 
     k: int = Field(50, ge=1)
     metric: Literal["euclidean", "cosine"] = "euclidean"
     index: Literal["exact", "ivf"] = Field("exact", description="faiss flat index, or IVF (approximate) for large N")
-    max_per_type: int = Field(200, ge=2, description="occurrences sampled per token type (bounds the cost)")
+    max_per_type: int = Field(1000, ge=2, description="occurrences sampled per token type (bounds the cost); the "
+                                                      "ceiling of the same left / right rates grows with it "
+                                                      "(same_left_ceiling: with k = 50 among 200 occurrences a "
+                                                      "perfect ordering by left token scores only ~0.23)")
     bootstrap: int = Field(200, ge=0, description="bootstrap replicates over sentences for each rate's 95% "
                                                  "interval (0: none)")
+    top: int | None = Field(None, ge=2, description="the neighbour measures on the N most frequent types of the "
+                                                    "token selection only (null: all of metrics.tokens.top); a "
+                                                    "paper-sized MI selection of 1,000 types has few types with "
+                                                    "max_per_type occurrences and a pooled search over ~1M")
 
 
 class SimilarityConfig(_Section):
-    """PWCCA / linear CKA between layers and models, and change by frequency (METHODS.md 4)."""
+    """PWCCA / linear CKA between layers and models, and change by frequency (Voita et al. 2019,
+    sec. 4; ``docs/metrics.md``)."""
 
     methods: list[Literal["pwcca", "cka"]] = Field(default_factory=lambda: ["pwcca", "cka"], min_length=1)
     sentences: int = Field(5000, ge=1, description="all tokens of the first N sentences (Voita et al.: 5,000)")
@@ -313,14 +328,21 @@ class SimilarityConfig(_Section):
     bootstrap: int = Field(20, ge=0, description="bootstrap replicates over sentences for 95% intervals of the "
                                                  "same-layer distances between models and of the change by "
                                                  "frequency (0: none; each replicate redoes their SVDs)")
+    equal_bins: int = Field(10, ge=0, description="also change by frequency in this many bins holding equal "
+                                                  "numbers of occurrences, by frequency rank (group change_equal; "
+                                                  "0: none)")
 
 
 class InfluenceConfig(_Section):
-    """Token influence (METHODS.md 5): mask one occurrence out of the attention keys at
+    """Token influence (``docs/metrics.md``): mask one occurrence out of the attention keys at
     layer n; PWCCA/CKA distance of the other tokens' layer-n states, per frequency-rank
     bin of the masked token. Needs this project's trained models (key masking)."""
 
-    max_per_bin: int = Field(100, ge=1, description="masked occurrences sampled per frequency bin")
+    max_per_bin: int = Field(500, ge=1, description="masked occurrences sampled per frequency bin, each at every "
+                                                    "layer (a bin with fewer is taken whole; influence/available)")
+    bootstrap: int = Field(100, ge=0, description="bootstrap replicates over sentences for each distance's 95% "
+                                                  "interval (influence/interval; 0: none; each redoes the PWCCA / "
+                                                  "CKA from per-sentence cross-products)")
     methods: list[Literal["pwcca", "cka"]] = Field(default_factory=lambda: ["pwcca"], min_length=1)
     min_ratio: float = Field(10.0, gt=0, description="rows per bin needed, as a multiple of d")
     epsilon: float = Field(1e-6, gt=0)
@@ -352,7 +374,7 @@ class TSNEConfig(_Section):
 
 
 class HeadsConfig(_Section):
-    """Per-head attention statistics on the stored attention maps (METHODS.md 7; needs
+    """Per-head attention statistics on the stored attention maps (docs/heads.md; needs
     ``extract.attention``): Clark et al. (2019), Voita et al. (ACL 2019), Kobayashi et al. (2020)."""
 
     positional_share: float = Field(0.9, gt=0, le=1, description="a positional head puts at least this share of "
@@ -369,6 +391,10 @@ class HeadsConfig(_Section):
                                                                   "baseline by this much (Voita et al.: 10 points)")
     relations: list[str] = Field(default_factory=lambda: ["nsubj", "obj", "amod", "advmod"], min_length=1,
                                  description="relations for which syntactic heads are counted (Voita et al.)")
+    punctuation: Literal["clark", "unicode"] = Field(
+        "clark", description="which pieces count as punctuation for attention to punctuation: '.' and ',' "
+                             "(clark: Clark et al.'s released code) or every piece of Unicode punctuation "
+                             "characters (unicode)")
 
     @field_validator("select", "score", mode="before")
     @classmethod
@@ -385,7 +411,9 @@ class HeadsConfig(_Section):
 
 class ImportanceConfig(_Section):
     """Which heads matter (docs/heads.md): head-mask importance (Michel et al. 2019) for fairseq
-    models, LRP head relevance (Voita et al. ACL 2019) for translation models."""
+    models and for Hugging Face models with their pretraining head (masked or causal LM; a bare
+    encoder is reported as not measurable), LRP head relevance (Voita et al. ACL 2019) for
+    translation models."""
 
     sentences: int | None = Field(500, ge=1, description="the first N analysed sentences (null: all); each costs "
                                                         "a forward and backward pass, and LRP one per target token")

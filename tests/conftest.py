@@ -46,6 +46,46 @@ def model_specs(model_dir) -> dict[str, dict]:
     return specs
 
 
+def _with_pretraining_head(directory: Path, *, arch: str, seed: int) -> Path:
+    """Replace the bare model that :func:`make_hf_model` wrote in ``directory`` by the model with
+    its pretraining head (BertForMaskedLM / GPT2LMHeadModel), every bias and LayerNorm weight
+    random (N(0, 0.5) / U(0.5, 1.5)) instead of 0 / 1, and weights with a wider spread (sd 0.2),
+    so that attention is far from uniform and no term of a formula vanishes."""
+    import torch
+    import transformers as tf
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    config = tf.AutoConfig.from_pretrained(directory)
+    config.initializer_range = 0.2
+    torch.manual_seed(seed)
+    model = (tf.BertForMaskedLM if arch == "bert" else tf.GPT2LMHeadModel)(config).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            elif "LayerNorm.weight" in name or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.copy_(0.5 + torch.rand(p.shape, generator=g))
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def hf_lm_specs(model_dir) -> dict[str, dict]:
+    """name -> spec of two tiny Hugging Face models *with* their pretraining head and non-zero
+    biases: ``bert_mlm`` (BertForMaskedLM) and ``gpt2_lm`` (GPT2LMHeadModel), 2 layers, d = 16,
+    2 heads, the word-level vocabulary of :data:`SENTENCES`."""
+    specs = {}
+    for name, arch in (("bert_mlm", "bert"), ("gpt2_lm", "gpt2")):
+        path = make_hf_model(model_dir / name, arch=arch, words=WORDS, layers=2, d_model=16, heads=2,
+                             max_positions=32, seed=3)
+        _with_pretraining_head(path, arch=arch, seed=3)
+        specs[name] = {"name": name, "kind": "huggingface", "path": str(path), "data": None,
+                       "sentencepiece": None, "objective": None}
+    return specs
+
+
 @pytest.fixture()
 def corpus_file(tmp_path) -> Path:
     path = tmp_path / "corpus.txt"

@@ -63,14 +63,19 @@ def test_dependency_hits_by_hand():
                       [0.5, 0.4, 0.1]])   # sat: the (not a dependent of sat)
     hits, arcs, offset_hits = dependency_hits(np.stack([a, other])[None], heads, rels, 3)
     np.testing.assert_array_equal(arcs, [1, 1, 0])  # the root's arc is not counted
-    # head 0: both dependents find their head; sat -> cat is nsubj head-to-dependent; cat -> the? no: cat's max is sat
-    np.testing.assert_array_equal(hits[0, 0], [[1, 0], [1, 1], [0, 0]])
-    # head 1: the -> sat misses det; cat -> the is the det head-to-dependent arc; sat -> the misses nsubj
-    np.testing.assert_array_equal(hits[0, 1], [[0, 1], [0, 0], [0, 0]])
-    # offsets: the +1 = cat (det dependent-to-head), cat +1 = sat (nsubj), cat -1 = the (det head-to-dependent)
+    # directions: dependent_to_head (row of the dependent), head_to_dependent (row of the head),
+    # head_to_dependent_clark (column of the dependent: who attends most to it)
+    # head 0 rows: both dependents find their head; sat -> cat is nsubj from the head's row; cat's max is sat.
+    # Columns: 'the' is attended most by cat (0.2 > 0.1): its head, det hit; 'cat' by the (0.8 > 0.3): miss
+    np.testing.assert_array_equal(hits[0, 0], [[1, 0, 1], [1, 1, 0], [0, 0, 0]])
+    # head 1 rows: the -> sat misses det; cat -> the is the det arc from the head's row; sat -> the misses nsubj.
+    # Columns: 'the' is attended most by cat (0.9): det hit; 'cat' by sat (0.4 > 0.1): nsubj hit
+    np.testing.assert_array_equal(hits[0, 1], [[0, 1, 1], [0, 0, 1], [0, 0, 0]])
+    # offsets: the +1 = cat (det dependent-to-head), cat +1 = sat (nsubj), cat -1 = the (det head-to-dependent);
+    # Clark's baseline predicts the head from the dependent, whatever the direction
     plus, minus = OFFSETS.index(1), OFFSETS.index(-1)
-    np.testing.assert_array_equal(offset_hits[plus], [[1, 0], [1, 0], [0, 0]])
-    np.testing.assert_array_equal(offset_hits[minus], [[0, 1], [0, 1], [0, 0]])
+    np.testing.assert_array_equal(offset_hits[plus], [[1, 0, 1], [1, 0, 1], [0, 0, 0]])
+    np.testing.assert_array_equal(offset_hits[minus], [[0, 1, 0], [0, 1, 0], [0, 0, 0]])
 
 
 def _measure(sums, counts, name):
@@ -98,7 +103,11 @@ def test_head_sums_on_maps_with_known_answers():
     np.testing.assert_allclose(_measure(sums, counts, "to_prev")[0], [1 / T, 1.0])
     np.testing.assert_allclose(_measure(sums, counts, "to_next")[0], [1 / T, 0.0])
     np.testing.assert_allclose(_measure(sums, counts, "to_self")[0], [1 / T, 1 / T])
-    np.testing.assert_allclose(_measure(sums, counts, "confidence")[0], [1 / T, 1.0])  # EOS query excluded
+    # confidence: content queries 1..4, their largest weight on a content key (1..4): for the
+    # previous-token head query 1 has all its weight on BOS, so 0 there; 1 for queries 2, 3, 4
+    np.testing.assert_allclose(_measure(sums, counts, "confidence")[0], [1 / T, 3 / 4])
+    # the old definition, kept beside it: every key, EOS query excluded (queries 0..4, each 1.0)
+    np.testing.assert_allclose(_measure(sums, counts, "confidence_with_sink")[0], [1 / T, 1.0])
     # where the maxima go: the previous-token head has T - 1 of T maxima at offset -1
     np.testing.assert_allclose(_measure(sums, counts, "max_prev")[0, 1], (T - 1) / T)
     np.testing.assert_allclose(_measure(sums, counts, "max_self")[0, 1], 1 / T)
@@ -135,8 +144,17 @@ def test_js_divergence_matches_scipy():
 
 
 def test_punctuation_pieces():
-    assert is_punctuation(".") and is_punctuation("▁,") and is_punctuation("##!") and is_punctuation("Ġ?")
-    assert not is_punctuation("▁a") and not is_punctuation("") and not is_punctuation("▁") and not is_punctuation("a.")
+    # Clark et al.'s released code counts "." and "," only (the default)
+    assert is_punctuation(".") and is_punctuation("▁,") and is_punctuation("Ġ.") and is_punctuation("##,")
+    assert not is_punctuation("##!") and not is_punctuation("Ġ?") and not is_punctuation("▁;")
+    assert not is_punctuation("...") and not is_punctuation(".,")
+    # the broad rule: every character Unicode punctuation
+    assert is_punctuation("##!", rule="unicode") and is_punctuation("Ġ?", rule="unicode")
+    assert is_punctuation("...", rule="unicode") and is_punctuation("“", rule="unicode")
+    for rule in ("clark", "unicode"):
+        assert not any(is_punctuation(p, rule=rule) for p in ("▁a", "", "▁", "a.", "▁1"))
+    with pytest.raises(ValueError, match="metrics.heads.punctuation"):
+        is_punctuation(".", rule="ascii")
 
 
 @pytest.mark.slow
@@ -185,7 +203,10 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs, caplog):
         if model == "translation":  # the MT encoder's input ends in </s>
             assert heads.alpha_share.sel(model=model, layer=1, head=1, key_type="eos").item() == \
                 pytest.approx(np.mean(eos_share), rel=1e-6)
-    assert np.isfinite(heads.norm_share.sel(model="translation")).all()
+    # the MT encoder's input has no BOS: attention to it is NaN, the rest finite
+    assert np.isnan(heads.norm_share.sel(model="translation", key_type="bos")).all()
+    assert np.isnan(heads.alpha_share.sel(model="translation", key_type="bos")).all()
+    assert np.isfinite(heads.norm_share.sel(model="translation", key_type=["eos", "punct"])).all()
     assert np.isnan(heads.norm_share.sel(model="gpt2")).all()  # gpt2: no norms, maps only
     assert heads.positional.dtype == bool
     # dependency heads: the head picked on dev is scored on test; with the paper's rule (pick on test)
@@ -207,8 +228,9 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs, caplog):
     assert ((off[np.isfinite(off)] >= 0) & (off[np.isfinite(off)] <= 1)).all()
     assert np.isnan(dep.offset_accuracy.sel(relation="root")).all()  # the root has no arc to a word
     assert set(dep.syntactic_relation.values) == {"nsubj", "amod"}  # of nsubj, obj, amod, advmod: in the toy treebank
-    margin = (dep.accuracy.sel(split="score").max("direction")
-              - dep.offset_accuracy.sel(split="score").max(("offset", "direction")))
+    voita = ["dependent_to_head", "head_to_dependent"]  # syntactic heads: not Clark's transposed map
+    margin = (dep.accuracy.sel(split="score", direction=voita).max("direction")
+              - dep.offset_accuracy.sel(split="score", direction=voita).max(("offset", "direction")))
     np.testing.assert_array_equal(dep.syntactic.values, (margin >= 0.1).sel(relation=["nsubj", "amod"]).values)
     np.testing.assert_array_equal(heads.syntactic.sel(model="translation").values,
                                   dep.syntactic.sel(model="translation").values)
@@ -231,16 +253,52 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs, caplog):
 
 
 def test_rare_token_hit_by_hand():
+    """Which key holds most of a head's maxima, over content queries only, against the
+    sentence's rarest token(s); tied modal keys share the hit."""
     from evolution.analyses.heads import rare_token_hit
+    from evolution.analyses.heads.statistics import rarest_positions
 
+    # input: BOS, four content tokens (positions 1-4), EOS; the rarest token at position 2
+    T = 6
+    special = np.isin(np.arange(T), [0, T - 1])
+    rare = np.arange(T) == 2
+    onehot = np.eye(T)
+    # content queries 1, 2 -> key 2 (rare), 3, 4 -> key 2 and key 4; BOS and EOS queries -> key 4:
+    # over the content queries key 2 holds 3 maxima, key 4 one: a hit. Counting the EOS query
+    # (key 4: 2) keeps it; counting BOS and EOS (key 4: 3 against 3) would halve it
+    to_rare = onehot[[4, 2, 2, 2, 4, 4]]
+    # content queries: two maxima on key 2, two on key 3: a tie, half a hit
+    tied = onehot[[0, 2, 3, 2, 3, 0]]
+    # content queries 1, 2 on key 2; 3, 4 on key 1 and the EOS query on key 1: without EOS a
+    # tie (0.5), with EOS key 1 wins (0.0)
+    eos_decides = onehot[[0, 2, 2, 1, 1, 1]]
+    got = rare_token_hit(np.stack([to_rare, tied, eos_decides])[None], rare=rare, queries=~special)
+    np.testing.assert_allclose(got, [[1.0, 0.5, 0.5]])
+    # every tied rarest token counts: positions 2 and 3 both rarest, the tied head is a full hit
+    got = rare_token_hit(tied[None, None], rare=np.isin(np.arange(T), [2, 3]), queries=~special)
+    np.testing.assert_allclose(got, [[1.0]])
+    # the rarest positions of a sentence's training counts: ties kept; nothing to tell when all tie
+    np.testing.assert_array_equal(rarest_positions([5, 1, 7, 1]), [False, True, False, True])
+    assert rarest_positions([3, 3, 3]) is None and rarest_positions([4]) is None
+
+
+def test_attention_to_a_special_token_the_input_lacks_is_nan():
+    """The MT encoder's input has no BOS and the LM's no EOS: attention to them is NaN (it
+    does not exist), not 0; the norm shares likewise; punctuation absent from a sentence is 0."""
+    rng = np.random.default_rng(5)
     T = 5
+    alpha = rng.dirichlet(np.ones(T), size=(2, 3, T))
+    none = np.zeros(T, bool)
     eos = np.arange(T) == T - 1
-    to_two = np.zeros((T, T))
-    to_two[:, 2] = 1.0  # every query's maximum on position 2
-    to_two[T - 1] = np.eye(T)[0]  # the EOS query looks elsewhere: excluded
-    mixed = np.eye(T)  # every query on itself: the mode is the first position
-    got = rare_token_hit(np.stack([to_two, mixed])[None], rare=2, eos=eos)
-    np.testing.assert_array_equal(got, [[1.0, 0.0]])
+    sums, counts, norm_sums = head_sums(alpha, bos=none, eos=eos, punct=none, causal=False, norm=alpha * 2.0)
+    assert np.isnan(_measure(sums, counts, "to_bos")).all() and np.isnan(norm_sums[..., 0]).all()
+    np.testing.assert_allclose(_measure(sums, counts, "to_eos"), alpha[..., -1].mean(-1))
+    np.testing.assert_allclose(norm_sums[..., 1] / T, alpha[..., -1].mean(-1))
+    np.testing.assert_array_equal(_measure(sums, counts, "to_punct"), 0.0)
+    np.testing.assert_array_equal(norm_sums[..., 2], 0.0)  # no punctuation in this sentence: 0, not NaN
+    lm_sums, lm_counts, _ = head_sums(alpha, bos=np.arange(T) == 0, eos=none, punct=none, causal=True)
+    assert np.isnan(_measure(lm_sums, lm_counts, "to_eos")).all()
+    assert np.isfinite(_measure(lm_sums, lm_counts, "to_bos")).all()
 
 
 def test_decoder_attention_matches_fairseq_and_a_manual_softmax(model_specs):
@@ -303,9 +361,13 @@ def test_cross_head_sums_against_a_loop():
         rows = alpha[layer, head]
         expect = {"entropy": np.mean([scipy_entropy(r) for r in rows]), "uniform_entropy": np.log(5),
                   "to_bos": rows[:, 0].mean(), "to_eos": rows[:, 4].mean(), "to_punct": rows[:, 2:4].sum(1).mean(),
-                  "confidence": rows.max(1).mean()}
+                  "confidence": np.mean([max(r[1:4]) for r in rows]),  # source keys 1-3: BOS and </s> left out
+                  "confidence_with_sink": rows.max(1).mean()}
         for name, value in expect.items():
             assert _measure(sums[layer, head], counts, name) == pytest.approx(value)
+    # a source without BOS (the MT encoder's input): attention to it is NaN
+    no_bos, _ = cross_head_sums(alpha, bos=np.zeros(5, bool), eos=eos, punct=punct)
+    assert np.isnan(no_bos[..., MEASURES.index("to_bos")]).all()
     for name in ("to_self", "to_prev", "to_next", "max_prev", "max_self", "max_next"):
         assert np.isnan(sums[..., MEASURES.index(name)]).all()
 
@@ -348,7 +410,7 @@ models:
     targets = layout.load_targets(corpus_dir).sentences
     reps = open_representations(str(tmp_path / "w" / "reps.zarr"), "mt")
     adapter = load_adapter(spec)
-    ent, eos, conf, self_prev = [], [], [], []
+    ent, eos, conf, conf_sink, self_prev = [], [], [], [], []
     sentences = np.unique(reps.sentence.values)
     assert len(targets) == len(sentences) == dec.sentences.sel(model="mt").item()
     for s in sentences:
@@ -358,12 +420,16 @@ models:
         own, cross = adapter.forward_decoder([source], [adapter.build_decoder_input(adapter.tokenize_target(targets[s]).ids)])
         ent += [scipy_entropy(row) for row in cross[0, 0, 1]]  # layer 1, head 1
         eos += list(cross[0, 0, 0, :, -1])  # layer 1, head 0: the source's </s>
-        conf += list(own[0, 0, 1].max(-1))
+        conf += [max(row[1:q + 1]) for q, row in enumerate(own[0, 0, 1]) if q > 0]  # the start symbol left out
+        conf_sink += list(own[0, 0, 1].max(-1))
         self_prev += list(np.diagonal(own[0, 0, 0], offset=-1))
     v = dec.value.sel(model="mt", layer=1)
     assert v.sel(attention="encoder_decoder", head=1, measure="entropy").item() == pytest.approx(np.mean(ent), rel=1e-6)
     assert v.sel(attention="encoder_decoder", head=0, measure="to_eos").item() == pytest.approx(np.mean(eos), rel=1e-6)
     assert v.sel(attention="decoder_self", head=1, measure="confidence").item() == pytest.approx(np.mean(conf), rel=1e-6)
+    assert v.sel(attention="decoder_self", head=1, measure="confidence_with_sink").item() == pytest.approx(
+        np.mean(conf_sink), rel=1e-6)
+    assert np.isnan(v.sel(attention="decoder_self", measure="to_eos")).all()  # the decoder's input has no EOS
     assert v.sel(attention="decoder_self", head=0, measure="to_prev").item() == pytest.approx(np.mean(self_prev),
                                                                                           rel=1e-6)
     assert np.isnan(v.sel(attention="encoder_decoder", measure="to_self")).all()

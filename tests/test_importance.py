@@ -141,3 +141,195 @@ def test_hard_concrete_gate_probabilities_against_sampling():
         gate.log_a.copy_(torch.tensor([-0.85, -0.75, 0.0]))  # P(open) = 0.5 at log_a = 0.33 log(1/11) = -0.791
     assert gate.kept().tolist() == [False, True, True]
 
+
+
+# -- Hugging Face models: a BertForMaskedLM and a GPT2LMHeadModel with non-zero biases, built locally
+# (tests/conftest.py: hf_lm_specs), and a bare BertModel without its pretraining head (model_specs) --
+
+HF_SENTENCES = ["the cat sat on the mat and the dog ran to the red mat", "a dog ran to the cat",
+                "the mat was red and the dog was blue", "on the mat sat a red cat"]
+
+
+def _hf(specs, name, *, double=True):
+    from evolution.models import load_adapter
+
+    a = load_adapter(specs[name])
+    if double:
+        a.lm_model.double()
+    return a
+
+
+def _hf_items(a, seed=0):
+    items = [it for it in objective_items(a, [a.tokenize(s).ids for s in HF_SENTENCES], seed=seed) if it is not None]
+    assert len(items) >= 3
+    return items
+
+
+@pytest.mark.parametrize("name", ["bert_mlm", "gpt2_lm"])
+def test_hf_mask_gradient_equals_central_finite_differences(hf_lm_specs, name):
+    """Every head of a tiny BertForMaskedLM (masked-LM loss) and GPT2LMHeadModel (next-token
+    loss): the summed per-sentence gradients of a padded batch against central differences."""
+    a = _hf(hf_lm_specs, name)
+    items = _hf_items(a)[:2]
+    assert len(items[0].inputs) != len(items[1].inputs)  # padding is exercised
+    assert a.attention_types == ("encoder_self",)
+    grads = mask_gradients(a, items, attentions=a.attention_types)["encoder_self"]
+    L, H = grads.shape[1:]
+    assert (L, H) == (a.num_layers, a.num_heads) == (2, 2)
+    eps = 1e-5  # transformers' eager attention computes in the model's dtype: float64 throughout
+    fd = np.zeros((L, H))
+    for layer in range(L):
+        for h in range(H):
+            up, down = torch.ones(L, H, dtype=torch.float64), torch.ones(L, H, dtype=torch.float64)
+            up[layer, h] += eps
+            down[layer, h] -= eps
+            fd[layer, h] = (_loss_with_shared_gates(a, items, {"encoder_self": up})
+                            - _loss_with_shared_gates(a, items, {"encoder_self": down})) / (2 * eps)
+    np.testing.assert_allclose(grads.sum(0), fd, rtol=1e-6, atol=1e-9)
+    assert np.abs(fd).max() > 1e-2 and np.abs(fd).min() > 1e-5  # every head matters to the loss
+
+
+@pytest.mark.parametrize("name", ["bert_mlm", "gpt2_lm"])
+def test_hf_batched_per_sentence_gradients_equal_one_sentence_at_a_time(hf_lm_specs, name):
+    a = _hf(hf_lm_specs, name)
+    items = _hf_items(a)
+    together = mask_gradients(a, items, attentions=a.attention_types, max_batch_tokens=10_000)["encoder_self"]
+    for i, it in enumerate(items):
+        alone = mask_gradients(a, [it], attentions=a.attention_types)["encoder_self"]
+        np.testing.assert_allclose(together[i], alone[0], rtol=1e-9, atol=1e-12)
+    assert not np.allclose(together[0], together[1])
+
+
+def test_hf_losses_are_the_libraries_own_pretraining_losses(hf_lm_specs):
+    """The loss whose gradient is taken is the model's own: transformers' masked-LM loss on the
+    corrupted positions (labels -100 elsewhere) and GPT-2's shifted next-token loss."""
+    bert = _hf(hf_lm_specs, "bert_mlm")
+    tok = bert.tokenizer
+    long = bert.tokenize(HF_SENTENCES[0]).ids
+    (item,) = objective_items(bert, [long], seed=5)
+    fed = tok.convert_ids_to_tokens(item.inputs)
+    assert fed[0] == "[CLS]" and fed[-1] == "[SEP]" and len(item.positions) > 0
+    assert [tok.convert_ids_to_tokens(int(i)) for i in item.labels] == \
+        [HF_SENTENCES[0].split()[p - 1] for p in item.positions]  # the original words
+    assert all(fed[p] != HF_SENTENCES[0].split()[p - 1] for p in item.positions)
+    assert all(fed[p] == "[MASK]" or fed[p] not in tok.all_special_tokens for p in item.positions)
+    labels = torch.full((1, len(item.inputs)), -100)
+    labels[0, torch.as_tensor(item.positions)] = torch.as_tensor(item.labels)
+    with torch.no_grad():
+        theirs = bert.lm_model(input_ids=torch.as_tensor([item.inputs]), labels=labels).loss
+        ours = sentence_losses(bert, [item])
+    assert float(ours[0]) == pytest.approx(float(theirs), rel=1e-6)  # transformers: loss in float32
+    gpt2 = _hf(hf_lm_specs, "gpt2_lm")
+    ids = gpt2.tokenize(HF_SENTENCES[1]).ids
+    (item,) = objective_items(gpt2, [ids])
+    assert item.inputs == ids and list(item.labels) == ids[1:] and list(item.positions) == list(range(len(ids) - 1))
+    with torch.no_grad():
+        theirs = gpt2.lm_model(input_ids=torch.as_tensor([ids]), labels=torch.as_tensor([ids])).loss
+        ours = sentence_losses(gpt2, [item])
+    assert float(ours[0]) == pytest.approx(float(theirs), rel=1e-6)  # transformers: loss in float32
+
+
+def test_hf_gates_multiply_each_heads_output(hf_lm_specs):
+    """BERT: the gated adapter's masked-LM logits equal a forward pass written out from the
+    checkpoint with each head's output scaled (tests/test_models.py: plain_bert). GPT-2: a gate
+    of 0 equals the head's value projection set to zero (the head then adds nothing)."""
+    from test_models import plain_bert
+
+    bert = _hf(hf_lm_specs, "bert_mlm")
+    inp = _hf_items(bert)[0].inputs
+    gates = torch.tensor([[0.3, 1.7], [0.0, 1.2]], dtype=torch.float64)
+    with head_gates(bert.output_projections(), gates) as calls, torch.no_grad():
+        logits = bert.logits([inp])[0].numpy()
+    assert calls == [1, 1]
+    ref = plain_bert(hf_lm_specs["bert_mlm"]["path"], inp, gates=gates.numpy())["logits"].numpy()
+    np.testing.assert_allclose(logits, ref, rtol=1e-8, atol=1e-8)
+    assert np.abs(plain_bert(hf_lm_specs["bert_mlm"]["path"], inp)["logits"].numpy() - ref).max() > 0.1
+
+    gpt2, cut = _hf(hf_lm_specs, "gpt2_lm"), _hf(hf_lm_specs, "gpt2_lm")
+    ids = gpt2.tokenize(HF_SENTENCES[2]).ids
+    gates = torch.ones(2, 2, dtype=torch.float64)
+    gates[1, 0] = 0.0
+    with head_gates(gpt2.output_projections(), gates), torch.no_grad():
+        gated = gpt2.logits([ids])
+    d, dh = cut.d_model, cut.d_model // cut.num_heads
+    c_attn = cut.lm_model.transformer.h[1].attn.c_attn  # Conv1D: y = x W + b, W (d, 3d) = [q | k | v]
+    with torch.no_grad():
+        c_attn.weight[:, 2 * d:2 * d + dh] = 0.0
+        c_attn.bias[2 * d:2 * d + dh] = 0.0
+        removed = cut.logits([ids])
+        plain = gpt2.logits([ids])
+    np.testing.assert_allclose(gated.numpy(), removed.numpy(), rtol=1e-10, atol=1e-10)
+    assert np.abs(plain.numpy() - gated.numpy()).max() > 1e-2
+
+
+def test_a_model_without_its_pretraining_head_says_why(model_specs):
+    """A bare BertModel (as a sentence-embedding encoder such as MiniLM ships) has no masked-LM
+    head, an encoder-decoder's decoder is not loaded: no importance, a stated reason, no crash."""
+    from evolution.metrics.importance import unavailable
+    from evolution.models import ModelLoadError, load_adapter
+
+    bare = load_adapter(model_specs["bert"])
+    assert "no masked-LM head" in unavailable(bare) and "cls.predictions" in unavailable(bare)
+    with pytest.raises(ModelLoadError, match="no masked-LM head.*leave this model out of metrics.importance"):
+        bare.logits([bare.build_input(bare.tokenize("the cat").ids)])
+    assert "translation model" in unavailable(load_adapter(model_specs["marian"]))
+    gpt2 = load_adapter(model_specs["gpt2"])  # a GPT2Model checkpoint: its LM head is the tied embedding
+    assert unavailable(gpt2) is None
+
+
+@pytest.fixture(scope="module")
+def hf_stage(tmp_path_factory, hf_lm_specs, model_specs):
+    """The metrics stage with importance on for the tiny BertForMaskedLM, GPT2LMHeadModel and a
+    bare BertModel (no pretraining head)."""
+    from conftest import SENTENCES, write_config
+
+    from pipelines.run import main
+
+    tmp = tmp_path_factory.mktemp("hf-importance")
+    corpus = tmp / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    extra = "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n  tsne: null\n  influence: null\n" \
+            "  importance: {sentences: 6}"
+    cfg = write_config(tmp / "c.yaml", corpus=corpus, workdir=tmp / "w", extra=extra,
+                       models=[hf_lm_specs["bert_mlm"], hf_lm_specs["gpt2_lm"], model_specs["bert"]])
+    assert main([str(cfg), "--stage", "metrics", "--no-progress"]) == 0
+    return cfg
+
+
+def test_metrics_stage_stores_hf_importance_as_computed_directly(hf_stage, hf_lm_specs):
+    """The heads_importance group holds the Hugging Face models' importance as the numerics give
+    it on the first 6 analysed sentences; the bare encoder is left out with its reason logged;
+    Spearman rho between importance and confidence per model as scipy computes it."""
+    import xarray as xr
+    from scipy.stats import spearmanr
+
+    from evolution.analyses.heads.importance import correlations
+    from evolution.config import load_config
+    from evolution.models import load_adapter
+    from evolution.store import open_representations
+
+    cfg = load_config(hf_stage)
+    workdir = cfg.workdir
+    ds = xr.open_zarr(str(workdir / "metrics.zarr"), group="heads_importance", consolidated=False).load()
+    assert set(ds.model.values) == {"bert_mlm", "gpt2_lm"}
+    for name in ("bert_mlm", "gpt2_lm"):
+        reps = open_representations(str(workdir / "reps.zarr"), name)
+        sentences = sorted(set(reps.sentence.values.tolist()))[:6]
+        ids = [reps.token_id.values[reps.sentence.values == s].tolist() for s in sentences]
+        a = load_adapter(hf_lm_specs[name])
+        items = [it for it in objective_items(a, ids, seed=cfg.seed) if it is not None]
+        grads = mask_gradients(a, items, attentions=a.attention_types)["encoder_self"]
+        stored = ds.sel(model=name, attention="encoder_self")
+        np.testing.assert_allclose(stored.importance.values, importance(grads), rtol=1e-5)
+        assert int(ds.sentences.sel(model=name)) == len(items)
+        assert np.isnan(ds.sel(model=name, attention="decoder_self").importance).all()
+        assert np.isnan(stored.relevance).all()  # LRP: translation models only
+    log = "\n".join(p.read_text() for p in (workdir / "logs").glob("*.log"))
+    assert "heads_importance: bert: the checkpoint has no masked-LM head" in log
+    corr = correlations(workdir / "metrics.zarr")
+    heads = xr.open_zarr(str(workdir / "metrics.zarr"), group="heads", consolidated=False).load()
+    for name in ("bert_mlm", "gpt2_lm"):
+        conf = heads.value.sel(model=name, measure="confidence").values.ravel()
+        imp = ds.importance.sel(model=name, attention="encoder_self").values.ravel()
+        assert float(corr.rho.sel(model=name, pair="importance ~ confidence")) == \
+            pytest.approx(spearmanr(imp, conf).statistic)

@@ -184,6 +184,107 @@ def test_norms_match_a_materialised_computation(adapters, name):
     check_norms_against_materialised(a, value_input, weights, ["the cat sat on the mat", "a dog ran"])
 
 
+def plain_bert(directory, ids, *, gates=None) -> dict:
+    """A BERT forward pass written out from the checkpoint's tensors (safetensors and
+    config.json read directly, float64, one unpadded sentence, token type 0), with a plain loop
+    over heads; ``gates`` (L, H) multiply each head's output before the output projection.
+    Returns per layer ``hidden`` (T, d) (0..L), ``attention`` (H, T, T), ``values`` (T, d)
+    (x W_V^T + b_V) and ``f`` (H, T, d), f_h(x_j) = v_h(x_j) W_O^h (Kobayashi et al. 2020),
+    and the masked-LM ``logits`` (T, V) when the checkpoint has the head."""
+    import json
+    import math
+    from pathlib import Path
+
+    import torch
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    cfg = json.loads((directory / "config.json").read_text())
+    w = {k.removeprefix("bert."): v.double() for k, v in load_file(str(directory / "model.safetensors")).items()}
+    heads, d = cfg["num_attention_heads"], cfg["hidden_size"]
+    dh, eps = d // heads, cfg["layer_norm_eps"]
+
+    def ln(x, name):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + eps) * w[name + ".weight"] + w[name + ".bias"]
+
+    def lin(x, name):
+        return x @ w[name + ".weight"].T + w[name + ".bias"]
+
+    ids = torch.as_tensor(list(ids))
+    t = len(ids)
+    x = ln(w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:t]
+           + w["embeddings.token_type_embeddings.weight"][0], "embeddings.LayerNorm")
+    out: dict = {"hidden": [x], "attention": [], "values": [], "f": []}
+    for layer in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{layer}."
+        q, k, v = (lin(x, p + "attention.self." + n) for n in ("query", "key", "value"))
+        w_o = w[p + "attention.output.dense.weight"]
+        alpha = torch.zeros(heads, t, t, dtype=torch.float64)
+        f = torch.zeros(heads, t, d, dtype=torch.float64)
+        context = torch.zeros(t, d, dtype=torch.float64)
+        for h in range(heads):
+            cut = slice(h * dh, (h + 1) * dh)
+            alpha[h] = torch.softmax(q[:, cut] @ k[:, cut].T / math.sqrt(dh), dim=-1)
+            f[h] = v[:, cut] @ w_o[:, cut].T
+            context[:, cut] = (1.0 if gates is None else float(gates[layer][h])) * (alpha[h] @ v[:, cut])
+        mid = ln(context @ w_o.T + w[p + "attention.output.dense.bias"] + x, p + "attention.output.LayerNorm")
+        x = ln(lin(torch.nn.functional.gelu(lin(mid, p + "intermediate.dense")), p + "output.dense") + mid,
+               p + "output.LayerNorm")
+        out["hidden"].append(x)
+        out["attention"].append(alpha)
+        out["values"].append(v)
+        out["f"].append(f)
+    if "cls.predictions.bias" in w:
+        z = ln(torch.nn.functional.gelu(lin(x, "cls.predictions.transform.dense")),
+               "cls.predictions.transform.LayerNorm")
+        out["logits"] = z @ w["embeddings.word_embeddings.weight"].T + w["cls.predictions.bias"]
+    return out
+
+
+def test_bert_norms_with_nonzero_biases_against_a_plain_loop(hf_lm_specs):
+    """Kobayashi et al. (2020) norms of a tiny BERT whose every bias is non-zero, against the
+    model written out from its tensors: ||f_h(x_j)|| with f_h(x) = (x W_V^h + b_V^h) W_O^h,
+    alpha ||f||, and ||sum_h alpha_h f_h|| by loops over heads, queries and keys (padded batch)."""
+    spec = hf_lm_specs["bert_mlm"]
+    a = load_adapter(spec)
+    sentences = ["the cat sat on the mat", "a dog ran", "the mat was red and the dog was blue"]
+    inputs = [a.build_input(a.tokenize(s).ids) for s in sentences]
+    hidden, att, norms = a.forward_norms(inputs)
+    bias_matters = 0.0
+    for b, inp in enumerate(inputs):
+        t = len(inp)
+        ref = plain_bert(spec["path"], inp)
+        for layer in range(a.num_layers):
+            f, alpha = ref["f"][layer].numpy(), ref["attention"][layer].numpy()
+            np.testing.assert_allclose(hidden[layer + 1, b, :t], ref["hidden"][layer + 1].numpy(), atol=2e-5)
+            np.testing.assert_allclose(att[layer, b, :, :t, :t], alpha, atol=2e-6)
+            value_norm = np.zeros((a.num_heads, t))
+            weighted = np.zeros((a.num_heads, t, t))
+            summed = np.zeros((t, t))
+            for j in range(t):
+                for h in range(a.num_heads):
+                    value_norm[h, j] = np.sqrt((f[h, j] ** 2).sum())
+                    for i in range(t):
+                        weighted[h, i, j] = alpha[h, i, j] * value_norm[h, j]
+                for i in range(t):
+                    summed[i, j] = np.linalg.norm(sum(alpha[h, i, j] * f[h, j] for h in range(a.num_heads)))
+            np.testing.assert_allclose(norms["value_norm"][layer, b, :, :t], value_norm, rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(norms["weighted_norm"][layer, b, :, :t, :t], weighted, rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(norms["summed_norm"][layer, b, :t, :t], summed, rtol=1e-4, atol=1e-6)
+            # the value bias is a large part of f: without it the norms would be other numbers
+            sa = a.model.encoder.layer[layer].attention.self
+            b_v = sa.value.bias.detach().double().numpy()
+            w_o = a.model.encoder.layer[layer].attention.output.dense.weight.detach().double().numpy()
+            dh = a.d_model // a.num_heads
+            v = ref["values"][layer].numpy() - b_v  # x W_V^T without b_V
+            no_bias = np.stack([np.linalg.norm(v[:, h * dh:(h + 1) * dh] @ w_o[:, h * dh:(h + 1) * dh].T, axis=-1)
+                                for h in range(a.num_heads)])
+            bias_matters = max(bias_matters, float(np.abs(no_bias / value_norm - 1).max()))
+    assert bias_matters > 0.1
+
+
 def test_norms_are_refused_with_a_message_where_unsupported(adapters):
     a = adapters["gpt2"]
     assert not a.supports_norms

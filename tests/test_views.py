@@ -21,32 +21,52 @@ from conftest import write_config
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+#: a sentence whose words "cat" and "mat" are 2 and 3 subword-nmt pieces (``@@`` continues a word)
+PIECES = "the ca@@ t sat on the m@@ a@@ t"
+PIECE_WORDS = [[0], [1, 2], [3], [4], [5], [6, 7, 8]]  # content positions of each word, read off PIECES
+
+
 @pytest.fixture(scope="module")
-def viewed(tmp_path_factory, model_specs):
+def pieces_spec(model_dir):
+    """A tiny fairseq translation model whose dictionary has the pieces of :data:`PIECES`."""
+    from conftest import WORDS
+
+    from evolution.models.random_init import make_fairseq_model
+
+    ckpt, data = make_fairseq_model(model_dir / "pieces", task="translation", words=WORDS + ["ca@@", "m@@", "a@@", "t"],
+                                    layers=2, d_model=16, heads=2, max_positions=32, seed=2)
+    return {"name": "pieces", "kind": "fairseq", "path": str(ckpt), "data": str(data), "sentencepiece": None,
+            "objective": None}
+
+
+@pytest.fixture(scope="module")
+def viewed(tmp_path_factory, model_specs, pieces_spec):
     from conftest import SENTENCES
 
     tmp = tmp_path_factory.mktemp("views")
     corpus = tmp / "corpus.txt"
-    corpus.write_text("\n".join(SENTENCES + [" ".join(SENTENCES[:6])]) + "\n", encoding="utf-8")  # a long one too
+    n = len(SENTENCES)  # sentence n: a long one; n + 1: words of several pieces
+    corpus.write_text("\n".join(SENTENCES + [" ".join(SENTENCES[:6]), PIECES]) + "\n", encoding="utf-8")
     extra = "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n  tsne: null\n  influence: null\n" \
-            f"report:\n  views: {{sentences: [0, 3, {len(SENTENCES)}], top_k: 3}}"
+            f"report:\n  views: {{sentences: [0, 3, {n}, {n + 1}], top_k: 3}}"
     cfg = write_config(tmp / "c.yaml", corpus=corpus, workdir=tmp / "w", extra=extra,
-                       models=[model_specs["translation"], model_specs["bert"], model_specs["gpt2"]])
-    text = cfg.read_text().replace("sentences: 5", f"sentences: {len(SENTENCES) + 1}")
+                       models=[model_specs["translation"], model_specs["bert"], model_specs["gpt2"], pieces_spec])
+    text = cfg.read_text().replace("sentences: 5", f"sentences: {n + 2}")
     cfg.write_text(text)
     run(cfg, progress=False)
     report = (tmp / "w" / "report" / "report.html").read_text()
     assert f'<a href="views.html">Attention views</a> (Vig 2019: head, model and neuron view of corpus sentences ' \
-           f'0, 3, {len(SENTENCES)};' in report
+           f'0, 3, {n}, {n + 1};' in report
     page = shutil.copy(tmp / "w" / "report" / "views.html", tmp / "views.html")  # later tests rerun the report
     data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page.read_text(),
                                 re.S).group(1).replace("<\\/", "</"))
-    return {"cfg": cfg, "tmp": tmp, "page": Path(page), "data": data, "n": len(SENTENCES)}
+    return {"cfg": cfg, "tmp": tmp, "page": Path(page), "data": data, "n": n,
+            "store": str(tmp / "w" / "reps.zarr"), "specs": {**model_specs, "pieces": pieces_spec}}
 
 
 def test_page_data_are_the_stored_maps_top_k(viewed):
     data = viewed["data"]
-    assert [m["name"] for m in data["models"]] == ["translation", "bert", "gpt2"]
+    assert [m["name"] for m in data["models"]] == ["translation", "bert", "gpt2", "pieces"]
     store = str(viewed["tmp"] / "w" / "reps.zarr")
     att = open_attention(store, "translation").load()
     m = data["models"][0]
@@ -72,9 +92,127 @@ def test_page_data_are_the_stored_maps_top_k(viewed):
     assert words[0] == "[CLS]" and words[-1] == "[SEP]" and words[1:-1] == "the cat sat on the mat".split()
 
 
+def _model(viewed, name):
+    return next(m for m in viewed["data"]["models"] if m["name"] == name)
+
+
+def _check_edges(edges, expected, top_k):
+    """Top-k ``[query, key, weight]`` edges of one (layer, head) against the full expected
+    (T, T) weights: every edge's weight, and every query's strongest key present."""
+    tol = 2e-3  # the store keeps float32 maps and norms, the page 3 decimals; near-ties may swap
+    strongest = np.zeros(expected.shape[0])
+    for q, k, w in edges:
+        assert w == pytest.approx(expected[q, k], abs=tol), (q, k)
+        assert expected[q, k] >= np.sort(expected[q])[-top_k] - tol  # among the query's top k
+        strongest[q] = max(strongest[q], expected[q, k])
+    np.testing.assert_allclose(strongest, expected.max(-1), atol=tol)  # each query's strongest key is shown
+
+
+def test_norm_edges_are_alpha_times_value_norm_normalised_per_query(viewed):
+    """Kobayashi et al. (2020): ||alpha_qk f(x_k)|| = alpha_qk ||f(x_k)||; the views draw it divided
+    by its row sum. Expected weights from the store's attention and value norms (not from the
+    stored weighted norms the page is built from)."""
+    top_k = viewed["data"]["top_k"]
+    checked = 0
+    for name in ("translation", "pieces"):
+        att = open_attention(viewed["store"], name).load()
+        for item in _model(viewed, name)["sentences"]:
+            s = item["sentence"]
+            t = int(att.length.sel(sentence=s))
+            alpha = att.attention.sel(sentence=s).values[:, :, :t, :t].astype(np.float64)
+            value_norm = att.value_norm.sel(sentence=s).values[:, :, :t].astype(np.float64)
+            raw = alpha * value_norm[:, :, None, :]
+            assert np.abs(raw.sum(-1) - 1).max() > 0.1  # unnormalised rows are not distributions
+            expected = raw / raw.sum(-1, keepdims=True)
+            edges = item["levels"]["subword"]["edges"]["norm"]
+            for layer in range(alpha.shape[0]):
+                for h in range(alpha.shape[1]):
+                    _check_edges(edges[layer][h], expected[layer, h], top_k)
+                    checked += 1
+    assert checked == 2 * 4 * 2 * 2  # models x sentences x layers x heads
+
+
+def _plain_word_attention(a: np.ndarray, groups: list[list[int]], rule: str) -> np.ndarray:
+    """(T, T) -> (U, U) by a plain loop: to a word, the sum over its pieces' columns; from a
+    word, the mean over its pieces' rows (``mean``) or its first piece's row (``first``)."""
+    out = np.zeros((len(groups), len(groups)))
+    for u, rows in enumerate(groups):
+        rows = rows if rule == "mean" else rows[:1]
+        for v, cols in enumerate(groups):
+            out[u, v] = sum(a[q, k] for q in rows for k in cols) / len(rows)
+    return out
+
+
+def test_word_level_edges_follow_the_word_rule(viewed):
+    """Words of 2 and 3 pieces: the word-level edges of both weights equal a plain loop over the
+    pieces with Clark et al.'s rule (the default of heads.word_rule: from a word the mean of its
+    pieces' rows, to a word the sum of its pieces' columns); "first" gives other numbers."""
+    data, n = viewed["data"], viewed["n"]
+    assert data["word_rule"] == "mean"
+    item = next(it for it in _model(viewed, "pieces")["sentences"] if it["sentence"] == n + 1)
+    assert item["levels"]["subword"]["tokens"] == PIECES.split() + ["</s>"]
+    assert item["levels"]["word"]["tokens"] == ["the", "cat", "sat", "on", "the", "mat", "</s>"]
+    groups = PIECE_WORDS + [[len(PIECES.split())]]  # </s>: a unit of its own
+    att = open_attention(viewed["store"], "pieces").load()
+    t = int(att.length.sel(sentence=n + 1))
+    alpha = att.attention.sel(sentence=n + 1).values[:, :, :t, :t].astype(np.float64)
+    value_norm = att.value_norm.sel(sentence=n + 1).values[:, :, :t].astype(np.float64)
+    norm = alpha * value_norm[:, :, None, :]
+    norm /= norm.sum(-1, keepdims=True)
+    differ = 0.0
+    for weight, maps in (("alpha", alpha), ("norm", norm)):
+        edges = item["levels"]["word"]["edges"][weight]
+        for layer in range(alpha.shape[0]):
+            for h in range(alpha.shape[1]):
+                mean = _plain_word_attention(maps[layer, h], groups, "mean")
+                _check_edges(edges[layer][h], mean, data["top_k"])
+                differ = max(differ, np.abs(mean - _plain_word_attention(maps[layer, h], groups, "first")).max())
+    assert differ > 0.02  # the rules tell apart on this sentence
+    # the other rule, asked for, is the first piece's row
+    from evolution.report.views import views_data
+
+    first = views_data(viewed["store"], {"pieces": viewed["specs"]["pieces"]}, sentences=[n + 1], top_k=3,
+                       neuron=False, word_rule="first")
+    assert first["word_rule"] == "first"
+    edges = first["models"][0]["sentences"][0]["levels"]["word"]["edges"]["alpha"]
+    for layer in range(alpha.shape[0]):
+        for h in range(alpha.shape[1]):
+            _check_edges(edges[layer][h], _plain_word_attention(alpha[layer, h], groups, "first"), 3)
+
+
+def test_neuron_view_queries_and_keys_give_the_stored_attention(viewed):
+    """The neuron view's q and k are the adapter's (forward_qk on the stored input ids) and
+    softmax(q . k / sqrt(d_head)) of the page's vectors is the stored attention; with q and k
+    exchanged it is not (the transposed scores)."""
+    from evolution.models import load_adapter
+
+    for name in ("translation", "bert", "pieces"):
+        att = open_attention(viewed["store"], name).load()
+        adapter = load_adapter(viewed["specs"][name])
+        for item in _model(viewed, name)["sentences"]:
+            s = item["sentence"]
+            t = int(att.length.sel(sentence=s))
+            ids = att.input_id.sel(sentence=s).values[:t].tolist()
+            q, k = (np.asarray(item["neuron"][x], dtype=np.float64) for x in ("q", "k"))
+            ref_q, ref_k = adapter.forward_qk([ids])
+            np.testing.assert_allclose(q, ref_q[:, 0], atol=6e-4)
+            np.testing.assert_allclose(k, ref_k[:, 0], atol=6e-4)
+            stored = att.attention.sel(sentence=s).values[:, :, :t, :t].astype(np.float64)
+
+            def softmax(scores):
+                e = np.exp(scores - scores.max(-1, keepdims=True))
+                return e / e.sum(-1, keepdims=True)
+
+            d = q.shape[-1]
+            np.testing.assert_allclose(softmax(q @ np.swapaxes(k, -1, -2) / np.sqrt(d)), stored, atol=5e-3)
+            if name != "bert":  # the tiny BERT's attention is close to uniform; fairseq's is not
+                assert np.abs(softmax(k @ np.swapaxes(q, -1, -2) / np.sqrt(d)) - stored).max() > 0.05
+
+
 def test_a_sentence_without_stored_attention_is_refused(viewed, model_specs):
     cfg = viewed["cfg"]
-    cfg.write_text(cfg.read_text().replace(f"sentences: [0, 3, {viewed['n']}]", "sentences: [0, 99]"))
+    n = viewed["n"]
+    cfg.write_text(cfg.read_text().replace(f"sentences: [0, 3, {n}, {n + 1}]", "sentences: [0, 99]"))
     with pytest.raises(ConfigError, match=r"report.views.sentences: model 'translation': sentence\(s\) \[99\]"):
         run(cfg, progress=False)
     assert (viewed["tmp"] / "w" / "metrics.zarr").is_dir()  # nothing computed is lost

@@ -1,5 +1,5 @@
 """MI between a layer's k-means clusters and the input token / the output label
-(Voita et al. 2019, section 3, figures 1-2; METHODS.md 2).
+(Voita et al. 2019, section 3, figures 1-2; definitions and intervals: ``docs/metrics.md``).
 
 Two kinds of unit, one group:
 
@@ -13,17 +13,36 @@ Two kinds of unit, one group:
   ``masked_input`` (Voita et al. 2019, finding 5: the first rises while the
   second falls).
 
-========================  ===============================  ================================
-``mi/mi``                 (model, layer, target, restart)  I(X; cluster), nats
-``mi/mi_shuffled``        (model, layer, target)           shuffled-label control
-``mi/mi_mean``, ``mi_sd``  (model, layer, target)           over restarts
-``mi/mi_corrected``       (model, layer, target)           mi_mean - mi_shuffled
-``mi/entropy``            (model, target)                  H(X), the upper bound
-``mi/k``, ``mi/n``        (model, layer, target)           clusters used (after capping), occurrences
-========================  ===============================  ================================
+=====================================  ===============================  ==========================================
+``mi/mi``                              (model, layer, target, restart)  I(X; cluster), nats
+``mi/kmeans_seed``                     (model, layer, target, restart)  the k-means seed of each restart
+``mi/mi_shuffled``                     (model, layer, target)           shuffled-label control
+``mi/mi_mean``, ``mi_sd``              (model, layer, target)           over restarts (sd: ddof = 1)
+``mi/mi_corrected``                    (model, layer, target)           mi_mean - mi_shuffled
+``mi/entropy``                         (model, target)                  H(X), the upper bound
+``mi/mi_fraction``                     (model, layer, target)           mi_mean / entropy (the same model's H)
+``mi/mi_corrected_fraction``           (model, layer, target)           mi_corrected / entropy
+``mi/<variable>_interval``             (model, layer, target, bound)    95% interval over sentences of
+                                                                        ``mi_mean``, ``mi_corrected``,
+                                                                        ``mi_fraction``,
+                                                                        ``mi_corrected_fraction``
+                                                                        (``metrics.mi.bootstrap`` > 0)
+``mi/k``, ``mi/n``                     (model, layer, target)           clusters used (after capping), occurrences
+``mi_types/mi_mean``, ``mi_sd``,       (model, layer, target, types)    the same clusters on the occurrences of
+``mi_shuffled``, ``mi_corrected``,                                      the ``types`` most frequent labels
+``mi_fraction``,                                                        (``metrics.mi.types``; no group without)
+``mi_corrected_fraction``
+``mi_types/entropy``, ``n``,           (model, target, types)           H(X), occurrences and types of each subset
+``n_types``
+=====================================  ===============================  ==========================================
 
-The attribute ``kmeans`` records the k-means that ran per model and target
-(``flat`` or ``two_level``; ``metrics.mi.algorithm: auto`` decides by k).
+The intervals are bootstrap intervals over whole sentences with each restart's
+clusters held fixed (:func:`evolution.metrics.mi.bootstrap_mi`), placed around
+the estimate (:func:`evolution.metrics.mi.centred_interval`); they measure the
+sampling variability of the text, ``mi_sd`` that of k-means. The attribute
+``kmeans`` records the k-means that ran per model and target (``flat`` or
+``two_level``; ``metrics.mi.algorithm: auto`` decides by k), ``bootstrap`` the
+replicates behind the intervals.
 """
 
 from __future__ import annotations
@@ -41,22 +60,28 @@ from evolution.config import MIConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MI", "layer_task", "mlm_output_task", "mi_by_layer", "BIAS_SHARE"]
+__all__ = ["MI", "layer_task", "mlm_output_task", "mi_by_layer", "mi_by_types", "BIAS_SHARE"]
 
 #: warn when the shuffled-label control reaches this share of the MI
 BIAS_SHARE = 0.5
 
 
+def _mi_options(mi: MIConfig) -> dict[str, Any]:
+    """The keyword arguments of :func:`~evolution.metrics.mi.layer_mi` that ``metrics.mi`` sets."""
+    return dict(k=mi.k, restarts=mi.restarts, niter=mi.niter, algorithm=mi.algorithm, bootstrap=mi.bootstrap,
+                types=list(mi.types))
+
+
 def layer_task(*, store: str, model: str, layer: int, arrays: str, mi: MIConfig, seed: int) -> dict[str, Any]:
-    """MI of one (model, layer) per target; ``arrays`` holds ``<target>/rows`` and
-    ``<target>/labels`` (:func:`~evolution.analyses.base.save_arrays`)."""
+    """MI of one (model, layer) per target; ``arrays`` holds ``<target>/rows``,
+    ``<target>/labels`` and ``<target>/sentence`` (:func:`~evolution.analyses.base.save_arrays`)."""
     from evolution.metrics.mi import layer_mi
     from evolution.store import read_rows
 
     a = load_arrays(arrays)
     targets = sorted({k.split("/")[0] for k in a})
-    return {target: layer_mi(read_rows(store, model, layer, a[f"{target}/rows"]), a[f"{target}/labels"], k=mi.k,
-                             restarts=mi.restarts, niter=mi.niter, seed=seed, algorithm=mi.algorithm).as_dict()
+    return {target: layer_mi(read_rows(store, model, layer, a[f"{target}/rows"]), a[f"{target}/labels"], seed=seed,
+                             sentence=a.get(f"{target}/sentence"), **_mi_options(mi)).as_dict()
             for target in targets}
 
 
@@ -74,21 +99,22 @@ def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: lis
     adapter = cached_adapter(spec)
     if adapter.mask_id is None:
         return {"unsupported": f"{spec['name']}: no <mask> symbol"}
-    states, labels, fed = masked_states(adapter, {int(k): v for k, v in content_ids.items()}, seed=seed,
-                                        corruptions=mi.mlm_corruptions, return_inputs=True)
+    states, labels, fed, sentence = masked_states(adapter, {int(k): v for k, v in content_ids.items()}, seed=seed,
+                                                  corruptions=mi.mlm_corruptions, return_inputs=True,
+                                                  return_sentences=True)
     keep = np.isin(labels, np.asarray(types))
     out, inputs = [], []
     for layer in range(states.shape[0]):
         for target, acc in ((labels, out), (fed, inputs)):
-            acc.append(layer_mi(states[layer][keep], target[keep], k=mi.k, restarts=mi.restarts, niter=mi.niter,
-                                seed=seed, algorithm=mi.algorithm).as_dict())
+            acc.append(layer_mi(states[layer][keep], target[keep], seed=seed, sentence=sentence[keep],
+                                **_mi_options(mi)).as_dict())
     return {"layers": out, "input_layers": inputs}
 
 
 class MI(Analysis):
     name = "mi"
-    version = 1
-    layout = 2  # 2: mi_mean, mi_sd, mi_corrected
+    version = 2  # 2: intervals over sentences, per-restart seeds, nested type subsets
+    layout = 3  # 2: mi_mean, mi_sd, mi_corrected; 3: fractions of H(X), intervals, group mi_types
     section = "mi"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -104,7 +130,8 @@ class MI(Analysis):
                 continue
             arrays = save_arrays(inputs.arrays_dir, f"mi-{m.name}",
                                  {f"{t}/{part}": v for t, (rows, labels) in m.plan.mi.items()
-                                  for part, v in (("rows", rows), ("labels", labels))})
+                                  for part, v in (("rows", rows), ("labels", labels),
+                                                  ("sentence", np.asarray(m.coords["sentence"])[rows]))})
             for layer in range(m.n_layers):
                 units.append(Unit(f"{m.name}-{layer}", layer_task,
                                   dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, mi=cfg.mi,
@@ -140,33 +167,98 @@ class MI(Analysis):
         targets = sorted({t for r in per_layer.values() for t in r})
         restarts = max(len(v["mi"]) for r in per_layer.values() for v in r.values())
         shape = (len(models), L, len(targets))
-        mi = np.full(shape + (restarts,), np.nan)
+        mi, seeds = np.full(shape + (restarts,), np.nan), np.full(shape + (restarts,), np.nan)
         shuf, k, n = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
         ent = np.full((len(models), len(targets)), np.nan)
+        names = ("mi_mean", "mi_corrected", "mi_fraction", "mi_corrected_fraction")
+        interval = {name: np.full(shape + (2,), np.nan) for name in names}
         kmeans: dict[str, dict[str, str]] = {}
+        replicates = 0
         for (m, layer), r in per_layer.items():
             for t, v in r.items():
                 i, j = models.index(m), targets.index(t)
                 mi[i, layer, j, :len(v["mi"])] = v["mi"]
+                seeds[i, layer, j, :len(v.get("seeds", []))] = v.get("seeds", [])
                 shuf[i, layer, j], k[i, layer, j], n[i, layer, j] = v["shuffled"], v["k"], v["n"]
                 ent[i, j] = v["entropy"]
                 kmeans.setdefault(m, {})[t] = v.get("algorithm", "")
+                for name, bounds in (v.get("interval") or {}).items():
+                    interval[name][i, layer, j] = bounds
+                replicates = max(replicates, v.get("replicates", 0))
+        dims = ("model", "layer", "target")
         ds = xr.Dataset(
-            {"mi": (("model", "layer", "target", "restart"), mi, {"units": "nats"}),
-             "mi_shuffled": (("model", "layer", "target"), shuf, {"units": "nats"}),
+            {"mi": (dims + ("restart",), mi, {"units": "nats"}),
+             "kmeans_seed": (dims + ("restart",), seeds, {"long_name": "k-means seed of each restart"}),
+             "mi_shuffled": (dims, shuf, {"units": "nats"}),
              "entropy": (("model", "target"), ent, {"units": "nats", "long_name": "H(X), upper bound of MI"}),
-             "k": (("model", "layer", "target"), k), "n": (("model", "layer", "target"), n)},
+             "k": (dims, k), "n": (dims, n)},
             coords={"model": strings(models), "layer": np.arange(L), "target": strings(targets),
                     "restart": np.arange(restarts)},
-            attrs={"kmeans": kmeans})
-        with warnings.catch_warnings():  # one restart: no spread
-            warnings.simplefilter("ignore", RuntimeWarning)
-            ds["mi_mean"] = ds.mi.mean("restart").assign_attrs(units="nats", long_name="MI, mean over restarts")
-            ds["mi_sd"] = ds.mi.std("restart", ddof=1).assign_attrs(
-                units="nats", long_name="standard deviation over k-means restarts (NaN with one restart)")
-        ds["mi_corrected"] = (ds.mi_mean - ds.mi_shuffled).assign_attrs(
-            units="nats", long_name="mean MI minus the shuffled-label control (the estimator's bias at this n and k)")
-        return {"mi": ds}
+            attrs={"kmeans": kmeans, "bootstrap": replicates})
+        _derived(ds)
+        if replicates:
+            ds = ds.assign_coords(bound=strings(["low", "high"]))
+            for name in names:
+                ds[f"{name}_interval"] = (dims + ("bound",), interval[name], {
+                    "long_name": f"95% interval of {name} over sentences ({replicates} bootstrap replicates, each "
+                                 "restart's clusters fixed, placed around the estimate)"})
+        out = {"mi": ds}
+        types = _types_dataset(per_layer, models=models, L=L, targets=targets)
+        if types is not None:
+            out["mi_types"] = types
+        return out
+
+
+def _derived(ds: xr.Dataset) -> None:
+    """Add ``mi_mean``, ``mi_sd``, ``mi_corrected`` and the fractions of H(X) to ``ds``
+    (``mi`` with a ``restart`` dimension, ``mi_shuffled``, ``entropy``; each model's own H)."""
+    with warnings.catch_warnings():  # one restart: no spread
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ds["mi_mean"] = ds.mi.mean("restart").assign_attrs(units="nats", long_name="MI, mean over restarts")
+        ds["mi_sd"] = ds.mi.std("restart", ddof=1).assign_attrs(
+            units="nats", long_name="standard deviation over k-means restarts (ddof = 1; NaN with one restart)")
+    ds["mi_corrected"] = (ds.mi_mean - ds.mi_shuffled).assign_attrs(
+        units="nats", long_name="mean MI minus the shuffled-label control (the estimator's bias at this n and k)")
+    ds["mi_fraction"] = (ds.mi_mean / ds.entropy).assign_attrs(long_name="mi_mean / H(X) of the same model and target")
+    ds["mi_corrected_fraction"] = (ds.mi_corrected / ds.entropy).assign_attrs(
+        long_name="mi_corrected / H(X) of the same model and target")
+
+
+def _types_dataset(per_layer: dict[tuple[str, int], dict], *, models: list[str], L: int,
+                   targets: list[str]) -> xr.Dataset | None:
+    """Group ``mi_types`` from the layer results' ``by_types`` (None when no result has them)."""
+    found = [v["by_types"] for r in per_layer.values() for v in r.values() if v.get("by_types")]
+    if not found:
+        return None
+    types = sorted({t for b in found for t in b["types"]})
+    restarts = max(len(m) for b in found for m in b["mi"])
+    mi = np.full((len(models), L, len(targets), len(types), restarts), np.nan)
+    shuf = np.full(mi.shape[:-1], np.nan)
+    ent, n, n_types = (np.full((len(models), len(targets), len(types)), np.nan) for _ in range(3))
+    for (m, layer), r in per_layer.items():
+        for t, v in r.items():
+            b = v.get("by_types")
+            if not b:
+                continue
+            i, j = models.index(m), targets.index(t)
+            for q, size in enumerate(b["types"]):
+                c = types.index(size)
+                mi[i, layer, j, c, :len(b["mi"][q])] = b["mi"][q]
+                shuf[i, layer, j, c] = b["shuffled"][q]
+                ent[i, j, c], n[i, j, c], n_types[i, j, c] = b["entropy"][q], b["n"][q], b["n_types"][q]
+    dims = ("model", "layer", "target", "types")
+    ds = xr.Dataset(
+        {"mi": (dims + ("restart",), mi, {"units": "nats"}),
+         "mi_shuffled": (dims, shuf, {"units": "nats"}),
+         "entropy": (("model", "target", "types"), ent, {"units": "nats", "long_name": "H(X) of the subset"}),
+         "n": (("model", "target", "types"), n, {"long_name": "occurrences of the subset"}),
+         "n_types": (("model", "target", "types"), n_types, {"long_name": "types in the subset"})},
+        coords={"model": strings(models), "layer": np.arange(L), "target": strings(targets),
+                "types": np.asarray(types, dtype=np.int64), "restart": np.arange(restarts)},
+        attrs={"long_name": "MI of the full analysis set's clusters on the occurrences of its `types` most "
+                            "frequent labels (metrics.mi.types)"})
+    _derived(ds)
+    return ds
 
 
 def _flag(per_layer: dict[tuple[str, int], dict], test) -> dict[tuple[str, str], list]:
@@ -220,6 +312,11 @@ def mi_by_layer(path):
                 continue
             ax.plot(ds.layer, mean, label=str(m), **STYLES[i % len(STYLES)])
             ax.fill_between(ds.layer, lo, hi, color=STYLES[i % len(STYLES)]["color"], alpha=0.2)
+            if "mi_mean_interval" in ds:  # 95% interval over sentences: error bars
+                iv = ds.mi_mean_interval.sel(model=m, target=t)
+                low, high = iv.sel(bound="low").values, iv.sel(bound="high").values
+                ax.errorbar(ds.layer, mean, yerr=np.abs(np.stack([mean - low, high - mean])), fmt="none",
+                            ecolor=STYLES[i % len(STYLES)]["color"], elinewidth=0.8, capsize=2)
             ax.plot(ds.layer, ds.mi_shuffled.sel(model=m, target=t), color=STYLES[i % len(STYLES)]["color"],
                     linestyle=":", linewidth=0.8)
         h = ds.entropy.sel(target=t).max().item()
@@ -231,6 +328,43 @@ def mi_by_layer(path):
     return fig
 
 
+def mi_by_types(path, target: str = "input"):
+    """MI as a fraction of H(X) per layer, one line per nested type subset (``mi_types``),
+    one panel per model: how the fall with depth grows as rarer types join the set."""
+    ds = open_group(path, "mi_types")
+    if ds is None or target not in ds.target.values:
+        return None
+    pyplot = plt()
+    models = [m for m in ds.model.values if not np.isnan(ds.mi_fraction.sel(model=m, target=target).values).all()]
+    if not models:
+        return None
+    cols = min(4, len(models))
+    rows = -(-len(models) // cols)
+    fig, axes = pyplot.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharey=True,
+                                layout="constrained")
+    for ax in axes.ravel()[len(models):]:
+        ax.set_visible(False)
+    cmap = pyplot.get_cmap("viridis")
+    sizes = list(ds.types.values)
+    for ax, m in zip(axes.ravel(), models):
+        for j, size in enumerate(sizes):
+            color = cmap(j / max(1, len(sizes) - 1))
+            v = ds.sel(model=m, target=target, types=size)
+            used = int(v.n_types.item()) if np.isfinite(v.n_types.item()) else size
+            ax.plot(ds.layer, v.mi_fraction, marker="o", color=color, label=f"{used} types")
+            ax.plot(ds.layer, v.mi_corrected_fraction, linestyle="--", color=color, linewidth=0.8)
+        ax.set(title=str(m), xlabel="layer", xticks=ds.layer.values)
+    for row in axes:
+        row[0].set_ylabel("MI / H(X)")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"MI with the {target} token as a fraction of H(X), by the number of most frequent types "
+                 "(same clusters; dashed: minus the shuffled control)", fontsize=10)
+    return fig
+
+
 MI.figures = {"mi": (mi_by_layer, "MI between a layer's k-means clusters and the input token / the output label "
-                                  "(Voita et al. 2019, fig. 1-2). Band: spread over k-means restarts; dotted: "
-                                  "shuffled control.")}
+                                  "(Voita et al. 2019, fig. 1-2). Band: spread over k-means restarts; error bars: "
+                                  "95% interval over sentences; dotted: shuffled control."),
+              "mi_types": (mi_by_types, "MI with the input token as a fraction of H(X) for nested sets of the most "
+                                        "frequent types, with the full set's clusters (metrics.mi.types): how the "
+                                        "fall with depth grows with the number of types (the paper: 1,000 types).")}

@@ -1,19 +1,42 @@
-"""Who are a token's nearest neighbours (Voita et al. 2019, section 6, figure 5; METHODS.md 3).
+"""Who are a token's nearest neighbours (Voita et al. 2019, section 5, figure 5; ``docs/metrics.md``).
 
 One unit per (model, layer): on the main text, the same-token rate among the
 k nearest neighbours of pooled occurrences of the frequent types, and among
 occurrences of one type the position distance and the same left / right
 neighbour rates; with annotated text (``corpus.annotated``), the same POS
-tag / dependency relation rates among one type's occurrences there, beside
-the rate of random neighbours (``_chance``).
+tag / dependency relation rates among one type's occurrences there. Each
+within-type rate comes with its chance level, its ceiling and where it lies
+between them (:mod:`evolution.metrics.neighbors`); a query without a left
+(right) token, at the start (end) of its sentence, is left out of the left
+(right) rate.
 
-====================  ======================  ===========================================
-``neighbors/value``   (model, layer, measure)  same_token, position_distance, same_left,
-                                               same_right; with annotated text also
-                                               same_pos, same_deprel (+ ``_chance``)
-``neighbors/interval``  (..., bound)           95% bootstrap interval over sentences
-                                               (``neighbors.bootstrap`` replicates)
-====================  ======================  ===========================================
+=======================  =======================  ==============================================
+``neighbors/value``      (model, layer, measure)  ``same_token``, ``position_distance``, and for
+                                                  each within-type annotation A (``left``,
+                                                  ``right``; with annotated text ``pos``,
+                                                  ``deprel``): ``same_A``, ``same_A_chance``,
+                                                  ``same_A_ceiling``, ``same_A_normalized``
+``neighbors/interval``   (..., bound)             95% cluster-bootstrap interval over
+                                                  sentences (``neighbors.bootstrap``
+                                                  replicates; bound: low, high)
+``neighbors/queries``    (model, measure)         queries counted (a query without a left /
+                                                  right token is not counted in that rate)
+=======================  =======================  ==============================================
+
+Measures of an annotation A (n_t occurrences of type t sampled, k' = min(k, n_t - 1),
+c_q = the type's occurrences with the query's value, the query included; each averaged
+over the queries that have a value, then over types):
+
+==========================  ===============================================================
+``same_A``                  share of the query's k' same-token neighbours with its value
+``same_A_chance``           (c_q - 1) / (n_t - 1): neighbours drawn at random among the
+                            type's other occurrences (layer-independent)
+``same_A_ceiling``          min(c_q - 1, k') / k': occurrences ordered perfectly by A
+                            (layer-independent; the most any representation can score)
+``same_A_normalized``       (same_A - chance) / (ceiling - chance) of the three averages:
+                            0 = chance, 1 = ceiling; its interval from the same resamples
+                            of sentences for the three (paired)
+==========================  ===============================================================
 """
 
 from __future__ import annotations
@@ -27,52 +50,89 @@ from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_ar
 from evolution.analyses.plotting import STYLES, open_group, plt
 from evolution.config import NeighborsConfig, resolved_dict
 
-__all__ = ["Neighbors", "layer_task", "neighbors_by_layer", "MEASURES"]
+__all__ = ["Neighbors", "layer_task", "layer_measures", "neighbors_by_layer", "MEASURES"]
 
-MEASURES = ("same_token", "position_distance", "same_left", "same_right",
-            "same_pos", "same_pos_chance", "same_deprel", "same_deprel_chance")
+
+def _annotation_measures(name: str) -> tuple[str, ...]:
+    return (f"same_{name}", f"same_{name}_chance", f"same_{name}_ceiling", f"same_{name}_normalized")
+
+
+MEASURES = ("same_token", "position_distance", *_annotation_measures("left"), *_annotation_measures("right"),
+            *_annotation_measures("pos"), *_annotation_measures("deprel"))
+#: suffixes of the measures drawn in their rate's panel (not panels of their own)
+BOUND_SUFFIXES = ("_chance", "_ceiling")
 
 
 def layer_task(*, store: str, model: str, layer: int, arrays: str, neighbors: NeighborsConfig,
                seed: int = 0) -> dict[str, Any]:
-    """The measures of one (model, layer) and their bootstrap intervals over sentences
-    (``interval``: measure -> (low, high)); ``arrays`` holds
-    ``neighbors/{rows,token,position,left,right,sentence}`` and, with annotated text,
+    """The measures of one (model, layer) from the store (:func:`layer_measures`); ``arrays``
+    holds ``neighbors/{rows,token,position,left,right,sentence}`` and, with annotated text,
     ``syntax/{rows,token,position,sentence,pos,deprel}``."""
-    from evolution.metrics.neighbors import bootstrap_interval, knn, same_label_per_query, within_type_measures
     from evolution.store import read_rows
 
     a = load_arrays(arrays)
-    c = neighbors
     x = read_rows(store, model, layer, a["neighbors/rows"])
+    syntax = read_rows(store, model, layer, a["syntax/rows"]) if "syntax/rows" in a else None
+    return layer_measures(x, a, neighbors=neighbors, seed=seed + layer, syntax_vectors=syntax)
+
+
+def _within(x: np.ndarray, *, prefix: str, a: dict, annotations: tuple[str, ...], c: NeighborsConfig, seed: int,
+            out: dict, interval: dict) -> None:
+    """Within-type rates of ``annotations`` with chance, ceiling and normalized value, and
+    their intervals (one set of sentence resamples for all: paired)."""
+    from evolution.metrics.neighbors import bootstrap_replicates, normalized, percentile_interval, within_type_measures
+
+    types = a[f"{prefix}/token"]
+    values, queries = within_type_measures(x, types=types, position=a[f"{prefix}/position"],
+                                           annotations={n: a[f"{prefix}/{n}"] for n in annotations},
+                                           k=c.k, metric=c.metric, chance=True, per_query=True)
+    if prefix == "syntax":  # on the annotated text: the rates only (position distance: the main text's)
+        values.pop("position_distance")
+    out.update(values)
+    out["queries"].update({name: int(np.isfinite(v).sum()) for name, v in queries.items() if name in values})
+    for n in annotations:
+        rate, chance, ceiling = (values[f"same_{n}{s}"] for s in ("", "_chance", "_ceiling"))
+        out[f"same_{n}_normalized"] = normalized(rate, chance, ceiling)
+    if not c.bootstrap:
+        return
+    boot = {name: bootstrap_replicates(v, sentence=a[f"{prefix}/sentence"], groups=types, n_boot=c.bootstrap,
+                                       seed=seed)
+            for name, v in queries.items() if name in values}
+    for n in annotations:
+        boot[f"same_{n}_normalized"] = normalized(*(boot[f"same_{n}{s}"] for s in ("", "_chance", "_ceiling")))
+    interval.update({name: percentile_interval(v, 0.95) for name, v in boot.items()})
+
+
+def layer_measures(x: np.ndarray, a: dict[str, np.ndarray], *, neighbors: NeighborsConfig, seed: int = 0,
+                   syntax_vectors: np.ndarray | None = None) -> dict[str, Any]:
+    """The measures of one layer (``value`` names of the module docstring); under
+    ``queries``, measure -> the number of queries counted; under ``interval``,
+    measure -> (low, high): the 95% percentile interval of ``neighbors.bootstrap``
+    resamples of whole sentences (``a[".../sentence"]``; replicate r draws with
+    ``default_rng([seed, r])``). ``x`` (n, d) the states of ``a["neighbors/rows"]``; ``syntax_vectors`` those of ``a["syntax/rows"]`` (annotated text)."""
+    from evolution.metrics.neighbors import bootstrap_interval, knn, same_label_per_query
+
+    c = neighbors
     ids = knn(x, k=c.k, metric=c.metric, index=c.index)
     same = same_label_per_query(ids, a["neighbors/token"])
-    within, queries = within_type_measures(x, types=a["neighbors/token"], position=a["neighbors/position"],
-                                           annotations={"left": a["neighbors/left"], "right": a["neighbors/right"]},
-                                           k=c.k, metric=c.metric, per_query=True)
-    out: dict[str, Any] = {"same_token": float(np.nanmean(same)), **within}
+    out: dict[str, Any] = {"same_token": float(np.nanmean(same)),
+                           "queries": {"same_token": int(np.isfinite(same).sum())}}
     interval: dict[str, tuple[float, float]] = {}
     if c.bootstrap:
-        boot = dict(sentence=a["neighbors/sentence"], n_boot=c.bootstrap, seed=seed + layer)
-        interval["same_token"] = bootstrap_interval(same, **boot)
-        interval.update({name: bootstrap_interval(v, groups=a["neighbors/token"], **boot) for name, v in queries.items()})
-    if "syntax/rows" in a:  # on the annotated text: same POS / dependency relation among same-token neighbours
-        r, queries = within_type_measures(read_rows(store, model, layer, a["syntax/rows"]), types=a["syntax/token"],
-                                          position=a["syntax/position"],
-                                          annotations={"pos": a["syntax/pos"], "deprel": a["syntax/deprel"]},
-                                          k=c.k, metric=c.metric, chance=True, per_query=True)
-        out.update({name: v for name, v in r.items() if name.startswith("same_")})
-        if c.bootstrap:
-            boot = dict(sentence=a["syntax/sentence"], groups=a["syntax/token"], n_boot=c.bootstrap, seed=seed + layer)
-            interval.update({name: bootstrap_interval(v, **boot) for name, v in queries.items()
-                             if name.startswith("same_")})
+        interval["same_token"] = bootstrap_interval(same, sentence=a["neighbors/sentence"], n_boot=c.bootstrap,
+                                                    seed=seed)
+    _within(x, prefix="neighbors", a=a, annotations=("left", "right"), c=c, seed=seed, out=out, interval=interval)
+    if syntax_vectors is not None:
+        _within(syntax_vectors, prefix="syntax", a=a, annotations=("pos", "deprel"), c=c, seed=seed, out=out,
+                interval=interval)
     out["interval"] = interval
     return out
 
 
 class Neighbors(Analysis):
     name = "neighbors"
-    version = 2  # 2: bootstrap intervals over sentences
+    version = 3  # 2: bootstrap intervals over sentences; 3: queries without a left / right token left out,
+    # chance / ceiling / normalized for every within-type rate, per-replicate sentence draws
     section = "neighbors"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -101,13 +161,20 @@ class Neighbors(Analysis):
         measures = [n for n in MEASURES if any(n in r for r in results.values())]
         val = np.full((len(models), L, len(measures)), np.nan)
         ci = np.full((len(models), L, len(measures), 2), np.nan)
+        queries = np.zeros((len(models), len(measures)), dtype=np.int64)
         for i, m in enumerate(models):
             for layer in range(L):
                 r = results.get(f"{m}-{layer}", {})
                 for j, name in enumerate(measures):
                     val[i, layer, j] = r.get(name, np.nan)
                     ci[i, layer, j] = r.get("interval", {}).get(name, (np.nan, np.nan))
+                    if layer == 0:
+                        base = name.removesuffix("_normalized")
+                        queries[i, j] = r.get("queries", {}).get(base, 0)
         ds = xr.Dataset({"value": (("model", "layer", "measure"), val),
+                         "queries": (("model", "measure"), queries,
+                                     {"long_name": "queries counted (the same at every layer; a query without a "
+                                                   "left / right token is not counted in that rate)"}),
                          "interval": (("model", "layer", "measure", "bound"), ci,
                                       {"long_name": f"95% bootstrap interval over sentences "
                                                     f"({inputs.config.neighbors.bootstrap} replicates; NaN: none)"})},
@@ -125,7 +192,9 @@ def neighbors_by_layer(path):
     labels = {"same_token": "same token among k-NN", "position_distance": "position distance (same token)",
               "same_left": "same left neighbour (same token)", "same_right": "same right neighbour (same token)",
               "same_pos": "same POS (PTB tag; same token)", "same_deprel": "same dependency relation (same token)"}
-    measures = [str(m) for m in ds.measure.values if not str(m).endswith("_chance")]
+    labels.update({f"same_{a}_normalized": f"{labels[f'same_{a}']}:\n(rate - chance) / (ceiling - chance)"
+                   for a in ("left", "right", "pos", "deprel")})
+    measures = [str(m) for m in ds.measure.values if not str(m).endswith(BOUND_SUFFIXES)]
     cols = min(4, len(measures))
     rows = -(-len(measures) // cols)
     fig, axes = pyplot.subplots(rows, cols, figsize=(4 * cols, 3.4 * rows), squeeze=False, layout="constrained")
@@ -139,9 +208,11 @@ def neighbors_by_layer(path):
                 band = ds.interval.sel(model=m, measure=meas)
                 ax.fill_between(ds.layer, band.sel(bound="low"), band.sel(bound="high"), color=style.get("color"),
                                 alpha=0.2, linewidth=0)
-            if f"{meas}_chance" in ds.measure.values:  # random neighbours among the type's occurrences
-                ax.plot(ds.layer, ds.value.sel(model=m, measure=f"{meas}_chance"), color=style.get("color"),
-                        linestyle=":", linewidth=0.8, label="chance (dotted)" if i == 0 else None)
+            for suffix, line in (("_chance", ":"), ("_ceiling", "--")):  # the rate's representation-free bounds
+                if f"{meas}{suffix}" in ds.measure.values:
+                    ax.plot(ds.layer, ds.value.sel(model=m, measure=f"{meas}{suffix}"), color=style.get("color"),
+                            linestyle=line, linewidth=0.8,
+                            label=f"{suffix[1:]} ({'dotted' if line == ':' else 'dashed'})" if i == 0 else None)
         ax.set(title=labels.get(meas, meas), xlabel="layer")
         ax.legend(fontsize=8)
     return fig
@@ -153,4 +224,8 @@ Neighbors.figures = {
                                       "occurrences; among occurrences of one token, position distance and the "
                                       "rate of the same left / right neighbour token (fig. 5); with annotated "
                                       "text (corpus.annotated), the rate of the same POS tag / dependency "
-                                      "relation there, dotted: the rate of random neighbours of the same token.")}
+                                      "relation there. Dotted: chance (random neighbours among the token's "
+                                      "other occurrences); dashed: the ceiling (occurrences ordered perfectly "
+                                      "by that context); the normalized panels place each rate between them "
+                                      "(0 = chance, 1 = ceiling). Queries at the start (end) of a sentence have "
+                                      "no left (right) token and are left out.")}

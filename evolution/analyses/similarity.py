@@ -1,5 +1,5 @@
 """PWCCA / CKA between layers and models, and change between adjacent layers by
-frequency (Voita et al. 2019, section 4, figures 3-4; METHODS.md 4).
+frequency (Voita et al. 2019, section 4, figures 3-4; ``docs/metrics.md``).
 
 One unit per set of models that tokenise the similarity sentences
 identically (the same (sentence, position, token id) at the similarity rows:
@@ -7,32 +7,49 @@ models may still differ elsewhere, e.g. one truncates a long sentence of the
 annotated text one piece earlier because it adds a beginning-of-sentence
 token). Views of different sets stay NaN.
 
-=========================  =============================================  =========================
-``similarity/distance``    (metric, model_a, layer_a, model_b, layer_b)   1 - PWCCA (weights from a)
-                                                                          or 1 - CKA
-``change/distance``        (metric, model, layer_pair, freq_bin)          layer n vs n + 1, per
-                                                                          frequency-rank bin
-=========================  =============================================  =========================
+===============================  =============================================  ================================
+``similarity/distance``          (metric, model_a, layer_a, model_b, layer_b)   1 - PWCCA (weights from a)
+                                                                                or 1 - CKA
+``similarity/same_layer``        (metric, model_a, model_b, layer)              same-layer distance, PWCCA the
+                                                                                mean of both directions (what
+                                                                                the interval bounds); layer 0
+                                                                                included
+``similarity/pair``              (model_a, model_b) coordinate                  what the two models differ in
+                                                                                (:func:`pair_kind`)
+``similarity/interval``          (metric, model_a, model_b, layer, bound)       95% bootstrap interval of
+                                                                                ``same_layer``
+``change/distance``              (metric, model, layer_pair, freq_bin)          layer n vs n + 1 on the
+                                                                                occurrences of a frequency-rank
+                                                                                bin (``similarity.freq_bins``)
+``change/interval``              (metric, model, layer_pair, freq_bin, bound)   its 95% bootstrap interval
+``change/n_occurrences``,        (model, freq_bin)                              occurrences and types in a bin
+``n_types``
+``change_equal/...``             as ``change``, plus ``rank_lo``, ``rank_hi``   bins of equal size by frequency
+                                 (model, freq_bin)                              rank (``similarity.equal_bins``)
+===============================  =============================================  ================================
+
+``layer_pair`` carries the coordinates ``layer_from`` and ``layer_to`` (Voita
+et al.'s figure 4 plots the pairs 1-2 .. 5-6: select ``layer_from >= 1``).
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from evolution.metrics.plan import frequency_bins
+from evolution.metrics.similarity import adjacent_change, bin_sizes, bootstrap_distances, centre_intervals
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.plotting import STYLES, adjacent_change_figure, open_group, plt
 from evolution.config import SimilarityConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Similarity", "similarity_task", "adjacent_change", "merge", "similarity_heatmaps",
-           "change_by_frequency"]
+__all__ = ["Similarity", "similarity_task", "adjacent_change", "bootstrap_distances", "merge", "similarity_heatmaps",
+           "change_by_frequency", "pair_kind", "pair_distances", "PAIR_KINDS"]
 
 
 def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], arrays: str,
@@ -46,11 +63,15 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
     Returns ``similarity[method]`` as a nested list (view_a, view_b) over
     ``views`` = [(model, layer), ...], and ``change[method][model]`` as
     (layer_pair, bin) with NaN where a bin has too few occurrences (listed in
-    ``notes``). With ``similarity.bootstrap`` and ``sentence`` (n,) in ``arrays``,
-    ``interval``: 95% percentile intervals over resampled sentences (one resample
-    shared by every model: a paired bootstrap) of the same-layer distances between
-    models (``between[method]``: (layer, model pair, 2)) and of the change
-    (``change[method][model]``: (layer_pair, bin, 2)); see :func:`bootstrap_distances`.
+    ``notes``), the bins' ``sizes`` (:func:`~evolution.metrics.similarity.bin_sizes`)
+    and, with ``similarity.equal_bins``, ``change_equal`` and ``equal_sizes`` the same
+    for bins of equal size (:func:`~evolution.metrics.similarity.equal_size_bins`).
+    With ``similarity.bootstrap`` and ``sentence`` (n,) in ``arrays``, ``interval``:
+    95% intervals over resampled sentences (one resample shared by every model: a
+    paired bootstrap; :func:`bootstrap_distances`) placed around the estimates
+    (:func:`_centre`), of the same-layer distances between models (``between[method]``:
+    (layer, model pair, 2)) and of the change (``change`` / ``change_equal``
+    ``[method][model]``: (layer_pair, bin, 2)).
     """
     from evolution.metrics.similarity import View, pair_similarity
     from evolution.store import read_rows
@@ -74,116 +95,81 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
                 sim["cka"][i, j] = sim["cka"][j, i] = c
     del views
     bins = [tuple(b) for b in bins]
-    change: dict[str, dict[str, list]] = {m: {} for m in methods}
     notes = []
     freq_rank = a["freq_rank"]
     masks = {f"ranks [{lo}, {hi})": (freq_rank >= lo) & (freq_rank < hi) for lo, hi in bins}
+    equal = {}
+    if similarity.equal_bins:
+        from evolution.metrics.similarity import equal_size_bins
+
+        index = equal_size_bins(freq_rank, bins=similarity.equal_bins)
+        equal = {f"equal bin {b + 1} of {similarity.equal_bins}": index == b for b in range(similarity.equal_bins)}
+    every = {**masks, **equal}  # one pass over the states and one bootstrap for both kinds of bin
+    change = {kind: {m: {} for m in methods} for kind in ("change", "change_equal")}
     for g in models:
         states = [read_rows(store, g, layer, rows[g]) for layer in range(n_layers[g])]  # read once, sliced per bin
-        per_method, bin_notes = adjacent_change(states, masks, methods=methods, epsilon=kw["epsilon"],
+        per_method, bin_notes = adjacent_change(states, every, methods=methods, epsilon=kw["epsilon"],
                                                 min_ratio=kw["min_ratio"], name=g)
         notes += bin_notes
         for m in methods:
-            change[m][g] = per_method[m]
-    out = {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
-           "bins": bins, "n": int(len(freq_rank)), "notes": notes}
+            arr = np.asarray(per_method[m], dtype=float).reshape(n_layers[g] - 1, len(every))
+            change["change"][m][g] = arr[:, :len(masks)].tolist()
+            change["change_equal"][m][g] = arr[:, len(masks):].tolist()
+    out = {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change["change"],
+           "bins": bins, "n": int(len(freq_rank)), "notes": notes, "sizes": bin_sizes(freq_rank, masks)}
+    if equal:
+        out["change_equal"], out["equal_sizes"] = change["change_equal"], bin_sizes(freq_rank, equal)
     if similarity.bootstrap and "sentence" in a:
         out["interval"] = bootstrap_distances(
             read=lambda g, layer: np.asarray(read_rows(store, g, layer, rows[g]), dtype=np.float64),
-            models=models, n_layers=n_layers, sentence=a["sentence"], masks=masks, methods=methods,
+            models=models, n_layers=n_layers, sentence=a["sentence"], masks=every, methods=methods,
             replicates=similarity.bootstrap, seed=seed, **kw)
+        _centre(out["interval"], sim=sim, keys=keys, change=change, n_layers=n_layers,
+                split=(len(masks), len(equal)))
     return out
 
 
-def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], sentence: np.ndarray,
-                        masks: dict[str, np.ndarray], methods: list[str], replicates: int, seed: int,
-                        epsilon: float, min_ratio: float, level: float = 0.95) -> dict[str, Any]:
-    """``read(model, layer)`` (n, d) the states of the compared occurrences, ``sentence``
-    (n,) their sentences. Percentile intervals of the distances the figures compare, over ``replicates``
-    resamples of whole sentences (replicate ``r`` draws with ``default_rng([seed, r])``,
-    the same occurrences for every model): the same-layer distance of every pair of
-    models, and each model's change between adjacent layers per subset of ``masks``.
-    Each replicate redoes the SVDs (a View per model and layer), one layer at a time."""
-    from evolution.metrics.plan import rows_by_sentence
-    from evolution.metrics.similarity import View, cka, pair_similarity, pwcca
-
-    fns = {"pwcca": pwcca, "cka": cka}
-    groups = list(rows_by_sentence(np.asarray(sentence)).values())
-    picks = [np.concatenate([groups[k] for k in np.random.default_rng([seed, r]).integers(0, len(groups),
-                                                                                          len(groups))])
-             for r in range(replicates)]
-    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
+def _centre(iv: dict, *, sim: dict[str, np.ndarray], keys: list[tuple[str, int]], change: dict,
+            n_layers: dict[str, int], split: tuple[int, int]) -> None:
+    """Place the percentile intervals of :func:`bootstrap_distances` (``iv``, changed in
+    place) around the estimates (:func:`~evolution.metrics.similarity.centre_intervals`):
+    the same-layer distances from ``sim`` (views ``keys``) and the change of both kinds of
+    bin (``change[kind][method][model]``; ``split``: rank bins, equal-size bins), which
+    ``iv["change"]`` holds side by side; afterwards ``iv["change"]`` and
+    ``iv["change_equal"]`` hold them apart."""
+    view = {v: i for i, v in enumerate(keys)}
     L = max(n_layers.values())
-    between = {m: np.full((replicates, L, len(pairs)), np.nan) for m in methods}
-    change = {m: {g: np.full((replicates, L - 1, len(masks)), np.nan) for g in models} for m in methods}
-    previous: dict[str, np.ndarray] = {}
-    for layer in range(L):
-        states = {g: read(g, layer) for g in models if layer < n_layers[g]}
-        for r, idx in enumerate(picks):
-            views = {g: View(x[idx], epsilon=epsilon, min_ratio=min_ratio, name=f"{g} layer {layer}")
-                     for g, x in states.items()}
-            for p, (a, b) in enumerate(pairs):
-                if a in views and b in views:
-                    p_ab, p_ba, c = pair_similarity(views[a], views[b])
-                    for m in methods:  # PWCCA weights by one view: the mean of both directions
-                        between[m][r, layer, p] = 1.0 - ((p_ab + p_ba) / 2 if m == "pwcca" else c)
-            for g, x in states.items():
-                if g not in previous:
-                    continue
-                for k, mask in enumerate(masks.values()):
-                    sel = idx[mask[idx]]
-                    if len(sel) < min_ratio * x.shape[1]:
-                        continue
-                    va = View(previous[g][sel], epsilon=epsilon, min_ratio=min_ratio)
-                    vb = View(x[sel], epsilon=epsilon, min_ratio=min_ratio)
-                    for m in methods:
-                        change[m][g][r, layer - 1, k] = 1.0 - fns[m](va, vb)
-        previous = states
-    q = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
-
-    def bounds(x: np.ndarray) -> list:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: bins too small
-            return np.moveaxis(np.nanpercentile(x, q, axis=0), 0, -1).tolist()
-
-    return {"pairs": pairs, "replicates": replicates,
-            "between": {m: bounds(v) for m, v in between.items()},
-            "change": {m: {g: bounds(v) for g, v in per.items()} for m, per in change.items()}}
-
-
-
-def adjacent_change(states: list[np.ndarray], masks: dict[str, np.ndarray], *, methods: list[str], epsilon: float,
-                    min_ratio: float, name: str) -> tuple[dict[str, list[list[float]]], list[str]]:
-    """Distance between layers n and n + 1 on each subset of occurrences.
-
-    ``states[layer]`` (n, d) for layers 0..L-1 on the same occurrences;
-    ``masks`` (n,) bool per subset (a frequency bin, a POS group). Returns
-    ``{method: (L - 1, subsets) nested list}`` with NaN where a subset has
-    fewer than ``min_ratio x d`` occurrences (each such subset named in the
-    notes), and the notes.
-    """
-    from evolution.metrics.similarity import View, cka, pwcca
-
-    fns = {"pwcca": pwcca, "cka": cka}
-    L = len(states)
-    out = {m: np.full((L - 1, len(masks)), np.nan) for m in methods}
-    notes = []
-    for b, (label, mask) in enumerate(masks.items()):
-        if mask.sum() < min_ratio * states[0].shape[1]:
-            notes.append(f"change {name} {label}: {int(mask.sum())} occurrences < {min_ratio:g} x d; left as NaN")
-            continue
-        vs = [View(s[mask], name=f"{name} layer {i} {label}", epsilon=epsilon, min_ratio=min_ratio)
-              for i, s in enumerate(states)]
-        for layer in range(L - 1):
-            for m in methods:
-                out[m][layer, b] = 1.0 - fns[m](vs[layer], vs[layer + 1])
-    return {m: v.tolist() for m, v in out.items()}, notes
+    subsets = sum(split)
+    centred: dict[str, dict] = {"change": {}, "change_equal": {}}
+    for m in sim:
+        est = np.full((L, len(iv["pairs"])), np.nan)
+        for p_i, (ga, gb) in enumerate(iv["pairs"]):
+            for layer in range(min(n_layers[ga], n_layers[gb])):
+                i, j = view[(ga, layer)], view[(gb, layer)]
+                est[layer, p_i] = 1.0 - (sim[m][i, j] + sim[m][j, i]) / 2  # PWCCA: mean of both directions
+        iv["between"][m] = centre_intervals(iv["between"][m], iv["between_mean"][m], est)
+        for g, bounds in iv["change"][m].items():
+            pairs = n_layers[g] - 1
+            full = np.concatenate([np.asarray(change[kind][m][g], dtype=float).reshape(pairs, n)
+                                   for kind, n in zip(("change", "change_equal"), split)], axis=1)
+            bounds = np.asarray(bounds, dtype=float).reshape(L - 1, subsets, 2)
+            means = np.asarray(iv["change_mean"][m][g], dtype=float).reshape(L - 1, subsets)
+            out = np.full(bounds.shape, np.nan)
+            out[:pairs] = centre_intervals(bounds[:pairs], means[:pairs], full)
+            centred["change"].setdefault(m, {})[g] = out[:, :split[0]].tolist()
+            centred["change_equal"].setdefault(m, {})[g] = out[:, split[0]:].tolist()
+    iv.update(centred)
+    del iv["between_mean"], iv["change_mean"]
 
 
 def merge(parts: list[dict]) -> dict:
-    """One similarity result from per-tokenisation-class results (NaN across classes)."""
+    """One similarity result from per-tokenisation-class results (NaN across classes); the
+    bin sizes become per model (``sizes`` / ``equal_sizes``: model -> sizes of its class)."""
+    per_model = {}
+    for key in ("sizes", "equal_sizes"):
+        per_model[key] = {g: p[key] for p in parts if key in p for g in dict.fromkeys(v[0] for v in p["views"])}
     if len(parts) == 1:
-        return parts[0]
+        return {**parts[0], **per_model}
     views = [v for p in parts for v in p["views"]]
     methods = list(parts[0]["similarity"])
     sim = {m: np.full((len(views), len(views)), np.nan) for m in methods}
@@ -194,9 +180,12 @@ def merge(parts: list[dict]) -> dict:
             sim[m][off:off + n, off:off + n] = p["similarity"][m]
         off += n
     change = {m: {g: v for p in parts for g, v in p["change"][m].items()} for m in methods}
+    out = {"views": views, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
+           "bins": parts[0]["bins"], "n": parts[0]["n"], "notes": [n for p in parts for n in p["notes"]], **per_model}
+    if all("change_equal" in p for p in parts):
+        out["change_equal"] = {m: {g: v for p in parts for g, v in p["change_equal"][m].items()} for m in methods}
     # intervals are per class (their replicates resample different occurrences): none across classes
-    return {"views": views, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
-            "bins": parts[0]["bins"], "n": parts[0]["n"], "notes": [n for p in parts for n in p["notes"]]}
+    return out
 
 
 def tokenisation_classes(inputs: Inputs) -> list[list[str]]:
@@ -214,7 +203,7 @@ def tokenisation_classes(inputs: Inputs) -> list[list[str]]:
 
 class Similarity(Analysis):
     name = "similarity"
-    version = 2  # 2: bootstrap intervals
+    version = 3  # 2: bootstrap intervals; 3: equal-size bins, bin sizes, same-layer distances by pair kind
     section = "similarity"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -260,47 +249,123 @@ class Similarity(Analysis):
             for b_i, (mb, lb) in enumerate(views):
                 for q, meth in enumerate(methods):
                     dist[q, models.index(ma), la, models.index(mb), lb] = 1.0 - similarity["similarity"][meth][a_i][b_i]
-        out = {"similarity": xr.Dataset(
-            {"distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"), dist)},
+        same = np.diagonal(dist, axis1=2, axis2=4)  # (metric, model_a, model_b, layer)
+        same = (same + np.swapaxes(same, 1, 2)) / 2  # PWCCA: mean of both directions; CKA is symmetric
+        runs = dict(inputs.attrs.get("runs", {}))
+        kinds = [[pair_kind(a, b, objectives={m: inputs.models[m].objective for m in models}, runs=runs)
+                  for b in models] for a in models]
+        ds = xr.Dataset(
+            {"distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"), dist),
+             "same_layer": (("metric", "model_a", "model_b", "layer"), same,
+                            {"long_name": "distance between two models at the same layer (PWCCA: mean of both "
+                                          "directions)"})},
             coords={"metric": strings(methods), "model_a": strings(models), "layer_a": layer,
-                    "model_b": strings(models), "layer_b": layer},
-            attrs={"n_occurrences": similarity["n"], "notes": similarity["notes"]})}
-        bins = [f"{lo}-{hi}" for lo, hi in similarity["bins"]]
-        ch = np.full((len(methods), len(models), L - 1, len(bins)), np.nan)
-        for q, meth in enumerate(methods):
-            for m, rows in similarity["change"][meth].items():
-                arr = np.asarray(rows, dtype=float)
-                ch[q, models.index(m), :len(arr)] = arr
-        out["change"] = xr.Dataset(
-            {"distance": (("metric", "model", "layer_pair", "freq_bin"), ch,
-                          {"long_name": "distance between layer n and n + 1 on occurrences in a frequency-rank bin"})},
-            coords={"metric": strings(methods), "model": strings(models),
-                    "layer_pair": strings(f"{i}-{i + 1}" for i in range(L - 1)),
-                    "layer_from": ("layer_pair", np.arange(L - 1)), "freq_bin": strings(bins),
-                    "rank_lo": ("freq_bin", [lo for lo, _ in similarity["bins"]])},
-            attrs={"frequency": next(iter(inputs.models.values())).frequency})
+                    "model_b": strings(models), "layer_b": layer, "layer": layer,
+                    "pair": (("model_a", "model_b"), np.array(kinds, dtype=object))},
+            attrs={"n_occurrences": similarity["n"], "notes": similarity["notes"], "pair_kinds": list(PAIR_KINDS)})
+        out = {"similarity": ds}
+        frequency = next(iter(inputs.models.values())).frequency
+        out["change"] = _change_dataset(similarity["change"], similarity.get("sizes", {}), methods=methods,
+                                        models=models, L=L, labels=[f"{lo}-{hi}" for lo, hi in similarity["bins"]],
+                                        frequency=frequency)
+        out["change"] = out["change"].assign_coords(rank_lo=("freq_bin", [lo for lo, _ in similarity["bins"]]),
+                                                    rank_hi=("freq_bin", [hi for _, hi in similarity["bins"]]))
+        if "change_equal" in similarity:
+            n_bins = len(next(iter(similarity["equal_sizes"].values()))["n"])
+            out["change_equal"] = _change_dataset(similarity["change_equal"], similarity["equal_sizes"],
+                                                  methods=methods, models=models, L=L,
+                                                  labels=[f"q{b + 1}" for b in range(n_bins)], frequency=frequency,
+                                                  ranges=True)
         interval = similarity.get("interval")
         if interval is not None:  # one tokenisation class (merge keeps intervals only then)
             n_boot = interval["replicates"]
             between = np.full((len(methods), len(models), len(models), L, 2), np.nan)
-            change_iv = np.full((len(methods), len(models), L - 1, len(bins), 2), np.nan)
             for q, meth in enumerate(methods):
                 b = np.asarray(interval["between"][meth], dtype=float)  # (layer, pair, 2)
                 for p_i, (ma, mb) in enumerate(interval["pairs"]):
                     i, j = models.index(ma), models.index(mb)
                     between[q, i, j, :len(b)] = between[q, j, i, :len(b)] = b[:, p_i]
-                for m, v in interval["change"][meth].items():
-                    v = np.asarray(v, dtype=float)
-                    change_iv[q, models.index(m), :len(v)] = v
             long_name = f"95% bootstrap interval over sentences ({n_boot} paired replicates)"
             out["similarity"]["interval"] = (("metric", "model_a", "model_b", "layer", "bound"), between,
                                              {"long_name": "same-layer distance (mean of both directions): "
                                                            + long_name})
-            out["similarity"] = out["similarity"].assign_coords(layer=layer, bound=strings(["low", "high"]))
-            out["change"]["interval"] = (("metric", "model", "layer_pair", "freq_bin", "bound"), change_iv,
+            out["similarity"] = out["similarity"].assign_coords(bound=strings(["low", "high"]))
+            for kind in ("change", "change_equal"):
+                if kind not in out or kind not in interval:
+                    continue
+                iv = np.full(out[kind].distance.shape + (2,), np.nan)
+                for q, meth in enumerate(methods):
+                    for m, v in interval[kind][meth].items():
+                        v = np.asarray(v, dtype=float)
+                        iv[q, models.index(m), :len(v)] = v
+                out[kind]["interval"] = (("metric", "model", "layer_pair", "freq_bin", "bound"), iv,
                                          {"long_name": long_name})
-            out["change"] = out["change"].assign_coords(bound=strings(["low", "high"]))
+                out[kind] = out[kind].assign_coords(bound=strings(["low", "high"]))
         return out
+
+
+def _change_dataset(change: dict, sizes: dict[str, dict], *, methods: list[str], models: list[str], L: int,
+                    labels: list[str], frequency: str, ranges: bool = False) -> xr.Dataset:
+    """A change-by-frequency group: ``change[method][model]`` (layer_pair, bin) and per
+    model the bins' ``sizes`` (:func:`~evolution.metrics.similarity.bin_sizes`); with
+    ``ranges`` each model's rank range per bin as variables ``rank_lo`` / ``rank_hi``
+    (equal-size bins: the range depends on the text)."""
+    ch = np.full((len(methods), len(models), L - 1, len(labels)), np.nan)
+    for q, meth in enumerate(methods):
+        for m, rows in change[meth].items():
+            arr = np.asarray(rows, dtype=float).reshape(-1, len(labels)) if len(labels) else np.empty((0, 0))
+            ch[q, models.index(m), :len(arr)] = arr
+    per_bin = {key: np.full((len(models), len(labels)), np.nan) for key in ("n", "types", "rank_lo", "rank_hi")}
+    for m, v in sizes.items():
+        for key, arr in per_bin.items():
+            arr[models.index(m)] = v[key]
+    ds = xr.Dataset(
+        {"distance": (("metric", "model", "layer_pair", "freq_bin"), ch,
+                      {"long_name": "distance between layer n and n + 1 on occurrences in a frequency-rank bin"}),
+         "n_occurrences": (("model", "freq_bin"), per_bin["n"], {"long_name": "occurrences in the bin"}),
+         "n_types": (("model", "freq_bin"), per_bin["types"], {"long_name": "token types in the bin"})},
+        coords={"metric": strings(methods), "model": strings(models),
+                "layer_pair": strings(f"{i}-{i + 1}" for i in range(L - 1)),
+                "layer_from": ("layer_pair", np.arange(L - 1)), "layer_to": ("layer_pair", np.arange(1, L)),
+                "freq_bin": strings(labels)},
+        attrs={"frequency": frequency, "bins": "equal occurrences by frequency rank" if ranges else "rank edges"})
+    if ranges:
+        ds["rank_lo"] = (("model", "freq_bin"), per_bin["rank_lo"], {"long_name": "smallest frequency rank in the bin"})
+        ds["rank_hi"] = (("model", "freq_bin"), per_bin["rank_hi"],
+                         {"long_name": "largest frequency rank in the bin + 1"})
+    return ds
+
+
+#: What two models differ in (:func:`pair_kind`), the groups of claim 10's diagnostics.
+PAIR_KINDS = ("same model", "seeds", "objectives, shared init", "objectives, different inits", "token dropout",
+              "same objective", "objectives", "other")
+
+
+def pair_kind(a: str, b: str, *, objectives: dict[str, str | None], runs: dict[str, dict]) -> str:
+    """One of :data:`PAIR_KINDS` for models ``a`` and ``b``. With both in ``runs`` (this project's
+    trained runs: objective, seed, token_dropout; a seed fixes the initial weights, which the
+    objectives of one seed share, Voita et al. 2019, sec. 2): ``seeds`` (one objective, two
+    seeds), ``objectives, shared init`` (two objectives, one seed), ``objectives, different
+    inits`` (two objectives, two seeds), ``token dropout`` (one objective and seed, one of them
+    with token dropout); ``other`` for the rest (a token-dropout model against another
+    objective). Without runs: ``same objective`` or ``objectives`` by objective alone."""
+    if a == b:
+        return "same model"
+    if a in runs and b in runs:
+        ra, rb = runs[a], runs[b]
+        same_objective, same_seed = ra.get("objective") == rb.get("objective"), ra.get("seed") == rb.get("seed")
+        dropout = (float(ra.get("token_dropout", 0.0) or 0.0), float(rb.get("token_dropout", 0.0) or 0.0))
+        if dropout == (0.0, 0.0):
+            if same_objective:
+                return "seeds" if not same_seed else "other"
+            return "objectives, shared init" if same_seed else "objectives, different inits"
+        if same_objective and same_seed and dropout[0] != dropout[1]:
+            return "token dropout"
+        return "other"
+    oa, ob = objectives.get(a), objectives.get(b)
+    if oa is None or ob is None:
+        return "other"
+    return "same objective" if oa == ob else "objectives"
 
 
 def similarity_heatmaps(path, metric: str = "pwcca"):
@@ -343,10 +408,52 @@ def change_by_frequency(path, metric: str = "pwcca"):
     return adjacent_change_figure(path, group="change", groups="freq_bin", xlabel="frequency rank bin", metric=metric)
 
 
+def pair_distances(path, metric: str = "pwcca"):
+    """Same-layer distance of every pair of models from layer 0 up, coloured by what the
+    pair differs in (:func:`pair_kind`): claim 10's diagnostic (two seeds of one objective
+    against two objectives sharing an initialisation and two objectives that do not)."""
+    ds = open_group(path, "similarity")
+    if ds is None or metric not in ds.metric.values or "same_layer" not in ds:
+        return None
+    models = list(ds.model_a.values)
+    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
+    pairs = [(a, b) for a, b in pairs if np.isfinite(ds.same_layer.sel(metric=metric, model_a=a, model_b=b)).any()]
+    if not pairs:
+        return None
+    pyplot = plt()
+    fig, ax = pyplot.subplots(figsize=(6.4, 4.2), layout="constrained")
+    colors = {k: STYLES[i % len(STYLES)]["color"] for i, k in enumerate(PAIR_KINDS)}
+    shown = set()
+    for a, b in pairs:
+        kind = (str(ds.pair.sel(model_a=a, model_b=b).item()) if "pair" in ds.coords else
+                pair_kind(a, b, objectives=dict(ds.attrs.get("objectives", {})), runs=dict(ds.attrs.get("runs", {}))))
+        v = ds.same_layer.sel(metric=metric, model_a=a, model_b=b)
+        ax.plot(ds.layer, v, color=colors.get(kind, "grey"), marker="o", markersize=3, linewidth=1,
+                label=None if kind in shown else kind)
+        shown.add(kind)
+        if "interval" in ds:
+            band = ds.interval.sel(metric=metric, model_a=a, model_b=b)
+            ax.fill_between(ds.layer, band.sel(bound="low"), band.sel(bound="high"), color=colors.get(kind, "grey"),
+                            alpha=0.12, linewidth=0)
+    ax.set(title="same-layer distance between two models, by what they differ in", xlabel="layer",
+           ylabel=f"{metric.upper()} distance", ylim=(0, 1), xticks=ds.layer.values)
+    ax.legend(fontsize=8)
+    return fig
+
+
 Similarity.figures = {
     "similarity_pwcca": (lambda p: similarity_heatmaps(p, "pwcca"),
                          "PWCCA distance between layers of one model and between models at the same layer (fig. 3)."),
     "similarity_cka": (lambda p: similarity_heatmaps(p, "cka"), "The same with linear CKA."),
+    "similarity_pairs": (lambda p: pair_distances(p, "pwcca"),
+                         "PWCCA distance between two models at the same layer (layer 0 = embeddings), coloured by "
+                         "what they differ in: seed, objective with the initial weights shared or not, token "
+                         "dropout (claim 10's diagnostic). Bands: 95% intervals over sentences."),
     "change_pwcca": (lambda p: change_by_frequency(p, "pwcca"),
                      "Change between adjacent layers (PWCCA distance) by token frequency rank (fig. 4)."),
+    "change_equal_pwcca": (lambda p: adjacent_change_figure(p, group="change_equal", groups="freq_bin",
+                                                            xlabel="bin of equal occurrences, by frequency rank",
+                                                            metric="pwcca"),
+                           "The same on bins holding equal numbers of occurrences (q1: the most frequent tokens; "
+                           "the bins' rank ranges and sizes are in the change_equal group)."),
 }

@@ -5,16 +5,23 @@ the queries and columns the keys (input positions, special tokens included),
 and returns sums over queries so that a caller can pool sentences exactly
 (statistic = sum of sums / sum of counts).
 
-Definitions (METHODS.md 7):
+Definitions (docs/heads.md):
 
 * entropy of a query's distribution in nats, against the uniform baseline
   log(n) over the n keys it may attend to (all T in an encoder, the first
   i + 1 in a causal LM);
 * attention to the beginning special token(s) (BOS / [CLS]: the adapter's
   ``prefix``), the end special token(s) (EOS / [SEP]: its ``suffix``),
-  punctuation, the query itself, the previous and the next token;
-* confidence: the maximum weight of a query, EOS queries excluded (Voita et
-  al. 2019b);
+  punctuation, the query itself, the previous and the next token; NaN for a
+  special token the model's input does not have (the MT encoder has no BOS,
+  the LM no EOS), not 0;
+* confidence (Voita et al. ACL 2019: "the average of its maximum attention
+  weight excluding the end of sentence symbol"): per content query (special
+  tokens are not queries) the largest weight on a content key, the weights
+  on the special tokens (the sinks: BOS / EOS / [CLS] / [SEP]) left out and
+  the row not renormalised; ``confidence_with_sink``: the maximum over every
+  key, EOS queries excluded (this project's definition before; a BOS sink
+  inflates it);
 * where the maximum weight goes: relative offsets -1, 0, +1 (a positional
   head has >= 90% of its maxima on one offset).
 
@@ -32,15 +39,17 @@ from typing import Literal, Sequence
 import numpy as np
 
 __all__ = ["word_attention", "word_units", "is_punctuation", "head_sums", "cross_head_sums", "key_shares",
-           "dependency_hits", "js_divergence_sums", "MEASURES", "COUNTS", "OFFSETS"]
+           "special_shares", "dependency_hits", "js_divergence_sums", "MEASURES", "COUNTS", "OFFSETS",
+           "DIRECTIONS", "CLARK_PUNCTUATION"]
 
 #: the per-head statistics, in the order of :func:`head_sums`'s ``sums`` (last axis)
 MEASURES = ("entropy", "uniform_entropy", "to_bos", "to_eos", "to_punct", "to_self", "to_prev", "to_next",
-            "confidence", "max_prev", "max_self", "max_next")
+            "confidence", "max_prev", "max_self", "max_next", "confidence_with_sink")
 #: the denominator of each measure in :func:`head_sums`'s ``counts``
 COUNTS = {"entropy": "queries", "uniform_entropy": "queries", "to_bos": "queries", "to_eos": "queries",
           "to_punct": "queries", "to_self": "queries", "to_prev": "with_prev", "to_next": "with_next",
-          "confidence": "non_eos", "max_prev": "queries", "max_self": "queries", "max_next": "queries"}
+          "confidence": "content", "max_prev": "queries", "max_self": "queries", "max_next": "queries",
+          "confidence_with_sink": "non_eos"}
 
 
 def word_attention(alpha: np.ndarray, units: Sequence[int], *, rule: Literal["mean", "first"] = "mean") -> np.ndarray:
@@ -72,14 +81,44 @@ def word_attention(alpha: np.ndarray, units: Sequence[int], *, rule: Literal["me
 
 _WORD_MARKERS = ("\u2581", "\u0120", "##")
 
+#: the punctuation of Clark et al.'s released code (General_Analysis.ipynb: ``token == "." or token == ","``)
+CLARK_PUNCTUATION = frozenset({".", ","})
 
-def is_punctuation(piece: str) -> bool:
-    """Whether a token string is punctuation only (word markers ``▁``, ``Ġ``, ``##`` stripped)."""
+
+def is_punctuation(piece: str, *, rule: Literal["clark", "unicode"] = "clark") -> bool:
+    """Whether a token string counts as punctuation, its word marker (``▁``, ``Ġ``, ``##``) stripped.
+
+    ``rule="clark"`` (default): the piece is ``.`` or ``,``, as Clark et al.'s released
+    attention-analysis code counts it; ``rule="unicode"``: every character of the piece is
+    Unicode punctuation (category P*: also ``!``, ``?``, ``;``, quotes, brackets, dashes).
+    """
     for m in _WORD_MARKERS:
         if piece.startswith(m):
             piece = piece[len(m):]
             break
-    return bool(piece) and all(unicodedata.category(c).startswith("P") for c in piece)
+    if rule == "clark":
+        return piece in CLARK_PUNCTUATION
+    if rule == "unicode":
+        return bool(piece) and all(unicodedata.category(c).startswith("P") for c in piece)
+    raise ValueError(f"rule must be 'clark' or 'unicode' (metrics.heads.punctuation), got {rule!r}")
+
+
+def _to_keys(alpha: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per query the weight on the keys of ``mask`` (T_key,): (..., T_query); NaN where the
+    input has no such key (attention to a token the model does not have is not 0)."""
+    mask = np.asarray(mask, bool)
+    if not mask.any():
+        return np.full(alpha.shape[:-1], np.nan)
+    return alpha[..., mask].sum(-1)
+
+
+def _content_max(alpha: np.ndarray, sink: np.ndarray) -> np.ndarray:
+    """Per query the largest weight on a key that is not a sink (special token): (..., T_query);
+    NaN where every key is a sink."""
+    sink = np.asarray(sink, bool)
+    if sink.all():
+        return np.full(alpha.shape[:-1], np.nan)
+    return alpha[..., ~sink].max(-1)
 
 
 def head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.ndarray, causal: bool,
@@ -92,9 +131,16 @@ def head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.
     measures), ``counts`` (the denominators named in :data:`COUNTS`) and, with
     ``norm`` (L, H, T, T) = ||alpha_ij f_h(x_j)|| (Kobayashi et al. 2020),
     ``norm_sums`` (L, H, 3): the shares of each query's norm mass going to
-    bos, eos and punctuation keys, summed over queries.
+    bos, eos and punctuation keys, summed over queries. ``to_bos`` / ``to_eos``
+    (and their norm shares) are NaN when the mask is empty.
+
+    ``confidence`` (Voita et al. ACL 2019): summed over the content queries
+    (neither ``bos`` nor ``eos``), each query's largest weight on a content key;
+    ``confidence_with_sink``: summed over the non-EOS queries, the largest weight
+    on any key.
     """
     alpha = np.asarray(alpha, dtype=np.float64)
+    bos, eos = np.asarray(bos, bool), np.asarray(eos, bool)
     L, H, T, _ = alpha.shape
     idx = np.arange(T)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -107,12 +153,15 @@ def head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.
     prev[..., 1:] = alpha[..., idx[1:], idx[1:] - 1]
     nxt = np.zeros((L, H, T))
     nxt[..., :-1] = alpha[..., idx[:-1], idx[:-1] + 1]
-    conf = np.where(eos[None, None, :], 0.0, alpha.max(-1))
-    per_query = [ent, uniform, alpha[..., bos].sum(-1), alpha[..., eos].sum(-1), alpha[..., punct].sum(-1),
-                 alpha[..., idx, idx], prev, nxt, conf, offset == -1, offset == 0, offset == 1]
+    sink = bos | eos
+    conf = np.where(sink, 0.0, _content_max(alpha, sink))  # sink queries add 0 and are not counted
+    conf_sink = np.where(eos[None, None, :], 0.0, alpha.max(-1))
+    per_query = [ent, uniform, _to_keys(alpha, bos), _to_keys(alpha, eos), alpha[..., np.asarray(punct, bool)].sum(-1),
+                 alpha[..., idx, idx], prev, nxt, conf, offset == -1, offset == 0, offset == 1, conf_sink]
     sums = np.stack([np.asarray(p, dtype=np.float64).sum(-1) for p in per_query], axis=-1)
-    counts = {"queries": T, "with_prev": T - 1, "with_next": T - 1, "non_eos": int((~eos).sum())}
-    norm_sums = None if norm is None else key_shares(norm, [bos, eos, punct])
+    counts = {"queries": T, "with_prev": T - 1, "with_next": T - 1, "non_eos": int((~eos).sum()),
+              "content": int((~sink).sum())}
+    norm_sums = None if norm is None else special_shares(norm, bos=bos, eos=eos, punct=punct)
     return sums, counts, norm_sums
 
 
@@ -122,17 +171,21 @@ def cross_head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punc
     encoder-decoder attention): ``alpha`` (L, H, T_query, T_key), the masks over the
     keys (source positions). The measures that need a query's own position in the keys
     (to self / previous / next, the offsets of the maximum) are NaN; entropy's uniform
-    baseline is log(T_key); confidence counts every query.
+    baseline is log(T_key); every query counts; ``confidence`` is the largest weight on
+    a source key that is neither ``bos`` nor ``eos``, ``confidence_with_sink`` on any
+    key; ``to_bos`` / ``to_eos`` are NaN for a mask that is empty (the source has no BOS).
     """
     alpha = np.asarray(alpha, dtype=np.float64)
+    bos, eos = np.asarray(bos, bool), np.asarray(eos, bool)
     L, H, Tq, Tk = alpha.shape
     with np.errstate(divide="ignore", invalid="ignore"):
         ent = -np.where(alpha > 0, alpha * np.log(alpha), 0.0).sum(-1)
     applies = {"entropy": ent, "uniform_entropy": np.full((L, H, Tq), np.log(Tk)),
-               "to_bos": alpha[..., np.asarray(bos, bool)].sum(-1), "to_eos": alpha[..., np.asarray(eos, bool)].sum(-1),
-               "to_punct": alpha[..., np.asarray(punct, bool)].sum(-1), "confidence": alpha.max(-1)}
+               "to_bos": _to_keys(alpha, bos), "to_eos": _to_keys(alpha, eos),
+               "to_punct": alpha[..., np.asarray(punct, bool)].sum(-1), "confidence": _content_max(alpha, bos | eos),
+               "confidence_with_sink": alpha.max(-1)}
     sums = np.stack([applies[m].sum(-1) if m in applies else np.full((L, H), np.nan) for m in MEASURES], axis=-1)
-    return sums, {"queries": Tq, "with_prev": Tq, "with_next": Tq, "non_eos": Tq}
+    return sums, {"queries": Tq, "with_prev": Tq, "with_next": Tq, "non_eos": Tq, "content": Tq}
 
 
 def key_shares(weights: np.ndarray, masks: Sequence[np.ndarray]) -> np.ndarray:
@@ -142,6 +195,17 @@ def key_shares(weights: np.ndarray, masks: Sequence[np.ndarray]) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float64)
     share = w / np.maximum(w.sum(-1, keepdims=True), 1e-30)
     return np.stack([share[..., np.asarray(m, bool)].sum(-1).sum(-1) for m in masks], axis=-1)
+
+
+def special_shares(weights: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.ndarray) -> np.ndarray:
+    """:func:`key_shares` for the key types bos, eos, punct: (..., 3), NaN for bos or eos when
+    the input has no such token (the MT encoder's BOS, the LM's EOS); a sentence without
+    punctuation gives 0."""
+    out = key_shares(weights, [bos, eos, punct])
+    for k, mask in enumerate((bos, eos)):
+        if not np.asarray(mask, bool).any():
+            out[..., k] = np.nan
+    return out
 
 
 #: relative offsets of the fixed-offset baseline (Clark et al. 2019: the best "predict the
@@ -158,26 +222,43 @@ def word_units(word_ids: Sequence[int], *, n_prefix: int, n_suffix: int) -> np.n
     return np.concatenate([np.arange(n_prefix), n_prefix + w, n_prefix + n_words + np.arange(n_suffix)])
 
 
+#: the directions of :func:`dependency_hits`, in the order of its last axis
+DIRECTIONS = ("dependent_to_head", "head_to_dependent", "head_to_dependent_clark")
+
+
 def dependency_hits(word_alpha: np.ndarray, heads: Sequence[int], relations: Sequence[int], n_relations: int
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per (layer, head, relation, direction) the number of dependency arcs whose word is
-    predicted by the head's most attended *other* word (Clark et al. 2019, section 4.2).
+    """Per (layer, head, relation, direction) the number of dependency arcs that an attention
+    head's maxima predict (Clark et al. 2019, section 4.2; Voita et al. ACL 2019, section 5.2).
 
     ``word_alpha`` (L, H, n, n) word-to-word attention of one sentence (special
-    tokens removed); ``heads`` (n,) CoNLL-U heads (1-based, 0 = root, whose arcs
-    are skipped); ``relations`` (n,) relation codes. Direction 0: the dependent
-    attends most to its head; direction 1: the head attends most to the
-    dependent. Returns ``hits`` (L, H, R, 2), ``arcs`` (R,) counted arcs and
-    ``offset_hits`` (len(:data:`OFFSETS`), R, 2): the same for the rule "the
-    word at offset k".
+    tokens removed), rows the attending words; ``heads`` (n,) CoNLL-U heads
+    (1-based, 0 = root, whose arcs are skipped); ``relations`` (n,) relation
+    codes. An arc (dependent d, head g) is a hit, by direction
+    (:data:`DIRECTIONS`, the word's own weight always left out):
+
+    0. ``dependent_to_head``: d's most attended other word is g (row d; Clark
+       et al.'s "dep->head", the map as it is);
+    1. ``head_to_dependent``: g's most attended other word is d (row g; the
+       relation read from the head word, as Voita et al.'s syntactic heads);
+    2. ``head_to_dependent_clark``: of all other words, g is the one that
+       attends most to d (column d; Clark et al.'s released code, the map
+       transposed, "head<-dep": it predicts d's head, so every dependent of a
+       word can be a hit, where direction 1 gives each head word one guess).
+
+    Returns ``hits`` (L, H, R, 3), ``arcs`` (R,) counted arcs and
+    ``offset_hits`` (len(:data:`OFFSETS`), R, 3): the same for the rule "the
+    word at offset k" (directions 0 and 2: g = d + k, Clark et al.'s baseline;
+    direction 1: d = g + k); an offset past the sentence predicts nothing.
     """
     a = np.array(word_alpha, dtype=np.float64)
     L, H, n, _ = a.shape
     a[..., np.arange(n), np.arange(n)] = -np.inf  # another word
     pred = a.argmax(-1)  # (L, H, n): the most attended other word of each word
-    hits = np.zeros((L, H, n_relations, 2), dtype=np.int64)
+    attended_by = a.argmax(-2)  # (L, H, n): the other word that attends most to each word
+    hits = np.zeros((L, H, n_relations, len(DIRECTIONS)), dtype=np.int64)
     arcs = np.zeros(n_relations, dtype=np.int64)
-    offset_hits = np.zeros((len(OFFSETS), n_relations, 2), dtype=np.int64)
+    offset_hits = np.zeros((len(OFFSETS), n_relations, len(DIRECTIONS)), dtype=np.int64)
     for dep, (head, rel) in enumerate(zip(heads, relations)):
         if head == 0:
             continue
@@ -185,9 +266,11 @@ def dependency_hits(word_alpha: np.ndarray, heads: Sequence[int], relations: Seq
         arcs[rel] += 1
         hits[:, :, rel, 0] += pred[:, :, dep] == g
         hits[:, :, rel, 1] += pred[:, :, g] == dep
+        hits[:, :, rel, 2] += attended_by[:, :, dep] == g
         for k, off in enumerate(OFFSETS):
             offset_hits[k, rel, 0] += dep + off == g
             offset_hits[k, rel, 1] += g + off == dep
+            offset_hits[k, rel, 2] += dep + off == g
     return hits, arcs, offset_hits
 
 

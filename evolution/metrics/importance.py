@@ -30,6 +30,14 @@ mt         source ``x1..xn </s>``, decoder input      every target position: y1.
            ``</s> y1..ym`` (teacher forcing)          ``</s>``
 =========  =========================================  ===============================
 
+Hugging Face models (:class:`evolution.models.huggingface.HuggingFaceAdapter`)
+use the same rules on their own inputs: a BERT-like masked LM ``[CLS] x'1..x'n
+[SEP]`` with the same corruption (``[MASK]``, random ids from the tokenizer's
+ordinary range) and its masked-LM head; a GPT-2-like causal LM ``x1..xn``
+(no start symbol) predicts x2..xn (its sentences have no end symbol: GPT-2
+marks document ends only). A bare encoder without its pretraining head has no
+loss: :func:`unavailable` says why.
+
 Shapes: ``N`` sentences, ``L`` layers, ``H`` heads.
 """
 
@@ -41,7 +49,31 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Item", "objective_items", "sentence_losses", "mask_gradients", "importance", "normalize_by_layer"]
+__all__ = ["Item", "objective_items", "sentence_losses", "mask_gradients", "importance", "normalize_by_layer",
+           "unavailable", "head_count"]
+
+
+def unavailable(adapter) -> str | None:
+    """Why head-mask importance cannot be computed for ``adapter`` (None when it can): no head
+    gates, or no own pretraining loss (a Hugging Face encoder without its LM head)."""
+    if not hasattr(adapter, "output_projections"):
+        return f"{adapter.name}: {type(adapter).__name__} has no head gates; head importance is computed for " \
+               "fairseq models and Hugging Face BERT-like and GPT-2 models with their pretraining head"
+    return getattr(adapter, "loss_unavailable", None)
+
+
+def head_count(adapter, attention: str) -> int:
+    """The number of heads of one attention type (fairseq and GPT-2 modules: ``num_heads``;
+    Hugging Face BERT-like: ``num_attention_heads``)."""
+    module = adapter.attention_modules(attention)[0]
+    return int(getattr(module, "num_heads", None) or module.num_attention_heads)
+
+
+def _end_label(adapter) -> int | None:
+    """The label after a sentence's last token for the next-token loss: ``</s>`` for fairseq LMs
+    (their training data end every sentence with it); None for a Hugging Face causal LM."""
+    dictionary = getattr(adapter, "dictionary", None)
+    return None if dictionary is None else dictionary.eos()
 
 
 @dataclass(frozen=True)
@@ -63,7 +95,8 @@ def objective_items(adapter, sentences: Sequence[Sequence[int]], *, targets: Seq
                     seed: int = 0) -> list[Item | None]:
     """The :class:`Item` of each sentence (content ids, :meth:`Adapter.tokenize`) under the
     adapter's objective; None where nothing is predicted (an MLM corruption that changed no
-    token, an empty target). ``targets``: target content ids, for MT. The MLM corruption of
+    token, an empty target, a one-token sentence of a causal LM without a start symbol).
+    ``targets``: target content ids, for MT. The MLM corruption of
     sentence s uses ``numpy.random.default_rng([seed, s])``, as the MLM output MI does."""
     from evolution.metrics.masked import corrupt
 
@@ -71,15 +104,19 @@ def objective_items(adapter, sentences: Sequence[Sequence[int]], *, targets: Seq
     objective = adapter.objective
     if objective == "mt" and targets is None:
         raise ValueError(f"{adapter.name}: a translation model's loss needs the target sentences")
+    end = _end_label(adapter) if objective == "lm" else None
+    mask_id = adapter.mask_id if adapter.mask_id is not None else getattr(adapter, "loss_mask_id", None)
+    if objective == "mlm" and mask_id is None:
+        raise ValueError(f"{adapter.name}: a masked LM's loss needs a mask symbol, and this model has none")
     for s, ids in enumerate(sentences):
         ids = list(ids)
         if objective == "lm":
-            inputs = adapter.build_input(ids)  # prefix (one symbol) + content: position t predicts t + 1
-            out.append(Item(inputs, None, np.arange(len(inputs)), np.asarray([*ids, adapter.dictionary.eos()])))
+            inputs = adapter.build_input(ids)  # position t predicts input t + 1, the last one the end label
+            labels = [*inputs[1:], *([end] if end is not None else [])]
+            out.append(Item(inputs, None, np.arange(len(labels)), np.asarray(labels)) if labels else None)
         elif objective == "mlm":
             low, high = adapter.ordinary_ids
-            new, changed = corrupt(ids, rng=np.random.default_rng([seed, s]), mask_id=adapter.mask_id,
-                                   low=low, high=high)
+            new, changed = corrupt(ids, rng=np.random.default_rng([seed, s]), mask_id=mask_id, low=low, high=high)
             out.append(Item(adapter.build_input(new), None, adapter.content_offset + changed,
                             np.asarray(ids)[changed]) if len(changed) else None)
         else:
@@ -120,7 +157,7 @@ def mask_gradients(adapter, items: Sequence[Item], *, attentions: Sequence[str] 
 
     items = list(items)
     projections = {a: adapter.output_projections(a) for a in attentions}
-    out = {a: np.zeros((len(items), len(p), adapter.attention_modules(a)[0].num_heads)) for a, p in projections.items()}
+    out = {a: np.zeros((len(items), len(p), head_count(adapter, a))) for a, p in projections.items()}
     for batch in batches([it.length for it in items], max_batch_tokens=max_batch_tokens):
         chosen = [items[i] for i in batch]
         gates = {a: torch.ones((len(batch), *out[a].shape[1:]), requires_grad=True) for a in attentions}

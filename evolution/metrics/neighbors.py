@@ -1,10 +1,18 @@
-"""Who are your neighbours? (Voita, Sennrich & Titov 2019, section 5; METHODS.md 3).
+"""Who are your neighbours? (Voita, Sennrich & Titov 2019, section 5; ``docs/metrics.md``).
 
 For occurrences pooled from many token types: the share of each query's k
 nearest neighbours (itself excluded) that are the same token. Within the
 occurrences of one token type: the mean position distance to the neighbours,
 and the share of neighbours with the same left / right neighbour token (or
-any other per-occurrence annotation, such as POS).
+any other per-occurrence annotation, such as POS), read between two bounds
+that do not depend on the representation: the *chance* level (neighbours
+drawn at random among the type's other occurrences) and the *ceiling* (a
+representation that orders the type's occurrences perfectly by the
+annotation). A query without a value (no left token at the start of a
+sentence, no right token at its end: annotation < 0) is left out, not
+counted as a miss.
+
+Intervals: :func:`bootstrap_interval`, a cluster bootstrap over sentences.
 """
 
 from __future__ import annotations
@@ -13,7 +21,11 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["knn", "same_label_rate", "same_label_per_query", "within_type_measures", "bootstrap_interval"]
+__all__ = ["knn", "same_label_rate", "same_label_per_query", "within_type_measures", "bootstrap_interval",
+           "bootstrap_replicates", "sentence_draws", "percentile_interval", "normalized", "BOUNDS"]
+
+#: the representation-free bounds stored beside each within-type annotation rate
+BOUNDS = ("chance", "ceiling")
 
 Metric = Literal["euclidean", "cosine"]
 
@@ -94,6 +106,50 @@ def same_label_per_query(neighbors: np.ndarray, labels: np.ndarray) -> np.ndarra
     return np.where(valid.any(axis=1), per_query, np.nan)
 
 
+def sentence_draws(n_sentences: int, *, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, n_sentences) how often each sentence is drawn in each bootstrap replicate:
+    replicate ``r`` draws ``n_sentences`` sentences with replacement by
+    ``np.random.default_rng([seed, r]).integers(0, n_sentences, n_sentences)`` (the
+    protocol of every sentence bootstrap of this project, so that a loop can redo it)."""
+    return np.stack([np.bincount(np.random.default_rng([seed, r]).integers(0, n_sentences, n_sentences),
+                                 minlength=n_sentences) for r in range(n_boot)]).astype(np.float64)
+
+
+def bootstrap_replicates(values: np.ndarray, *, sentence: np.ndarray, groups: np.ndarray | None = None,
+                         n_boot: int = 200, seed: int = 0) -> np.ndarray:
+    """(n_boot,) the statistic of :func:`bootstrap_interval` on each resample of whole sentences.
+
+    ``values`` (n,) per query, NaN for a query that is not counted; ``sentence`` (n,)
+    each query's sentence. The sentences resampled are every sentence in ``sentence``
+    (those whose queries are all NaN included: empty clusters), so that two measures
+    over the same queries (a rate and its chance level) get the same resamples for the
+    same ``seed`` (:func:`sentence_draws`). A sentence drawn c times counts each of its
+    queries c times: sentences with more queries weigh more, as in the point estimate.
+    The statistic is the mean over the counted queries, or with ``groups`` (n,) the mean
+    over groups of each group's mean (as :func:`within_type_measures` averages over
+    types; a group absent from a resample is left out of that resample's mean).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    _, sent_idx = np.unique(np.asarray(sentence), return_inverse=True)
+    n_sent = int(sent_idx.max()) + 1 if len(sent_idx) else 0
+    ok = ~np.isnan(values)
+    g_idx = (np.zeros(len(values), dtype=np.int64) if groups is None
+             else np.unique(np.asarray(groups), return_inverse=True)[1].astype(np.int64))
+    n_groups = int(g_idx.max()) + 1 if len(g_idx) else 1
+    # per (sentence, group): the sum of the counted values and their number
+    cell = sent_idx[ok] * n_groups + g_idx[ok]
+    sums = np.bincount(cell, weights=values[ok], minlength=n_sent * n_groups).reshape(n_sent, n_groups)
+    counts = np.bincount(cell, minlength=n_sent * n_groups).reshape(n_sent, n_groups).astype(np.float64)
+    draws = sentence_draws(n_sent, n_boot=n_boot, seed=seed)  # (B, S)
+    s, c = draws @ sums, draws @ counts  # (B, G)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if groups is None:
+            return np.where(c[:, 0] > 0, s[:, 0] / c[:, 0], np.nan)
+        means = np.where(c > 0, s / c, np.nan)
+        filled = (c > 0).sum(axis=1)
+        return np.where(filled > 0, np.nansum(means, axis=1) / np.maximum(filled, 1), np.nan)
+
+
 def bootstrap_interval(values: np.ndarray, *, sentence: np.ndarray, groups: np.ndarray | None = None,
                        n_boot: int = 200, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
     """Percentile interval of a mean over queries when whole sentences are resampled with
@@ -101,29 +157,30 @@ def bootstrap_interval(values: np.ndarray, *, sentence: np.ndarray, groups: np.n
 
     ``values`` (n,) per query (NaN: not counted), ``sentence`` (n,) each query's sentence.
     The statistic is the mean over queries, or with ``groups`` (n,) the mean over groups of
-    each group's mean (as :func:`within_type_measures` averages over types). The
-    neighbours are not searched again: the interval is the sampling variability of the
-    average over the queries, given the representation.
+    each group's mean (as :func:`within_type_measures` averages over types); see
+    :func:`bootstrap_replicates`. The neighbours are not searched again: the interval is
+    the sampling variability of the average over the queries, given the representation.
     """
-    values = np.asarray(values, dtype=np.float64)
-    ok = ~np.isnan(values)
-    values, sentence = values[ok], np.asarray(sentence)[ok]
-    _, sent_idx = np.unique(sentence, return_inverse=True)
-    n_sent = int(sent_idx.max()) + 1
-    rng = np.random.default_rng(seed)
-    counts = rng.multinomial(n_sent, np.full(n_sent, 1.0 / n_sent), size=n_boot).astype(np.float64)  # (B, S)
-    w = counts[:, sent_idx]  # (B, n): each query weighted by how often its sentence was drawn
-    if groups is None:
-        stats = (w * values).sum(1) / np.maximum(w.sum(1), 1e-300)
-    else:
-        _, g = np.unique(np.asarray(groups)[ok], return_inverse=True)
-        onehot = np.zeros((len(g), int(g.max()) + 1))
-        onehot[np.arange(len(g)), g] = 1.0
-        sums, weights = (w * values) @ onehot, w @ onehot  # (B, G)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            stats = np.nanmean(np.where(weights > 0, sums / weights, np.nan), axis=1)
+    return percentile_interval(bootstrap_replicates(values, sentence=sentence, groups=groups, n_boot=n_boot, seed=seed),
+                        level)
+
+
+def percentile_interval(stats: np.ndarray, level: float) -> tuple[float, float]:
+    stats = stats[np.isfinite(stats)]
+    if not len(stats):
+        return float("nan"), float("nan")
     lo, hi = np.percentile(stats, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
     return float(lo), float(hi)
+
+
+def normalized(rate, chance, ceiling):
+    """Where a rate lies between its chance level (0) and its ceiling (1):
+    ``(rate - chance) / (ceiling - chance)``; NaN where the ceiling equals chance.
+    Works on floats and on arrays of bootstrap replicates alike."""
+    rate, chance, ceiling = (np.asarray(v, dtype=np.float64) for v in (rate, chance, ceiling))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(ceiling - chance > 0, (rate - chance) / (ceiling - chance), np.nan)
+    return float(out) if out.ndim == 0 else out
 
 
 def within_type_measures(vectors: np.ndarray, *, types: np.ndarray, position: np.ndarray,
@@ -132,47 +189,68 @@ def within_type_measures(vectors: np.ndarray, *, types: np.ndarray, position: np
                          ) -> dict[str, float] | tuple[dict[str, float], dict[str, np.ndarray]]:
     """Neighbour statistics among the occurrences of each token type.
 
-    For each type with at least ``min_occurrences`` occurrences, neighbours
-    are searched among that type's occurrences only (k capped at count - 1).
-    Returns ``position_distance`` (mean |pos(q) - pos(n)|, averaged over
-    queries, then types) and ``same_<name>`` for each annotation (share of
-    neighbours with the query's value, averaged the same way). Values of -1
-    in an annotation (no left neighbour at sentence start, ...) never match.
+    For each type with at least ``min_occurrences`` occurrences (m of them), neighbours
+    are searched among that type's occurrences only (k' = min(k, m - 1)). Returns
+    ``position_distance`` (mean |pos(q) - pos(n)|, averaged over queries, then types) and
+    ``same_<name>`` for each annotation (n,): the share of the k' neighbours whose value
+    is the query's, averaged the same way. A query whose own value is negative (-1: no
+    left neighbour at the start of a sentence, no right one at its end) has no such share
+    and is left out of the average (not counted as a miss); it stays a candidate
+    neighbour of the others (it never matches them). A type none of whose queries has a
+    value is left out of that annotation's average over types.
 
-    With ``chance=True`` also ``same_<name>_chance``: the same average if the
-    neighbours were drawn at random from the type's other occurrences, i.e.
-    ``(count of the query's value in the type - 1) / (occurrences - 1)`` per
-    query. It does not depend on the representation: the floor against which
-    a layer's rate says that the representation groups by ``name`` (a type
-    with one POS has rate = chance = 1 at every layer).
+    With ``chance=True`` also, for each annotation, with c_q the number of the type's
+    occurrences whose value is the query's (the query included), averaged the same way:
 
-    With ``per_query=True`` also each query's value (n,) per measure (NaN for
-    queries of types left out), whose mean per type, averaged over types, is
-    the returned value (:func:`bootstrap_interval` with ``groups=types``).
+    * ``same_<name>_chance`` = (c_q - 1) / (m - 1): the rate if the k' neighbours were
+      drawn at random from the type's other occurrences (the query is not its own
+      candidate); the floor above which a layer groups occurrences by ``name``;
+    * ``same_<name>_ceiling`` = min(c_q - 1, k') / k': the rate of a representation
+      that puts every occurrence with the query's value nearer than any other (ordered
+      perfectly by ``name``), the most any representation can score with this k and
+      these occurrences.
+
+    Neither depends on the vectors. With ``per_query=True`` also each query's value
+    (n,) per measure (NaN for queries left out), whose mean per type, averaged over
+    types, is the returned value (:func:`bootstrap_interval` with ``groups=types``).
     """
     types = np.asarray(types)
     position = np.asarray(position)
-    out: dict[str, list[float]] = {"position_distance": [], **{f"same_{a}": [] for a in annotations}}
-    if chance:
-        out.update({f"same_{a}_chance": [] for a in annotations})
-    queries = {name: np.full(len(types), np.nan) for name in out}
+    names = ["position_distance"]
+    for a in annotations:
+        names += [f"same_{a}"] + ([f"same_{a}_{b}" for b in BOUNDS] if chance else [])
+    queries = {name: np.full(len(types), np.nan) for name in names}
+    counted = 0
     for t in np.unique(types):
         rows = np.flatnonzero(types == t)
-        if len(rows) < max(2, min_occurrences):
+        m = len(rows)
+        if m < max(2, min_occurrences):
             continue
+        counted += 1
         nb = rows[knn(vectors[rows], k=k, metric=metric)]  # global indices (m, k')
+        k_eff = nb.shape[1]
         queries["position_distance"][rows] = np.abs(position[nb] - position[rows][:, None]).mean(1)
         for name, values in annotations.items():
             values = np.asarray(values)
-            q = values[rows][:, None]
-            queries[f"same_{name}"][rows] = ((values[nb] == q) & (q >= 0)).mean(1)
+            q = values[rows]
+            has = q >= 0
+            queries[f"same_{name}"][rows] = np.where(has, (values[nb] == q[:, None]).mean(1), np.nan)
             if chance:
-                _, inverse, counts = np.unique(values[rows], return_inverse=True, return_counts=True)
-                queries[f"same_{name}_chance"][rows] = np.where(values[rows] >= 0,
-                                                                (counts[inverse] - 1) / (len(rows) - 1), 0.0)
-        for name in out:
-            out[name].append(float(queries[name][rows].mean()))
-    if not out["position_distance"]:
+                _, inverse, counts = np.unique(q, return_inverse=True, return_counts=True)
+                same = counts[inverse.ravel()] - 1  # the type's other occurrences with the query's value
+                queries[f"same_{name}_chance"][rows] = np.where(has, same / (m - 1), np.nan)
+                queries[f"same_{name}_ceiling"][rows] = np.where(has, np.minimum(same, k_eff) / k_eff, np.nan)
+    if not counted:
         raise ValueError(f"no token type has {max(2, min_occurrences)} occurrences")
-    values = {name: float(np.mean(v)) for name, v in out.items()}
+    values = {name: _mean_of_type_means(v, types) for name, v in queries.items()}
     return (values, queries) if per_query else values
+
+
+def _mean_of_type_means(per_query: np.ndarray, types: np.ndarray) -> float:
+    """Mean over types of each type's mean over its counted (non-NaN) queries; NaN if none."""
+    ok = ~np.isnan(per_query)
+    if not ok.any():
+        return float("nan")
+    _, g = np.unique(types[ok], return_inverse=True)
+    sums, counts = np.bincount(g, weights=per_query[ok]), np.bincount(g)
+    return float(np.mean(sums / counts))

@@ -184,15 +184,17 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
             continue
         plan.mi[target] = (rows, labels[rows])
     if cfg.neighbors is not None:
-        frequent = _frequent_rows(token_id, main, top=sel.top, min_count=sel.min_count)
+        # the neighbour measures' types: the tokens selection, or its neighbors.top most frequent
+        nsel = sel if cfg.neighbors.top is None else sel.model_copy(update={"top": cfg.neighbors.top})
+        frequent = _frequent_rows(token_id, main, top=nsel.top, min_count=nsel.min_count)
         rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type, rng=rng)
         left, right = neighbour_ids(token_id, sentence)
         plan.neighbors = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
                           "left": left[rows], "right": right[rows], "sentence": sentence[rows]}
         if annotation is not None:
-            frequent = _frequent_rows(token_id, plan.annotated_rows, top=sel.top, min_count=sel.min_count)
+            frequent = _frequent_rows(token_id, plan.annotated_rows, top=nsel.top, min_count=nsel.min_count)
             if _enough_types(plan, "POS / dependency neighbour rates", n_types=len(np.unique(token_id[frequent])),
-                             sel=sel, where=" in the annotated text", fix=" or annotate more text"):
+                             sel=nsel, where=" in the annotated text", fix=" or annotate more text"):
                 rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type,
                                         rng=rng)
                 plan.syntax = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],

@@ -3,7 +3,7 @@
 A *view* is one layer's representations of a fixed set of occurrences,
 shape (n, d). :class:`View` centres it and factorises it once (thin SVD),
 so that comparing V views pairwise costs V factorisations plus a small
-(r x r) SVD per pair, not a factorisation per pair (METHODS.md 4).
+(r x r) SVD per pair, not a factorisation per pair (``docs/metrics.md``).
 
 Distances are ``1 - similarity``: 0 for identical views, invariant to
 rotations and isotropic scaling of either view.
@@ -11,9 +11,13 @@ rotations and isotropic scaling of either view.
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 import numpy as np
 
-__all__ = ["pair_similarity", "View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO"]
+__all__ = ["pair_similarity", "View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO",
+           "equal_size_bins", "bin_sizes", "adjacent_change", "bootstrap_distances", "centre_intervals"]
 
 #: Default minimum occurrences per dimension: CCA on fewer points than ~10 d
 #: overfits (correlations tend to 1 as n approaches d).
@@ -124,3 +128,139 @@ def pwcca_distance(a: View, b: View) -> float:
 
 def cka_distance(a: View, b: View) -> float:
     return 1.0 - cka(a, b)
+
+
+def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], sentence: np.ndarray,
+                        masks: dict[str, np.ndarray], methods: list[str], replicates: int, seed: int,
+                        epsilon: float, min_ratio: float, level: float = 0.95) -> dict[str, Any]:
+    """``read(model, layer)`` (n, d) the states of the compared occurrences, ``sentence``
+    (n,) their sentences. Percentile intervals of the distances the figures compare, over ``replicates``
+    resamples of whole sentences (replicate ``r`` draws with ``default_rng([seed, r])``,
+    the same occurrences for every model): the same-layer distance of every pair of
+    models, and each model's change between adjacent layers per subset of ``masks``.
+    Each replicate redoes the SVDs (a View per model and layer), one layer at a time.
+    ``between`` (layer, pair, 2) and ``change`` (layer_pair, subset, 2) are the plain
+    percentiles; ``between_mean`` / ``change_mean`` the replicates' means, with which
+    :func:`centre_intervals` places them around the estimates (a resample repeats
+    sentences, and repeated rows make CCA fit closer: the replicates' distances sit below
+    the estimate, the more so the fewer occurrences per dimension)."""
+    from evolution.metrics.plan import rows_by_sentence
+
+    fns = {"pwcca": pwcca, "cka": cka}
+    groups = list(rows_by_sentence(np.asarray(sentence)).values())
+    picks = [np.concatenate([groups[k] for k in np.random.default_rng([seed, r]).integers(0, len(groups),
+                                                                                          len(groups))])
+             for r in range(replicates)]
+    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
+    L = max(n_layers.values())
+    between = {m: np.full((replicates, L, len(pairs)), np.nan) for m in methods}
+    change = {m: {g: np.full((replicates, L - 1, len(masks)), np.nan) for g in models} for m in methods}
+    previous: dict[str, np.ndarray] = {}
+    for layer in range(L):
+        states = {g: read(g, layer) for g in models if layer < n_layers[g]}
+        for r, idx in enumerate(picks):
+            views = {g: View(x[idx], epsilon=epsilon, min_ratio=min_ratio, name=f"{g} layer {layer}")
+                     for g, x in states.items()}
+            for p, (a, b) in enumerate(pairs):
+                if a in views and b in views:
+                    p_ab, p_ba, c = pair_similarity(views[a], views[b])
+                    for m in methods:  # PWCCA weights by one view: the mean of both directions
+                        between[m][r, layer, p] = 1.0 - ((p_ab + p_ba) / 2 if m == "pwcca" else c)
+            for g, x in states.items():
+                if g not in previous:
+                    continue
+                for k, mask in enumerate(masks.values()):
+                    sel = idx[mask[idx]]
+                    if len(sel) < min_ratio * x.shape[1]:
+                        continue
+                    va = View(previous[g][sel], epsilon=epsilon, min_ratio=min_ratio)
+                    vb = View(x[sel], epsilon=epsilon, min_ratio=min_ratio)
+                    for m in methods:
+                        change[m][g][r, layer - 1, k] = 1.0 - fns[m](va, vb)
+        previous = states
+    q = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
+
+    def bounds(x: np.ndarray) -> list:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: bins too small
+            return np.moveaxis(np.nanpercentile(x, q, axis=0), 0, -1).tolist()
+
+    def mean(x: np.ndarray) -> list:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmean(x, axis=0).tolist()
+
+    return {"pairs": pairs, "replicates": replicates,
+            "between": {m: bounds(v) for m, v in between.items()},
+            "change": {m: {g: bounds(v) for g, v in per.items()} for m, per in change.items()},
+            "between_mean": {m: mean(v) for m, v in between.items()},
+            "change_mean": {m: {g: mean(v) for g, v in per.items()} for m, per in change.items()}}
+
+
+
+def centre_intervals(bounds, means, estimates) -> list:
+    """Percentile ``bounds`` (..., 2) moved by ``estimates - means`` (...): the bootstrap
+    interval placed around the estimate (its spread from the replicates, its location from
+    the estimate; Efron & Tibshirani 1993, ch. 10: mean(replicates) - estimate is the
+    bootstrap's bias estimate). NaN where either is NaN."""
+    shift = np.asarray(estimates, dtype=float) - np.asarray(means, dtype=float)
+    return (np.asarray(bounds, dtype=float) + shift[..., None]).tolist()
+
+
+def adjacent_change(states: list[np.ndarray], masks: dict[str, np.ndarray], *, methods: list[str], epsilon: float,
+                    min_ratio: float, name: str) -> tuple[dict[str, list[list[float]]], list[str]]:
+    """Distance between layers n and n + 1 on each subset of occurrences.
+
+    ``states[layer]`` (n, d) for layers 0..L-1 on the same occurrences;
+    ``masks`` (n,) bool per subset (a frequency bin, a POS group). Returns
+    ``{method: (L - 1, subsets) nested list}`` with NaN where a subset has
+    fewer than ``min_ratio x d`` occurrences (each such subset named in the
+    notes), and the notes.
+    """
+
+    fns = {"pwcca": pwcca, "cka": cka}
+    L = len(states)
+    out = {m: np.full((L - 1, len(masks)), np.nan) for m in methods}
+    notes = []
+    for b, (label, mask) in enumerate(masks.items()):
+        if mask.sum() < min_ratio * states[0].shape[1]:
+            notes.append(f"change {name} {label}: {int(mask.sum())} occurrences < {min_ratio:g} x d; left as NaN")
+            continue
+        vs = [View(s[mask], name=f"{name} layer {i} {label}", epsilon=epsilon, min_ratio=min_ratio)
+              for i, s in enumerate(states)]
+        for layer in range(L - 1):
+            for m in methods:
+                out[m][layer, b] = 1.0 - fns[m](vs[layer], vs[layer + 1])
+    return {m: v.tolist() for m, v in out.items()}, notes
+
+
+def equal_size_bins(freq_rank: np.ndarray, *, bins: int) -> np.ndarray:
+    """Bin index (n,) of each occurrence for ``bins`` frequency bins of equal size.
+
+    The occurrences with a rank (``freq_rank`` >= 1; 1 = most frequent type) are
+    sorted by rank, ties in their order along the axis, and cut into ``bins``
+    consecutive groups whose sizes differ by at most one (occurrence i of m goes to
+    bin floor(i * bins / m)); a type whose occurrences straddle a cut is split
+    between two bins. Occurrences without a rank (0) get -1. PWCCA and CKA distances
+    depend on the number of occurrences compared (CCA fits closer on fewer), so bins of
+    one size make the distances of frequent and rare tokens comparable (Voita et al.'s
+    rank bins hold 19,026 (ranks 1-10) to 3,575 (2500-5000) occurrences of the test
+    books; ``docs/metrics.md``).
+    """
+    freq_rank = np.asarray(freq_rank)
+    if bins < 1:
+        raise ValueError(f"equal_size_bins: bins must be >= 1, got {bins} (metrics.similarity.equal_bins)")
+    ranked = np.flatnonzero(freq_rank > 0)
+    order = ranked[np.argsort(freq_rank[ranked], kind="stable")]
+    out = np.full(len(freq_rank), -1, dtype=np.int64)
+    out[order] = np.arange(len(order), dtype=np.int64) * bins // max(1, len(order))
+    return out
+
+
+def bin_sizes(freq_rank: np.ndarray, masks: dict[str, np.ndarray]) -> dict[str, list[int]]:
+    """Per bin: occurrences ``n``, distinct ranks (= types) ``types`` and the rank range
+    ``rank_lo`` .. ``rank_hi`` - 1 (0, 0 for an empty bin)."""
+    ranks = [np.asarray(freq_rank)[m] for m in masks.values()]
+    return {"n": [int(len(r)) for r in ranks], "types": [int(len(np.unique(r))) for r in ranks],
+            "rank_lo": [int(r.min()) if len(r) else 0 for r in ranks],
+            "rank_hi": [int(r.max()) + 1 if len(r) else 0 for r in ranks]}

@@ -5,6 +5,14 @@ Supported: BERT-like encoders (objective ``mlm``), GPT-2-like decoders
 Attention is forced to the eager implementation so that per-head weights
 exist. Hidden states are Hugging Face's ``hidden_states`` (for GPT-2 the last
 entry has the final layer norm applied, as Hugging Face defines it).
+
+Head-mask importance (Michel et al. 2019, :mod:`evolution.metrics.importance`)
+needs head gates and the model's own pretraining loss: BERT-like encoders and
+GPT-2 have both when their checkpoint holds the pretraining head (masked-LM
+head; GPT-2's head is its tied input embedding), loaded as
+:attr:`HuggingFaceAdapter.lm_model`. A bare encoder (a sentence-embedding
+model such as MiniLM) has no head: :attr:`HuggingFaceAdapter.loss_unavailable`
+says so.
 """
 
 from __future__ import annotations
@@ -22,6 +30,15 @@ logger = logging.getLogger(__name__)
 __all__ = ["HuggingFaceAdapter"]
 
 _CAUSAL_TYPES = {"gpt2", "gpt_neo", "gptj", "gpt_neox", "llama", "mistral", "opt", "bloom", "qwen2"}
+
+
+def ordinary_range(special_ids, vocab_size: int) -> tuple[int, int]:
+    """The longest run [low, high) of ids below ``vocab_size`` holding no special id: what an
+    MLM corruption's random replacements are drawn from (bert-base-uncased: [104, 30522),
+    past [PAD] 0 and [UNK] [CLS] [SEP] [MASK] 100-103; RoBERTa: [4, 50264), before <mask>)."""
+    cuts = sorted({-1, vocab_size, *(int(i) for i in special_ids if 0 <= int(i) < vocab_size)})
+    low, high = max(((a + 1, b) for a, b in zip(cuts, cuts[1:])), key=lambda r: r[1] - r[0])
+    return low, high
 
 
 def _first_attr(config, names: Sequence[str]):
@@ -99,7 +116,10 @@ class HuggingFaceAdapter(Adapter):
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.special_ids = frozenset(int(i) for i in self.tokenizer.all_special_ids)
         self.prefix, self.suffix = self._special_template()
+        self.ordinary_ids = ordinary_range(self.special_ids,
+                                           min(len(self.tokenizer), int(getattr(cfg, "vocab_size", None) or 1 << 62)))
         self._model = None
+        self._lm = None  # (model with its pretraining head, None) or (None, why there is none)
 
     def _special_template(self) -> tuple[list[int], list[int]]:
         """Special tokens the tokenizer puts around content (e.g. [CLS] ... [SEP])."""
@@ -238,3 +258,109 @@ class HuggingFaceAdapter(Adapter):
         hidden = torch.stack(out.hidden_states).float().numpy()
         att = torch.stack(self._attentions(out)).float().numpy()
         return hidden, att, norms
+
+    # -- head-mask importance (Michel et al. 2019): head gates and the model's own pretraining loss --
+
+    #: model types whose blocks are gated: BERT-like encoders (``attention.output.dense``) and GPT-2
+    #: (``attn.c_proj``); both concatenate the heads in order before that projection
+    GATE_TYPES = NORM_TYPES + ("gpt2",)
+    #: the batch axis of the attention output ``(B, T, d)`` (per-sentence head gates)
+    gate_batch_dim = 0
+
+    @property
+    def attention_types(self) -> tuple[str, ...]:
+        """The analysed stack's self-attention (``encoder_self``, as for every adapter; for GPT-2 the
+        decoder is the analysed stack, as for this project's LM)."""
+        return ("encoder_self",)
+
+    @property
+    def loss_mask_id(self) -> int | None:
+        """The ``[MASK]`` id the masked-LM loss corrupts with (None for other objectives). Kept apart
+        from :attr:`mask_id`, which switches on the MLM-output analyses for this project's models."""
+        return self.tokenizer.mask_token_id if self.objective == "mlm" else None
+
+    def _load_lm(self) -> None:
+        """Load the model with its pretraining head (masked LM / causal LM), or the reason there is none."""
+        import torch
+        import transformers
+        from transformers.utils import logging as hf_logging
+
+        if self.objective == "mt":
+            self._lm = (None, f"{self.name}: the adapter analyses a Hugging Face translation model's encoder only; "
+                              "head importance needs its decoder and the teacher-forced translation loss")
+            return
+        if self.config.model_type not in self.GATE_TYPES:
+            self._lm = (None, f"{self.name}: head gates are implemented for BERT-like encoders "
+                              f"({', '.join(self.NORM_TYPES)}) and GPT-2; model type {self.config.model_type!r} "
+                              "is neither")
+            return
+        if self.objective == "mlm" and self.tokenizer.mask_token_id is None:
+            self._lm = (None, f"{self.name}: the tokenizer has no mask token, so the masked-LM loss is undefined")
+            return
+        auto = transformers.AutoModelForMaskedLM if self.objective == "mlm" else transformers.AutoModelForCausalLM
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # the missing-weights table: reported below as one reason
+        try:
+            model, info = auto.from_pretrained(self.path, attn_implementation="eager", local_files_only=True,
+                                               dtype=torch.float32, output_loading_info=True)
+        except (OSError, ValueError) as exc:
+            self._lm = (None, f"{self.name}: no {auto.__name__[len('AutoModelFor'):]} class for this checkpoint "
+                              f"({exc})")
+            return
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        missing = sorted(info.get("missing_keys") or ())
+        if missing:
+            head = "masked-LM" if self.objective == "mlm" else "language-model"
+            self._lm = (None, f"{self.name}: the checkpoint has no {head} head ({len(missing)} of its weights, e.g. "
+                              f"{missing[0]}, are not in {self.path.name}; a bare encoder such as a sentence-embedding "
+                              "model), so the model's own pretraining loss, whose gradient Michel et al.'s importance "
+                              "is, cannot be computed")
+            return
+        self._lm = (model.eval(), None)
+
+    @property
+    def loss_unavailable(self) -> str | None:
+        """Why this model cannot compute its own pretraining loss (None when it can): a translation
+        model (encoder only), a model type without gates, or a checkpoint without its LM head."""
+        if self._lm is None:
+            self._load_lm()
+        return self._lm[1]
+
+    @property
+    def lm_model(self):
+        """The model with its pretraining head (``*ForMaskedLM`` / ``*ForCausalLM``, eager attention,
+        eval mode), loaded on first use; a separate copy of the weights from :attr:`model`."""
+        reason = self.loss_unavailable
+        if reason is not None:
+            raise ModelLoadError(f"{reason}; leave this model out of metrics.importance")
+        return self._lm[0]
+
+    def _gated_blocks(self) -> list:
+        base = self.lm_model.base_model
+        if self.config.model_type == "gpt2":
+            return list(base.h)
+        return list(base.encoder.layer)
+
+    def attention_modules(self, attention: str = "encoder_self") -> list:
+        """Each layer's attention module (``BertSelfAttention`` / ``GPT2Attention``) of :attr:`lm_model`."""
+        if attention not in self.attention_types:
+            raise ValueError(f"{self.name}: no {attention!r} attention; this model has {self.attention_types}")
+        blocks = self._gated_blocks()
+        return [b.attn if self.config.model_type == "gpt2" else b.attention.self for b in blocks]
+
+    def output_projections(self, attention: str = "encoder_self") -> list:
+        """Each layer's attention output projection of :attr:`lm_model`, whose input is the heads
+        concatenated in order (BERT: ``attention.output.dense``; GPT-2: the ``Conv1D`` ``attn.c_proj``)."""
+        if attention not in self.attention_types:
+            raise ValueError(f"{self.name}: no {attention!r} attention; this model has {self.attention_types}")
+        blocks = self._gated_blocks()
+        return [b.attn.c_proj if self.config.model_type == "gpt2" else b.attention.output.dense for b in blocks]
+
+    def logits(self, inputs: Sequence[Sequence[int]], decoder_inputs: Sequence[Sequence[int]] | None = None):
+        """Output logits ``(B, T, V)`` of :attr:`lm_model` as a torch tensor with autograd on (masked
+        LM: every position; causal LM: position t predicts t + 1); padded positions are masked."""
+        if decoder_inputs is not None:
+            raise ValueError(f"{self.name}: decoder inputs are for translation models")
+        ids, mask, _ = self._pad(inputs)
+        return self.lm_model(input_ids=ids, attention_mask=mask, return_dict=True).logits

@@ -12,9 +12,13 @@ Both head-importance methods of the head papers act there:
 
 A multi-head attention block computes ``out_proj(concat_h head_h)``; the
 concatenation puts head h at features ``h * d_head : (h + 1) * d_head`` in
-fairseq's ``MultiheadAttention`` and in Hugging Face BERT-like encoders alike,
-so :func:`head_gates` multiplies the *input* of each output projection (a
-``torch.nn.Linear``) by the gate of the head each feature belongs to. Gating
+fairseq's ``MultiheadAttention``, Hugging Face BERT-like encoders
+(``attention.output.dense``) and GPT-2 (``attn.c_proj``, a ``Conv1D``) alike,
+so :func:`head_gates` multiplies the *input* of each output projection (any
+module called on the concatenated heads) by the gate of the head each feature
+belongs to. A forward pre-hook, not the library's own head mask: transformers
+5 has dropped ``head_mask`` from BERT and GPT-2, and one hook serves fairseq
+and Hugging Face models the same way. Gating
 with 0 is exactly removing the head (:func:`remove_heads` checks it the other
 way: a model with the heads physically cut out).
 """
@@ -32,15 +36,15 @@ __all__ = ["head_gates", "HardConcreteGate", "remove_heads"]
 
 
 @contextlib.contextmanager
-def head_gates(projections: Sequence[nn.Linear], gates: torch.Tensor, *, batch_dim: int | None = None
+def head_gates(projections: Sequence[nn.Module], gates: torch.Tensor, *, batch_dim: int | None = None
                ) -> Iterator[list[int]]:
     """Within the block, multiply the input of ``projections[l]`` by the gates of layer ``l``.
 
     Parameters
     ----------
     projections
-        The output projection of each layer's attention, ``L`` linear modules whose input
-        is the concatenation of ``H`` heads of ``d_head`` features each.
+        The output projection of each layer's attention, ``L`` modules (``nn.Linear``, GPT-2's
+        ``Conv1D``) whose first input is the concatenation of ``H`` heads of ``d_head`` features each.
     gates
         ``(L, H)``: one gate per head, shared by every sentence; or ``(B, L, H)``: one per
         sentence, which makes ``d(sum_b loss_b) / d gates[b]`` sentence ``b``'s own gradient

@@ -7,7 +7,19 @@ The page carries its data as JSON and draws it with the plain JavaScript below (
 from anywhere else). Long inputs stay usable: only each query's ``top_k`` strongest edges
 are kept. Maps come from the representation store's attention group (the sentences
 extracted with ``extract.attention``); the neuron view re-runs the model for its queries
-and keys (:meth:`evolution.models.Adapter.forward_qk`).
+and keys (:meth:`evolution.models.Adapter.forward_qk`), unscaled, as bertviz's neuron view
+shows them (``transformers_neuron_view/modeling_bert.py``: ``query_layer``, ``key_layer``).
+
+What an edge weighs, per query q (a row):
+
+* ``alpha``: the attention weight alpha_qk (rows are distributions already);
+* ``norm``: ||alpha_qk f(x_k)|| / sum_j ||alpha_qj f(x_j)|| (Kobayashi et al. 2020's weighted
+  norm, stored as ``weighted_norm``, divided by its row sum so that its lines are drawn on the
+  attention's scale);
+* word level: attention *to* a word is the sum over its pieces' columns, attention *from* a
+  word the mean over its pieces' rows (``word_rule="mean"``, Clark et al. 2019, the default of
+  ``heads.word_rule``) or its first piece's row (``"first"``); special tokens are units of
+  their own. Rows stay distributions.
 """
 
 from __future__ import annotations
@@ -48,12 +60,13 @@ def _row_normalised(w: np.ndarray) -> np.ndarray:
 
 
 def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] | None = None, top_k: int = 8,
-               neuron: bool = True) -> dict[str, Any]:
+               neuron: bool = True, word_rule: str = "mean") -> dict[str, Any]:
     """The page's data: per model and sentence, tokens and top-k edges for every
-    (level, weight), and queries / keys for the neuron view.
+    (level, weight), and queries / keys ``(L, H, T, d_head)`` for the neuron view.
 
     ``specs`` maps model names to adapter specs (for token strings and the neuron view);
-    ``sentences`` None: the first 3 sentences every model has stored. Raises
+    ``sentences`` None: the first 3 sentences every model has stored; ``word_rule`` how
+    attention from a word is formed (module docstring; :func:`evolution.metrics.heads.word_attention`). Raises
     ``ValueError`` naming the model and the sentences that are stored when a
     requested sentence was not extracted with attention.
     """
@@ -97,7 +110,8 @@ def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] |
                 words.append(_join(pieces, idx) if n_prefix <= u < n_prefix + n_words else pieces[idx[0]])
             levels = {"subword": {"tokens": pieces, "edges": {w: _edges(m, top_k) for w, m in weights.items()}},
                       "word": {"tokens": words,
-                               "edges": {w: _edges(word_attention(m, units), top_k) for w, m in weights.items()}}}
+                               "edges": {w: _edges(word_attention(m, units, rule=word_rule), top_k)
+                                         for w, m in weights.items()}}}
             item: dict[str, Any] = {"sentence": s, "levels": levels}
             if neuron and adapter.supports_norms:
                 q, kk = adapter.forward_qk([ids])
@@ -105,14 +119,16 @@ def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] |
             items.append(item)
         models.append({"name": name, "layers": int(att.sizes["layer"]), "heads": int(att.sizes["head"]),
                        "sentences": items})
-    return {"models": models, "top_k": top_k}
+    return {"models": models, "top_k": top_k, "word_rule": word_rule}
 
 
 def _join(pieces: list[str], idx: np.ndarray) -> str:
-    """A word from its pieces (SentencePiece ``▁`` / GPT-2 ``Ġ`` / WordPiece ``##`` markers removed)."""
+    """A word from its pieces (SentencePiece ``▁`` / GPT-2 ``Ġ`` / WordPiece ``##`` / subword-nmt ``@@``
+    markers removed)."""
     out = ""
     for i in idx:
         p = pieces[i]
+        p = p[:-2] if p.endswith("@@") else p
         out += p[2:] if p.startswith("##") else p.lstrip("\u2581\u0120")
     return out
 
@@ -121,12 +137,18 @@ def write_views(path: str | Path, data: dict[str, Any], *, title: str = "attenti
     """Write the page (data inlined as JSON; ``</`` escaped so the data cannot end the script)."""
     path = Path(path)
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
-    page = _PAGE.replace("%TITLE%", html.escape(title)).replace("%DATA%", payload)
+    rule = _WORD_RULES.get(data.get("word_rule", "mean"), "")
+    page = _PAGE.replace("%TITLE%", html.escape(title)).replace("%WORDRULE%", rule).replace("%DATA%", payload)
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
     return path
 
+
+_WORD_RULES = {"mean": "Word level: attention to a word is the sum over its pieces, from a word the mean over its "
+                       "pieces (Clark et al. 2019).",
+               "first": "Word level: attention to a word is the sum over its pieces, from a word its first "
+                        "piece's (Clark et al.'s released code)."}
 
 _PAGE = r"""<!doctype html>
 <html><head><meta charset="utf-8"><title>%TITLE%</title>
@@ -141,7 +163,8 @@ table.neuron{border-collapse:collapse;font:11px monospace} table.neuron td{paddi
 </style></head><body>
 <h1>%TITLE%</h1>
 <p>Vig (2019) views of stored attention. Weights: attention <i>alpha</i>, or <i>||alpha f(x)||</i> (Kobayashi et al.
-2020) normalised per query; each query keeps its strongest edges only. Lines run from a query (left) to a key (right).</p>
+2020) normalised per query; each query keeps its strongest edges only. Lines run from a query (left) to a key (right).
+%WORDRULE%</p>
 <div id="controls"></div>
 <div class="panel"><h2>Head view</h2><div id="headctl"></div><svg id="headview"></svg></div>
 <div class="panel"><h2>Model view</h2><p>Layers (rows) x heads (columns); click a thumbnail to show that head above.</p>

@@ -1,166 +1,180 @@
-"""The static report: ``report.md`` and ``report.html`` beside the figures."""
+"""The static report: ``report.md`` and ``report.html`` beside the figures.
+
+The page (:mod:`evolution.report.page`) opens with a title, one paragraph on what was
+run on what (:mod:`evolution.report.summary`) and a table of contents; then the
+findings scorecard with its summary (:mod:`evolution.report.findings`), the trained
+models, the representation and head analyses under human headings
+(:mod:`evolution.report.sections`), notes, and the provenance. No link is written
+whose target is not in the report directory or on the page, and no absolute path is
+written (:mod:`evolution.report.paths`).
+"""
 
 from __future__ import annotations
 
 import html
 import json
+import logging
 from pathlib import Path
+from typing import Callable, Iterable
 
-import numpy as np
-import xarray as xr
-
-from evolution.analyses.plotting import open_group
 from evolution.atomic import replace_dir
 from evolution.report.figures import draw_all
-from evolution.report.scorecard import SD_FACTOR, scorecard, scorecard_table
+from evolution.report.findings import css as findings_css
+from evolution.report.findings import scorecard_html, scorecard_md
+from evolution.report.page import FOLD, Figure, Page, Raw, Section, png_size, render_html, render_md
+from evolution.report.paths import scrub_paths
+from evolution.report.scorecard import scorecard
+from evolution.report.sections import GROUPS, SECTIONS, figure_place, slug, table_place
+from evolution.report.summary import group_attrs, provenance, run_paragraph
+from evolution.report.tables import Table, constant_value, representation_tables, training_table
 
-__all__ = ["write_report"]
+__all__ = ["write_report", "training_table"]
 
+logger = logging.getLogger(__name__)
 
-def _table(da: xr.DataArray, row: str, col: str, fmt: str = "{:.3f}") -> list[list[str]]:
-    head = [row] + [str(c) for c in da[col].values]
-    rows = [head]
-    for r in da[row].values:
-        vals = da.sel({row: r}).values
-        rows.append([str(r)] + ["" if np.isnan(v) else fmt.format(v) for v in vals])
-    return rows
-
-
-def _md(rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    out += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-    return "\n".join(out)
+SCORECARD_TEXT = ("Each verdict is computed from this run's stored numbers by the rule under its claim "
+                  "(evolution/report/scorecard.py), never by hand. Not measurable here: the run lacks what the claim "
+                  "needs, or the difference is within the uncertainty. The paper's values are read off its figures.")
 
 
-def _html_table(rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows[1:])
-    return f"<table><tr>{head}</tr>{body}</table>"
+class _Ids:
+    """Unique anchors: a repeated one gets -2, -3, ..."""
+
+    def __init__(self, taken: Iterable[str] = ()):
+        self.taken = set(taken)
+
+    def __call__(self, base: str) -> str:
+        out, n = base, 1
+        while out in self.taken:
+            n += 1
+            out = f"{base}-{n}"
+        self.taken.add(out)
+        return out
 
 
-def training_table(training: dict) -> tuple[list[list[str]], str]:
-    """Rows of the training summary (``eval.json`` of the train stage) and a caption."""
-    ev = training["evaluation"]
-    rows = [["run", "objective", "seed", "token dropout", "updates", "minutes", "test ppl", "BLEU", "chrF"]]
-    for name, run in training["runs"].items():
-        r, t = ev.get(name, {}), training["timings"].get(name, {})
-        rows.append([name, run["objective"], str(run["seed"]), f"{run['token_dropout']:g}", str(t.get("updates", "")),
-                     f"{t.get('seconds', float('nan')) / 60:.1f}",
-                     f"{r['ppl']:.1f}" if "ppl" in r else "", f"{r['bleu']:.2f}" if "bleu" in r else "",
-                     f"{r['chrf']:.1f}" if "chrf" in r else ""])
-    cfg = training.get("config", {})
-    caption = (f"Test split of the corpus. Unigram baseline perplexity (training-split piece frequencies): "
-               f"{ev['unigram_ppl']:.1f}. LM perplexity is per next token, MLM per masked token (15%). "
-               f"Encoder: {cfg.get('layers')} layers, d = {cfg.get('embed_dim')}, {cfg.get('heads')} heads, "
-               f"FFN {cfg.get('ffn_dim')}; vocabulary {cfg.get('vocab_size')} joint BPE pieces. "
-               f"Training and data preparation took {training['train_seconds'] / 60:.1f} minutes.")
-    return rows, caption
+def _analysis_tables(path) -> list[Table]:
+    from evolution.analyses import ANALYSES
+
+    out = []
+    for analysis in ANALYSES:
+        for heading, rows, caption in analysis.tables(path):
+            t = Table(heading, rows, caption, section=table_place(heading, analysis.name).id)
+            value = constant_value(rows)
+            if value is not None:
+                t.constant = f"{value} in every cell ({t.n_rows} rows, {len(rows[0]) - 1} columns)."
+            out.append(t)
+    return out
+
+
+def _notes(attrs: dict[str, dict]) -> list[str]:
+    return list(dict.fromkeys(str(n) for a in attrs.values() for n in (a.get("notes") or [])))
+
+
+def _analysis_sections(figures: list[Figure], tables: list[Table]) -> list[Section]:
+    """The groups of :data:`~evolution.report.sections.GROUPS` with their subsections, figures
+    first, then tables; empty ones are dropped when rendered."""
+    groups = {gid: Section(gid, heading) for gid, heading in GROUPS.items()}
+    subs = {}
+    for spec in SECTIONS:
+        if spec.id == spec.group:  # a group with no subsections ("Other")
+            subs[spec.id] = groups[spec.group]
+        else:
+            subs[spec.id] = Section(spec.id, spec.heading, intro=spec.intro)
+            groups[spec.group].children.append(subs[spec.id])
+    for f in figures:
+        subs[figure_place(f.name)[0].id].blocks.append(f)
+    for t in tables:
+        subs[t.section or table_place(t.heading).id].blocks.append(t)
+    return list(groups.values())
 
 
 def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = "evolution report",
-                 training: dict | None = None, links: list[tuple[str, str, str]] = ()) -> Path:
-    """Draw every figure and write ``report.md`` and ``report.html`` into
-    ``out_dir`` (written under a temporary name, then moved into place).
-    ``training`` is the train stage's summary (``eval.json``), shown first;
-    ``links`` (file, text, what it is) are pages beside the report, listed
-    under the title. Returns the HTML file."""
+                 training: dict | None = None, links: Iterable[tuple[str, str, str]] = (),
+                 corpus: dict | None = None, pages: dict[str, Callable[[Path], object]] | None = None,
+                 workdir: str | Path | None = None, findings: list | None = None) -> Path:
+    """Draw every figure and write ``report.md`` and ``report.html`` into ``out_dir``
+    (written under a temporary name, then moved into place). Returns the HTML file.
+
+    ``training``: the train stage's summary (``eval.json``); ``corpus``: the corpus stage's
+    ``meta.json`` (what was analysed); ``pages``: file name -> a function that writes that file
+    (given its path) into the report directory before the page, e.g. ``views.html``;
+    ``links``: (file, text, what it is) listed under the title, each only when the file is in
+    the report directory; ``workdir``: paths on the page are shown relative to it (default: the
+    parent of ``out_dir``); ``findings``: the scorecard (default:
+    :func:`evolution.report.scorecard.scorecard` of the store)."""
     out_dir = Path(out_dir)
+    workdir = Path(workdir) if workdir is not None else Path(out_dir).absolute().parent
     with replace_dir(out_dir) as tmp:
-        figures = draw_all(metrics_path, tmp)
-        sections: list[tuple[str, list[list[str]] | None, str]] = []  # (heading, table, text)
+        drawn = draw_all(metrics_path, tmp)
+        for name, write in (pages or {}).items():
+            write(tmp / name)
+        ids = _Ids(["top", "contents", "scorecard", "training", "notes", "provenance", *GROUPS,
+                    *(s.id for s in SECTIONS)])
+        figures = []
+        for name, file, caption in drawn:
+            w, h = png_size(file)
+            figures.append(Figure(name, Path(file).name, figure_place(name)[1], caption, ids(f"fig-{slug(name)}"),
+                                  w, h))
+        tables = representation_tables(metrics_path) + _analysis_tables(metrics_path)
+        attrs = group_attrs(metrics_path)
+        findings = scorecard(metrics_path) if findings is None else list(findings)
+        (tmp / "scorecard.json").write_text(scrub_paths(json.dumps([f.as_dict() for f in findings], indent=1),
+                                                        workdir), encoding="utf-8")
+        anchors = {f.name: f.id for f in figures}
+        sections = [Section("scorecard", "Findings scorecard", intro=SCORECARD_TEXT,
+                            blocks=[Raw(scorecard_html(findings, anchors), scorecard_md(findings, anchors))])]
         if training is not None:
-            sections.append(("Trained models", *training_table(training)))
-        mi = open_group(metrics_path, "mi")
-        attrs = {}
-        if mi is not None:
-            attrs = mi.attrs
-            for t in mi.target.values:
-                m = mi.mi.sel(target=t).mean("restart").transpose("model", "layer").load()
-                if np.isnan(m.values).all():
-                    continue
-                h = ", ".join(f"{k}: {v:.3f}" for k, v in zip(mi.model.values, mi.entropy.sel(target=t).values)
-                              if not np.isnan(v))
-                sections.append((f"MI with the {t} (nats; mean over restarts)", _table(m, "model", "layer"),
-                                 f"H(X): {h}. k = {int(np.nanmax(mi.k.sel(target=t).values))}, occurrences = "
-                                 f"{int(np.nanmax(mi.n.sel(target=t).values))}."))
-        nb = open_group(metrics_path, "neighbors")
-        if nb is not None:
-            for meas in nb.measure.values:
-                table = _table(nb.value.sel(measure=meas).transpose("model", "layer").load(), "model", "layer")
-                text = ""
-                if "interval" in nb and np.isfinite(nb.interval.sel(measure=meas).values).any():
-                    iv = nb.interval.sel(measure=meas).transpose("model", "layer", "bound").values
-                    for r, row in enumerate(table[1:]):
-                        for c in range(1, len(row)):
-                            lo, hi = iv[r, c - 1]
-                            if np.isfinite(lo):
-                                row[c] += f" [{lo:.3f}, {hi:.3f}]"
-                    text = "In brackets: the 95% bootstrap interval over sentences."
-                sections.append((f"Neighbours: {meas}", table, text))
-        sim = open_group(metrics_path, "similarity")
-        if sim is not None:
-            for metric in sim.metric.values:
-                d = sim.distance.sel(metric=metric).load()
-                adj = xr.DataArray(
-                    np.array([[d.sel(model_a=m, model_b=m, layer_a=i, layer_b=i + 1).item()
-                               for i in range(d.sizes["layer_a"] - 1)] for m in d.model_a.values]),
-                    dims=("model", "layer_pair"),
-                    coords={"model": d.model_a.values, "layer_pair": [f"{i}-{i + 1}" for i in range(d.sizes["layer_a"] - 1)]})
-                sections.append((f"{str(metric).upper()} distance between adjacent layers", _table(adj, "model", "layer_pair"),
-                                 f"On {sim.attrs.get('n_occurrences')} occurrences."))
-        from evolution.analyses import ANALYSES
-
-        for analysis in ANALYSES:
-            sections += analysis.tables(metrics_path)
-        notes = list(attrs.get("notes", [])) if attrs else []
-        findings = scorecard(metrics_path)
-        (tmp / "scorecard.json").write_text(json.dumps([f.as_dict() for f in findings], indent=1), encoding="utf-8")
-        card, rules = scorecard_table(findings), [f"{f.number}. {f.rule}." for f in findings]
-        card_text = (f"Each verdict is computed from this run's stored numbers by the rule below "
-                     f"(evolution/report/scorecard.py): an MI difference counts beyond {SD_FACTOR:g} x the combined "
-                     "standard deviation over k-means restarts, and MI within 2% of H(X) is saturated; neighbour "
-                     "rates are compared by their 95% bootstrap intervals over sentences; distances, change and "
-                     "influence by holding in every seed replicate. Not measurable here: the run lacks what the "
-                     "claim needs, or the difference is within the uncertainty.")
-        md = [f"# {title}", ""]
-        if links:
-            md += [f"[{text}]({href}) ({what})." for href, text, what in links] + [""]
-        if attrs:
-            md += [f"Objectives: {json.dumps(attrs.get('objectives', {}))}. Seed {attrs.get('seed')}. "
-                   f"Representations: `{attrs.get('representations')}`.", ""]
-        md += ["## Findings scorecard", "", _md(card), "", card_text, "", "Rules:", ""] + rules + [""]
-        for name, f, caption in figures:
-            md += [f"## {name}", "", f"![{name}]({f.name})", "", caption, ""]
-        md += ["## Values", ""]
-        for heading, table, text in sections:
-            md += [f"### {heading}", "", _md(table), "", text, ""]
+            rows, caption = training_table(training)
+            sections.append(Section("training", "Trained models", blocks=[Table("Runs", rows, caption)]))
+        sections += _analysis_sections(figures, tables)
+        notes = _notes(attrs)
         if notes:
-            md += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-        provenance = json.dumps({k: attrs.get(k) for k in ("config", "versions", "extract_keys")}, indent=1,
-                                default=str)
-        md += ["## Provenance", "", "```json", provenance, "```", ""]
-        (tmp / "report.md").write_text("\n".join(md), encoding="utf-8")
-
-        body = [f"<h1>{html.escape(title)}</h1>"]
-        body += [f"<p><a href=\"{html.escape(href)}\">{html.escape(text)}</a> ({html.escape(what)}).</p>"
-                 for href, text, what in links]
-        if attrs:
-            body.append(f"<p>Objectives: {html.escape(json.dumps(attrs.get('objectives', {})))}; seed "
-                        f"{attrs.get('seed')}.</p>")
-        body.append(f"<h2>Findings scorecard</h2>{_html_table(card)}<p>{html.escape(card_text)}</p><ol>"
-                    + "".join(f"<li>{html.escape(f.rule)}.</li>" for f in findings) + "</ol>")
-        for name, f, caption in figures:
-            body.append(f"<h2>{html.escape(name)}</h2><img src='{f.name}' style='max-width:100%'>"
-                        f"<p>{html.escape(caption)}</p>")
-        body.append("<h2>Values</h2>")
-        for heading, table, text in sections:
-            body.append(f"<h3>{html.escape(heading)}</h3>{_html_table(table)}<p>{html.escape(text)}</p>")
-        if notes:
-            body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
-        body.append("<h2>Provenance</h2><pre>" + html.escape(provenance) + "</pre>")
-        style = ("body{font-family:sans-serif;max-width:1200px;margin:auto} table{border-collapse:collapse;font-size:12px}"
-                 "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}")
-        (tmp / "report.html").write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-                                         f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>",
+            sections.append(Section("notes", "Notes", intro="What the analyses noted while computing.",
+                                    blocks=[_notes_block(notes)]))
+        rows, record = provenance(metrics_path, attrs, workdir=workdir, corpus=corpus, training=training)
+        full = scrub_paths(json.dumps(record, indent=1, default=str), workdir)
+        (tmp / "provenance.json").write_text(full + "\n", encoding="utf-8")
+        sections.append(Section("provenance", "Provenance", blocks=[
+            Table("Versions, seed and keys", rows, "", export=False),
+            Raw(f'<details><summary>The full record (<a href="provenance.json">provenance.json</a>)</summary>'
+                f"<pre>{_esc(full)}</pre></details>",
+                ["The full record: [provenance.json](provenance.json)."])]))
+        for t in (b for s in _walk(sections) for b in s.blocks if isinstance(b, Table)):
+            t.id = ids(f"tab-{slug(t.heading)}")
+            if not t.constant and t.n_rows and t.export:
+                t.csv = f"{t.id}.csv"
+                (tmp / t.csv).write_text(scrub_paths(t.to_csv(), workdir), encoding="utf-8")
+        shown = []
+        for href, text, what in links:
+            if (tmp / href).is_file():
+                shown.append((href, text, what))
+            else:
+                logger.warning("report: no link to %s: not in the report directory", href)
+        page = Page(title, run_paragraph(metrics_path, attrs, corpus=corpus, trained=training is not None), shown,
+                    sections)
+        (tmp / "report.md").write_text(scrub_paths(render_md(page), workdir), encoding="utf-8")
+        (tmp / "report.html").write_text(scrub_paths(render_html(page, extra_css=findings_css()), workdir),
                                          encoding="utf-8")
     return out_dir / "report.html"
+
+
+def _notes_block(notes: list[str]) -> Raw:
+    """The notes as a list, those after the first :data:`FOLD` folded."""
+    items = lambda ns: "".join(f"<li>{_esc(n)}</li>" for n in ns)  # noqa: E731
+    block = f"<ul>{items(notes[:FOLD])}</ul>"
+    md = [f"- {n}" for n in notes[:FOLD]]
+    if len(notes) > FOLD:
+        block += (f"<details><summary>Show the other {len(notes) - FOLD} of {len(notes)} notes</summary>"
+                  f"<ul>{items(notes[FOLD:])}</ul></details>")
+        md += ["", f"*{FOLD} of {len(notes)} notes shown; every note: report.html.*"]
+    return Raw(block, md)
+
+
+def _walk(sections: list[Section]):
+    for s in sections:
+        yield s
+        yield from _walk(s.children)
+
+
+def _esc(text: str) -> str:
+    return html.escape(str(text))

@@ -24,10 +24,24 @@ class ReportStage(Stage):
     def directory(self, ctx: Context) -> Path:
         return ctx.workdir / "report"
 
+    #: bumped when the page's structure changes, so that a cached report is written again
+    LAYOUT = 2
+
     def _key(self, ctx: Context) -> str:
         train = TrainStage().key(ctx) if ctx.config.train is not None else None
         return config_hash({"metrics": MetricsStage().fingerprint(ctx), "train": train,
-                            "report": resolved_dict(ctx.config.report)})
+                            "report": resolved_dict(ctx.config.report), "layout": self.LAYOUT})
+
+    def _corpus_meta(self, ctx: Context) -> dict | None:
+        """The corpus stage's ``meta.json`` (what was analysed) without its per-sentence lists;
+        None when it is not there."""
+        from pipelines.stages.corpus import CorpusStage
+
+        path = CorpusStage().directory(ctx) / "meta.json"
+        if not path.is_file():
+            return None
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        return {k: v for k, v in meta.items() if k not in ("lines", "refs")}
 
     def _views_data(self, ctx: Context) -> dict | None:
         """The data of ``views.html`` (Vig 2019) for the models extracted with attention; None
@@ -44,7 +58,8 @@ class ReportStage(Stage):
             return None
         try:
             return views_data(store, {m.name: ExtractStage().spec(ctx, m) for m in models},
-                              sentences=vcfg.sentences, top_k=vcfg.top_k, neuron=vcfg.neuron)
+                              sentences=vcfg.sentences, top_k=vcfg.top_k, neuron=vcfg.neuron,
+                              word_rule=ctx.config.metrics.heads.word_rule if ctx.config.metrics.heads else "mean")
         except ValueError as exc:
             raise ConfigError(f"report.views.sentences: {exc}") from None
 
@@ -64,15 +79,16 @@ class ReportStage(Stage):
         from evolution.report.views import write_views
 
         views = self._views_data(ctx)
-        links = []
+        links, pages = [], {}
         if views is not None:
             shown = sorted({s["sentence"] for m in views["models"] for s in m["sentences"]})
             links.append(("views.html", "Attention views", f"Vig 2019: head, model and neuron view of corpus sentences "
                                                            f"{', '.join(map(str, shown))}; static, works offline"))
-        page = write_report(MetricsStage().path(ctx), self.directory(ctx), links=links,
-                            title=f"evolution: {ctx.config.workdir.name}", training=TrainStage().evaluation(ctx))
-        if views is not None:
-            logger.info("report: %s", write_views(self.directory(ctx) / "views.html", views,
-                                                  title=f"evolution: {ctx.config.workdir.name}: attention views"))
+            # written into the report directory before the page, so that the page links to a file that exists
+            pages["views.html"] = lambda path: write_views(
+                path, views, title=f"evolution: {ctx.config.workdir.name}: attention views")
+        page = write_report(MetricsStage().path(ctx), self.directory(ctx), links=links, pages=pages,
+                            title=f"evolution: {ctx.config.workdir.name}", training=TrainStage().evaluation(ctx),
+                            corpus=self._corpus_meta(ctx), workdir=ctx.workdir)
         (self.directory(ctx) / "done.json").write_text(json.dumps({"key": self._key(ctx)}), encoding="utf-8")
         logger.info("report: %s", page)

@@ -11,7 +11,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, strings
 from evolution.analyses.heads.decoder import ATTENTIONS, decoder_task, decoder_text
-from evolution.analyses.heads.dependency import DIRECTIONS, SPLITS, dependency_task, treebank_text
+from evolution.analyses.heads.dependency import DIRECTIONS, SPLITS, VOITA_DIRECTIONS, dependency_task, treebank_text
 from evolution.analyses.heads.head_map import head_map_task
 from evolution.analyses.heads.report import FIGURES, _tables
 from evolution.analyses.heads.statistics import KEY_TYPES, heads_task
@@ -19,10 +19,20 @@ from evolution.metrics.heads import OFFSETS
 
 logger = logging.getLogger(__package__)  # "evolution.analyses.heads", the logger's name before the split
 
+#: what each dependency direction counts (coordinate ``direction_rule`` of ``heads_dependency``)
+DIRECTION_RULES = {
+    "dependent_to_head": "the dependent's most attended other word is its head (Clark et al.'s dep->head)",
+    "head_to_dependent": "the head word's most attended other word is the dependent (its row; Voita et al.)",
+    "head_to_dependent_clark": "the head word is the other word attending most to the dependent (the transposed "
+                               "map, Clark et al.'s released head<-dep)"}
+
 
 class Heads(Analysis):
     name = "heads"
-    version = 3  # 2: statistics over every sentence (re-run), frequency from training counts; 3: decoder heads
+    # 2: statistics over every sentence (re-run), frequency from training counts; 3: decoder heads;
+    # 4: confidence over non-sink keys (confidence_with_sink beside it), Clark's transposed direction,
+    # Clark's punctuation, rare-token tie rule and main-text filter, NaN for absent special tokens
+    version = 4
     section = "heads"
     figures = FIGURES
 
@@ -33,13 +43,15 @@ class Heads(Analysis):
         from evolution.store import has_attention
 
         units = []
+        hcfg = inputs.config.heads
         for m in inputs.models.values():
             if not has_attention(inputs.store, m.name):
                 continue
             units.append(Unit(m.name, heads_task,
                               dict(store=inputs.store, model=m.name, spec=m.spec, causal=m.objective == "lm",
-                                   max_batch_tokens=inputs.max_batch_tokens, torch_threads=inputs.torch_threads),
-                              key={"model": m.key, "causal": m.objective == "lm"}))
+                                   max_batch_tokens=inputs.max_batch_tokens, punctuation=hcfg.punctuation,
+                                   torch_threads=inputs.torch_threads),
+                              key={"model": m.key, "causal": m.objective == "lm", "punctuation": hcfg.punctuation}))
         if inputs.targets is not None:
             digest = inputs.targets.digest
             text = None
@@ -48,15 +60,14 @@ class Heads(Analysis):
                     text = text or decoder_text(inputs)
                     units.append(Unit(f"{m.name}-decoder", decoder_task,
                                       dict(store=inputs.store, model=m.name, spec=m.spec,
-                                           text=text,
+                                           text=text, punctuation=hcfg.punctuation,
                                            max_batch_tokens=inputs.max_batch_tokens,
                                            torch_threads=inputs.torch_threads),
-                                      key={"model": m.key, "targets": digest}))
+                                      key={"model": m.key, "targets": digest, "punctuation": hcfg.punctuation}))
         with_maps = [u.kwargs["model"] for u in units if u.fn is heads_task]
         if with_maps:
             units.append(Unit("map", head_map_task, dict(store=inputs.store, models=with_maps, seed=inputs.seed),
                               key={"models": [inputs.models[m].key for m in with_maps], "seed": inputs.seed}))
-        hcfg = inputs.config.heads
         if hcfg.select is not None:
             from evolution.corpus.conllu import resolve_treebank
             from evolution.provenance import file_hash
@@ -99,18 +110,26 @@ class Heads(Analysis):
         offsets = value[..., [MEASURES.index(k) for k in ("max_prev", "max_self", "max_next")]]
         threshold = inputs.config.heads.positional_share
         positional = offsets.max(-1) >= threshold
+        with warnings.catch_warnings():  # a special token no model has (BOS of MT, EOS of LM): NaN, not 0
+            warnings.simplefilter("ignore", RuntimeWarning)
+            layer_alpha_share = np.nanmean(alpha_share, axis=2)
         ds = xr.Dataset(
-            {"value": (("model", "layer", "head", "measure"), value),
+            {"value": (("model", "layer", "head", "measure"), value,
+                       {"long_name": "per-head statistics (docs/heads.md); confidence: mean over content queries of "
+                                     "the largest weight on a content key (special tokens left out), "
+                                     "confidence_with_sink: the largest weight on any key; NaN for attention to a "
+                                     "special token the model's input does not have"}),
              "positional": (("model", "layer", "head"), positional & ~np.isnan(offsets).all(-1),
                             {"long_name": f">= {threshold:.0%} of maxima on one relative offset (-1, 0 or +1)"}),
              "alpha_share": (("model", "layer", "head", "key_type"), alpha_share),
              "norm_share": (("model", "layer", "head", "key_type"), norm_share),
-             "layer_alpha_share": (("model", "layer", "key_type"), np.nanmean(alpha_share, axis=2)),
+             "layer_alpha_share": (("model", "layer", "key_type"), layer_alpha_share),
              "layer_norm_share": (("model", "layer", "key_type"), layer_norm_share)},
             coords={"model": strings(models), "layer": np.arange(1, L + 1), "head": np.arange(H),
                     "measure": strings(MEASURES), "key_type": strings(KEY_TYPES),
                     "sentences": ("model", [results[m]["sentences"] for m in models])},
-            attrs={"frequency": {m: results[m].get("frequency", "") for m in models}})
+            attrs={"frequency": {m: results[m].get("frequency", "") for m in models},
+                   "punctuation": inputs.config.heads.punctuation})
         spearman = np.full((len(models), L, 2), np.nan)
         for i, m in enumerate(models):
             sp = np.asarray(results[m]["spearman"], dtype=float)
@@ -121,10 +140,13 @@ class Heads(Analysis):
                 hits = np.asarray(results[m]["rare_hits"], dtype=float)
                 rare[i, :hits.shape[0], :hits.shape[1]] = hits / results[m]["rare_sentences"]
         ds["rare_token_share"] = (("model", "layer", "head"), rare,
-                                  {"long_name": "share of sentences whose head maxima go mostly to the least frequent "
-                                                "token (training-split counts; Voita et al. ACL 2019)"})
+                                  {"long_name": "share of main-text sentences whose head maxima (content queries) go "
+                                                "mostly to the least frequent token (training-split counts; ties: "
+                                                "every tied rarest token counts, k tied modal keys share the hit; "
+                                                "Voita et al. ACL 2019)"})
         ds["spearman"] = (("model", "layer", "quantity"), spearman,
-                          {"long_name": "Spearman correlation with the frequency rank of the key token, over the "
+                          {"long_name": "Spearman correlation with the frequency rank of the key token (a rank that "
+                                        "grows with rarity: positive when rarer tokens score higher), over the "
                                         "content tokens of the stored sentences (Kobayashi et al. 2020)"})
         ds = ds.assign_coords(quantity=strings(["value_norm", "alpha_received"]))
         out = {"heads": ds}
@@ -194,7 +216,8 @@ class Heads(Analysis):
              "rare_token_share": (("model", "attention", "layer", "head"), rare,
                                   {"long_name": "share of sentences whose head maxima go mostly to the least frequent "
                                                 "token: the target token (decoder self-attention, queries at or after "
-                                                "it) or the source token (encoder-decoder); training-split counts"})},
+                                                "it) or the source token (encoder-decoder); training-split counts; "
+                                                "ties as in heads/rare_token_share"})},
             coords={"model": strings(models), "attention": strings(ATTENTIONS), "layer": np.arange(1, L + 1),
                     "head": np.arange(H), "measure": strings(MEASURES),
                     "sentences": ("model", [done[m]["sentences"] for m in models]),
@@ -218,8 +241,8 @@ class Heads(Analysis):
                            "fix metrics.heads.relations", missing, hcfg.select, hcfg.score, ", ".join(relations))
         L = max(np.asarray(results[f"{m}-dependency-score"]["hits"]).shape[0] for m in models)
         H = max(np.asarray(results[f"{m}-dependency-score"]["hits"]).shape[1] for m in models)
-        acc = np.full((len(models), 2, L, H, len(relations), 2), np.nan)
-        base = np.full((len(models), 2, len(relations), 2, len(OFFSETS)), np.nan)
+        acc = np.full((len(models), 2, L, H, len(relations), len(DIRECTIONS)), np.nan)
+        base = np.full((len(models), 2, len(relations), len(DIRECTIONS), len(OFFSETS)), np.nan)
         arcs = np.zeros((len(models), 2, len(relations)), np.int64)
         for i, m in enumerate(models):
             for j, split in enumerate(SPLITS):
@@ -233,12 +256,13 @@ class Heads(Analysis):
                 arcs[i, j, cols] = r["arcs"]
         ds = xr.Dataset(
             {"accuracy": (("model", "split", "layer", "head", "relation", "direction"), acc,
-                          {"long_name": "share of arcs whose other word is the head's most attended other word"}),
+                          {"long_name": "share of arcs that the head's maxima predict, by direction (direction_rule)"}),
              "offset_accuracy": (("model", "split", "relation", "direction", "offset"), base),
              "arcs": (("model", "split", "relation"), arcs)},
             coords={"model": strings(models), "split": strings(SPLITS), "layer": np.arange(1, L + 1),
                     "head": np.arange(H), "relation": strings(relations), "direction": strings(DIRECTIONS),
-                    "offset": list(OFFSETS), "treebank": ("split", strings([hcfg.select, hcfg.score]))},
+                    "offset": list(OFFSETS), "treebank": ("split", strings([hcfg.select, hcfg.score])),
+                    "direction_rule": ("direction", strings(DIRECTION_RULES[d] for d in DIRECTIONS))},
             attrs={"word_rule": hcfg.word_rule})
         # the head picked on the select split, scored on the score split; and the paper's number
         # (picked and scored on the same data) beside it
@@ -253,7 +277,9 @@ class Heads(Analysis):
         with warnings.catch_warnings():  # relations without arcs in a split (root) stay NaN
             warnings.simplefilter("ignore", RuntimeWarning)
             best = np.nanmax(flat(acc[:, 1]), axis=1)
-            margin = np.nanmax(acc[:, 1], axis=-1) - np.nanmax(base[:, 1], axis=(-1, -2))[:, None, None, :]
+            voita = [DIRECTIONS.index(d) for d in VOITA_DIRECTIONS]  # syntactic heads: Voita et al.'s directions
+            margin = (np.nanmax(acc[:, 1][..., voita], axis=-1)
+                      - np.nanmax(base[:, 1][..., voita, :], axis=(-1, -2))[:, None, None, :])
         ds["best_accuracy"] = (dims, best,
                                {"long_name": "best head picked and scored on the score split (as Clark et al.)"})
         base_pick = np.nan_to_num(base[:, 0], nan=-1.0).argmax(axis=-1)  # (model, R, D)
@@ -262,7 +288,8 @@ class Heads(Analysis):
                                    {"long_name": "score-split accuracy of the offset picked on the select split"})
         keep = [relations.index(r) for r in hcfg.relations if r in relations]
         ds["syntactic"] = (("model", "layer", "head", "syntactic_relation"), margin[..., keep] >= hcfg.syntactic_margin,
-                           {"long_name": f"score-split accuracy (either direction) >= the best offset baseline + "
+                           {"long_name": f"score-split accuracy (dependent_to_head or head_to_dependent) >= the "
+                                         f"best offset baseline of these directions + "
                                          f"{hcfg.syntactic_margin:g} (Voita et al. ACL 2019)"})
         ds = ds.assign_coords(syntactic_relation=strings([relations[k] for k in keep]))
         return ds

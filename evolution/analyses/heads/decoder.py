@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from evolution.analyses.base import Inputs, load_texts, save_texts
-from evolution.analyses.heads.statistics import rare_token_hit
+from evolution.analyses.heads.statistics import rare_token_hit, rarest_positions
 from evolution.metrics.plan import rows_by_sentence
 
 ATTENTIONS = ("decoder_self", "encoder_decoder")
@@ -27,7 +27,7 @@ def decoder_text(inputs: Inputs) -> str:
 
 
 def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tokens: int,
-                 torch_threads: int = 1) -> dict[str, Any]:
+                 punctuation: str = "clark", torch_threads: int = 1) -> dict[str, Any]:
     """The decoder heads of a translation model (Voita et al. ACL 2019 measured the roles of
     encoder heads; here the same statistics where they apply to the decoder): teacher-forced
     on the reference translation ``targets[s]`` of every analysed sentence ``s`` (``text``:
@@ -36,8 +36,11 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
     for the decoder self-attention (causal; queries ``</s> y1..ym``) and the
     encoder-decoder attention (keys: the source ``x1..xn </s>``), pooled as in
     :func:`~evolution.analyses.heads.statistics.heads_task`, and the rare-token hits: the
-    least frequent target token (counts on the training split's target side; queries that
-    can see it) and the least frequent source token (the store's ``train_count``)."""
+    least frequent target token(s) (counts on the training split's target side; the queries
+    that can see the first of them, the start symbol never) and the least frequent source
+    token(s) (the store's ``train_count``; every decoder query), with the tie rule of
+    :func:`~evolution.analyses.heads.statistics.rare_token_hit`; main-text sentences only.
+    ``punctuation``: the rule of :func:`~evolution.metrics.heads.is_punctuation`."""
     import torch
     from collections import Counter
 
@@ -57,7 +60,9 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
     rows_of = rows_by_sentence(reps["sentence"].values)
     token_id, token_str = reps["token_id"].values, reps["token_str"].values
     source_count = reps["train_count"].values if "train_count" in reps.coords else None
-    sentences = [s for s in sorted(rows_of) if s < len(targets) and targets[s].strip()]
+    annotated_from = int(reps.attrs.get("annotated_from", -1))
+    sentences = [s for s in sorted(rows_of) if s < len(targets) and targets[s].strip()
+                 and (annotated_from < 0 or s < annotated_from)]
     target_counts: Counter = Counter()
     for line in texts["training"].splitlines():
         if line.strip():
@@ -81,25 +86,29 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
             src, dec, ids, pieces = pairs[i]
             rows = rows_of[sentences[i]]
             ts, tt = len(src), len(dec)
-            dec_punct = np.array([False] + [is_punctuation(p) for p in pieces])
+            dec_punct = np.array([False] + [is_punctuation(p, rule=punctuation) for p in pieces])
             first = np.arange(tt) == 0
             a_own = np.asarray(own[:, b, :, :tt, :tt], dtype=np.float64)
             s_own, c_own, _ = head_sums(a_own, bos=first, eos=np.zeros(tt, bool), punct=dec_punct, causal=True)
             src_punct = np.zeros(ts, bool)
-            src_punct[n_prefix:ts - src_suffix] = [is_punctuation(str(p)) for p in token_str[rows]]
+            src_punct[n_prefix:ts - src_suffix] = [is_punctuation(str(p), rule=punctuation) for p in token_str[rows]]
             a_cross = np.asarray(cross[:, b, :, :tt, :ts], dtype=np.float64)
             s_cross, c_cross = cross_head_sums(a_cross, bos=np.arange(ts) < n_prefix,
                                                eos=np.arange(ts) >= ts - src_suffix, punct=src_punct)
             for a, sm, c in (("decoder_self", s_own, c_own), ("encoder_decoder", s_cross, c_cross)):
                 sums[a] = sums[a] + sm
                 counts[a].update(c)
-            if len(ids) > 1:  # the least frequent target token, for the queries at or after it
-                rare = 1 + int(np.argmin([target_counts.get(t, 0) for t in ids]))
-                rare_hits["decoder_self"] += rare_token_hit(a_own, rare=rare, eos=np.arange(tt) < rare)
+            rarest = rarest_positions([target_counts.get(t, 0) for t in ids])
+            if rarest is not None:  # the least frequent target token(s), for the queries that can see one
+                rare = np.concatenate([[False], rarest])  # decoder input: </s> y1..ym
+                first_rare = int(np.flatnonzero(rare)[0])
+                rare_hits["decoder_self"] += rare_token_hit(a_own, rare=rare, queries=np.arange(tt) >= first_rare)
                 rare_sentences["decoder_self"] += 1
-            if source_count is not None and len(rows) > 1:
-                rare = n_prefix + int(np.argmin(source_count[rows]))
-                rare_hits["encoder_decoder"] += rare_token_hit(a_cross, rare=rare, eos=np.zeros(tt, bool))
+            rarest = None if source_count is None else rarest_positions(source_count[rows])
+            if rarest is not None:
+                rare = np.zeros(ts, bool)
+                rare[n_prefix:ts - src_suffix] = rarest
+                rare_hits["encoder_decoder"] += rare_token_hit(a_cross, rare=rare, queries=np.ones(tt, bool))
                 rare_sentences["encoder_decoder"] += 1
     if not pairs:
         return {"sentences": 0, "notes": [f"{model}: no analysed sentence has a target side; no decoder heads"]}

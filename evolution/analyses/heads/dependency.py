@@ -1,5 +1,7 @@
 """Dependency heads of the heads analysis (:mod:`evolution.analyses.heads`): each head's
-most attended other word against the arcs of two treebanks (Clark et al. 2019, section 4.2)."""
+most attended other word against the arcs of two treebanks (Clark et al. 2019, section 4.2;
+Voita et al. ACL 2019, section 5.2), in the three directions of
+:data:`~evolution.metrics.heads.DIRECTIONS`."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ import numpy as np
 
 from evolution.analyses.base import Inputs, load_texts, save_texts
 from evolution.config import HeadsConfig
-from evolution.metrics.heads import OFFSETS
+from evolution.metrics.heads import DIRECTIONS, OFFSETS
 
-DIRECTIONS = ("dependent_to_head", "head_to_dependent")
+#: the directions of Clark et al.'s table (their released code's "dep->head" and the transposed "head<-dep")
+CLARK_DIRECTIONS = ("dependent_to_head", "head_to_dependent_clark")
+#: the directions of Voita et al.'s syntactic heads (the relation read from either word's row)
+VOITA_DIRECTIONS = ("dependent_to_head", "head_to_dependent")
 SPLITS = ("select", "score")
 
 
@@ -31,9 +36,10 @@ def treebank_text(inputs: Inputs, treebank: str) -> str:
 
 def dependency_task(*, spec: dict, treebank: str, text: str, heads: HeadsConfig, max_batch_tokens: int,
                     torch_threads: int = 1) -> dict[str, Any]:
-    """Dependency arcs predicted by each head's most attended other word on ``treebank``
-    (re-running the model; no map is kept): per (layer, head, relation, direction) hits,
-    arcs per relation, and the fixed-offset baseline's hits. ``text``: the treebank's
+    """Dependency arcs predicted by each head's maxima on ``treebank`` (re-running the
+    model; no map is kept): per (layer, head, relation, direction) hits
+    (:func:`~evolution.metrics.heads.dependency_hits`), arcs per relation, and the
+    fixed-offset baseline's hits. ``text``: the treebank's
     content as saved by :func:`treebank_text` (beside the store, where any worker reads it)."""
     import torch
 
@@ -49,8 +55,8 @@ def dependency_task(*, spec: dict, treebank: str, text: str, heads: HeadsConfig,
     relations = sorted({r for s in sentences for r in s.deprel})
     code = {r: i for i, r in enumerate(relations)}
     L, H, R = adapter.num_layers, adapter.num_heads, len(relations)
-    hits, arcs = np.zeros((L, H, R, 2), np.int64), np.zeros(R, np.int64)
-    offset_hits = np.zeros((len(OFFSETS), R, 2), np.int64)
+    hits, arcs = np.zeros((L, H, R, len(DIRECTIONS)), np.int64), np.zeros(R, np.int64)
+    offset_hits = np.zeros((len(OFFSETS), R, len(DIRECTIONS)), np.int64)
     kept, too_long, n_prefix, n_suffix = [], 0, len(adapter.prefix), len(adapter.suffix)
     for s in sentences:
         tok = adapter.tokenize(s.text)

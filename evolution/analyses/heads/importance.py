@@ -1,6 +1,9 @@
 """Which heads matter: head-mask importance (Michel et al. 2019) for every model that can
-compute its own training loss, and LRP head relevance (Voita et al. ACL 2019) for
-translation models, over the analysed sentences (``metrics.importance``).
+compute its own training loss (fairseq models; Hugging Face BERT-like masked LMs and GPT-2
+with their pretraining head), and LRP head relevance (Voita et al. ACL 2019) for
+translation models, over the analysed sentences (``metrics.importance``). A model without
+its own loss (a bare encoder such as MiniLM) gets ``{"unsupported": reason}``, logged and
+left out of the group.
 
 Group ``heads_importance`` (dims ``model``, ``attention``, ``layer``, ``head``):
 
@@ -18,6 +21,7 @@ groups can be compared the same way).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -29,6 +33,8 @@ from evolution.analyses.plotting import open_group, plt
 from evolution.metrics.plan import rows_by_sentence
 
 __all__ = ["HeadImportance", "importance_task", "correlations", "importance_heatmaps"]
+
+logger = logging.getLogger(__name__)
 
 ATTENTIONS = ("encoder_self", "decoder_self", "encoder_decoder")
 
@@ -45,16 +51,16 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
     reference translations in ``text``, saved by :func:`~evolution.analyses.base.save_texts`)."""
     import torch
 
-    from evolution.metrics.importance import importance, mask_gradients, objective_items
+    from evolution.metrics.importance import importance, mask_gradients, objective_items, unavailable
     from evolution.metrics.relevance import head_relevance
     from evolution.models import cached_adapter
     from evolution.store import open_representations
 
     torch.set_num_threads(torch_threads)
     adapter = cached_adapter(spec)
-    if not hasattr(adapter, "output_projections"):
-        return {"unsupported": f"{model}: {type(adapter).__name__} has no head gates yet; head importance is "
-                               "computed for fairseq models (trained, fairseq, shipped)"}
+    reason = unavailable(adapter)
+    if reason is not None:
+        return {"unsupported": reason}
     reps = open_representations(store, model)
     rows_of = rows_by_sentence(reps["sentence"].values)
     token_id = reps["token_id"].values
@@ -90,7 +96,7 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
 
 class HeadImportance(Analysis):
     name = "heads_importance"
-    version = 1
+    version = 2  # 2: Hugging Face BERT-like masked LMs and GPT-2 (1: fairseq models only)
     section = "importance"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -108,6 +114,9 @@ class HeadImportance(Analysis):
                 for m in inputs.models.values()]
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
+        for name in inputs.names:
+            if "unsupported" in results.get(name, {}):
+                logger.warning("metrics: heads_importance: %s", results[name]["unsupported"])
         models = [n for n in inputs.names if n in results and "unsupported" not in results[n]]
         if not models:
             return {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evolution.analyses.heads.dependency import CLARK_DIRECTIONS
 from evolution.analyses.heads.statistics import KEY_TYPES
 from evolution.analyses.plotting import STYLES, open_group, plt
 
@@ -23,14 +24,15 @@ def _tables(path) -> list[tuple[str, list[list[str]], str]]:
         rows.append([str(m), str(int(ds.positional.sel(model=m).sum()))]
                     + [f"{np.nanmax(rare):.2f} ({where[0] + 1}-{where[1]})" if where else ""]
                     + [str(int(ds.syntactic.sel(model=m, syntactic_relation=r).sum())) for r in rels])
-    out.append(("Head roles", rows, "Positional: >= 90% of maxima on one offset; rare-token: share of sentences whose "
-                "maxima go mostly to the least frequent token (training-split counts); syntactic: dependency accuracy "
-                ">= the offset baseline + 10 points (Voita et al. ACL 2019)."))
+    out.append(("Head roles", rows, "Positional: >= 90% of maxima on one offset; rare-token: share of main-text "
+                "sentences whose maxima (content queries) go mostly to the least frequent token (training-split "
+                "counts); syntactic: dependency accuracy (the dependent's or the head word's most attended other "
+                "word) >= the offset baseline + 10 points (Voita et al. ACL 2019)."))
     if dep is not None:
         rows = [["model", "relation", "direction", "head (dev)", "test accuracy", "same-data best", "offset baseline"]]
         for m in dep.model.values:
             for r in [x for x in ("nsubj", "obj", "amod", "advmod") if x in dep.relation.values]:
-                for d in dep.direction.values:
+                for d in [x for x in CLARK_DIRECTIONS if x in dep.direction.values]:
                     sel = dict(model=m, relation=r, direction=d)
                     rows.append([str(m), r, str(d).replace("_", " "),
                                  f"{int(dep.picked_layer.sel(**sel))}-{int(dep.picked_head.sel(**sel))}",
@@ -38,7 +40,10 @@ def _tables(path) -> list[tuple[str, list[list[str]], str]]:
                                  f"{f(dep.baseline_accuracy.sel(**sel).item())} "
                                  f"(offset {int(dep.baseline_offset.sel(**sel)):+d})"])
         out.append(("Dependency heads", rows, f"Picked on {dep.treebank.values[0]}, scored on {dep.treebank.values[1]} "
-                    "(layer-head counted from 1-0); same-data best: picked and scored on the second, as Clark et al."))
+                    "(layer-head counted from 1-0); same-data best: picked and scored on the second, as Clark et al. "
+                    "Directions as Clark et al.'s released code: dependent to head (the dependent's most attended "
+                    "other word is its head) and head to dependent clark (the transposed map: the word attending "
+                    "most to the dependent is its head)."))
     dec = open_group(path, "heads_decoder")
     if dec is not None:
         rows = [["model", "attention", "layer", "entropy (uniform)", "confidence", "to </s>", "to punct.",
@@ -119,7 +124,8 @@ def special_tokens_by_layer(path):
 
 
 def dependency_heatmap(path, top: int = 15):
-    """Per direction: relations x models, the score-split accuracy of the head picked on the
+    """Per direction of Clark et al.'s table (dependent to head; head to dependent on the
+    transposed map): relations x models, the score-split accuracy of the head picked on the
     select split, annotated with it and (in brackets) the offset baseline's."""
     ds = open_group(path, "heads_dependency")
     if ds is None:
@@ -130,7 +136,7 @@ def dependency_heatmap(path, top: int = 15):
     models = list(ds.model.values)
     fig, axes = pyplot.subplots(1, 2, figsize=(2.2 + 1.6 * len(models) * 2, 0.35 * len(rel) + 1.6), squeeze=False,
                                 layout="constrained")
-    for ax, direction in zip(axes[0], ds.direction.values):
+    for ax, direction in zip(axes[0], CLARK_DIRECTIONS):
         acc = ds.picked_accuracy.sel(direction=direction, relation=rel).transpose("relation", "model").values
         base = ds.baseline_accuracy.sel(direction=direction, relation=rel).transpose("relation", "model").values
         im = ax.imshow(acc, vmin=0, vmax=1, cmap="viridis", aspect="auto")

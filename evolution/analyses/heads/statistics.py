@@ -13,28 +13,57 @@ from evolution.metrics.plan import rows_by_sentence
 KEY_TYPES = ("bos", "eos", "punct")
 
 
-def rare_token_hit(alpha: np.ndarray, *, rare: int, eos: np.ndarray) -> np.ndarray:
-    """(L, H) whether each head's maxima in one sentence go mostly to position ``rare`` (the
-    sentence's least frequent token): the key most often holding a query's maximum weight,
-    EOS queries excluded (Voita et al. ACL 2019, rare-token heads)."""
-    amax = alpha[..., ~eos, :].argmax(-1)  # (L, H, queries)
-    modes = np.apply_along_axis(lambda a: np.bincount(a, minlength=alpha.shape[-1]).argmax(), -1, amax)
-    return (modes == rare).astype(float)
+def rarest_positions(counts: np.ndarray) -> np.ndarray | None:
+    """The sentence's rarest tokens: a bool mask (n,) over its content tokens of those whose
+    training-split count is the sentence's minimum, every tied position included (a rare word
+    repeated, or two types seen equally rarely); None when the sentence has fewer than two
+    tokens or every token ties (no token is rarer than the others: the sentence is skipped)."""
+    counts = np.asarray(counts)
+    if len(counts) < 2:
+        return None
+    rare = counts == counts.min()
+    return None if rare.all() else rare
+
+
+def rare_token_hit(alpha: np.ndarray, *, rare: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """(L, H): how far each head of one sentence points to its rarest token (Voita et al. ACL
+    2019, rare-token heads).
+
+    ``alpha`` (L, H, T_query, T_key); ``rare`` (T_key,) bool, the rarest token(s)
+    (:func:`rarest_positions`, in input positions); ``queries`` (T_query,) bool, the
+    queries that count: content tokens only, so never an EOS (or BOS) query. The head
+    points to the key holding the most of these queries' maxima (argmax over every key);
+    a hit is 1 when that key is a rarest token. Tie rule: when k keys hold equally many
+    maxima, the hit is the share of them that are rarest tokens (order-free, in [0, 1]).
+    """
+    alpha = np.asarray(alpha)
+    rare, queries = np.asarray(rare, bool), np.asarray(queries, bool)
+    if not queries.any() or not rare.any():
+        return np.zeros(alpha.shape[:2])
+    amax = alpha[..., queries, :].argmax(-1)  # (L, H, queries)
+    n_keys = alpha.shape[-1]
+    tally = (amax[..., None] == np.arange(n_keys)).sum(-2)  # (L, H, T_key): maxima per key
+    modal = tally == tally.max(-1, keepdims=True)
+    return (modal & rare).sum(-1) / modal.sum(-1)
 
 
 def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_tokens: int,
-               torch_threads: int = 1) -> dict[str, Any]:
+               punctuation: str = "clark", torch_threads: int = 1) -> dict[str, Any]:
     """Per-head sums over every sentence of the analysis set, streamed: the model re-runs on
     the stored token ids (truncation included) in batches and no map is kept. Also the
     Spearman correlation of ||f(x)|| and of the attention a token receives with its
-    frequency (Kobayashi et al. 2020, section 5; both averaged over heads, per layer), and
-    the rare-token hits (Voita et al. ACL 2019). Frequency: the training-split counts
-    (``train_count``) where the store has them, else the store's ``freq_rank``."""
+    frequency (Kobayashi et al. 2020, section 5; both averaged over heads, per layer; a
+    positive value: rarer tokens score higher), and the rare-token hits (Voita et al. ACL
+    2019; :func:`rare_token_hit`) over the main text's sentences only (those before the
+    store's ``annotated_from``: the annotated treebank analysed beside it is another
+    domain). Frequency: the training-split counts (``train_count``) where the store has
+    them, else the store's ``freq_rank``. ``punctuation``: the rule of
+    :func:`~evolution.metrics.heads.is_punctuation` (``metrics.heads.punctuation``)."""
     import torch
     from scipy.stats import spearmanr
 
     from evolution.extract import batches
-    from evolution.metrics.heads import COUNTS, MEASURES, head_sums, is_punctuation, key_shares
+    from evolution.metrics.heads import COUNTS, MEASURES, head_sums, is_punctuation, special_shares
     from evolution.models import cached_adapter
     from evolution.store import open_representations
 
@@ -44,7 +73,9 @@ def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_to
     rows_of = rows_by_sentence(reps["sentence"].values)
     token_id, token_str = reps["token_id"].values, reps["token_str"].values
     train_count = reps["train_count"].values if "train_count" in reps.coords else None
-    rank = -train_count if train_count is not None else reps["freq_rank"].values  # Spearman: any monotone rank
+    # Spearman needs a rank that grows with rarity: minus the count, or freq_rank (1 = most frequent)
+    rank = -train_count if train_count is not None else reps["freq_rank"].values
+    annotated_from = int(reps.attrs.get("annotated_from", -1))
     sentences = sorted(rows_of)
     inputs = [adapter.build_input(token_id[rows_of[s]].tolist()) for s in sentences]
     n_prefix, n_suffix = adapter.content_offset, len(adapter.suffix)
@@ -66,24 +97,29 @@ def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_to
             bos = np.arange(t) < n_prefix
             eos = np.arange(t) >= t - n_suffix
             punct = np.zeros(t, bool)
-            punct[n_prefix:t - n_suffix] = [is_punctuation(str(p)) for p in token_str[rows]]
+            punct[n_prefix:t - n_suffix] = [is_punctuation(str(p), rule=punctuation) for p in token_str[rows]]
             alpha = np.asarray(att[:, b, :, :t, :t], dtype=np.float64)
             norm = np.asarray(norms["weighted_norm"][:, b, :, :t, :t], dtype=np.float64) if has_norms else None
             s, c, ns = head_sums(alpha, bos=bos, eos=eos, punct=punct, causal=causal, norm=norm)
+            content = slice(n_prefix, t - n_suffix)
             sums += s
             for name, v in c.items():
                 counts[name] += v
-            content = slice(n_prefix, t - n_suffix)
-            if train_count is not None and len(rows) > 1:  # the sentence's least frequent token
-                rare_hits += rare_token_hit(alpha, rare=n_prefix + int(np.argmin(train_count[rows])), eos=eos)
+            rarest = None
+            if train_count is not None and (annotated_from < 0 or sentences[i] < annotated_from):
+                rarest = rarest_positions(train_count[rows])
+            if rarest is not None:  # the sentence's least frequent token(s), content queries only
+                rare = np.zeros(t, bool)
+                rare[content] = rarest
+                rare_hits += rare_token_hit(alpha, rare=rare, queries=~(bos | eos))
                 rare_sentences += 1
             ranks.append(rank[rows])
             received.append(alpha.mean(axis=(1, 2))[:, content])  # (L, n): per key, mean over heads and queries
             if has_norms:
                 norm_sums += ns
                 value_norm.append(np.asarray(norms["value_norm"][:, b, :, :t], dtype=np.float64).mean(1)[:, content])
-                layer_norm_sums += key_shares(np.asarray(norms["summed_norm"][:, b, :t, :t], dtype=np.float64),
-                                              [bos, eos, punct])
+                layer_norm_sums += special_shares(np.asarray(norms["summed_norm"][:, b, :t, :t], dtype=np.float64),
+                                                  bos=bos, eos=eos, punct=punct)
     out: dict[str, Any] = {"sums": sums, "counts": counts, "sentences": len(sentences),
                            "frequency": "train_count" if train_count is not None else "freq_rank"}
     spearman = np.full((L, 2), np.nan)

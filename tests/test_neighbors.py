@@ -1,0 +1,229 @@
+"""Neighbour measures against hand-computed answers and plain loops: the chance level and
+the ceiling of a within-type rate, queries without a left / right token left out, and the
+cluster bootstrap over sentences (unequal sentences, unequal types)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evolution.config import NeighborsConfig
+from evolution.metrics.neighbors import bootstrap_interval, normalized, within_type_measures
+
+END = -1  # no left token (sentence start) / no right token (sentence end)
+
+
+def test_chance_and_ceiling_by_hand_with_a_sentence_initial_query():
+    """One type, 7 occurrences on a line; left tokens A A A B B C and one sentence-initial
+    occurrence (END). k = 2. By hand, over the 6 queries that have a left token:
+    neighbours: each A -> the other two A (rate 1); each B -> the other B and A at 0.2
+    (rate 1/2 each); C at 20.5 -> the two B (0); the END occurrence sits at 40.
+    rate = (3 + 1 + 0) / 6 = 2/3.
+    chance = (c_q - 1) / (m - 1): A 2/6, B 1/6, C 0 -> (1 + 1/3) / 6 = 2/9.
+    ceiling = min(c_q - 1, k) / k: A 1, B 1/2, C 0 -> (3 + 1) / 6 = 2/3 (this layout is
+    ordered by left token, so the rate reaches the ceiling).
+    Counting the sentence-initial query as a miss would give 4/7, 4/21, 4/7; counting the
+    query among its own candidates ((c_q) / m) would give chance (9/7 + 4/7 + 1/7) / 6 = 1/3."""
+    x = np.array([0.0, 0.1, 0.2, 10.0, 10.1, 20.5, 40.0])[:, None].astype(np.float32)
+    A, B, C = 11, 12, 13
+    left = np.array([A, A, A, B, B, C, END])
+    out, per_query = within_type_measures(x, types=np.zeros(7, int), position=np.arange(7),
+                                          annotations={"left": left}, k=2, chance=True, per_query=True)
+    assert out["same_left"] == pytest.approx(2 / 3)
+    assert out["same_left_chance"] == pytest.approx(2 / 9)
+    assert out["same_left_ceiling"] == pytest.approx(2 / 3)
+    assert normalized(out["same_left"], out["same_left_chance"], out["same_left_ceiling"]) == pytest.approx(1.0)
+    # the sentence-initial query is not counted in any of the three
+    for name in ("same_left", "same_left_chance", "same_left_ceiling"):
+        assert np.isnan(per_query[name][-1]) and np.isfinite(per_query[name][:-1]).all()
+    # position distance keeps every query
+    assert np.isfinite(per_query["position_distance"]).all()
+
+
+def test_sentence_end_queries_are_left_out_of_the_right_rate():
+    """Right tokens: the occurrence at a sentence end has none. Two types of unequal size:
+    the rate averages over each type's counted queries, then over types."""
+    x = np.array([0.0, 1.0, 2.5, 4.0, 0.0, 1.0, 2.5])[:, None].astype(np.float32)
+    types = np.array([5, 5, 5, 5, 6, 6, 6])
+    right = np.array([1, 1, END, 2, 3, 3, END])
+    out = within_type_measures(x, types=types, position=np.zeros(7), annotations={"right": right}, k=1,
+                               chance=True)
+    # type 5: query 0 -> nb 1 (same: 1); query 1 -> nb 0 (1); query 3 -> nb 2 (END: 0); query 2 left
+    # out. Mean (1 + 1 + 0) / 3 = 2/3.
+    # type 6: query 4 -> 5 (1), query 5 -> 4 (1), query 6 left out: 1. Over types: (2/3 + 1) / 2.
+    assert out["same_right"] == pytest.approx((2 / 3 + 1) / 2)
+    # chance: type 5: 1/3, 1/3, 0 -> 2/9; type 6: 1/2, 1/2 -> 1/2
+    assert out["same_right_chance"] == pytest.approx((2 / 9 + 1 / 2) / 2)
+    # ceiling (k' = 1): type 5: 1, 1, 0 -> 2/3; type 6: 1, 1 -> 1
+    assert out["same_right_ceiling"] == pytest.approx((2 / 3 + 1) / 2)
+
+
+def _brute_within(x, types, labels, k):
+    """Rate, chance and ceiling of one annotation by explicit loops over types and queries."""
+    rate, chance, ceiling = [], [], []
+    for t in np.unique(types):
+        rows = np.flatnonzero(types == t)
+        if len(rows) < 2:
+            continue
+        kk = min(k, len(rows) - 1)
+        r_q, c_q, e_q = [], [], []
+        for q in rows:
+            if labels[q] < 0:
+                continue
+            others = [o for o in rows if o != q]
+            dist = [float(((x[o] - x[q]) ** 2).sum()) for o in others]
+            nearest = [others[i] for i in np.argsort(dist, kind="stable")[:kk]]
+            r_q.append(sum(labels[o] == labels[q] for o in nearest) / kk)
+            matches = sum(labels[o] == labels[q] for o in others)
+            c_q.append(matches / len(others))
+            e_q.append(min(matches, kk) / kk)
+        if r_q:
+            rate.append(np.mean(r_q))
+            chance.append(np.mean(c_q))
+            ceiling.append(np.mean(e_q))
+    return np.mean(rate), np.mean(chance), np.mean(ceiling)
+
+
+def test_rate_chance_and_ceiling_against_a_brute_force_loop():
+    """Random data: types of unequal size (one smaller than k + 1, so k' < k), labels with
+    sentence-edge queries (-1) and skewed counts; a representation that partly encodes the label."""
+    rng = np.random.default_rng(5)
+    types = np.repeat([0, 1, 2, 3], [40, 25, 6, 60])
+    labels = rng.choice([END, 0, 1, 2, 3], p=[0.15, 0.45, 0.25, 0.1, 0.05], size=len(types))
+    x = (np.eye(5)[labels + 1] * 1.5 + rng.normal(size=(len(types), 5))).astype(np.float32)
+    got = within_type_measures(x, types=types, position=np.zeros(len(types)), annotations={"left": labels}, k=8,
+                               chance=True)
+    rate, chance, ceiling = _brute_within(x.astype(np.float64), types, labels, 8)
+    assert got["same_left"] == pytest.approx(rate, abs=1e-9)
+    assert got["same_left_chance"] == pytest.approx(chance, abs=1e-12)
+    assert got["same_left_ceiling"] == pytest.approx(ceiling, abs=1e-12)
+    assert chance < got["same_left"] < ceiling  # the representation encodes the label, imperfectly
+
+
+def _boot_loop(values, sentence, groups, n_boot, seed):
+    """Percentile interval by a plain loop: replicate r draws the sentences
+    default_rng([seed, r]).integers(0, S, S) among the sorted distinct sentences, pools
+    their queries (a sentence drawn twice counts twice) and takes the mean over queries,
+    or the mean over groups of each group's mean."""
+    ids = np.unique(sentence)
+    members = [[i for i in np.flatnonzero(sentence == s) if not np.isnan(values[i])] for s in ids]
+    stats = []
+    for r in range(n_boot):
+        picked = np.random.default_rng([seed, r]).integers(0, len(ids), len(ids))
+        rows = [i for k in picked for i in members[k]]
+        pooled_v = values[rows]
+        pooled_g = groups[rows] if groups is not None else np.zeros(len(rows))
+        stats.append(np.mean([pooled_v[pooled_g == g].mean() for g in np.unique(pooled_g)]))
+    return np.percentile(stats, [2.5, 97.5])
+
+
+def test_bootstrap_interval_with_unequal_sentences_against_a_loop():
+    """Sentences of unequal size whose size goes with the value: 60 one-query sentences near 0,
+    40 sentences of 6-14 queries near 1 (mean over queries ~0.88, over sentences ~0.4). The
+    interval is the loop's; one that weighs every sentence alike (ignoring their sizes) or
+    resamples queries instead of sentences is far from it."""
+    rng = np.random.default_rng(0)
+    sizes = np.concatenate([np.ones(60, int), rng.integers(6, 15, size=40)])
+    centre = np.concatenate([np.zeros(60), np.ones(40)])
+    sentence = np.repeat(rng.permutation(np.arange(1000, 1100)), sizes)  # ids neither 0-based nor in order
+    values = np.repeat(centre + rng.normal(0, 0.3, size=100), sizes) + rng.normal(0, 0.05, size=sizes.sum())
+    values[rng.random(len(values)) < 0.1] = np.nan  # queries without a value: not counted
+    lo, hi = bootstrap_interval(values, sentence=sentence, n_boot=400, seed=3)
+    ref = _boot_loop(values, sentence, None, 400, 3)
+    np.testing.assert_allclose([lo, hi], ref, rtol=1e-10)
+    point = np.nanmean(values)
+    assert lo < point < hi
+    # what the alternatives would give, as the meaning check: the mean of sentence means is ~0.4
+    sent_means = [np.mean(values[(sentence == s) & ~np.isnan(values)]) for s in np.unique(sentence)
+                  if (~np.isnan(values[sentence == s])).any()]
+    assert np.mean(sent_means) < lo - 0.2
+    # resampling single queries gives a much narrower interval (queries of a sentence are correlated)
+    by_query = bootstrap_interval(values, sentence=np.arange(len(values)), n_boot=400, seed=3)
+    assert by_query[1] - by_query[0] < 0.6 * (hi - lo)
+
+
+def test_bootstrap_interval_over_types_of_unequal_size_against_a_loop():
+    """With groups (token types of 10, 40 and 150 queries whose values differ): the statistic is
+    the mean of the type means (as the point value), not the pooled mean over queries."""
+    rng = np.random.default_rng(1)
+    groups = np.repeat([7, 3, 9], [10, 40, 150])
+    values = np.select([groups == 7, groups == 3], [0.9, 0.5], 0.1) + rng.normal(0, 0.15, size=200)
+    sentence = rng.integers(0, 45, size=200)
+    lo, hi = bootstrap_interval(values, sentence=sentence, groups=groups, n_boot=300, seed=2)
+    np.testing.assert_allclose([lo, hi], _boot_loop(values, sentence, groups, 300, 2), rtol=1e-10)
+    point = np.mean([values[groups == g].mean() for g in (3, 7, 9)])
+    assert lo < point < hi and values.mean() < lo  # the pooled mean (0.26) lies below the interval
+
+
+def _synthetic_layer(seed: int = 0):
+    """Occurrences of 4 types in 80 sentences of unequal length, with sentence effects: each
+    sentence shifts its occurrences' vectors, so neighbours and their same-token share vary by
+    sentence."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, 12, size=80)
+    sentence = np.repeat(np.arange(80), lengths)
+    position = np.concatenate([np.arange(n) for n in lengths])
+    token = rng.choice([3, 4, 5, 6], p=[0.4, 0.3, 0.2, 0.1], size=len(sentence))
+    left = np.where(position == 0, END, rng.integers(10, 14, size=len(sentence)))
+    right = np.where(np.r_[sentence[1:] != sentence[:-1], True], END, rng.integers(10, 14, size=len(sentence)))
+    shift = rng.normal(0, 1.5, size=(80, 6))
+    x = (np.eye(6)[token - 3] * 2 + shift[sentence] + np.eye(6)[left % 6] * 0.8 * (left >= 0)[:, None]
+         + rng.normal(0, 0.7, size=(len(sentence), 6))).astype(np.float32)
+    a = {"neighbors/rows": np.arange(len(sentence)), "neighbors/token": token, "neighbors/position": position,
+         "neighbors/left": left, "neighbors/right": right, "neighbors/sentence": sentence}
+    return x, a
+
+
+def test_layer_intervals_resample_sentences_against_a_loop():
+    """The analysis's intervals of the pooled same-token rate and of the within-type rates:
+    the same-sentence resamples redone by a loop on per-query values from a brute-force
+    neighbour search. An interval over token types (4 clusters) or queries differs."""
+    from evolution.analyses.neighbors import layer_measures
+
+    x, a = _synthetic_layer()
+    n_boot, seed = 300, 11
+    out = layer_measures(x, a, neighbors=NeighborsConfig(k=5, bootstrap=n_boot), seed=seed)
+    token, sentence, left = a["neighbors/token"], a["neighbors/sentence"], a["neighbors/left"]
+    d = ((x[:, None].astype(np.float64) - x[None]) ** 2).sum(-1)
+    np.fill_diagonal(d, np.inf)
+    same_token = np.array([np.mean(token[np.argsort(d[i], kind="stable")[:5]] == token[i]) for i in range(len(x))])
+    assert out["same_token"] == pytest.approx(same_token.mean(), abs=1e-9)
+    np.testing.assert_allclose(out["interval"]["same_token"], _boot_loop(same_token, sentence, None, n_boot, seed),
+                               rtol=1e-9)
+    same_left = np.full(len(x), np.nan)
+    for t in np.unique(token):
+        rows = np.flatnonzero(token == t)
+        sub = d[np.ix_(rows, rows)]
+        for j, q in enumerate(rows):
+            if left[q] >= 0:
+                nb = rows[np.argsort(sub[j], kind="stable")[:5]]
+                same_left[q] = np.mean(left[nb] == left[q])
+    by_type = np.nanmean([np.nanmean(same_left[token == t]) for t in np.unique(token)])
+    assert out["same_left"] == pytest.approx(by_type, abs=1e-9)
+    ref = _boot_loop(same_left, sentence, token, n_boot, seed)
+    np.testing.assert_allclose(out["interval"]["same_left"], ref, rtol=1e-9)
+    assert out["queries"]["same_left"] == int(np.isfinite(same_left).sum()) < len(x)  # sentence starts left out
+    # the chance level does not depend on the vectors; its interval reflects sentences only
+    lo, hi = out["interval"]["same_left_chance"]
+    assert lo <= out["same_left_chance"] <= hi
+    # normalized = (rate - chance) / (ceiling - chance), interval from paired resamples
+    assert out["same_left_normalized"] == pytest.approx(
+        (out["same_left"] - out["same_left_chance"]) / (out["same_left_ceiling"] - out["same_left_chance"]))
+    lo, hi = out["interval"]["same_left_normalized"]
+    assert lo < out["same_left_normalized"] < hi
+
+
+def test_layer_chance_and_ceiling_do_not_depend_on_the_layer():
+    """Two unrelated representations of the same occurrences: the rates differ, chance and
+    ceiling (and their intervals, from the same resamples) do not."""
+    from evolution.analyses.neighbors import layer_measures
+
+    x, a = _synthetic_layer(1)
+    y = np.random.default_rng(9).normal(size=x.shape).astype(np.float32)
+    cfg = NeighborsConfig(k=5, bootstrap=50)
+    one, two = layer_measures(x, a, neighbors=cfg, seed=4), layer_measures(y, a, neighbors=cfg, seed=4)
+    assert one["same_left"] != two["same_left"]
+    for name in ("same_left_chance", "same_left_ceiling", "same_right_chance", "same_right_ceiling"):
+        assert one[name] == two[name]
+        assert one["interval"][name] == two["interval"][name]
+    assert one["same_left_chance"] < one["same_left_ceiling"] <= 1
