@@ -265,4 +265,4 @@ def test_annotated_text_adds_rates_and_leaves_main_metrics_unchanged(tmp_path, c
         checked += 1
     assert checked >= 1
     assert (tmp_path / "b" / "report" / "change_pos_pwcca.png").is_file()
-    assert "Neighbours: same_pos" in (tmp_path / "b" / "report" / "report.md").read_text()
+    assert "same POS tag" in (tmp_path / "b" / "report" / "report.md").read_text()

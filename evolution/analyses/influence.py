@@ -172,7 +172,8 @@ def influence_by_frequency(path, metric: str = "pwcca"):
     d = ds.distance.sel(metric=metric).load()
     fig = by_group_panels(d, series="layer", label=lambda layer: f"layer {layer}",
                           width=lambda layer: 2.5 if layer == 1 else 1.2,
-                          xlabel="frequency rank bin of the masked token", ylabel=f"{metric.upper()} distance (influence)")
+                          xlabel="frequency rank bin of the masked token",
+                          ylabel=f"{metric.upper()} distance (influence)")
     if fig is None or "interval" not in ds:
         return fig
     kept = ~np.isnan(d).all(("model", "layer")).values  # the bins by_group_panels draws
@@ -197,8 +198,9 @@ def _bin_size_table(ds: xr.Dataset) -> list[list[str]]:
 
     table = [["bin (frequency rank)", "available", "masked", "sentences", "rows at layer 1"]]
     for b in ds.freq_bin.values:
-        table.append([str(b), cell(ds.available.sel(freq_bin=b).values), cell(ds.samples.sel(freq_bin=b, layer=1).values),
-                      cell(ds.sentences.sel(freq_bin=b).values), cell(ds.rows.sel(freq_bin=b, layer=1).values)])
+        table.append([str(b), cell(ds.available.sel(freq_bin=b).values),
+                      cell(ds.samples.sel(freq_bin=b, layer=1).values), cell(ds.sentences.sel(freq_bin=b).values),
+                      cell(ds.rows.sel(freq_bin=b, layer=1).values)])
     return table
 
 

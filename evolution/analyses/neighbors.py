@@ -109,7 +109,8 @@ def layer_measures(x: np.ndarray, a: dict[str, np.ndarray], *, neighbors: Neighb
     ``queries``, measure -> the number of queries counted; under ``interval``,
     measure -> (low, high): the 95% percentile interval of ``neighbors.bootstrap``
     resamples of whole sentences (``a[".../sentence"]``; replicate r draws with
-    ``default_rng([seed, r])``). ``x`` (n, d) the states of ``a["neighbors/rows"]``; ``syntax_vectors`` those of ``a["syntax/rows"]`` (annotated text)."""
+    ``default_rng([seed, r])``). ``x`` (n, d) the states of ``a["neighbors/rows"]``;
+    ``syntax_vectors`` those of ``a["syntax/rows"]`` (annotated text)."""
     from evolution.metrics.neighbors import bootstrap_interval, knn, same_label_per_query
 
     c = neighbors

@@ -52,7 +52,7 @@ def neighbour_ids(token_id: np.ndarray, sentence: np.ndarray) -> tuple[np.ndarra
 
 def next_token_labels(token_id: np.ndarray, sentence: np.ndarray) -> np.ndarray:
     """LM output label of each position: the next token, :data:`END` after the last
-    (the representation at t predicts x(t+1); METHODS.md 1)."""
+    (the representation at t predicts x(t+1); Voita et al. 2019, sec. 4; docs/metrics.md)."""
     return neighbour_ids(token_id, sentence)[1]
 
 
