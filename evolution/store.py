@@ -189,10 +189,36 @@ def mark_complete(store: str, group: str, fingerprint: str) -> None:
     g.attrs[_COMPLETE] = fingerprint
 
 
+def portable_strings(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with every fixed-width text variable and coordinate (NumPy ``U`` / ``S``: Zarr
+    writes them as ``fixed_length_utf32`` / ``null_terminated_bytes``, data types without a
+    Zarr v3 specification that other Zarr readers may not open) as variable-length UTF-8
+    strings (Zarr v3's ``string``, which zarr-python, zarrita and tensorstore read alike)."""
+    def fix(v):
+        if v.dtype.kind == "S":
+            return v.copy(data=np.array([x.decode("utf-8") for x in v.values.ravel()], dtype=object)
+                          .reshape(v.shape))
+        if v.dtype.kind == "U":
+            return v.copy(data=v.values.astype(object))
+        return v
+
+    strings = [n for n, v in ds.variables.items() if v.dtype.kind in "US"]
+    if not strings:
+        return ds
+    out = ds.copy()
+    for name in strings:
+        fixed = fix(ds.variables[name])
+        if name in ds.coords:
+            out = out.assign_coords({name: fixed})
+        else:
+            out[name] = fixed
+    return out
+
+
 def _write_skeleton(ds: xr.Dataset, store: str, group: str) -> None:
     # compute=False writes metadata and the eager (coordinate) arrays; the dask
     # placeholder data variables stay unwritten, to be filled region by region.
-    ds.to_zarr(store, group=group, mode="w", compute=False, zarr_format=3, consolidated=False)
+    portable_strings(ds).to_zarr(store, group=group, mode="w", compute=False, zarr_format=3, consolidated=False)
 
 
 def create_hidden_group(store: str, group: str, *, columns: dict[str, np.ndarray], n_layers: int,

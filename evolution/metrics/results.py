@@ -68,13 +68,15 @@ def _write_groups(store: str, datasets: dict[str, xr.Dataset], fingerprint: str)
 
     import zarr
 
+    from evolution.store import portable_strings
+
     # the root (with its mark, in one write) exists even when no metric had enough data
     zarr.open_group(store, mode="w", zarr_format=3, attributes={_MARK: True})
     for group, ds in datasets.items():
         ds = ds.copy()
         # attributes as JSON would store them (tuples -> lists, paths -> strings)
         ds.attrs = json.loads(json.dumps(ds.attrs, default=str))
-        ds.to_zarr(store, group=group, mode="w", zarr_format=3, consolidated=False)
+        portable_strings(ds).to_zarr(store, group=group, mode="w", zarr_format=3, consolidated=False)
     zarr.open_group(store, mode="r+", zarr_format=3).attrs.update({_FINGERPRINT: fingerprint,
                                                                    "groups": sorted(datasets)})
 

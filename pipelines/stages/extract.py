@@ -19,7 +19,7 @@ __all__ = ["ExtractStage", "STORE_VERSION"]
 
 #: Bumped when the store layout gains something, so that older groups are redone
 #: (2: annotation labels as token coordinates).
-STORE_VERSION = 3  # 3: train_rank
+STORE_VERSION = 4  # 3: train_rank; 4: text coordinates as Zarr v3 strings (portable_strings)
 
 
 class ExtractStage(Stage):
