@@ -574,7 +574,9 @@ class ModelConfig(_Section):
       names it (default: ``name``), e.g. ``mt``, ``lm-seed1``, ``mlm-tokdrop``.
     * ``kind: huggingface``: ``path`` is a local directory with ``config.json``,
       weights and a tokenizer (BERT-like encoders, GPT-2-like decoders, and the
-      encoder of Marian/T5-like encoder-decoders).
+      encoder of Marian/T5-like encoder-decoders), or a hub id (``bert-base-uncased``)
+      found in, or downloaded into, the Hugging Face cache (:mod:`evolution.models.hub`;
+      ``HF_HUB_OFFLINE=1`` uses the cache alone).
     * ``kind: fairseq``: ``path`` is a checkpoint file of the ``translation``,
       ``language_modeling`` or ``masked_lm`` task (or of this project's
       plugin); ``data`` is the directory holding its ``dict*.txt``;
@@ -589,11 +591,34 @@ class ModelConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     kind: Literal["trained", "huggingface", "fairseq", "shipped"]
     run: str | None = Field(None, description="trained: the training run (default: name)")
+    hub_id: str | None = Field(None, description="huggingface: the hub id that ``path`` was given as (set when "
+                                                 "loading; ``path`` is then its snapshot in the local cache)")
     path: Path | None = None
     data: Path | None = None
     sentencepiece: Path | None = None
     objective: Literal["mt", "lm", "mlm"] | None = Field(
         None, description="recorded as provenance; inferred from the model when omitted")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hub_id(cls, data: Any, info: ValidationInfo) -> Any:
+        """``kind: huggingface`` with a ``path`` that is no local directory but looks like a hub id
+        (``bert-base-uncased``): resolved through the Hugging Face cache (:mod:`evolution.models.hub`)."""
+        if not isinstance(data, dict) or data.get("kind") != "huggingface" or data.get("hub_id"):
+            return data
+        raw = data.get("path")
+        if raw is None or Path(str(raw)).is_absolute():
+            return data
+        from evolution.models.base import ModelLoadError
+        from evolution.models.hub import looks_like_hub_id, resolve
+
+        if _resolve(raw, info).exists() or not looks_like_hub_id(str(raw)):
+            return data
+        try:
+            local = resolve(str(raw))
+        except ModelLoadError as exc:
+            raise ValueError(f"model {data.get('name')!r}: {exc}") from None
+        return {**data, "hub_id": str(raw), "path": str(local)}
 
     @field_validator("path", "data", "sentencepiece", mode="before")
     @classmethod
