@@ -16,6 +16,7 @@ worker process.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -300,7 +301,9 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
     table = build_token_table(corpus.sentences, adapter, too_long=config.too_long, lines=corpus.lines,
                               source=corpus.source)
     columns = dict(table.columns)
-    attrs = {**attrs, "corpus_source": corpus.source, "corpus_sha256": file_hash(corpus.source),
+    digest = (file_hash(corpus.source) if os.path.isfile(corpus.source) else  # sentences given in memory
+              hashlib.sha256("\n".join(corpus.sentences).encode("utf-8")).hexdigest())
+    attrs = {**attrs, "corpus_source": corpus.source, "corpus_sha256": digest,
              "n_truncated": table.n_truncated, "n_skipped": table.n_skipped, "annotated_from": -1,
              **adapter.describe()}
     if training_text is not None:

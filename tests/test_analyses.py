@@ -68,7 +68,7 @@ def test_worker_log_lines_reach_the_run_log(tmp_path, corpus_file, model_specs):
     assert "[mi translation-1] MI: flat k-means" in log
     assert "[tsne translation-0] Automatically determined negative gradient method" in log  # openTSNE's
     mi = open_metrics(tmp_path / "w" / "metrics.zarr", "mi")
-    assert mi.attrs["kmeans"] == {"translation": {"input": "flat"}}
+    assert mi.attrs["kmeans"] == {"translation": {"input": "flat (faiss)"}}
     assert (mi.k.sel(model="translation", target="input") < 400).all()  # k after capping is stored
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, strings
-from evolution.analyses.plotting import by_group_panels, open_group
+from evolution.analyses.plotting import by_group_panels, concat, figure, open_group, tidy
 from evolution.config import InfluenceConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
@@ -163,6 +163,7 @@ def _bins(icfg, m) -> tuple[list[tuple[int, int]], list[str]]:
     return frequency_bins(icfg.freq_bins, ranked_types=m.ranked_types, basis=m.frequency)
 
 
+@figure
 def influence_by_frequency(path, metric: str = "pwcca"):
     """Token influence by frequency-rank bin of the masked token, one panel per model, a line per
     layer; the band around layer 1 is its 95% bootstrap interval over sentences."""
@@ -170,20 +171,23 @@ def influence_by_frequency(path, metric: str = "pwcca"):
     if ds is None or metric not in ds.metric.values:
         return None
     d = ds.distance.sel(metric=metric).load()
-    fig = by_group_panels(d, series="layer", label=lambda layer: f"layer {layer}",
+    out = by_group_panels(d, series="layer", label=lambda layer: f"layer {layer}",
                           width=lambda layer: 2.5 if layer == 1 else 1.2,
                           xlabel="frequency rank bin of the masked token",
-                          ylabel=f"{metric.upper()} distance (influence)")
-    if fig is None or "interval" not in ds:
-        return fig
+                          ylabel=f"{metric.upper()} distance\n(influence)")
+    if out is None or "interval" not in ds:
+        return out
+    fig, data = out
     kept = ~np.isnan(d).all(("model", "layer")).values  # the bins by_group_panels draws
     band = ds.interval.sel(metric=metric, layer=1).load().isel(freq_bin=kept)
     x = np.arange(int(kept.sum()))
+    frames = [data]
     for ax, m in zip(fig.axes, d.model.values):
         lo, hi = band.sel(model=m, bound="low").values, band.sel(model=m, bound="high").values
         if np.isfinite(lo).any():
             ax.fill_between(x, lo, hi, color="0.5", alpha=0.25, linewidth=0)
-    return fig
+            frames += [tidy(band.sel(model=m, bound=b), f"layer 1 {b}") for b in ("low", "high")]
+    return fig, concat(frames)
 
 
 def _bin_size_table(ds: xr.Dataset) -> list[list[str]]:

@@ -41,7 +41,8 @@ clusters held fixed (:func:`evolution.metrics.mi.bootstrap_mi`), placed around
 the estimate (:func:`evolution.metrics.mi.centred_interval`); they measure the
 sampling variability of the text, ``mi_sd`` that of k-means. The attribute
 ``kmeans`` records the k-means that ran per model and target (``flat`` or
-``two_level``; ``metrics.mi.algorithm: auto`` decides by k), ``bootstrap`` the
+``two_level``; ``metrics.mi.algorithm: auto`` decides by k) and what ran it (``faiss``, or
+``sklearn`` where faiss is not installed: :mod:`evolution.metrics.search`), ``bootstrap`` the
 replicates behind the intervals.
 """
 
@@ -55,8 +56,8 @@ import numpy as np
 import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
-from evolution.analyses.plotting import (STYLES, WIDTH, concat, figure, legend_below, open_group, panel_grid,
-                                        plt, tidy)
+from evolution.analyses.plotting import (STYLES, WIDTH, concat, figure, label_edges, legend_below, open_group,
+                                        panel_grid, plt, tidy)
 from evolution.config import MIConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ class MI(Analysis):
                 seeds[i, layer, j, :len(v.get("seeds", []))] = v.get("seeds", [])
                 shuf[i, layer, j], k[i, layer, j], n[i, layer, j] = v["shuffled"], v["k"], v["n"]
                 ent[i, j] = v["entropy"]
-                kmeans.setdefault(m, {})[t] = v.get("algorithm", "")
+                kmeans.setdefault(m, {})[t] = f"{v.get('algorithm', '')} ({v.get('backend', 'faiss')})"
                 for name, bounds in (v.get("interval") or {}).items():
                     interval[name][i, layer, j] = bounds
                 replicates = max(replicates, v.get("replicates", 0))
@@ -405,7 +406,7 @@ def mi_by_types(path, target: str = "input"):
     cmap = pyplot.get_cmap("viridis")
     sizes = list(ds.types.values)
     frames = []
-    for k, (ax, m) in enumerate(zip(axes, models)):
+    for ax, m in zip(axes, models):
         for j, size in enumerate(sizes):
             color = cmap(j / max(1, len(sizes) - 1))
             v = ds.sel(model=m, target=target, types=size)
@@ -415,9 +416,7 @@ def mi_by_types(path, target: str = "input"):
             frames += [tidy(v[name], name, model=str(m), n_types=used)
                        for name in ("mi_fraction", "mi_corrected_fraction")]
         ax.set(title=str(m), xticks=ds.layer.values)
-        if k % axes[0].get_subplotspec().get_gridspec().ncols == 0:
-            ax.set_ylabel("MI / H(X)")
-    fig.supxlabel("layer", fontsize=8.5)
+    label_edges(axes, xlabel="layer", ylabel="MI / H(X)")
     legend_below(fig, title="most frequent types (dashed: minus the shuffled control)")
     fig.suptitle(f"MI with the {target} token as a fraction of H(X), by the number of most frequent types "
                  "(same clusters)")

@@ -47,7 +47,8 @@ import numpy as np
 import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
-from evolution.analyses.plotting import STYLES, open_group, plt
+from evolution.analyses.plotting import (STYLES, concat, figure, label_edges, legend_below, open_group, panel_grid,
+                                        tidy)
 from evolution.config import NeighborsConfig, resolved_dict
 
 __all__ = ["Neighbors", "layer_task", "layer_measures", "neighbors_by_layer", "MEASURES"]
@@ -184,39 +185,48 @@ class Neighbors(Analysis):
         return {"neighbors": ds}
 
 
+@figure
 def neighbors_by_layer(path):
-    """kNN measures per layer, one panel per measure."""
+    """kNN measures per layer, one panel per measure (rows of three), models in the legend below."""
+    from matplotlib.lines import Line2D
+
     ds = open_group(path, "neighbors")
     if ds is None:
         return None
-    pyplot = plt()
-    labels = {"same_token": "same token among k-NN", "position_distance": "position distance (same token)",
-              "same_left": "same left neighbour (same token)", "same_right": "same right neighbour (same token)",
-              "same_pos": "same POS (PTB tag; same token)", "same_deprel": "same dependency relation (same token)"}
-    labels.update({f"same_{a}_normalized": f"{labels[f'same_{a}']}:\n(rate - chance) / (ceiling - chance)"
-                   for a in ("left", "right", "pos", "deprel")})
+    labels = {"same_token": "same token among k-NN", "position_distance": "position distance\n(same token)",
+              "same_left": "same left neighbour\n(same token)", "same_right": "same right neighbour\n(same token)",
+              "same_pos": "same POS (PTB tag;\nsame token)", "same_deprel": "same dependency relation\n(same token)"}
+    labels.update({f"same_{a}_normalized": f"{labels[f'same_{a}'].split(chr(10))[0]}:\n(rate - chance) / "
+                                           "(ceiling - chance)" for a in ("left", "right", "pos", "deprel")})
     measures = [str(m) for m in ds.measure.values if not str(m).endswith(BOUND_SUFFIXES)]
-    cols = min(4, len(measures))
-    rows = -(-len(measures) // cols)
-    fig, axes = pyplot.subplots(rows, cols, figsize=(4 * cols, 3.4 * rows), squeeze=False, layout="constrained")
-    for ax in axes.ravel()[len(measures):]:
-        ax.set_visible(False)
-    for ax, meas in zip(axes.ravel(), measures):
+    fig, axes = panel_grid(len(measures), panel=(3.2, 2.3), cols=3, extra=0.5)
+    frames, bounds = [], set()
+    for ax, meas in zip(axes, measures):
         for i, m in enumerate(ds.model.values):
             style = STYLES[i % len(STYLES)]
-            ax.plot(ds.layer, ds.value.sel(model=m, measure=meas), label=str(m), **style)
+            v = ds.value.sel(model=m, measure=meas)
+            ax.plot(ds.layer, v, label=str(m), markersize=3, **style)
+            frames.append(tidy(v, "value"))
             if "interval" in ds:  # 95% bootstrap interval over sentences
                 band = ds.interval.sel(model=m, measure=meas)
                 ax.fill_between(ds.layer, band.sel(bound="low"), band.sel(bound="high"), color=style.get("color"),
                                 alpha=0.2, linewidth=0)
+                frames += [tidy(band.sel(bound=b), b) for b in ("low", "high")]
             for suffix, line in (("_chance", ":"), ("_ceiling", "--")):  # the rate's representation-free bounds
                 if f"{meas}{suffix}" in ds.measure.values:
-                    ax.plot(ds.layer, ds.value.sel(model=m, measure=f"{meas}{suffix}"), color=style.get("color"),
-                            linestyle=line, linewidth=0.8,
-                            label=f"{suffix[1:]} ({'dotted' if line == ':' else 'dashed'})" if i == 0 else None)
-        ax.set(title=labels.get(meas, meas), xlabel="layer")
-        ax.legend(fontsize=8)
-    return fig
+                    b = ds.value.sel(model=m, measure=f"{meas}{suffix}")
+                    ax.plot(ds.layer, b, color=style.get("color"), linestyle=line, linewidth=0.8)
+                    frames.append(tidy(b, suffix[1:], measure=meas))
+                    bounds.add(suffix)
+        ax.set(title=labels.get(meas, meas), xticks=ds.layer.values)
+    label_edges(axes, xlabel="layer")
+    handles, names = axes[0].get_legend_handles_labels()
+    for suffix, line in (("_chance", ":"), ("_ceiling", "--")):
+        if suffix in bounds:
+            handles.append(Line2D([], [], color="black", linestyle=line, linewidth=0.8))
+            names.append(f"{suffix[1:]} (thin {'dotted' if line == ':' else 'dashed'})")
+    legend_below(fig, handles, names)
+    return fig, concat(frames)
 
 
 Neighbors.figures = {

@@ -23,7 +23,7 @@ import numpy as np
 import xarray as xr
 
 __all__ = ["STYLES", "DPI", "WIDTH", "FONT", "RC", "plt", "open_group", "figure", "finish", "figure_data",
-           "artist_data", "tidy", "concat", "panel_grid", "legend_below", "legend_right", "robust_range", "scale_label",
+           "artist_data", "tidy", "concat", "panel_grid", "label_edges", "legend_below", "legend_beside", "legend_right", "robust_range", "scale_label",
            "by_group_panels", "adjacent_change_figure"]
 
 #: Distinct colour + line style + marker per model, so coinciding curves stay visible.
@@ -170,7 +170,7 @@ def panel_grid(n: int, *, panel: tuple[float, float] = (2.4, 2.1), cols: int = 4
     ``panel`` width x ``cols`` exceeds :data:`WIDTH`), at most :data:`WIDTH` wide; ``extra``
     inches of height (a legend below). Returns (fig, the n axes in reading order)."""
     pyplot = plt()
-    cols = max(1, min(cols, n, int(WIDTH // panel[0]) or 1))
+    cols = max(1, min(cols, n, int(WIDTH / panel[0] + 1e-6) or 1))
     rows = -(-n // cols)
     fig, grid = pyplot.subplots(rows, cols, figsize=(min(WIDTH, panel[0] * cols), panel[1] * rows + extra),
                                 squeeze=False, layout="constrained", **kw)
@@ -183,13 +183,15 @@ def panel_grid(n: int, *, panel: tuple[float, float] = (2.4, 2.1), cols: int = 4
 def _columns(labels: list[str], width: float) -> int:
     """Legend columns that fit ``labels`` into ``width`` inches at :data:`FONT`."""
     longest = max((len(str(s)) for s in labels), default=1)
-    entry = (0.55 * FONT * longest + 34) / 72  # text + handle + padding, inches
+    entry = (0.6 * FONT * longest + 40) / 72  # text + handle + padding, inches
     return max(1, min(len(labels), int(width // entry)))
 
 
-def legend_below(fig, handles=None, labels=None, *, title: str | None = None, ncol: int | None = None):
+def legend_below(fig, handles=None, labels=None, *, title: str | None = None, ncol: int | None = None,
+                 loc: str = "outside lower center", **kw):
     """One legend for ``fig`` below its panels, outside every axes (constrained layout makes
-    room); ``handles`` / ``labels`` default to the distinct labelled artists of its axes."""
+    room); ``handles`` / ``labels`` default to the distinct labelled artists of its axes;
+    ``kw``: further arguments of ``Figure.legend``."""
     if handles is None:
         seen = {}
         for ax in fig.axes:
@@ -199,8 +201,20 @@ def legend_below(fig, handles=None, labels=None, *, title: str | None = None, nc
     if not handles:
         return None
     labels = labels if labels is not None else [h.get_label() for h in handles]
-    ncol = ncol or _columns(labels, fig.get_figwidth() - 0.3)
-    return fig.legend(handles, labels, loc="outside lower center", ncol=ncol, title=title, frameon=False)
+    fixed, ncol = ncol is not None, ncol or _columns(labels, fig.get_figwidth() - 0.3)
+    renderer = fig.canvas.get_renderer()
+    while True:
+        legend = fig.legend(handles, labels, loc=loc, ncol=ncol, title=title, frameon=False, **kw)
+        if fixed or ncol == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width * 0.98:
+            return legend
+        legend.remove()
+        ncol -= 1
+
+
+def legend_beside(fig, handles=None, labels=None, **kw):
+    """One legend for ``fig`` right of its panels, top-aligned, in one column (for grids whose
+    bottom holds a shared x label)."""
+    return legend_below(fig, handles, labels, ncol=1, loc="outside right upper", **kw)
 
 
 def legend_right(ax, handles=None, labels=None, **kw):
@@ -225,10 +239,17 @@ def robust_range(values, *, low: float | None = None, q: float = 99.0) -> tuple[
 
 
 def scale_label(what: str, vmin: float, vmax: float, *, q: float = 99.0, low: str = "") -> str:
-    """A colour bar's label that states its scale: ``what`` and the range, e.g. "PWCCA
-    distance\\n(scale 0 to 0.37: 0 to the data's 99th percentile)"."""
-    lo_text = low or f"the data's {100 - q:g}th percentile"
-    return f"{what}\n(scale {vmin:.3g} to {vmax:.3g}: {lo_text} to the data's {q:g}th percentile)"
+    """A colour bar's label that states its scale in short lines: ``what``, the range, and how
+    it was fit, e.g. "PWCCA distance / scale 0 to 0.37: / 0 to the data's 99th percentile"."""
+    lo_text = low or f"the {_ordinal(100 - q)}"
+    return f"{what}\nscale {vmin:.3g} to {vmax:.3g}:\n{lo_text} to the {_ordinal(q)} percentile of the data"
+
+
+def _ordinal(x: float) -> str:
+    """1 -> "1st", 99 -> "99th", 2.5 -> "2.5th"."""
+    if float(x).is_integer() and int(x) % 100 not in (11, 12, 13):
+        return f"{int(x)}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(int(x) % 10, 'th')}"
+    return f"{x:g}th"
 
 
 def by_group_panels(d, *, series: str, label, width, xlabel: str, ylabel: str, groups: str = "freq_bin"):
@@ -240,26 +261,33 @@ def by_group_panels(d, *, series: str, label, width, xlabel: str, ylabel: str, g
         return None
     pyplot = plt()
     models = list(d.model.values)
-    fig, axes = panel_grid(len(models), panel=(2.4, 2.2), sharey=True, extra=0.5)
+    fig, axes = panel_grid(len(models), panel=(2.4, 2.2), sharey=True, extra=0.3)
     cmap = pyplot.get_cmap("viridis")
     n = d.sizes[series]
     x = np.arange(d.sizes[groups])
-    for k, (ax, m) in enumerate(zip(axes, models)):
+    for ax, m in zip(axes, models):
         for j, v in enumerate(d[series].values):
             ax.plot(x, d.sel({"model": m, series: v}), marker="o", markersize=3, color=cmap(j / max(1, n - 1)),
                     label=label(v), lw=width(v))
         ax.set_xticks(x, [str(b) for b in d[groups].values], rotation=60, ha="right", rotation_mode="anchor")
         ax.set_title(str(m))
-        if k % _cols(fig, axes) == 0:
-            ax.set_ylabel(ylabel)
+    label_edges(axes, ylabel=ylabel)
     fig.supxlabel(xlabel, fontsize=RC["axes.labelsize"])
-    legend_below(fig)
-    return fig, tidy(d)
+    legend_beside(fig)
+    return fig, tidy(d, str(d.name or "value"))
 
 
-def _cols(fig, axes) -> int:
-    """Panels per row of a :func:`panel_grid` figure."""
-    return axes[0].get_subplotspec().get_gridspec().ncols if axes else 1
+def label_edges(axes, *, xlabel: str = "", ylabel: str = "") -> None:
+    """``xlabel`` under the panels with none below them, ``ylabel`` beside the first of each
+    row (``axes`` in reading order on one grid, as :func:`panel_grid` returns them)."""
+    if not axes:
+        return
+    cols = axes[0].get_subplotspec().get_gridspec().ncols
+    for k, ax in enumerate(axes):
+        if xlabel and k + cols >= len(axes):
+            ax.set_xlabel(xlabel)
+        if ylabel and k % cols == 0:
+            ax.set_ylabel(ylabel)
 
 
 @figure

@@ -43,7 +43,7 @@ import xarray as xr
 from evolution.metrics.plan import frequency_bins
 from evolution.metrics.similarity import adjacent_change, bin_sizes, bootstrap_distances, centre_intervals
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
-from evolution.analyses.plotting import STYLES, adjacent_change_figure, open_group, plt
+from evolution.analyses.similarity_figures import FIGURES, change_by_frequency, pair_distances, similarity_heatmaps
 from evolution.config import SimilarityConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
@@ -368,92 +368,4 @@ def pair_kind(a: str, b: str, *, objectives: dict[str, str | None], runs: dict[s
     return "same objective" if oa == ob else "objectives"
 
 
-def similarity_heatmaps(path, metric: str = "pwcca"):
-    """Layer x layer distance within each model, and same-layer distance between models."""
-    ds = open_group(path, "similarity")
-    if ds is None or metric not in ds.metric.values:
-        return None
-    pyplot = plt()
-    d = ds.distance.sel(metric=metric).load()
-    models = list(ds.model_a.values)
-    cols = min(5, len(models) + 1)  # a run with controls: rows of five panels
-    rows = -(-(len(models) + 1) // cols)
-    fig, grid = pyplot.subplots(rows, cols, figsize=(3.6 * cols, 3.4 * rows), squeeze=False, layout="constrained")
-    axes = grid.ravel()
-    for ax in axes[len(models) + 1:]:
-        ax.set_visible(False)
-    for ax, m in zip(axes, models):
-        im = ax.imshow(d.sel(model_a=m, model_b=m), vmin=0, vmax=1, cmap="viridis", origin="lower")
-        ax.set(title=f"{m}: layer vs layer", xlabel="layer", ylabel="layer")
-    fig.colorbar(im, ax=axes[:len(models)].tolist(), fraction=0.02, label=f"{metric.upper()} distance")
-    ax = axes[len(models)]
-    k = 0
-    for i, a in enumerate(models):
-        for b in models[i + 1:]:
-            same = [d.sel(model_a=a, model_b=b, layer_a=layer, layer_b=layer).item() for layer in ds.layer_a.values]
-            ax.plot(ds.layer_a, same, label=f"{a} vs {b}", **STYLES[k % len(STYLES)])
-            if "interval" in ds:  # 95% bootstrap interval over sentences
-                band = ds.interval.sel(metric=metric, model_a=a, model_b=b)
-                ax.fill_between(ds.layer, band.sel(bound="low"), band.sel(bound="high"),
-                                color=STYLES[k % len(STYLES)]["color"], alpha=0.15, linewidth=0)
-            k += 1
-    ax.set(title="between models, same layer", xlabel="layer", ylabel=f"{metric.upper()} distance", ylim=(0, 1))
-    if k:
-        ax.legend(fontsize=8 if k <= 6 else 5, ncol=1 if k <= 10 else 2)
-    return fig
-
-
-def change_by_frequency(path, metric: str = "pwcca"):
-    """Distance between layers n and n + 1 by frequency-rank bin, one panel per model."""
-    return adjacent_change_figure(path, group="change", groups="freq_bin", xlabel="frequency rank bin", metric=metric)
-
-
-def pair_distances(path, metric: str = "pwcca"):
-    """Same-layer distance of every pair of models from layer 0 up, coloured by what the
-    pair differs in (:func:`pair_kind`): claim 10's diagnostic (two seeds of one objective
-    against two objectives sharing an initialisation and two objectives that do not)."""
-    ds = open_group(path, "similarity")
-    if ds is None or metric not in ds.metric.values or "same_layer" not in ds:
-        return None
-    models = list(ds.model_a.values)
-    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
-    pairs = [(a, b) for a, b in pairs if np.isfinite(ds.same_layer.sel(metric=metric, model_a=a, model_b=b)).any()]
-    if not pairs:
-        return None
-    pyplot = plt()
-    fig, ax = pyplot.subplots(figsize=(6.4, 4.2), layout="constrained")
-    colors = {k: STYLES[i % len(STYLES)]["color"] for i, k in enumerate(PAIR_KINDS)}
-    shown = set()
-    for a, b in pairs:
-        kind = (str(ds.pair.sel(model_a=a, model_b=b).item()) if "pair" in ds.coords else
-                pair_kind(a, b, objectives=dict(ds.attrs.get("objectives", {})), runs=dict(ds.attrs.get("runs", {}))))
-        v = ds.same_layer.sel(metric=metric, model_a=a, model_b=b)
-        ax.plot(ds.layer, v, color=colors.get(kind, "grey"), marker="o", markersize=3, linewidth=1,
-                label=None if kind in shown else kind)
-        shown.add(kind)
-        if "interval" in ds:
-            band = ds.interval.sel(metric=metric, model_a=a, model_b=b)
-            ax.fill_between(ds.layer, band.sel(bound="low"), band.sel(bound="high"), color=colors.get(kind, "grey"),
-                            alpha=0.12, linewidth=0)
-    ax.set(title="same-layer distance between two models, by what they differ in", xlabel="layer",
-           ylabel=f"{metric.upper()} distance", ylim=(0, 1), xticks=ds.layer.values)
-    ax.legend(fontsize=8)
-    return fig
-
-
-Similarity.figures = {
-    "similarity_pwcca": (lambda p: similarity_heatmaps(p, "pwcca"),
-                         "PWCCA distance between layers of one model and between models at the same layer (fig. 3)."),
-    "similarity_cka": (lambda p: similarity_heatmaps(p, "cka"), "The same with linear CKA."),
-    "similarity_pairs": (lambda p: pair_distances(p, "pwcca"),
-                         "PWCCA distance between two models at the same layer (layer 0 = embeddings), coloured by "
-                         "what they differ in: seed, objective with the initial weights shared or not, token "
-                         "dropout (claim 10's diagnostic). Bands: 95% intervals over sentences."),
-    "change_pwcca": (lambda p: change_by_frequency(p, "pwcca"),
-                     "Change between adjacent layers (PWCCA distance) by token frequency rank (fig. 4)."),
-    "change_equal_pwcca": (lambda p: adjacent_change_figure(p, group="change_equal", groups="freq_bin",
-                                                            xlabel="bin of equal occurrences, by frequency rank",
-                                                            metric="pwcca"),
-                           "The same on bins holding equal numbers of occurrences (q1: the most frequent tokens; "
-                           "the bins' rank ranges and sizes are in the change_equal group)."),
-}
+Similarity.figures = FIGURES

@@ -23,7 +23,7 @@ import numpy as np
 import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
-from evolution.analyses.plotting import open_group, plt
+from evolution.analyses.plotting import WIDTH, figure, legend_below, open_group, plt
 from evolution.config import TSNEConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
@@ -171,14 +171,19 @@ class TSNE(Analysis):
                 for g in metrics_groups(path) if g.startswith("tsne_")}
 
 
+@figure
 def tsne_grid(path, name: str):
-    """models x layers small multiples of one t-SNE selection."""
+    """models x layers small multiples of one t-SNE selection, the legend (or the position
+    colour bar) outside the panels."""
+    import pandas as pd
+
     ds = open_group(path, f"tsne_{name}")
     if ds is None:
         return None
     pyplot = plt()
     models, layers = list(ds.model.values), list(ds.layer.values)
-    fig, axes = pyplot.subplots(len(models), len(layers), figsize=(1.9 * len(layers), 2.0 * len(models)),
+    side = min(1.5, (WIDTH - 0.5) / len(layers))
+    fig, axes = pyplot.subplots(len(models), len(layers), figsize=(side * len(layers) + 0.5, side * len(models) + 0.9),
                                 squeeze=False, layout="constrained")
     tokens = ds.token.values
     by_label = "label" in ds and any(str(t) for t in ds.label.values.ravel())
@@ -191,31 +196,42 @@ def tsne_grid(path, name: str):
         counts = {c: int((colours.values == c).sum()) for c in classes}
         classes = sorted(classes, key=lambda c: -counts[c])[:9]
     cmap = pyplot.get_cmap("tab10")
+    frames = []
     for i, m in enumerate(models):
         keep = ds.token.sel(model=m).values != ""
         for j, layer in enumerate(layers):
             ax = axes[i][j]
             xy = ds.xy.sel(model=m, layer=layer).values[keep]
+            values = colours.sel(model=m).values[keep]
+            frames.append(pd.DataFrame({"model": str(m), "layer": int(layer),
+                                        "point": ds.point.values[keep] if "point" in ds.coords else np.flatnonzero(keep),
+                                        "token": [str(t) for t in ds.token.sel(model=m).values[keep]],
+                                        "colour": (ds.position.sel(model=m).values[keep] if by_position
+                                                   else [str(v) for v in values]),
+                                        "x": xy[:, 0], "y": xy[:, 1]}))
             if by_position:
-                sc = ax.scatter(xy[:, 0], xy[:, 1], c=ds.position.sel(model=m).values[keep], s=3, cmap="viridis")
+                sc = ax.scatter(xy[:, 0], xy[:, 1], c=ds.position.sel(model=m).values[keep], s=2, cmap="viridis")
             else:
-                values = colours.sel(model=m).values[keep]
                 for c, t in enumerate(classes):
-                    ax.scatter(xy[values == t, 0], xy[values == t, 1], s=3, color=cmap(c % 10), label=t)
+                    ax.scatter(xy[values == t, 0], xy[values == t, 1], s=2, color=cmap(c % 10), label=t)
                 rest = ~np.isin(values, classes)
                 if rest.any():
-                    ax.scatter(xy[rest, 0], xy[rest, 1], s=3, color="lightgrey", label="other")
+                    ax.scatter(xy[rest, 0], xy[rest, 1], s=2, color="lightgrey", label="other")
             ax.set_xticks([]), ax.set_yticks([])
             if i == 0:
-                ax.set_title(f"layer {layer}", fontsize=8)
+                ax.set_title(f"layer {layer}")
             if j == 0:
-                ax.set_ylabel(str(m), fontsize=8)
+                ax.set_ylabel(str(m))
     if by_position:
         fig.colorbar(sc, ax=axes.ravel().tolist(), fraction=0.02, label="position")
     else:
-        axes[0][-1].legend(fontsize=6, markerscale=3, loc="upper right")
+        legend_below(fig, markerscale=4)
     how = ("coloured by position" if by_position else f"coloured by {ds.attrs.get('color', 'label')} (gold, UD EWT)"
            if by_label else "coloured by token")
     masked = ", the word masked and 15% of the sentence corrupted" if ds.attrs.get("masked") else ""
-    fig.suptitle(f"t-SNE of '{' / '.join(vocab)}' occurrences{masked} ({how})", fontsize=9)
-    return fig
+    fig.suptitle(f"t-SNE of '{' / '.join(vocab)}' occurrences{masked} ({how})")
+    frames = [f for f in frames if len(f)]
+    data = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not (by_position or by_label):
+        return fig, data.drop(columns=["colour"], errors="ignore")  # coloured by token
+    return fig, data.rename(columns={"colour": "position" if by_position else "label"})

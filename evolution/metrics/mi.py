@@ -76,21 +76,18 @@ def select_frequent(labels: np.ndarray, *, n_types: int, min_count: int) -> np.n
 
 def kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0,
                   max_points_per_centroid: int = 256) -> np.ndarray:
-    """Cluster index (n,) of each row of ``vectors`` (n, d) by faiss k-means
+    """Cluster index (n,) of each row of ``vectors`` (n, d) by k-means (faiss, or scikit-learn
+    without it: :mod:`evolution.metrics.search`)
     (Lloyd iterations on all cores; centroids trained on at most
     ``max_points_per_centroid * k`` sampled rows, faiss's default, then every
     row assigned to its nearest centroid)."""
-    import faiss
+    from evolution.metrics.search import kmeans
 
     x = np.ascontiguousarray(vectors, dtype=np.float32)
     n, d = x.shape
     if k > n:
         raise ValueError(f"k = {k} clusters for {n} points; lower metrics.mi.k")
-    km = faiss.Kmeans(d, k, niter=niter, seed=seed, verbose=False, spherical=False,
-                      max_points_per_centroid=max_points_per_centroid, min_points_per_centroid=1)
-    km.train(x)
-    _, idx = km.index.search(x, 1)
-    return idx.ravel().astype(np.int64)
+    return kmeans(x, k=k, niter=niter, seed=seed, max_points_per_centroid=max_points_per_centroid)
 
 
 def two_level_kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0,
@@ -160,8 +157,9 @@ def _refine_within_cells(x: np.ndarray, labels: np.ndarray, *, cells: np.ndarray
     of k) centroids, as in the split itself. Distances are one BLAS product per
     (cell, block of rows). Returns the new labels (n,); an emptied cluster stays unused.
     """
-    import faiss
     import scipy.sparse
+
+    from evolution.metrics.search import nearest
 
     n = len(x)
     counts = np.bincount(labels, minlength=len(cells)).astype(np.float64)
@@ -176,9 +174,7 @@ def _refine_within_cells(x: np.ndarray, labels: np.ndarray, *, cells: np.ndarray
     np.add.at(cell_sums, cell, sums[used])
     cell_counts = np.bincount(cell, weights=counts[used], minlength=n_cells)
     members = [np.flatnonzero(cell == i) for i in range(n_cells)]  # the used clusters of each cell
-    probe = faiss.IndexFlatL2(x.shape[1])
-    probe.add((cell_sums / cell_counts[:, None]).astype(np.float32))
-    _, near = probe.search(x, min(nprobe, n_cells))  # (n, nprobe) cell indices
+    _, near = nearest((cell_sums / cell_counts[:, None]).astype(np.float32), x, min(nprobe, n_cells))  # (n, nprobe)
     best = np.full(n, np.inf, dtype=np.float32)
     new = labels.copy()
     order = np.argsort(near, axis=0, kind="stable")  # rows grouped by probed cell, per probe column
@@ -188,9 +184,7 @@ def _refine_within_cells(x: np.ndarray, labels: np.ndarray, *, cells: np.ndarray
             rows = order[bounds[i]:bounds[i + 1], col]
             if not len(rows):
                 continue
-            index = faiss.IndexFlatL2(x.shape[1])  # BLAS distances with a fused argmin, in blocks
-            index.add(centroids[fine])
-            dist, m = index.search(x[rows], 1)
+            dist, m = nearest(centroids[fine], x[rows], 1)  # BLAS distances with a fused argmin, in blocks
             dist, m = dist[:, 0], m[:, 0]
             better = dist < best[rows]
             best[rows[better]] = dist[better]
@@ -307,6 +301,7 @@ class LayerMI:
     k: int
     n: int
     algorithm: str = "flat"  # the k-means that ran: "flat" or "two_level"
+    backend: str = "faiss"  # what ran it: faiss, or sklearn where faiss is not installed (metrics/search.py)
     seeds: tuple[int, ...] = ()  # the k-means seed of each restart
     #: ``mi_mean``, ``mi_corrected``, ``mi_fraction``, ``mi_corrected_fraction`` -> [low, high]
     interval: dict[str, list[float]] | None = None
@@ -329,7 +324,8 @@ class LayerMI:
     def as_dict(self) -> dict:
         """JSON-serialisable form (what the metrics tasks return and cache)."""
         return {"mi": self.mi.tolist(), "shuffled": self.shuffled, "entropy": self.entropy, "k": self.k,
-                "n": self.n, "saturated": self.saturated, "algorithm": self.algorithm, "seeds": list(self.seeds),
+                "n": self.n, "saturated": self.saturated, "algorithm": self.algorithm,
+                "backend": self.backend, "seeds": list(self.seeds),
                 "interval": self.interval, "replicates": self.replicates, "by_types": self.by_types}
 
 
@@ -396,5 +392,8 @@ def layer_mi(vectors: np.ndarray, labels: np.ndarray, *, k: int, restarts: int =
                     "mi_fraction": centred_interval(fraction, est_fraction[0], level),
                     "mi_corrected_fraction": centred_interval(corrected_fraction, est_fraction[1], level)}
     by_types = nested_type_mi(labels, clusterings, types=list(types), seed=seed) if len(types) else None
-    return LayerMI(mi=mi, shuffled=shuffled, entropy=entropy(labels), k=k, n=n, algorithm=chosen, seeds=seeds,
+    from evolution.metrics.search import backend
+
+    return LayerMI(mi=mi, shuffled=shuffled, entropy=entropy(labels), k=k, n=n, algorithm=chosen, backend=backend(),
+                   seeds=seeds,
                    interval=interval, replicates=bootstrap if interval else 0, by_types=by_types)

@@ -44,8 +44,9 @@ def knn(vectors: np.ndarray, *, k: int, metric: Metric = "euclidean", index: str
         nprobe: int = 64) -> np.ndarray:
     """Indices (n, k) of each row's k nearest other rows of ``vectors`` (n, d).
 
-    ``index="exact"`` is a flat faiss index (brute force, the same neighbours
-    as sklearn's ``NearestNeighbors(algorithm="brute")`` up to ties);
+    ``index="exact"`` is brute force (faiss's flat index, or NumPy without faiss:
+    :func:`evolution.metrics.search.nearest`; the same neighbours as sklearn's
+    ``NearestNeighbors(algorithm="brute")`` up to ties);
     ``index="ivf"`` an inverted-file index with ``sqrt(n)`` lists searched
     ``nprobe`` at a time (approximate; for large n). ``nprobe = 64`` is the
     smallest that reached recall 0.95 in ``benchmarks/metrics.py`` (100k x 256:
@@ -57,7 +58,7 @@ def knn(vectors: np.ndarray, *, k: int, metric: Metric = "euclidean", index: str
     not offered. Cosine distance is
     Euclidean distance between unit-normalised rows (same order).
     """
-    import faiss
+    from evolution.metrics.search import faiss_or_none, nearest
 
     x = _prepare(vectors, metric)
     n, d = x.shape
@@ -65,8 +66,12 @@ def knn(vectors: np.ndarray, *, k: int, metric: Metric = "euclidean", index: str
         raise ValueError("need at least 2 occurrences for nearest neighbours")
     k = min(k, n - 1)
     if index == "exact":
-        idx = faiss.IndexFlatL2(d)
-    elif index == "ivf":
+        _, found = nearest(x, x, k + 1)
+        return _drop_self(found, k)
+    faiss = faiss_or_none()
+    if faiss is None:
+        raise ValueError("metrics.neighbors.index: ivf needs faiss (pip install faiss-cpu); use index: exact")
+    if index == "ivf":
         nlist = max(1, int(np.sqrt(n)))
         idx = faiss.IndexIVFFlat(faiss.IndexFlatL2(d), d, nlist)
         idx.train(x)

@@ -6,7 +6,9 @@ that shows the claim's numbers.
 The three verdict colours are from the Okabe & Ito (2008) colour-blind-safe palette
 (blue, vermillion, light grey) and every verdict is also written out, with a symbol.
 Only the claims of the paper (``part == ""``) are counted in the summary; further
-lines of a claim (``part`` "b", ...) are shown under it.
+lines of a claim (``part`` "b", ...) are shown under it. The head verdicts
+(:mod:`evolution.report.heads_card`) are a table of their own, drawn by the same
+functions with their own heading, noun and row anchors.
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ def summary_counts(findings) -> dict[str, int]:
     return {v: sum(f.verdict == v for f in claims) for v in (HOLDS, NA, FAILS)}
 
 
-def summary_text(findings) -> str:
-    """"N of 12 claims hold; M not measurable here; K do not hold"."""
+def summary_text(findings, noun: str = "claims") -> str:
+    """"N of 12 claims hold; M not measurable here; K do not hold" (``noun``: what is counted)."""
     c, n = summary_counts(findings), len(_claims(findings))
-    return f"{c[HOLDS]} of {n} claims hold; {c[NA]} not measurable here; {c[FAILS]} do not hold"
+    return f"{c[HOLDS]} of {n} {noun} hold; {c[NA]} not measurable here; {c[FAILS]} do not hold"
 
 
 def _badge(verdict: str, text: str | None = None) -> str:
@@ -57,14 +59,16 @@ def _label(f) -> str:
     return getattr(f, "label", None) or str(f.number)
 
 
-def scorecard_html(findings, figures: dict[str, str]) -> str:
+def scorecard_html(findings, figures: dict[str, str], *, title: str = "claim (Voita et al. 2019)",
+                   noun: str = "claims", row_id: str = "claim") -> str:
     """The summary and the table; ``figures``: figure name -> its anchor on the page (claims
-    whose figure is not there get no link)."""
+    whose figure is not there get no link); ``title``: the claim column's heading; ``noun``:
+    what the summary counts; ``row_id``: the prefix of each row's anchor (``claim-3``)."""
     c = summary_counts(findings)
     n = len(_claims(findings))
-    out = [f'<p class="summary">{_badge(HOLDS, f"{c[HOLDS]} of {n} claims hold")} '
+    out = [f'<p class="summary">{_badge(HOLDS, f"{c[HOLDS]} of {n} {noun} hold")} '
            f'{_badge(NA, f"{c[NA]} not measurable here")} {_badge(FAILS, f"{c[FAILS]} do not hold")}</p>',
-           '<table class="scorecard"><thead><tr><th>#</th><th>claim (Voita et al. 2019)</th><th>paper</th>'
+           f'<table class="scorecard"><thead><tr><th>#</th><th>{html.escape(title)}</th><th>paper</th>'
            '<th>this run</th><th>verdict</th></tr></thead><tbody>']
     for f in findings:
         part = getattr(f, "part", "")
@@ -81,7 +85,7 @@ def scorecard_html(findings, figures: dict[str, str]) -> str:
         if details:
             measured += '<ul class="details">' + "".join(f"<li>{html.escape(d)}</li>" for d in details) + "</ul>"
         verdict = _badge(f.verdict) + (f"<br><small>{html.escape(f.why)}</small>" if f.why else "")
-        out.append(f'<tr class="{"part" if part else "claim"}" id="claim-{html.escape(_label(f))}">'
+        out.append(f'<tr class="{"part" if part else "claim"}" id="{row_id}-{html.escape(_label(f))}">'
                    f'<td>{label}</td><td>{claim}</td><td>{html.escape(getattr(f, "paper", "") or "-")}</td>'
                    f'<td>{measured}</td><td class="verdict-cell">{verdict}</td></tr>')
     out.append("</tbody></table>")
@@ -92,9 +96,10 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def scorecard_md(findings, figures: dict[str, str]) -> list[str]:
+def scorecard_md(findings, figures: dict[str, str], *, title: str = "claim (Voita et al. 2019)",
+                 noun: str = "claims") -> list[str]:
     """The same in Markdown (no colour: the verdicts in words)."""
-    lines = [f"**{summary_text(findings)}.**", "", "| # | claim (Voita et al. 2019) | paper | this run | verdict |",
+    lines = [f"**{summary_text(findings, noun)}.**", "", f"| # | {_cell(title)} | paper | this run | verdict |",
              "|---|---|---|---|---|"]
     for f in findings:
         anchor = figures.get(getattr(f, "figure", "") or "")

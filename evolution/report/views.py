@@ -34,7 +34,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["views_data", "write_views"]
+__all__ = ["views_data", "views_html", "write_views"]
 
 
 def _edges(maps: np.ndarray, top_k: int) -> list:
@@ -133,12 +133,25 @@ def _join(pieces: list[str], idx: np.ndarray) -> str:
     return out
 
 
-def write_views(path: str | Path, data: dict[str, Any], *, title: str = "attention views") -> Path:
-    """Write the page (data inlined as JSON; ``</`` escaped so the data cannot end the script)."""
-    path = Path(path)
+def views_html(data: dict[str, Any], *, title: str = "attention views", only: str | None = None) -> str:
+    """The page as one self-contained HTML string (data inlined as JSON; ``</`` escaped so the
+    data cannot end the script): what :func:`write_views` writes and notebooks display.
+    ``only``: ``head``, ``model`` or ``neuron`` shows that view alone."""
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     rule = _WORD_RULES.get(data.get("word_rule", "mean"), "")
     page = _PAGE.replace("%TITLE%", html.escape(title)).replace("%WORDRULE%", rule).replace("%DATA%", payload)
+    if only is not None:
+        if only not in ("head", "model", "neuron"):
+            raise ValueError(f"only={only!r}: one of head, model, neuron")
+        hide = ",".join(f"#panel-{p}" for p in ("head", "model", "neuron") if p != only)
+        page = page.replace("</style>", f"{hide}{{display:none}}</style>", 1)
+    return page
+
+
+def write_views(path: str | Path, data: dict[str, Any], *, title: str = "attention views") -> Path:
+    """Write the page of :func:`views_html` to ``path`` (under a temporary name, then renamed)."""
+    path = Path(path)
+    page = views_html(data, title=title)
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
@@ -166,10 +179,10 @@ table.neuron{border-collapse:collapse;font:11px monospace} table.neuron td{paddi
 2020) normalised per query; each query keeps its strongest edges only. Lines run from a query (left) to a key (right).
 %WORDRULE%</p>
 <div id="controls"></div>
-<div class="panel"><h2>Head view</h2><div id="headctl"></div><svg id="headview"></svg></div>
-<div class="panel"><h2>Model view</h2><p>Layers (rows) x heads (columns); click a thumbnail to show that head above.</p>
+<div class="panel" id="panel-head"><h2>Head view</h2><div id="headctl"></div><svg id="headview"></svg></div>
+<div class="panel" id="panel-model"><h2>Model view</h2><p>Layers (rows) x heads (columns); click a thumbnail to show that head above.</p>
 <div id="modelview" class="grid"></div></div>
-<div class="panel"><h2>Neuron view</h2><div id="neuronctl"></div><div id="neuronview"></div></div>
+<div class="panel" id="panel-neuron"><h2>Neuron view</h2><div id="neuronctl"></div><div id="neuronview"></div></div>
 <script type="application/json" id="data">%DATA%</script>
 <script>
 "use strict";

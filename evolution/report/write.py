@@ -4,7 +4,8 @@ The page (:mod:`evolution.report.page`) opens with a title, one paragraph on wha
 run on what (:mod:`evolution.report.summary`) and a table of contents; then the
 findings scorecard with its summary (:mod:`evolution.report.findings`), the trained
 models, the representation and head analyses under human headings
-(:mod:`evolution.report.sections`), notes, and the provenance. No link is written
+(:mod:`evolution.report.sections`), the head verdicts (:mod:`evolution.report.heads_card`)
+first among the head analyses, notes, and the provenance. No link is written
 whose target is not in the report directory or on the page, and no absolute path is
 written (:mod:`evolution.report.paths`).
 """
@@ -21,6 +22,7 @@ from evolution.atomic import replace_dir
 from evolution.report.figures import draw_all
 from evolution.report.findings import css as findings_css
 from evolution.report.findings import scorecard_html, scorecard_md
+from evolution.report.heads_card import has_head_groups, head_verdicts
 from evolution.report.page import FOLD, Figure, Page, Raw, Section, png_size, render_html, render_md
 from evolution.report.paths import scrub_paths
 from evolution.report.scorecard import scorecard
@@ -33,8 +35,14 @@ __all__ = ["write_report", "training_table"]
 logger = logging.getLogger(__name__)
 
 SCORECARD_TEXT = ("Each verdict is computed from this run's stored numbers by the rule under its claim "
-                  "(evolution/report/scorecard.py), never by hand. Not measurable here: the run lacks what the claim "
+                  "(evolution/report/scorecard/), never by hand. Not measurable here: the run lacks what the claim "
                   "needs, or the difference is within the uncertainty. The paper's values are read off its figures.")
+
+HEAD_VERDICTS_TEXT = ("Each verdict is computed from this run's stored head statistics by the rule under its claim "
+                      "(evolution/report/heads_card/), model by model: it holds where it holds for every model it "
+                      "concerns, and the models without the numbers it needs are named. Not measurable here: the run "
+                      "lacks what the claim needs, or a model's numbers point the claimed way within the test's "
+                      "uncertainty. Counted apart from the 12 representation claims.")
 
 
 class _Ids:
@@ -108,7 +116,7 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
         drawn = draw_all(metrics_path, tmp)
         for name, write in (pages or {}).items():
             write(tmp / name)
-        ids = _Ids(["top", "contents", "scorecard", "training", "notes", "provenance", *GROUPS,
+        ids = _Ids(["top", "contents", "scorecard", "head-verdicts", "training", "notes", "provenance", *GROUPS,
                     *(s.id for s in SECTIONS)])
         figures = []
         for name, file, caption in drawn:
@@ -126,7 +134,17 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
         if training is not None:
             rows, caption = training_table(training)
             sections.append(Section("training", "Trained models", blocks=[Table("Runs", rows, caption)]))
-        sections += _analysis_sections(figures, tables)
+        verdicts = head_verdicts(metrics_path)
+        (tmp / "head_verdicts.json").write_text(scrub_paths(json.dumps([f.as_dict() for f in verdicts], indent=1),
+                                                            workdir), encoding="utf-8")
+        groups = _analysis_sections(figures, tables)
+        if has_head_groups(metrics_path):
+            next(g for g in groups if g.id == "heads").children.insert(0, Section(
+                "head-verdicts", "Head verdicts", intro=HEAD_VERDICTS_TEXT, blocks=[Raw(
+                    scorecard_html(verdicts, anchors, title="claim (attention-head papers)", noun="head verdicts",
+                                   row_id="verdict"),
+                    scorecard_md(verdicts, anchors, title="claim (attention-head papers)", noun="head verdicts"))]))
+        sections += groups
         notes = _notes(attrs)
         if notes:
             sections.append(Section("notes", "Notes", intro="What the analyses noted while computing.",

@@ -29,7 +29,7 @@ import numpy as np
 import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
-from evolution.analyses.plotting import open_group, plt
+from evolution.analyses.plotting import WIDTH, concat, figure, open_group, plt, tidy
 from evolution.metrics.plan import rows_by_sentence
 
 __all__ = ["HeadImportance", "importance_task", "correlations", "importance_heatmaps"]
@@ -202,42 +202,51 @@ def correlations(path) -> xr.Dataset | None:
                               "pair": np.array([f"{a} ~ {b}" for a, b in PAIRS], dtype=object)})
 
 
+@figure
 def importance_heatmaps(path):
     """Per model (rows): layer x head heatmaps of encoder mask importance (normalised per
-    layer), LRP relevance and confidence (Voita et al. ACL 2019, figs. 1-3)."""
+    layer), LRP relevance and confidence (Voita et al. ACL 2019, figs. 1-3), each panel's
+    colour scale fit to its data and stated on its colour bar."""
     imp = open_group(path, "heads_importance")
     if imp is None:
         return None
     heads = open_group(path, "heads")
     models = list(imp.model.values)
-    panels = [("importance_normalized", "mask importance (layer-normalised)"), ("relevance", "LRP relevance"),
+    panels = [("importance_normalized", "mask importance\n(layer-normalised)"), ("relevance", "LRP relevance"),
               ("confidence", "confidence")]
     pyplot = plt()
-    fig, axes = pyplot.subplots(len(models), 3, figsize=(9.5, 1.9 * len(models) + 0.8), squeeze=False,
+    fig, axes = pyplot.subplots(len(models), 3, figsize=(WIDTH, 2.2 * len(models) + 0.4), squeeze=False,
                                 layout="constrained")
+    frames = []
     for r, m in enumerate(models):
         for c, (var, title) in enumerate(panels):
             ax = axes[r][c]
             if var == "confidence":
-                data = (heads.value.sel(model=m, measure="confidence").values
-                        if heads is not None and m in heads.model.values else None)
+                da = (heads.value.sel(model=m, measure="confidence")
+                      if heads is not None and m in heads.model.values else None)
             else:
-                data = imp[var].sel(model=m, attention="encoder_self").values
+                da = imp[var].sel(model=m, attention="encoder_self")
+            data = None if da is None else da.transpose("layer", "head").values
             if data is None or not np.isfinite(data).any():
                 ax.set_axis_off()
-                ax.set_title(f"{m}: {title}: not measured", fontsize=7)
+                ax.set_title(f"{m}: {title.splitlines()[0]}: not measured")
                 continue
-            im = ax.imshow(data, cmap="viridis", aspect="auto", vmin=np.nanmin(data), vmax=np.nanmax(data))
-            ax.set_yticks(range(data.shape[0]), [str(i + 1) for i in range(data.shape[0])], fontsize=7)
-            ax.set_xticks(range(data.shape[1]), [str(h) for h in range(data.shape[1])], fontsize=7)
-            ax.set_title(f"{m}: {title}", fontsize=8)
-            ax.set_ylabel("layer", fontsize=7)
-            fig.colorbar(im, ax=ax, fraction=0.05)
-    return fig
+            vmin, vmax = float(np.nanmin(data)), float(np.nanmax(data))
+            im = ax.imshow(data, cmap="viridis", aspect="auto", vmin=vmin, vmax=vmax)
+            ax.set_yticks(range(data.shape[0]), [str(i + 1) for i in range(data.shape[0])])
+            ax.set_xticks(range(data.shape[1]), [str(h) for h in range(data.shape[1])])
+            ax.set_title(f"{m}: {title}")
+            ax.set_ylabel("layer")
+            if r == len(models) - 1:
+                ax.set_xlabel("head")
+            fig.colorbar(im, ax=ax, fraction=0.05, label=f"{vmin:.2g} to {vmax:.2g}\n(panel's range)")
+            frames.append(tidy(da, var, model=str(m)))
+    return fig, concat(frames)
 
 
 HeadImportance.figures = {
     "heads_importance": (importance_heatmaps, "Encoder heads by layer (rows) and head (columns): Michel et al.'s "
                                               "mask importance (normalised per layer), Voita et al.'s LRP relevance "
-                                              "(translation models) and confidence (colour scales fit each panel)."),
+                                              "(translation models) and confidence; each panel's colour scale runs from its "
+                                              "smallest to its largest value (stated on its colour bar)."),
 }

@@ -26,7 +26,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
 from evolution.analyses.heads.importance import ATTENTIONS
-from evolution.analyses.plotting import open_group
+from evolution.analyses.plotting import figure, open_group
 
 __all__ = ["HeadPruning", "pruning_task", "survivor_roles", "pruning_curve"]
 
@@ -246,34 +246,41 @@ def survivor_roles(path) -> xr.Dataset | None:
                               "role": np.array(roles, dtype=object)})
 
 
+@figure
 def pruning_curve(path):
     """BLEU against the number of retained encoder heads (Voita et al. ACL 2019, fig. 7): one
     point per lambda of the encoder-only runs, the unpruned model at all heads."""
-    from evolution.analyses.plotting import STYLES, plt
+    import pandas as pd
+
+    from evolution.analyses.plotting import STYLES, legend_right, plt
 
     ds = open_group(path, "heads_pruning")
     if ds is None:
         return None
     pyplot = plt()
-    fig, ax = pyplot.subplots(figsize=(5.5, 3.6), layout="constrained")
+    fig, ax = pyplot.subplots(figsize=(6.4, 3.8), layout="constrained")
     runs = [r for r in ds.run.values if str(ds.scope.sel(run=r).values) == "encoder"]
+    rows = []
     for i, m in enumerate(ds.model.values):
         enc = ds.kept.sel(model=m, attention="encoder_self")
         total = int(np.isfinite(enc.isel(run=0)).sum())
         x = [int(np.nansum(enc.sel(run=r))) for r in runs] + [total]
         y = [float(ds.bleu.sel(model=m, run=r)) for r in runs] + [float(ds.bleu_full.sel(model=m))]
+        rows += [dict(model=str(m), run=str(r), lam=float(ds.lam.sel(run=r)), kept_encoder_heads=xi, bleu=yi)
+                 for r, xi, yi in zip(runs, x, y)]
+        rows.append(dict(model=str(m), run="unpruned", lam=0.0, kept_encoder_heads=total, bleu=y[-1]))
         order = np.argsort(x)
         style = STYLES[i % len(STYLES)]
         ax.plot(np.asarray(x)[order], np.asarray(y)[order], label=str(m), color=style["color"], marker=style["marker"])
         for r, xi, yi in zip(runs, x, y):
-            ax.annotate(f"λ={float(ds.lam.sel(run=r)):g}", (xi, yi), fontsize=6, xytext=(3, 3),
+            ax.annotate(f"λ={float(ds.lam.sel(run=r)):g}", (xi, yi), fontsize=8, xytext=(3, 3),
                         textcoords="offset points")
     ax.set(xlabel="retained encoder heads", ylabel="BLEU (test, beam 4)",
            title="pruning encoder self-attention heads")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.margins(x=0.12, y=0.15)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return fig
+    legend_right(ax)
+    return fig, pd.DataFrame(rows)
 
 
 HeadPruning.figures = {

@@ -43,9 +43,11 @@ class Finding:
     """One claim's verdict. ``paper``: the published value (:data:`evolution.report.paper.PAPER`);
     ``figure``: the report figure that shows the claim's numbers (its name in the report, e.g.
     ``mi``); ``details``: diagnostics a reader needs beside the verdict; ``part``: "" for the
-    12 claims of the paper, a letter for a further line of one claim (e.g. 11 "b")."""
+    12 claims of the paper, a letter for a further line of one claim (e.g. 11 "b"). ``number``:
+    the claim's number, or a label of its own where the finding is not one of the 12 (the
+    head verdicts: "C1", ..., :mod:`evolution.report.heads_card`)."""
 
-    number: int
+    number: int | str
     claim: str
     rule: str
     measured: str

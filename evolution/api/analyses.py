@@ -1,0 +1,135 @@
+"""The pipeline's analyses on :class:`~evolution.api.represent.Representations`: each function
+runs the same :class:`~evolution.analyses.base.Analysis` units the ``metrics`` stage runs
+(:func:`evolution.analyses.runner.run_analyses`, synchronously, results cached in
+``reps.cache``) and returns its ``metrics.zarr`` group as an in-memory xarray Dataset.
+
+Options are the keys of the config's ``metrics`` section (``docs/config.md``): ``mi(reps,
+k=100)`` is ``metrics: {mi: {k: 100}}``. ``tokens`` selects the types of MI and the
+neighbours; for a few sentences the default here is the 100 most frequent types with at least
+5 occurrences (the pipeline's default, 1,000 types with 1,000 occurrences, suits corpora).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import xarray as xr
+
+from evolution.api.represent import Representations
+
+__all__ = ["analyse", "mi", "neighbors", "similarity", "change", "influence", "heads", "dependency_heads",
+           "importance", "probes", "API_TOKENS"]
+
+logger = logging.getLogger(__name__)
+
+#: the token selection of the API's MI and neighbours unless ``tokens=`` says otherwise
+API_TOKENS = {"top": 100, "min_count": 5}
+_SECTIONS = ("mi", "neighbors", "similarity", "tsne", "influence", "heads", "importance", "probes", "pruning")
+
+
+def analyse(reps: Representations, sections: dict[str, dict | None], *, tokens: dict | None = None, seed: int = 0,
+            models: list[str] | None = None, progress: bool = False) -> dict[str, xr.Dataset]:
+    """Run the analyses whose ``metrics`` config sections are given (others off) on ``reps`` and
+    return every group they write, by name (e.g. ``{"similarity": ..., "change": ...}``)."""
+    from pydantic import ValidationError
+
+    from evolution import location
+    from evolution.analyses import ANALYSES
+    from evolution.analyses.inputs import ModelSource, load_inputs
+    from evolution.analyses.runner import run_analyses
+    from evolution.config import ConfigError, MetricsConfig
+
+    unknown = sorted(set(sections) - set(_SECTIONS))
+    if unknown:
+        raise ValueError(f"unknown analyses {unknown}; these exist: {list(_SECTIONS)}")
+    raw = {s: None for s in _SECTIONS}
+    raw.update({s: (o or {}) for s, o in sections.items()})
+    raw["tokens"] = tokens or API_TOKENS
+    try:
+        from pathlib import Path
+
+        config = MetricsConfig.model_validate(raw, context={"base_dir": Path.cwd()})
+    except ValidationError as exc:
+        raise ConfigError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+    names = models or list(reps.specs)
+    sources = [ModelSource(name=n, kind=reps.specs[n]["kind"], key=reps.keys[n], spec=reps.specs[n],
+                           objective=reps.specs[n].get("objective")) for n in names]
+    attrs = {"seed": seed, "representations": reps.store, "runs": _runs(reps, names),
+             "extract_keys": {n: reps.keys[n] for n in names}}
+    inputs = load_inputs(store=reps.store, models=sources, config=config, seed=seed, torch_threads=1,
+                         arrays_dir=location.inputs_dir(reps.store), attrs=attrs)
+    wanted = [a for a in ANALYSES if a.enabled(config)]
+    return run_analyses(wanted, inputs, cache=reps.cache, client=None, progress=progress)
+
+
+def _runs(reps: Representations, names: list[str]) -> dict[str, dict]:
+    """What the scorecard needs of shipped models: objective, seed, token dropout."""
+    from evolution.models.shipped import run_spec
+
+    return {n: run_spec(reps.specs[n]["path"]) for n in names if reps.specs[n]["kind"] == "shipped"}
+
+
+def _one(reps: Representations, section: str, group: str, options: dict[str, Any], **kw) -> xr.Dataset:
+    out = analyse(reps, {section: options}, **kw)
+    if group not in out:
+        raise ValueError(f"{section}: nothing to compute on these representations (too few occurrences or "
+                         f"models for {group}; see the log, and the tokens= / options given)")
+    return out[group]
+
+
+def mi(reps: Representations, *, tokens: dict | None = None, seed: int = 0, **options) -> xr.Dataset:
+    """MI with the input token (and the output label) per layer via k-means (Voita et al. 2019,
+    sec. 4): the ``mi`` group. Options: ``metrics.mi`` (``k``, ``restarts``, ``bootstrap``, ...)."""
+    options.setdefault("k", 100)
+    return _one(reps, "mi", "mi", options, tokens=tokens, seed=seed)
+
+
+def neighbors(reps: Representations, *, tokens: dict | None = None, seed: int = 0, **options) -> xr.Dataset:
+    """Nearest-neighbour rates per layer (same token, position distance, same left / right token
+    with chance and ceiling; Voita et al. 2019, sec. 5): the ``neighbors`` group."""
+    return _one(reps, "neighbors", "neighbors", options, tokens=tokens, seed=seed)
+
+
+def similarity(reps: Representations, *, seed: int = 0, **options) -> xr.Dataset:
+    """PWCCA / CKA distances between every (model, layer) pair: the ``similarity`` group."""
+    options.setdefault("min_ratio", 1.0)
+    return _one(reps, "similarity", "similarity", options, seed=seed)
+
+
+def change(reps: Representations, *, seed: int = 0, **options) -> xr.Dataset:
+    """Change between adjacent layers by frequency-rank bin: the ``change`` group (computed with
+    :func:`similarity`, cached: calling both costs one run)."""
+    options.setdefault("min_ratio", 1.0)
+    return _one(reps, "similarity", "change", options, seed=seed)
+
+
+def influence(reps: Representations, *, seed: int = 0, **options) -> xr.Dataset:
+    """Token influence by frequency bin (this project's models: fairseq and shipped): ``influence``."""
+    options.setdefault("min_ratio", 1.0)
+    return _one(reps, "influence", "influence", options, seed=seed)
+
+
+def heads(reps: Representations, **options) -> xr.Dataset:
+    """Per-head statistics (Clark et al. 2019; Voita et al. ACL 2019) and the Kobayashi et al.
+    (2020) norms on the stored attention: the ``heads`` group."""
+    return _one(reps, "heads", "heads", options)
+
+
+def dependency_heads(reps: Representations, *, select: str = "ud-ewt-dev", score: str = "ud-ewt-test",
+                     max_sentences: int | None = 500, **options) -> xr.Dataset:
+    """The best head per dependency relation, picked on ``select`` and scored on ``score`` against
+    the best offset baseline (Clark et al. 2019): the ``heads_dependency`` group."""
+    return _one(reps, "heads", "heads_dependency",
+                {"select": select, "score": score, "max_sentences": max_sentences, **options})
+
+
+def importance(reps: Representations, **options) -> xr.Dataset:
+    """Head-mask importance (Michel et al. 2019) and, for translation models, LRP relevance
+    (Voita et al. ACL 2019): the ``heads_importance`` group."""
+    return _one(reps, "importance", "heads_importance", options)
+
+
+def probes(reps: Representations, **options) -> xr.Dataset:
+    """Attention parsing probes (Clark et al. 2019, sec. 5) on UD EWT: the ``heads_probes`` group."""
+    return _one(reps, "probes", "heads_probes", options)

@@ -1,0 +1,153 @@
+"""Representations of given sentences, as the pipeline's extraction writes them: one Zarr
+group per model (``hidden`` (layer, token, feature) with the token coordinates, and the
+attention group), in memory by default (an fsspec ``memory://`` store) or at any store path.
+
+The extraction is the pipeline's own (:func:`evolution.extract.extract_to_store`, synchronous),
+so a dataset from here has the dims, coordinates and attributes of a pipeline run's
+``reps.zarr`` group, and every analysis accepts either (:mod:`evolution.api.analyses`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import xarray as xr
+
+from evolution.api.model import Model
+
+__all__ = ["Representations", "represent", "open_store"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Representations(Mapping):
+    """The extracted models of one store, by name: ``reps["bert"]`` is that model's dataset
+    (:func:`evolution.store.open_representations`), ``reps.attention("bert")`` its attention
+    maps and Kobayashi norms. ``store`` is where they live (``memory://...`` for
+    :func:`represent`'s default); ``cache`` where analysis results are cached."""
+
+    store: str
+    specs: dict[str, dict[str, Any]]
+    keys: dict[str, str]
+    cache: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="evolution-cache-")))
+
+    def __getitem__(self, name: str) -> xr.Dataset:
+        from evolution.store import open_representations
+
+        if name not in self.specs:
+            raise KeyError(f"no model {name!r} here; these are {list(self.specs)}")
+        return open_representations(self.store, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.specs)
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def attention(self, name: str) -> xr.Dataset | None:
+        """The attention group of ``name`` (attention, value_norm, weighted_norm, summed_norm), or None."""
+        from evolution.store import has_attention, open_attention
+
+        return open_attention(self.store, name) if has_attention(self.store, name) else None
+
+    def models(self) -> list[Model]:
+        return [Model(name=n, spec=s) for n, s in self.specs.items()]
+
+    def __repr__(self) -> str:
+        return f"Representations({list(self.specs)}, store={self.store!r})"
+
+
+def _as_models(models) -> list[Model]:
+    if isinstance(models, Model):
+        return [models]
+    if isinstance(models, Mapping):
+        return [Model(name=n, spec={**m.spec, "name": n}) for n, m in models.items()]
+    out = list(models)
+    names = [m.name for m in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two models share a name ({names}); load them with name=... or pass a dict name -> model")
+    return out
+
+
+def represent(models: Model | Sequence[Model] | Mapping[str, Model], sentences: str | Sequence[str], *,
+              attention: bool | int = True, norms: bool = True, store: str | Path | None = None,
+              dtype: str = "float32", max_batch_tokens: int = 1024, too_long: str = "truncate",
+              progress: bool = False) -> Representations:
+    """Hidden states of every layer (and attention) of ``models`` on ``sentences``.
+
+    Parameters
+    ----------
+    models
+        One :class:`~evolution.api.model.Model`, several, or a dict name -> model.
+    sentences
+        One sentence or several (one per item; not split further).
+    attention
+        Store attention maps (and, with ``norms``, the Kobayashi et al. 2020 norms) of every
+        sentence (True), of the first N sentences (an int), or none (False).
+    store
+        Where to write (a path or fsspec URL); default a fresh in-memory store.
+
+    Returns
+    -------
+    Representations
+        ``reps[name]``: ``hidden`` (layer, token, feature) with the token coordinates of
+        ``reps.zarr`` (sentence, position, token_id, token_str, word_id, freq_rank, ...).
+    """
+    from evolution.config import AttentionConfig, ExtractConfig, resolved_dict
+    from evolution.corpus.text import Corpus
+    from evolution.extract import extract_to_store
+    from evolution.provenance import config_hash, tree_hash, versions
+    from pipelines.stages.extract import STORE_VERSION
+
+    sentences = [sentences] if isinstance(sentences, str) else [str(s).strip() for s in sentences]
+    if not sentences or not all(sentences):
+        raise ValueError("represent() needs at least one sentence, and no empty one")
+    models = _as_models(models)
+    store = str(store) if store is not None else f"memory://evolution-{uuid.uuid4().hex[:12]}/reps.zarr"
+    n_att = len(sentences) if attention is True else int(attention or 0)
+    config = ExtractConfig(dtype=dtype, max_batch_tokens=max_batch_tokens, too_long=too_long,
+                           attention=AttentionConfig(sentences=n_att, dtype="float32", norms=norms) if n_att else None)
+    text = hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest()
+    corpus = Corpus(sentences=sentences, lines=list(range(1, len(sentences) + 1)), source="<sentences>")
+    keys = {}
+    for model in models:
+        key = config_hash({"sentences": text, "model": model.spec, "extract": resolved_dict(config),
+                           "store_version": STORE_VERSION})
+        attrs = {"model": model.name, "model_config": model.spec, "extract_config": resolved_dict(config),
+                 "model_sha256": tree_hash(Path(model.spec["path"])), "versions": versions(), "seed": 0}
+        extract_to_store(model.spec, corpus, store=store, group=model.name, fingerprint=key, config=config,
+                         annotation=None, attrs=attrs, client=None, progress=progress)
+        keys[model.name] = key
+    return Representations(store=store, specs={m.name: m.spec for m in models}, keys=keys)
+
+
+def open_store(path: str | Path, models: Sequence[str] | None = None) -> Representations:
+    """The models of an existing representation store (a pipeline run's ``reps.zarr``), as
+    :func:`represent` returns them; analysis results are cached beside it
+    (``<store's directory>/api-cache``)."""
+    import zarr
+
+    from evolution import location
+    from evolution.store import _FINGERPRINT
+
+    path = str(path)
+    root = zarr.open_group(path, mode="r", zarr_format=3)
+    names = sorted(n for n, g in root.groups() if "model_config" in g.attrs)
+    if models is not None:
+        missing = [m for m in models if m not in names]
+        if missing:
+            raise KeyError(f"{path} has no model {missing}; it has {names}")
+        names = list(models)
+    specs = {n: dict(root[n].attrs["model_config"]) for n in names}
+    keys = {n: str(root[n].attrs.get(_FINGERPRINT, "")) for n in names}
+    cache = Path(location.parent(path)) / "api-cache" if not location.is_url(path) else \
+        Path(tempfile.mkdtemp(prefix="evolution-cache-"))
+    return Representations(store=path, specs=specs, keys=keys, cache=cache)

@@ -1,0 +1,164 @@
+"""Verdicts V1-V2: Voita, Talbot, Moiseev, Sennrich & Titov (ACL 2019), "Analyzing
+Multi-Head Self-Attention: Specialized Heads Do the Heavy Lifting, the Rest Can Be
+Pruned", read off the ``heads`` and ``heads_importance`` groups.
+
+Abstract: "the most important and confident heads play consistent and often
+linguistically-interpretable roles". The roles (sec. 5): positional heads (``heads/
+positional``), syntactic heads (``heads/syntactic``, any relation), rare-token heads
+(``heads/rare_token_share`` >= :data:`RARE_SHARE`, the threshold by which the pruning
+analysis counts the survivors' roles).
+
+* V1: the heads with a role are more confident than the heads without one;
+* V2: where head importance is stored, the heads with a role are the relevant ones: LRP
+  relevance (translation models, Voita et al.'s measure), else Michel et al.'s (2019)
+  mask importance normalised per layer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evolution.report.heads_card.base import ALPHA, NOT_SIGNIFICANT, HeadRun, Outcome, pfmt, rank_greater, verdict
+from evolution.report.scorecard.base import FAILS, HOLDS, NA, Finding, fmt
+
+__all__ = ["claim_roles_confident", "claim_roles_relevant", "RARE_SHARE"]
+
+#: a rare-token head points to the sentence's rarest token in at least this share of sentences
+#: (the heads group's attribute ``rare_share`` where stored)
+RARE_SHARE = 0.2
+
+PAPER = {
+    "V1": "the most important and confident heads play consistent, often linguistically interpretable roles: "
+          "positional, syntactic, rare tokens (Voita et al. ACL 2019, abstract, sec. 5)",
+    "V2": "the heads LRP finds most relevant are the confident ones and those with roles; the others can be pruned "
+          "with little loss (Voita et al. ACL 2019, sec. 4-6)",
+}
+
+_ROLES = ("positional: >= heads.positional_share of maxima on one offset; syntactic: heads/syntactic for any relation; "
+          "rare-token: heads/rare_token_share >= {rare:g}")
+
+
+def _rare_share(run: HeadRun) -> float:
+    return float(run.heads.attrs.get("rare_share", RARE_SHARE))
+
+
+def _with_roles(run: HeadRun, model: str, values: np.ndarray, name: str) -> Outcome | str:
+    """The outcome of "heads with a role score higher on ``values`` ((layer, head))", or the
+    reason the model is left out."""
+    roles = run.roles(model, _rare_share(run))
+    if roles is None:
+        return "no head role stored"
+    role, counts, _ = roles
+    ok = run.exists(model) & np.isfinite(values)
+    x, y = values[role & ok], values[~role & ok]
+    if not len(x):
+        return "no head with a role"
+    if not len(y):
+        return "every head has a role"
+    a, p = rank_greater(x, y)
+    kinds = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    text = (f"{len(x)} head(s) with a role ({kinds}) {name} {fmt(x.mean(), 3)} vs {len(y)} without "
+            f"{fmt(y.mean(), 3)}; A = {fmt(a)}, p = {pfmt(p)}")
+    if a <= 0.5:
+        return Outcome(model, FAILS, text, f"the heads with a role do not score higher on {name}")
+    return Outcome(model, HOLDS, text) if p < ALPHA else Outcome(model, NA, text, NOT_SIGNIFICANT)
+
+
+def _version_note(run: HeadRun) -> tuple[str, ...]:
+    """A note when the store's head definitions predate heads analysis version 4 (no
+    ``confidence_with_sink`` measure beside ``confidence``)."""
+    if "confidence_with_sink" in run.heads.measure.values:
+        return ()
+    return ("this store predates heads analysis version 4 (docs/heads.md): its confidence is the largest weight on "
+            "any key, the sinks included, and its rare-token shares follow the earlier rule (first minimum, BOS "
+            "queries and annotated sentences counted)",)
+
+
+def claim_roles_confident(run: HeadRun) -> Finding:
+    claim = "The heads with a role (positional, syntactic, rare-token) are the confident ones."
+    rare = _rare_share(run) if run.heads is not None else RARE_SHARE
+    rule = ("per model, the confidence (heads/value confidence: the mean largest weight on a content key) of the "
+            "heads with a role against the heads without one: one-sided Mann-Whitney over heads, "
+            f"p < {ALPHA:g}; roles: {_ROLES.format(rare=rare)}; every model with heads of both kinds")
+    args = dict(paper=PAPER["V1"], figure="heads_roles")
+    if run.heads is None:
+        return verdict("V1", claim, rule, [], {}, missing="no heads group in this run", **args)
+    if not run.has_measures("entropy", "confidence"):
+        return verdict("V1", claim, rule, [], {}, missing="the heads group has no confidence", **args)
+    outcomes, left_out = [], {}
+    for m in run.models():
+        got = _with_roles(run, m, run.measure(m, "confidence"), "confidence")
+        if isinstance(got, str):
+            left_out[m] = got
+        else:
+            outcomes.append(got)
+    missing = "" if any(v in run.heads for v in ("positional", "syntactic", "rare_token_share")) else \
+        "the heads group stores no head role (positional, syntactic, rare_token_share)"
+    return verdict("V1", claim, rule, outcomes, left_out, missing=missing, details=_version_note(run), **args)
+
+
+def _importance(run: HeadRun, model: str) -> tuple[np.ndarray, str] | str:
+    """((layer, head) on the heads group's grid, its name) of the model's encoder
+    self-attention: LRP relevance where stored, else mask importance normalised per layer;
+    or the reason there is none."""
+    from evolution.metrics.importance import normalize_by_layer
+
+    imp = run.importance
+    if model not in imp.model.values:
+        return "no importance stored"
+    if "encoder_self" not in imp.attention.values:
+        return "no encoder self-attention in heads_importance"
+    grid = dict(layer=run.heads.layer.values, head=run.heads["head"].values)
+
+    def read(var: str) -> np.ndarray | None:
+        if var not in imp:
+            return None
+        v = imp[var].sel(model=model, attention="encoder_self").reindex(**grid).values.astype(float)
+        return v if np.isfinite(v).any() else None
+
+    relevance = read("relevance")
+    if relevance is not None:
+        return relevance, "LRP relevance"
+    raw = read("importance")
+    if raw is None:
+        return "no importance stored"
+    return np.where(np.isnan(raw), np.nan, normalize_by_layer(np.nan_to_num(raw))), "mask importance"
+
+
+def claim_roles_relevant(run: HeadRun) -> Finding:
+    from scipy.stats import spearmanr
+
+    claim = "Where head importance is measured, the heads with a role are the relevant ones."
+    rule = ("per model with heads_importance, the encoder self-attention heads' LRP relevance (share of the layer; "
+            "translation models), else their mask importance (Michel et al. 2019) divided by its l2 norm over the "
+            "layer's heads: the heads with a role against those without one, one-sided Mann-Whitney over heads, "
+            f"p < {ALPHA:g}; roles as in V1; every model with importance and heads of both kinds")
+    args = dict(paper=PAPER["V2"], figure="heads_importance")
+    if run.importance is None:
+        return verdict("V2", claim, rule, [], {}, missing="no heads_importance group in this run (metrics.importance "
+                                                          "is off, or no model computes its own loss)", **args)
+    if run.heads is None or not run.has_measures("entropy"):
+        return verdict("V2", claim, rule, [], {}, missing="no heads group in this run (the roles)", **args)
+    outcomes, left_out, details = [], {}, list(_version_note(run))
+    for m in (str(x) for x in run.importance.model.values):
+        if m not in run.models():
+            left_out[m] = "not in the heads group"
+            continue
+        got = _importance(run, m)
+        if isinstance(got, str):
+            left_out[m] = got
+            continue
+        values, name = got
+        outcome = _with_roles(run, m, values, name)
+        if isinstance(outcome, str):
+            left_out[m] = outcome
+            continue
+        outcomes.append(outcome)
+        if "confidence" in run.heads.measure.values:
+            conf = run.measure(m, "confidence")
+            ok = np.isfinite(conf) & np.isfinite(values)
+            if ok.sum() > 2:
+                res = spearmanr(values[ok], conf[ok], alternative="greater")
+                details.append(f"{m}: Spearman({name}, confidence) {float(res.statistic):+.2f} over {int(ok.sum())} "
+                               f"heads, one-sided p = {pfmt(float(res.pvalue))}")
+    return verdict("V2", claim, rule, outcomes, left_out, details=tuple(details), **args)
