@@ -259,6 +259,10 @@ class ExtractConfig(_Section):
         "truncate", description="what to do with a sentence longer than the model's maximum positions")
     attention: AttentionConfig | None = None
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads in each task")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+                        description="where models run for extraction and every analysis that re-runs them: auto "
+                                    "(a CUDA GPU where one is visible, else the CPU), cpu, cuda, cuda:N; LRP "
+                                    "relevance and pruning run on the CPU")
 
     @field_validator("store", mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from evolution.config import ClusterConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["dask_client", "default_workers", "worker_environ"]
+__all__ = ["dask_client", "default_workers", "worker_environ", "gpu_workers"]
 
 #: glibc malloc trim and mmap thresholds for local workers (bytes).
 MALLOC_THRESHOLD = 1 << 30
@@ -38,8 +38,30 @@ def worker_environ(threads: int) -> dict[str, str]:
             "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
 
 
+def gpu_workers(device: str, *, gpus: int, n_workers: int | None) -> list[str] | None:
+    """The ``CUDA_VISIBLE_DEVICES`` of each local worker when models run on GPUs: one worker per
+    GPU for ``auto`` / ``cuda`` (each sees its own GPU as ``cuda``), one worker for ``cuda:N``
+    (it sees GPU N); None for the CPU, or where ``cluster.n_workers`` is set (the config decides)."""
+    if n_workers is not None or gpus == 0 or device == "cpu":
+        return None
+    if device in ("auto", "cuda"):
+        return [str(i) for i in range(gpus)]
+    return [device.split(":")[1]]
+
+
+class _VisibleDevice:
+    """A worker plugin that shows worker ``i`` only GPU ``visible[i]`` (before torch starts CUDA)."""
+
+    def __init__(self, visible: list[str]):
+        self.visible = visible
+
+    def setup(self, worker) -> None:
+        index = int(str(worker.name).rsplit("-", 1)[-1]) if str(worker.name).rsplit("-", 1)[-1].isdigit() else 0
+        os.environ["CUDA_VISIBLE_DEVICES"] = self.visible[index % len(self.visible)]
+
+
 @contextlib.contextmanager
-def dask_client(cfg: ClusterConfig) -> Iterator[object | None]:
+def dask_client(cfg: ClusterConfig, *, device: str = "cpu") -> Iterator[object | None]:
     """Yield a :class:`distributed.Client`, or ``None`` for ``kind: synchronous``.
 
     A local cluster is started with worker *processes* (the GIL would serialise
@@ -66,9 +88,24 @@ def dask_client(cfg: ClusterConfig) -> Iterator[object | None]:
         with client:
             yield client
         return
-    n = cfg.n_workers or default_workers(cfg.threads_per_worker)
-    logger.info("cluster: local, %d worker process(es) x %d thread(s), memory_limit=%s", n,
-                cfg.threads_per_worker, cfg.memory_limit)
+    from evolution.models.device import cuda_count
+
+    gpus = gpu_workers(device, gpus=cuda_count(), n_workers=cfg.n_workers)
+    if gpus is not None:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            LocalCUDACluster = None
+        if LocalCUDACluster is not None:
+            logger.info("cluster: local, one dask-cuda worker per GPU (%s)", ",".join(gpus))
+            with LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(gpus), threads_per_worker=cfg.threads_per_worker,
+                                  memory_limit=cfg.memory_limit, dashboard_address=None,
+                                  silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
+                yield client
+            return
+    n = len(gpus) if gpus is not None else cfg.n_workers or default_workers(cfg.threads_per_worker)
+    logger.info("cluster: local, %d worker process(es) x %d thread(s), memory_limit=%s%s", n,
+                cfg.threads_per_worker, cfg.memory_limit, f", one per GPU ({','.join(gpus)})" if gpus else "")
     # Each worker's statistical profiler samples every thread's stack every 10 ms for a dashboard
     # that a local cluster here does not serve: measured, it took 7-10% of a core beside a
     # single-threaded forward loop (benchmarks/extract.py --worker-profiler; docs/decisions.md #11).
@@ -78,4 +115,6 @@ def dask_client(cfg: ClusterConfig) -> Iterator[object | None]:
                                                  processes=True, memory_limit=cfg.memory_limit,
                                                  dashboard_address=None, silence_logs=logging.WARNING
                                                  ) as cluster, Client(cluster) as client:
+        if gpus is not None:
+            client.register_plugin(_VisibleDevice(gpus), name="evolution-visible-device")
         yield client

@@ -170,6 +170,11 @@ def _part(text: str, model: str) -> str:
     return re.search(rf"(?:^|; ){model}: (.*?)(?=; (?:{'|'.join(MODELS)}): |$)", text).group(1)
 
 
+def _line(f, model: str) -> str:
+    """A finding's full text on ``model`` (its details: one line per model read)."""
+    return next(x for x in f.details if x.startswith(f"{model}: "))
+
+
 def _p(text: str, model: str) -> float:
     """The p-value printed for ``model`` in a finding's measured text."""
     return float(re.search(r"p = ([0-9.e+-]+[0-9])", _part(text, model)).group(1))
@@ -305,7 +310,7 @@ def test_one_failing_model_makes_the_claim_fail_and_is_named(tmp_path):
     v = _verdicts(tmp_path, d)
     assert v["K2"].verdict == FAILS
     assert v["K2"].why.startswith("does not hold for 1 of 3 models (holds for mt, mlm)")
-    assert "(lm)" in v["K2"].why and "not in layer(s) 3" in v["K2"].measured
+    assert "(lm)" in v["K2"].why and "not in layer(s) 3" in _line(v["K2"], "lm")
 
 
 @pytest.mark.parametrize("with_sink_measure", [False, True])
@@ -320,9 +325,9 @@ def test_a_model_with_fewer_layers_is_split_on_its_own_layers(tmp_path):
     d = _holding()
     d["mlm"]["layers"] = 2
     v = _verdicts(tmp_path, d)
-    mlm = _part(v["C2"].measured, "mlm")
+    mlm = _line(v["C2"], "mlm")
     assert "(layers 1)" in mlm and "(layers 2)" in mlm
-    assert "(layers 1-2)" in _part(v["C2"].measured, "lm")
+    assert "(layers 1-2)" in _line(v["C2"], "lm")
 
 
 # ------------------------------------------------------------------- C1, C2: halves, share, test level
@@ -352,7 +357,7 @@ def test_c1_needs_half_of_an_upper_layers_attention_on_the_sinks(tmp_path, top, 
                               [0.30, 0.31, 0.32]])
     v = _verdicts(tmp_path, d)
     assert v["C1"].verdict == verdict
-    assert f"upper maximum {top:.2f} at layer 3" in v["C1"].measured
+    assert all(f"upper maximum {top:.2f} at layer 3" in _line(v["C1"], m) for m in MODELS)
 
 
 # ------------------------------------------------------------------- C3: margin, standard errors, arcs, split
@@ -428,7 +433,7 @@ def test_v1_at_the_level_of_the_test(tmp_path, role_ranks, verdict):
     assert v["V1"].verdict == verdict
     ref = _exact_mw(np.array(role_ranks, float), np.array(others, float))[1]
     assert _p(v["V1"].measured, "lm") == pytest.approx(ref, abs=6e-4)
-    assert "3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token)" in v["V1"].measured
+    assert "3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token)" in _line(v["V1"], "lm")
 
 
 def test_v1_leaves_out_a_model_without_a_role(tmp_path):
@@ -441,7 +446,7 @@ def test_v1_leaves_out_a_model_without_a_role(tmp_path):
 def test_v1_counts_rare_token_heads_from_the_stated_share(tmp_path):
     """A head with a share of 0.3 is a rare-token head; at 0.15 (below 0.2) it is not."""
     v = _verdicts(tmp_path)
-    assert "1 rare-token" in v["V1"].measured
+    assert "1 rare-token" in _line(v["V1"], "mt")
     d = _holding()
     path = tmp_path / "low"
     path.mkdir()
@@ -449,7 +454,7 @@ def test_v1_counts_rare_token_heads_from_the_stated_share(tmp_path):
     ds["rare_token_share"] = ds.rare_token_share.where(ds.rare_token_share < 0.2, 0.15)
     write_metrics(path / "m.zarr", {"heads": ds}, fingerprint="test")
     f = {x.label: x for x in head_verdicts(path / "m.zarr")}["V1"]
-    assert "rare-token" not in f.measured and "2 head(s) with a role" in f.measured
+    assert "rare-token" not in _line(f, "mt") and "2 head(s) with a role" in _line(f, "mt")
 
 
 def test_v2_reads_lrp_relevance_where_stored_else_importance_normalised_per_layer(tmp_path):
@@ -457,8 +462,10 @@ def test_v2_reads_lrp_relevance_where_stored_else_importance_normalised_per_laye
     d["mt"]["importance"] = np.where(d["mt"]["role"], 0.01, 0.5)  # mask importance says the opposite for MT
     v = _verdicts(tmp_path, d)
     assert v["V2"].verdict == HOLDS, v["V2"].why
-    assert "mt: 3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token) LRP relevance" in v["V2"].measured
-    assert "lm: 3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token) mask importance" in v["V2"].measured
+    assert _line(v["V2"], "mt").startswith("mt: 3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token) "
+                                           "LRP relevance")
+    assert _line(v["V2"], "lm").startswith("lm: 3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token) "
+                                           "mask importance")
     # layer 3 (no role) is 10x larger in raw importance: read raw, the roles would not rank first
     assert _p(v["V2"].measured, "lm") == pytest.approx(1 / 220, abs=6e-4)
     assert any(x.startswith("mt: Spearman(LRP relevance, confidence)") for x in v["V2"].details)
@@ -479,7 +486,7 @@ def test_k1_sinks_at_the_level_of_the_signed_rank_test(tmp_path, positive, verdi
     v = _verdicts(tmp_path, d)
     assert v["K1"].verdict == verdict, v["K1"].why
     assert _p(v["K1"].measured, "mlm") == pytest.approx(_exact_signed_rank(diff.ravel()), abs=6e-4)
-    assert f"below their weight share in {12 - len(positive)} of 12 heads" in v["K1"].measured
+    assert f"below their weight share in {12 - len(positive)} of 12 heads" in _line(v["K1"], "mlm")
 
 
 @pytest.mark.parametrize("rho, verdict", [(0.09, FAILS), (0.11, HOLDS), (-0.5, FAILS)])
@@ -491,7 +498,8 @@ def test_k1_rarer_tokens_have_larger_norms(tmp_path, rho, verdict):
         x["rho"] = np.array([rho - 0.05, rho + 0.05, rho - 0.02, rho + 0.02])
     v = _verdicts(tmp_path, d)
     assert v["K1"].verdict == verdict
-    assert f"{rho:+.2f} averaged over layers" in v["K1"].measured
+    assert f"{rho:+.2f} averaged over layers" in _line(v["K1"], "lm")
+    assert f"rho {rho:+.2f}" in _part(v["K1"].measured, "lm")
 
 
 @pytest.mark.parametrize("delta, verdict", [(-0.001, HOLDS), (0.001, FAILS)])

@@ -59,9 +59,10 @@ def infer_kind(path: str | Path) -> str:
 
 
 def load(path: str | Path, *, kind: str | None = None, name: str | None = None, data: str | Path | None = None,
-         sentencepiece: str | Path | None = None, objective: str | None = None) -> Model:
+         sentencepiece: str | Path | None = None, objective: str | None = None, device: str = "auto") -> Model:
     """A model from a Hugging Face directory or hub id, a shipped model directory, or a fairseq
     checkpoint (with ``data``, the directory of its dictionary, and optionally ``sentencepiece``).
+    ``device``: ``auto`` (a CUDA GPU where torch sees one, else the CPU), ``cpu``, ``cuda``, ``cuda:N``.
 
     Examples
     --------
@@ -84,4 +85,7 @@ def load(path: str | Path, *, kind: str | None = None, name: str | None = None, 
         model = ModelConfig.model_validate(entry, context={"base_dir": Path.cwd()})
     except ValidationError as exc:
         raise ConfigError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
-    return Model(name=model.name, spec=resolved_dict(model))
+    from evolution.models.device import resolve_device
+
+    resolve_device(device)  # a bad or absent device fails here, not in the first forward pass
+    return Model(name=model.name, spec={**resolved_dict(model), "device": device})

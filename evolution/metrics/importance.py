@@ -138,8 +138,8 @@ def sentence_losses(adapter, items: Sequence[Item]):
     logp = torch.log_softmax(adapter.logits([it.inputs for it in items], decoder), dim=-1)
     losses = []
     for b, it in enumerate(items):
-        pos = torch.as_tensor(it.positions, dtype=torch.long)
-        lab = torch.as_tensor(it.labels, dtype=torch.long)
+        pos = torch.as_tensor(it.positions, dtype=torch.long, device=logp.device)
+        lab = torch.as_tensor(it.labels, dtype=torch.long, device=logp.device)
         losses.append(-logp[b, pos, lab].mean())
     return torch.stack(losses)
 
@@ -160,7 +160,8 @@ def mask_gradients(adapter, items: Sequence[Item], *, attentions: Sequence[str] 
     out = {a: np.zeros((len(items), len(p), head_count(adapter, a))) for a, p in projections.items()}
     for batch in batches([it.length for it in items], max_batch_tokens=max_batch_tokens):
         chosen = [items[i] for i in batch]
-        gates = {a: torch.ones((len(batch), *out[a].shape[1:]), requires_grad=True) for a in attentions}
+        gates = {a: torch.ones((len(batch), *out[a].shape[1:]), requires_grad=True, device=adapter.device)
+                 for a in attentions}
         with contextlib.ExitStack() as stack:
             calls = [stack.enter_context(head_gates(projections[a], gates[a], batch_dim=adapter.gate_batch_dim))
                      for a in attentions]
@@ -171,7 +172,7 @@ def mask_gradients(adapter, items: Sequence[Item], *, attentions: Sequence[str] 
                                    "attention kernel bypassed the head gates")
         grads = torch.autograd.grad(losses.sum(), [gates[a] for a in attentions])
         for a, g in zip(attentions, grads):
-            out[a][batch] = g.double().numpy()
+            out[a][batch] = g.double().cpu().numpy()
     return out
 
 

@@ -16,21 +16,23 @@ __all__ = ["Adapter", "ModelLoadError", "Tokenized", "load_adapter", "cached_ada
 
 
 def load_adapter(spec: dict) -> Adapter:
-    """Build an adapter from a model spec (``ModelConfig.model_dump(mode="json")``)."""
+    """Build an adapter from a model spec (``ModelConfig.model_dump(mode="json")``, plus an
+    optional ``device``: :mod:`evolution.models.device`; default the CPU)."""
     kind = spec["kind"]
+    device = spec.get("device")
     if kind == "huggingface":
         from evolution.models.huggingface import HuggingFaceAdapter
 
-        return HuggingFaceAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"))
+        return HuggingFaceAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"), device=device)
     if kind == "fairseq":
         from evolution.models.fairseq import FairseqAdapter
 
         return FairseqAdapter(spec["path"], data=spec["data"], sentencepiece=spec.get("sentencepiece"),
-                              name=spec.get("name"), objective=spec.get("objective"))
+                              name=spec.get("name"), objective=spec.get("objective"), device=device)
     if kind == "shipped":
         from evolution.models.shipped import ShippedAdapter
 
-        return ShippedAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"))
+        return ShippedAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"), device=device)
     raise ModelLoadError(f"unknown model kind {kind!r}; use huggingface, fairseq or shipped")
 
 

@@ -223,7 +223,11 @@ class Adapter(abc.ABC):
             "suffix_ids": list(self.suffix),
         }
 
+    #: where the model runs (:mod:`evolution.models.device`); inputs go there, outputs come back
+    device: str = "cpu"
+
     def _pad(self, inputs: Sequence[Sequence[int]]):
+        """Right-padded ``ids`` and attention ``mask`` (B, T) on :attr:`device`, and the lengths."""
         import torch
 
         lengths = [len(x) for x in inputs]
@@ -233,4 +237,4 @@ class Adapter(abc.ABC):
         for b, x in enumerate(inputs):
             ids[b, : len(x)] = torch.as_tensor(list(x), dtype=torch.long)
             mask[b, : len(x)] = 1
-        return ids, mask, lengths
+        return ids.to(self.device), mask.to(self.device), lengths

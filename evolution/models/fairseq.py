@@ -54,7 +54,10 @@ class FairseqAdapter(Adapter):
     """
 
     def __init__(self, path: str | Path, *, data: str | Path, sentencepiece: str | Path | None = None,
-                 name: str | None = None, objective: str | None = None):
+                 name: str | None = None, objective: str | None = None, device: str | None = None):
+        from evolution.models.device import resolve_device
+
+        self.device = resolve_device(device)
         import_fairseq()
         from evolution.nets.objectives import register
 
@@ -116,7 +119,7 @@ class FairseqAdapter(Adapter):
         model = self._task.build_model(self.cfg.model)
         model.load_state_dict(state["model"], strict=True, model_cfg=self.cfg.model)
         enable_head_weights(model)
-        self._model = model.eval()
+        self._model = model.eval().to(self.device)
 
     @property
     def dictionary(self):
@@ -151,7 +154,7 @@ class FairseqAdapter(Adapter):
         ids, _, _ = self._pad(inputs)
         key_mask: dict[int, torch.Tensor] = {}
         for b, (block, position) in enumerate(masked):
-            key_mask.setdefault(block, torch.zeros(ids.shape, dtype=torch.bool))[b, position] = True
+            key_mask.setdefault(block, torch.zeros(ids.shape, dtype=torch.bool, device=ids.device))[b, position] = True
         return self.forward(inputs, key_mask=key_mask)[0]
 
     def tokenize(self, sentence: str) -> Tokenized:
@@ -191,7 +194,8 @@ class FairseqAdapter(Adapter):
             for layer in layers:
                 ctx.callback(layer.self_attn.register_forward_pre_hook(capture, with_kwargs=True).remove)
             self._run(inputs, attention=False, norms=False, key_mask=None)
-        return (torch.stack([q for q, _ in qk]).float().numpy(), torch.stack([k for _, k in qk]).float().numpy())
+        return (torch.stack([q for q, _ in qk]).float().cpu().numpy(),
+                torch.stack([k for _, k in qk]).float().cpu().numpy())
 
     #: the attention types a model may have (Voita et al. ACL 2019 prune all three)
     ATTENTIONS = ("encoder_self", "decoder_self", "encoder_decoder")
@@ -232,7 +236,8 @@ class FairseqAdapter(Adapter):
                          self._task.target_dictionary.pad(), dtype=torch.long)
         for b, t in enumerate(decoder_inputs):
             tgt[b, :len(t)] = torch.as_tensor(list(t), dtype=torch.long)
-        return self._model(ids, src_lengths=torch.as_tensor(lengths), prev_output_tokens=tgt)[0]
+        return self._model(ids, src_lengths=torch.as_tensor(lengths, device=ids.device),
+                           prev_output_tokens=tgt.to(ids.device))[0]
 
     @property
     def supports_decoder(self) -> bool:
@@ -268,13 +273,14 @@ class FairseqAdapter(Adapter):
                          dtype=torch.long)
         for b, t in enumerate(targets):
             tgt[b, :len(t)] = torch.as_tensor(list(t), dtype=torch.long)
+        tgt = tgt.to(src.device)
         layers = list(self._model.decoder.layers)
         with contextlib.ExitStack() as ctx, torch.inference_mode():
             own = ctx.enter_context(capture_attention([layer.self_attn for layer in layers]))
             cross = ctx.enter_context(capture_attention([layer.encoder_attn for layer in layers]))
-            encoder_out = self._model.encoder(src, src_lengths=torch.as_tensor(src_lengths))
+            encoder_out = self._model.encoder(src, src_lengths=torch.as_tensor(src_lengths, device=src.device))
             self._model.decoder(tgt, encoder_out=encoder_out)
-        return torch.stack(own).float().numpy(), torch.stack(cross).float().numpy()
+        return torch.stack(own).float().cpu().numpy(), torch.stack(cross).float().cpu().numpy()
 
     def _run(self, inputs, *, attention: bool, norms: bool, key_mask: dict | None):
         import torch
@@ -308,7 +314,7 @@ class FairseqAdapter(Adapter):
             if hasattr(self._model, "shared_encoder"):
                 stack(ids, key_mask=key_mask)  # causal for the LM by construction
             elif self.objective == "mt":
-                stack(ids, src_lengths=torch.as_tensor(lengths))
+                stack(ids, src_lengths=torch.as_tensor(lengths, device=ids.device))
             elif self.objective == "lm":
                 stack.extract_features(ids, encoder_out=None)
             else:
@@ -317,9 +323,9 @@ class FairseqAdapter(Adapter):
             if norms:
                 per_layer = [attention_norms(alpha, _transformed_values(layer.self_attn, value))
                              for layer, alpha, value in zip(layers, captured, values)]
-                out = {k: torch.stack([p[k] for p in per_layer]).numpy() for k in per_layer[0]}
-        hidden = torch.stack([s.transpose(0, 1) for s in states]).float().numpy()  # (L+1, B, T, d)
-        att = torch.stack(captured).float().numpy() if attention else None
+                out = {k: torch.stack([p[k] for p in per_layer]).cpu().numpy() for k in per_layer[0]}
+        hidden = torch.stack([s.transpose(0, 1) for s in states]).float().cpu().numpy()  # (L+1, B, T, d)
+        att = torch.stack(captured).float().cpu().numpy() if attention else None
         return hidden, att, out
 
 

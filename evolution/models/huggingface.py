@@ -73,8 +73,13 @@ class HuggingFaceAdapter(Adapter):
     :meth:`forward`, so a driver process can tokenize without holding a model.
     """
 
-    def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None):
+    def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None,
+                 device: str | None = None):
         from transformers import AutoConfig, AutoTokenizer
+
+        from evolution.models.device import resolve_device
+
+        self.device = resolve_device(device)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -157,7 +162,7 @@ class HuggingFaceAdapter(Adapter):
                 raise ModelLoadError(f"{self.path}: cannot load the Hugging Face weights: {exc}") from exc
             if self.is_encoder_decoder:
                 model = model.get_encoder()
-            self._model = model.eval()
+            self._model = model.eval().to(self.device)
         return self._model
 
     def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False
@@ -168,8 +173,8 @@ class HuggingFaceAdapter(Adapter):
         with torch.inference_mode():
             out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True,
                              output_attentions=attention, return_dict=True)
-        hidden = torch.stack(out.hidden_states).float().numpy()
-        att = torch.stack(self._attentions(out)).float().numpy() if attention else None
+        hidden = torch.stack(out.hidden_states).float().cpu().numpy()
+        att = torch.stack(self._attentions(out)).float().cpu().numpy() if attention else None
         return hidden, att
 
     def _attentions(self, out) -> tuple:
@@ -207,7 +212,7 @@ class HuggingFaceAdapter(Adapter):
             for layer in layers:
                 ctx.callback(layer.attention.self.register_forward_pre_hook(capture, with_kwargs=True).remove)
             self.model(input_ids=ids, attention_mask=mask, return_dict=True)
-        return (torch.stack([q for q, _ in qk]).float().numpy(), torch.stack([k for _, k in qk]).float().numpy())
+        return (torch.stack([q for q, _ in qk]).float().cpu().numpy(), torch.stack([k for _, k in qk]).float().cpu().numpy())
 
     def _bert_layers(self):
         """The BERT-like blocks (``attention.self.value``, ``attention.output.dense``), or None."""
@@ -254,9 +259,9 @@ class HuggingFaceAdapter(Adapter):
                 v = sa.value(x).view(b, t, h, d // h)  # value bias included
                 w_o = layer.attention.output.dense.weight.view(d, h, d // h)
                 per_layer.append(attention_norms(alpha, torch.einsum("bthe,dhe->bhtd", v, w_o)))
-            norms = {k: torch.stack([p[k] for p in per_layer]).numpy() for k in per_layer[0]}
-        hidden = torch.stack(out.hidden_states).float().numpy()
-        att = torch.stack(self._attentions(out)).float().numpy()
+            norms = {k: torch.stack([p[k] for p in per_layer]).cpu().numpy() for k in per_layer[0]}
+        hidden = torch.stack(out.hidden_states).float().cpu().numpy()
+        att = torch.stack(self._attentions(out)).float().cpu().numpy()
         return hidden, att, norms
 
     # -- head-mask importance (Michel et al. 2019): head gates and the model's own pretraining loss --
@@ -317,7 +322,7 @@ class HuggingFaceAdapter(Adapter):
                               "model), so the model's own pretraining loss, whose gradient Michel et al.'s importance "
                               "is, cannot be computed")
             return
-        self._lm = (model.eval(), None)
+        self._lm = (model.eval().to(self.device), None)
 
     @property
     def loss_unavailable(self) -> str | None:

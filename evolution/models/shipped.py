@@ -249,7 +249,8 @@ class ShippedAdapter(FairseqAdapter):
         and the objective recorded in ``model.json``).
     """
 
-    def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None):
+    def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None,
+                 device: str | None = None):
         path = Path(path)
         meta_path = path / META
         if not meta_path.is_file() or not (path / WEIGHTS).is_file():
@@ -266,7 +267,7 @@ class ShippedAdapter(FairseqAdapter):
             if not (vocab / f).is_file():
                 raise ModelLoadError(f"{path}: the vocabulary file {vocab / f} named by {META} is missing")
         super().__init__(path, data=vocab, sentencepiece=vocab / "spm.model", name=name or path.name,
-                         objective=objective or self.meta.get("objective"))
+                         objective=objective or self.meta.get("objective"), device=device)
 
     def _load(self) -> None:
         """Build the task and the network from ``model.json``; weights from safetensors only."""
@@ -307,7 +308,7 @@ class ShippedAdapter(FairseqAdapter):
             if now[key].data_ptr() != now[source].data_ptr():
                 now[key].copy_(now[source])
         enable_head_weights(model)
-        self._task, self._model = task, model.eval()
+        self._task, self._model = task, model.eval().to(self.device)
         self.cfg = argparse.Namespace(task=task_cfg, model=model_args)
 
 

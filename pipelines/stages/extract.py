@@ -31,8 +31,10 @@ class ExtractStage(Stage):
         return ctx.config.extract.store or str(ctx.workdir / "reps.zarr")
 
     def spec(self, ctx: Context, model: ModelConfig) -> dict:
-        """What :func:`evolution.models.load_adapter` needs (trained models resolved to their checkpoint)."""
-        return TrainStage().model_spec(ctx, model) if model.kind == "trained" else resolved_dict(model)
+        """What :func:`evolution.models.load_adapter` needs (trained models resolved to their checkpoint),
+        with the config's ``extract.device`` (resolved where the model is loaded: on each worker)."""
+        spec = TrainStage().model_spec(ctx, model) if model.kind == "trained" else resolved_dict(model)
+        return {**spec, "device": ctx.config.extract.device}
 
     def model_key(self, ctx: Context, model: ModelConfig) -> str:
         def compute():

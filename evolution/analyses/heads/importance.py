@@ -87,7 +87,9 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
         "importance_seconds": round(time.perf_counter() - t0, 2)}
     if relevance and adapter.objective == "mt":
         t0 = time.perf_counter()
-        rel = head_relevance(adapter, items, attentions=attentions, max_batch_tokens=max_batch_tokens, per_step=True)
+        # LRP's rules run on the CPU (evolution/nets/lrp.py); the mask gradients above ran on the spec's device
+        cpu = adapter if adapter.device == "cpu" else cached_adapter({**spec, "device": "cpu"})
+        rel = head_relevance(cpu, items, attentions=attentions, max_batch_tokens=max_batch_tokens, per_step=True)
         out.update(steps=rel["steps"], relevance={a: v.tolist() for a, v in rel["relevance"].items()},
                    relevance_sem={a: _sem(v) for a, v in rel["per_step"].items()},
                    relevance_seconds=round(time.perf_counter() - t0, 2))

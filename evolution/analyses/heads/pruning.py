@@ -53,6 +53,7 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
     from evolution.training import evaluate, pruning
 
     torch.set_num_threads(torch_threads)
+    spec = {**spec, "device": "cpu"}  # pruning fine-tunes and trains on the CPU (docs/heads.md)
     adapter = load_adapter(spec)  # not the cached one: fine-tuning changes its weights
     t = load_texts(texts)
     src, tgt = _pairs(t["train_source"].split("\n"), t["train_target"].split("\n"))

@@ -76,12 +76,14 @@ def claim_sinks_upper(run: HeadRun) -> Finding:
         a, p = rank_greater(hi, lo)
         text = (f"sinks {fmt(lo.mean())} (layers {span(lower)}) -> {fmt(hi.mean())} (layers {span(upper)}), "
                 f"upper maximum {fmt(by_layer[top])} at layer {top}; A = {fmt(a)}, p = {pfmt(p)}")
+        short = f"{fmt(lo.mean())} -> {fmt(hi.mean())}, maximum {fmt(by_layer[top])}, p = {pfmt(p)}"
         if a <= 0.5:
-            outcomes.append(Outcome(m, FAILS, text, "the sinks' share does not rise"))
+            outcomes.append(Outcome(m, FAILS, text, "the sinks' share does not rise", short))
         elif by_layer[top] < SINK_SHARE:
-            outcomes.append(Outcome(m, FAILS, text, f"no upper layer gives the sinks {SINK_SHARE:g} of its attention"))
+            outcomes.append(Outcome(m, FAILS, text, f"no upper layer gives the sinks {SINK_SHARE:g} of its attention",
+                                    short))
         else:
-            outcomes.append(Outcome(m, HOLDS, text) if p < ALPHA else Outcome(m, NA, text, NOT_SIGNIFICANT))
+            outcomes.append(Outcome(m, HOLDS if p < ALPHA else NA, text, "" if p < ALPHA else NOT_SIGNIFICANT, short))
     return verdict("C1", claim, rule, outcomes, left_out, **args)
 
 
@@ -112,10 +114,11 @@ def claim_broad_lower(run: HeadRun) -> Finding:
         a, p = rank_greater(lo, hi)
         text = (f"entropy {fmt(lo.mean())} of uniform (layers {span(lower)}) vs {fmt(hi.mean())} (layers "
                 f"{span(upper)}); A = {fmt(a)}, p = {pfmt(p)}")
+        short = f"{fmt(lo.mean())} -> {fmt(hi.mean())} of uniform, p = {pfmt(p)}"
         if a <= 0.5:
-            outcomes.append(Outcome(m, FAILS, text, "the lower layers' heads are not the broader ones"))
+            outcomes.append(Outcome(m, FAILS, text, "the lower layers' heads are not the broader ones", short))
         else:
-            outcomes.append(Outcome(m, HOLDS, text) if p < ALPHA else Outcome(m, NA, text, NOT_SIGNIFICANT))
+            outcomes.append(Outcome(m, HOLDS if p < ALPHA else NA, text, "" if p < ALPHA else NOT_SIGNIFICANT, short))
     return verdict("C2", claim, rule, outcomes, left_out, **args)
 
 
@@ -169,11 +172,13 @@ def claim_dependency_heads(run: HeadRun) -> Finding:
         margin, se, r, d, picked, base, n = best
         text = (f"{r} ({d.replace('_', ' ')}) {fmt(picked, 3)} vs offset {fmt(base, 3)}: {margin:+.3f} "
                 f"({SE_FACTOR:g} se {fmt(SE_FACTOR * se, 3)}, {n} arcs)")
+        short = f"{r} {margin:+.3f} ({SE_FACTOR:g} se {fmt(SE_FACTOR * se, 3)})"
         if beats:
             text += f"; {len(beats)} relation-direction(s) of {len(rows)} beat it"
-            outcomes.append(Outcome(m, HOLDS, text))
+            outcomes.append(Outcome(m, HOLDS, text, "", short))
         elif close:
-            outcomes.append(Outcome(m, NA, text, f"the margin is within {SE_FACTOR:g} standard errors"))
+            outcomes.append(Outcome(m, NA, text, f"the margin is within {SE_FACTOR:g} standard errors", short))
         else:
-            outcomes.append(Outcome(m, FAILS, text, f"no relation beats the offset baseline by {DEPENDENCY_MARGIN:g}"))
+            outcomes.append(Outcome(m, FAILS, text, f"no relation beats the offset baseline by {DEPENDENCY_MARGIN:g}",
+                                    short))
     return verdict("C3", claim, rule, outcomes, left_out, details=tuple(details), **args)

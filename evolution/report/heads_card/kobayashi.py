@@ -68,7 +68,7 @@ def claim_small_norms(run: HeadRun) -> Finding:
             left_out[m] = "no head attends to a sink token"
             continue
         below, n, p, in_order = signed_rank_below(norm[ok] - alpha[ok])
-        mean_rho = float(rho.mean())
+        mean_rho = float(-rho.mean())
         text = (f"sinks' norm share below their weight share in {below} of {n} heads (signed rank p = {pfmt(p)}); "
                 f"Spearman(||f(x)||, rarity) {mean_rho:+.2f} averaged over layers ({rho.min():+.2f} to "
                 f"{rho.max():+.2f})")
@@ -77,10 +77,11 @@ def claim_small_norms(run: HeadRun) -> Finding:
             reasons.append("the sinks' norm shares are not below their weight shares")
         if mean_rho < RHO_MIN:
             reasons.append(f"the mean rho of ||f(x)|| with rarity is below {RHO_MIN:g}")
+        short = f"sinks p = {pfmt(p)}, rho {mean_rho:+.2f}"
         if reasons:
-            outcomes.append(Outcome(m, FAILS, text, "; ".join(reasons)))
+            outcomes.append(Outcome(m, FAILS, text, "; ".join(reasons), short))
         else:
-            outcomes.append(Outcome(m, HOLDS, text) if p < ALPHA else Outcome(m, NA, text, NOT_SIGNIFICANT))
+            outcomes.append(Outcome(m, HOLDS if p < ALPHA else NA, text, "" if p < ALPHA else NOT_SIGNIFICANT, short))
     return verdict("K1", claim, rule, outcomes, left_out, **args)
 
 
@@ -112,8 +113,10 @@ def claim_norm_below_weight(run: HeadRun) -> Finding:
         text = (f"norm share below weight share in {len(rows) - len(bad)} of {len(rows)} layers"
                 + (f" (not in layer(s) {', '.join(str(x) for x, _, _ in bad)})" if bad else "")
                 + f"; the least below: layer {worst[0]}, norm {fmt(worst[1], 3)} vs weight {fmt(worst[2], 3)}")
+        short = f"{len(rows) - len(bad)} of {len(rows)} layers"
         if bad:
-            outcomes.append(Outcome(m, FAILS, text, "the sinks' norm share reaches their weight share in some layer"))
+            outcomes.append(Outcome(m, FAILS, text, "the sinks' norm share reaches their weight share in some layer",
+                                    short))
         else:
-            outcomes.append(Outcome(m, HOLDS, text))
+            outcomes.append(Outcome(m, HOLDS, text, "", short))
     return verdict("K2", claim, rule, outcomes, left_out, **args)

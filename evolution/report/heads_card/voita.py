@@ -59,9 +59,10 @@ def _with_roles(run: HeadRun, model: str, values: np.ndarray, name: str) -> Outc
     kinds = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
     text = (f"{len(x)} head(s) with a role ({kinds}) {name} {fmt(x.mean(), 3)} vs {len(y)} without "
             f"{fmt(y.mean(), 3)}; A = {fmt(a)}, p = {pfmt(p)}")
+    short = f"A = {fmt(a)}, p = {pfmt(p)}"
     if a <= 0.5:
-        return Outcome(model, FAILS, text, f"the heads with a role do not score higher on {name}")
-    return Outcome(model, HOLDS, text) if p < ALPHA else Outcome(model, NA, text, NOT_SIGNIFICANT)
+        return Outcome(model, FAILS, text, f"the heads with a role do not score higher on {name}", short)
+    return Outcome(model, HOLDS if p < ALPHA else NA, text, "" if p < ALPHA else NOT_SIGNIFICANT, short)
 
 
 def _version_note(run: HeadRun) -> tuple[str, ...]:
