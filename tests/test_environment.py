@@ -1,43 +1,67 @@
-"""pyproject.toml and environment.yml pin the same packages at the same versions."""
+"""Dependencies: ranges in pyproject.toml (lower bounds, so that the package installs beside an
+existing stack), the exact lock in constraints.txt, used by the Makefile, environment.yml and
+CI; the lock satisfies every range."""
 
 from __future__ import annotations
-
-import pytest
 
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _norm(req: str) -> tuple[str, str]:
-    name, version = req.split("==")
-    return name.strip().lower().replace("_", "-"), version.strip()
-
-
-def test_environment_yml_matches_pyproject():
+def _requirements() -> list[Requirement]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     reqs = list(project["dependencies"])
     for extra in project["optional-dependencies"].values():
         reqs += extra
-    assert all("==" in r for r in reqs), "every dependency is pinned exactly"
+    return [Requirement(r) for r in reqs]
+
+
+def _lock() -> dict[str, str]:
+    out = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            out[canonicalize_name(name)] = version
+    return out
+
+
+def test_pyproject_gives_ranges_and_the_lock_satisfies_them():
+    lock = _lock()
+    for req in _requirements():
+        assert not any(s.operator == "==" for s in req.specifier), f"{req}: a range, not an exact pin"
+        assert any(s.operator == ">=" for s in req.specifier), f"{req}: states its tested lower bound"
+        name = canonicalize_name(req.name)
+        assert name in lock, f"{req.name} is not locked in constraints.txt"
+        assert req.specifier.contains(lock[name], prereleases=True), f"{req.name}=={lock[name]} violates {req}"
+
+
+def test_every_install_uses_the_lock():
+    makefile = (REPO / "Makefile").read_text()
+    installs = [line for line in makefile.splitlines() if "$(PIP) install" in line and "--upgrade pip" not in line]
+    assert installs and all("-c constraints.txt" in line for line in installs), installs
     env = yaml.safe_load((REPO / "environment.yml").read_text())
-    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    assert dict(map(_norm, pip)) == dict(map(_norm, reqs))
     assert "python=3.11" in env["dependencies"]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "-c constraints.txt" in pip and any(p.startswith("-e .[") and "train" in p for p in pip)
+    assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
-def test_fairseq_pin_is_shared_by_makefile_and_ci():
+def test_fairseq_pin_is_shared_by_makefile_lock_and_messages():
     from evolution.nets.compat import FAIRSEQ_PIN, INSTALL_TRAIN
 
-    makefile = (REPO / "Makefile").read_text()
-    assert f"FAIRSEQ := {FAIRSEQ_PIN}" in makefile
-    assert "make test" in (REPO / ".ci" / "run").read_text()
-    # a pip user who lacks fairseq is told the exact commands; environment.yml says the same
+    assert f"FAIRSEQ := {FAIRSEQ_PIN}" in (REPO / "Makefile").read_text()
+    name, version = FAIRSEQ_PIN.split("==")
+    assert _lock()[canonicalize_name(name)] == version
     assert f"--no-deps {FAIRSEQ_PIN}" in INSTALL_TRAIN and "'.[train]'" in INSTALL_TRAIN
-    assert f"--no-deps -e . {FAIRSEQ_PIN}" in (REPO / "environment.yml").read_text()
+    assert FAIRSEQ_PIN in (REPO / "environment.yml").read_text()
 
 
 def test_missing_fairseq_names_the_install_commands(monkeypatch):
