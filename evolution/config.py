@@ -368,7 +368,7 @@ class TSNESelection(_Section):
 
 
 class TSNEConfig(_Section):
-    """openTSNE layouts of selected occurrences (METHODS.md 6)."""
+    """openTSNE layouts of selected occurrences (Voita et al. 2019, figs. 6-8; docs/metrics.md)."""
 
     perplexity: float = Field(30.0, gt=0)
     max_points: int = Field(1000, ge=4, description="occurrences sampled per selection")
@@ -516,7 +516,7 @@ class ObjectiveBudget(_Section):
 
 
 class TrainConfig(_Section):
-    """Training MT, LM and MLM on the corpus with fairseq (METHODS.md 1).
+    """Training MT, LM and MLM on the corpus with fairseq (Voita et al. 2019, sec. 2; docs/training.md).
 
     All three share one encoder class, the vocabulary (a joint SentencePiece
     BPE of ``vocab_size`` pieces trained on both sides of the training split)

@@ -316,6 +316,10 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
         columns.update(annotation_columns(sentence=columns["sentence"], word_id=columns["word_id"],
                                           first=annotation["first"], sentences=annotation["sentences"]))
         attrs["annotated_from"] = int(annotation["first"])
+    if "://" not in str(store):  # a local store records its inputs relative to its directory (the workdir)
+        from evolution.provenance import portable
+
+        attrs = portable(attrs, os.path.dirname(os.path.abspath(str(store))))
     create_hidden_group(store, group, columns=columns, n_layers=adapter.num_layers + 1, d_model=adapter.d_model,
                         chunk_tokens=config.chunk_tokens, dtype=config.dtype, attrs=attrs, fingerprint=fingerprint,
                         compressor=config.compressor)

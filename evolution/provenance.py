@@ -12,12 +12,13 @@ import hashlib
 import importlib.metadata
 import json
 import platform
+import re
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["config_hash", "file_hash", "tree_hash", "versions", "code_version"]
+__all__ = ["config_hash", "file_hash", "tree_hash", "versions", "code_version", "portable"]
 
 _PACKAGES = ("evolution", "numpy", "torch", "transformers", "fairseq", "ve-fairseq", "dask",
              "distributed", "zarr", "xarray", "faiss-cpu", "scikit-learn", "openTSNE")
@@ -85,3 +86,33 @@ def versions() -> dict[str, str]:
         if v is not None:
             out[name] = v
     return out
+
+
+#: an absolute POSIX path in running text (not a URL, not "</s>" or "and/or")
+_ABSOLUTE = re.compile(r"(?<![\w.:/~<-])/(?:[\w.+@-]+/)*[\w.+@-]+")
+
+
+def portable(obj, base: str | Path):
+    """``obj`` (nested dicts, lists, strings) with every absolute path written relative to
+    ``base`` (``os.path.relpath``): what results record of where their inputs lay, without
+    naming the machine's directories (``/home/me/evolution/runs/x/reps.zarr`` with ``base``
+    ``/home/me/evolution/runs/x`` -> ``reps.zarr``; up to two levels above it, ``../../data/sword``;
+    farther away only the last component, ``…/site-packages``)."""
+    import os
+
+    base = os.path.abspath(str(base))
+
+    def rel(m) -> str:
+        path = m.group(0)
+        r = os.path.relpath(path, base)
+        # up to two levels above the workdir (e.g. the project's data/ and results/): relative;
+        # farther (a system directory, a cache): only the last component, after an ellipsis
+        return r if not r.startswith(os.path.join("..", "..", "..")) else f"…/{os.path.basename(path.rstrip('/'))}"
+
+    if isinstance(obj, str):
+        return _ABSOLUTE.sub(rel, obj)
+    if isinstance(obj, dict):
+        return {k: portable(v, base) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(portable(v, base) for v in obj)
+    return obj

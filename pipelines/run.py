@@ -106,7 +106,9 @@ def _run_locked(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> N
 
 def _execute(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None:
     config = ctx.config
-    resolved = config.model_dump(mode="json")
+    from evolution.provenance import portable
+
+    resolved = portable(config.model_dump(mode="json"), config.workdir)  # paths relative to the workdir
     (config.workdir / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False),
                                                          encoding="utf-8")
     t0 = time.perf_counter()

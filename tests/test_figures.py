@@ -146,6 +146,8 @@ def _tsne(rng) -> xr.Dataset:
 
 #: planted roles: (model, layer, head) -> letters
 ROLES = {("mt", 2, 1): "P", ("lm", 3, 0): "S", ("mt", 4, 2): "PS", ("mlm", 1, 2): "R", ("mlm", 2, 2): "R"}
+#: the relations of the planted syntactic heads (one, or two of the four)
+SYNTACTIC = {("lm", 3, 0): ["nsubj"], ("mt", 4, 2): ["obj", "amod"]}
 #: rare-token shares around the group's threshold (attribute rare_share = 0.22, not the default 0.2)
 RARE = {("mlm", 1, 2): 0.25, ("mlm", 2, 2): 0.22, ("mlm", 3, 2): 0.21}
 RARE_SHARE_ATTR = 0.22
@@ -171,7 +173,9 @@ def _heads(rng) -> xr.Dataset:
     for (m, layer, h), letters in ROLES.items():
         i = MODELS.index(m)
         positional[i, layer - 1, h] = "P" in letters
-        syntactic[i, layer - 1, h, 0] = "S" in letters
+    for (m, layer, h), rels in SYNTACTIC.items():
+        for r in rels:
+            syntactic[MODELS.index(m), layer - 1, h, RELATIONS.index(r)] = True
     for (m, layer, h), share in RARE.items():
         rare[MODELS.index(m), layer - 1, h] = share
     i, h = MODELS.index(MISSING_HEAD[0]), MISSING_HEAD[1]
@@ -482,8 +486,12 @@ def test_head_roles_heatmap_is_layer_by_head_with_planted_roles_and_a_fitted_sca
     assert len(table) == len(exists)  # the missing heads of a smaller model are no rows
     for row in table.itertuples():
         assert row.confidence == pytest.approx(confidence_value(row.model, row.layer, row.head), rel=1e-12)
+        key = (row.model, row.layer, row.head)
         roles = "" if not isinstance(row.roles, str) else row.roles
-        assert roles == ROLES.get((row.model, row.layer, row.head), ""), (row.model, row.layer, row.head)
+        assert roles == ROLES.get(key, ""), key
+        assert (row.positional, row.syntactic, row.rare_token) == tuple(x in roles for x in "PSR"), key
+        relations = row.syntactic_relations.split() if isinstance(row.syntactic_relations, str) else []
+        assert sorted(relations) == sorted(SYNTACTIC.get(key, [])), key
     conf = np.array([confidence_value(*k) for k in exists])
     lo, hi = np.percentile(conf, 1), np.percentile(conf, 99)
     fig = figs["heads_roles"]

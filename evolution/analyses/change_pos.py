@@ -1,4 +1,4 @@
-"""Change between adjacent layers per POS tag of the annotated text (METHODS.md 4:
+"""Change between adjacent layers per POS tag of the annotated text (Voita et al. 2019, sec. 4; docs/metrics.md:
 change "by POS tag"; needs ``corpus.annotated`` and ``metrics.similarity``).
 
 One unit per model: PWCCA / CKA distance between layers n and n + 1 on the
@@ -107,5 +107,5 @@ def change_by_pos(path, metric: str = "pwcca"):
 ChangeByPOS.figures = {
     "change_pos_pwcca": (lambda p: change_by_pos(p, "pwcca"),
                          "Change between adjacent layers (PWCCA distance) by POS tag (UPOS) on the annotated text "
-                         "(METHODS.md 4); tags with fewer than min_ratio x d occurrences are left out."),
+                         "(docs/metrics.md); tags with fewer than min_ratio x d occurrences are left out."),
 }

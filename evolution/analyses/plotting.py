@@ -23,8 +23,8 @@ import numpy as np
 import xarray as xr
 
 __all__ = ["STYLES", "DPI", "WIDTH", "FONT", "RC", "plt", "open_group", "figure", "finish", "figure_data",
-           "artist_data", "tidy", "concat", "panel_grid", "label_edges", "legend_below", "legend_beside", "legend_right", "robust_range", "scale_label",
-           "by_group_panels", "adjacent_change_figure"]
+           "artist_data", "tidy", "concat", "panel_grid", "label_edges", "legend_below", "legend_beside",
+           "legend_right", "robust_range", "scale_label", "by_group_panels", "adjacent_change_figure"]
 
 #: Distinct colour + line style + marker per model, so coinciding curves stay visible.
 STYLES = [dict(color=c, linestyle=ls, marker=mk) for c, ls, mk in
@@ -115,7 +115,6 @@ def artist_data(fig):
     scatter its points."""
     import pandas as pd
     from matplotlib.collections import PathCollection
-    from matplotlib.image import AxesImage
 
     rows = []
     for i, ax in enumerate(fig.axes):

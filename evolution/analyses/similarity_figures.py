@@ -117,8 +117,9 @@ def objective_pairs(ds: xr.Dataset, metric: str) -> xr.Dataset | None:
             iv = ds.interval.sel(metric=metric, model_a=ra[0], model_b=rb[0])
             low, high = iv.sel(bound="low").values, iv.sel(bound="high").values
         with np.errstate(invalid="ignore"):
-            rows.append((f"{first.upper()}-{second.upper()}", ra[0], rb[0], same.sel(model_a=ra[0], model_b=rb[0]).values,
-                         low, high, np.nanmin(combos, 0), np.nanmax(combos, 0), len(combos)))
+            base = same.sel(model_a=ra[0], model_b=rb[0]).values
+            rows.append((f"{first.upper()}-{second.upper()}", ra[0], rb[0], base, low, high, np.nanmin(combos, 0),
+                         np.nanmax(combos, 0), len(combos)))
     if not rows:
         return None
     names, a, b, d, low, high, rmin, rmax, n = zip(*rows)

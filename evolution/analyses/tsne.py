@@ -1,4 +1,4 @@
-"""t-SNE layouts of selected occurrences (Voita et al. 2019, figures 6-8; METHODS.md 6).
+"""t-SNE layouts of selected occurrences (Voita et al. 2019, figures 6-8; docs/metrics.md).
 
 One unit per (model, layer) lays out every selection of ``metrics.tsne``
 (:func:`evolution.metrics.tsne.tsne_layout`); one group per selection:
@@ -204,7 +204,8 @@ def tsne_grid(path, name: str):
             xy = ds.xy.sel(model=m, layer=layer).values[keep]
             values = colours.sel(model=m).values[keep]
             frames.append(pd.DataFrame({"model": str(m), "layer": int(layer),
-                                        "point": ds.point.values[keep] if "point" in ds.coords else np.flatnonzero(keep),
+                                        "point": (ds.point.values[keep] if "point" in ds.coords
+                                                  else np.flatnonzero(keep)),
                                         "token": [str(t) for t in ds.token.sel(model=m).values[keep]],
                                         "colour": (ds.position.sel(model=m).values[keep] if by_position
                                                    else [str(v) for v in values]),

@@ -146,8 +146,21 @@ def open_store(path: str | Path, models: Sequence[str] | None = None) -> Represe
         if missing:
             raise KeyError(f"{path} has no model {missing}; it has {names}")
         names = list(models)
-    specs = {n: dict(root[n].attrs["model_config"]) for n in names}
+    base = Path(location.parent(path)) if not location.is_url(path) else None
+    specs = {n: _absolute(dict(root[n].attrs["model_config"]), base) for n in names}
     keys = {n: str(root[n].attrs.get(_FINGERPRINT, "")) for n in names}
     cache = Path(location.parent(path)) / "api-cache" if not location.is_url(path) else \
         Path(tempfile.mkdtemp(prefix="evolution-cache-"))
     return Representations(store=path, specs=specs, keys=keys, cache=cache)
+
+
+def _absolute(spec: dict, base: Path | None) -> dict:
+    """A stored model spec with its file paths made absolute again (a local store records them
+    relative to its directory: :func:`evolution.provenance.portable`)."""
+    if base is None:
+        return spec
+    for key in ("path", "data", "sentencepiece"):
+        value = spec.get(key)
+        if value and not Path(value).is_absolute() and "://" not in str(value):
+            spec[key] = str((base / value).resolve())
+    return spec

@@ -1,6 +1,6 @@
 """Annotated text: sentences with gold POS tags and dependencies from CoNLL-U.
 
-The neighbour rates of METHODS.md 3 ("the share of neighbours with the same
+The neighbour rates of docs/metrics.md ("the share of neighbours with the same
 POS / dependency label") and the syntactic analyses need annotation the
 embedded Bible lacks, so an annotated text is analysed *beside* the main one
 (``corpus.annotated``). The project embeds the dev and test splits of UD

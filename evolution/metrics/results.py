@@ -46,7 +46,7 @@ def write_metrics(path: str | Path, datasets: dict[str, xr.Dataset], *, fingerpr
         _write_groups(str(path), datasets, fingerprint)
         return
     with replace_dir(path) as tmp:
-        _write_groups(str(tmp), datasets, fingerprint)
+        _write_groups(str(tmp), datasets, fingerprint, final=str(path))
 
 
 def _untrust(store: str) -> None:
@@ -63,19 +63,23 @@ def _untrust(store: str) -> None:
         root.attrs.update(attrs)
 
 
-def _write_groups(store: str, datasets: dict[str, xr.Dataset], fingerprint: str) -> None:
+def _write_groups(store: str, datasets: dict[str, xr.Dataset], fingerprint: str, final: str | None = None) -> None:
     import json
 
     import zarr
 
+    from evolution.provenance import portable
     from evolution.store import portable_strings
 
     # the root (with its mark, in one write) exists even when no metric had enough data
     zarr.open_group(store, mode="w", zarr_format=3, attributes={_MARK: True})
     for group, ds in datasets.items():
         ds = ds.copy()
-        # attributes as JSON would store them (tuples -> lists, paths -> strings)
+        # attributes as JSON would store them (tuples -> lists, paths -> strings), and paths relative
+        # to the store's directory (the run's workdir): results name no directory of the machine
         ds.attrs = json.loads(json.dumps(ds.attrs, default=str))
+        if not location.is_url(store):
+            ds.attrs = portable(ds.attrs, Path(final or store).parent)
         portable_strings(ds).to_zarr(store, group=group, mode="w", zarr_format=3, consolidated=False)
     zarr.open_group(store, mode="r+", zarr_format=3).attrs.update({_FINGERPRINT: fingerprint,
                                                                    "groups": sorted(datasets)})

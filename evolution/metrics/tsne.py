@@ -1,4 +1,4 @@
-"""t-SNE layouts of selected occurrences (Voita et al. 2019, figures 6-8; METHODS.md 6).
+"""t-SNE layouts of selected occurrences (Voita et al. 2019, figures 6-8; docs/metrics.md).
 
 openTSNE (Policar et al.; Barnes-Hut gradients below 10,000 points, FFT above, its "auto"), PCA initialisation
 (deterministic, preserves global structure) and a fixed seed and perplexity.

@@ -58,7 +58,7 @@ def model_args(cfg: TrainConfig, objective: str) -> list[str]:
 
 
 def task_args(cfg: TrainConfig, objective: str, *, data: Path, languages: tuple[str, str]) -> list[str]:
-    """Data, task, model and criterion of one objective (METHODS.md 1)."""
+    """Data, task, model and criterion of one objective (Voita et al. 2019, sec. 2; docs/training.md)."""
     return [*data_args(cfg, objective, data=data, languages=languages), *model_args(cfg, objective)]
 
 

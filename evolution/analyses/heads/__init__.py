@@ -1,6 +1,6 @@
 """Attention heads across objectives: Clark et al. (2019) statistics, Voita et al.
 (ACL 2019) confidence and positional heads, Kobayashi et al. (2020) attention
-weights against vector norms (METHODS.md 7; :mod:`evolution.metrics.heads`).
+weights against vector norms (docs/heads.md; :mod:`evolution.metrics.heads`).
 
 One unit per model re-runs it over every sentence of the analysis set (the
 store's token ids, so truncation is the extraction's) and pools per-head sums

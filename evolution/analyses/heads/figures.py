@@ -100,7 +100,7 @@ def dependency_heatmap(path, top: int = 15):
     directions = [d for d in CLARK_DIRECTIONS if d in ds.direction.values]
     acc = ds.picked_accuracy.sel(direction=directions, relation=rel)
     base = ds.baseline_accuracy.sel(direction=directions, relation=rel)
-    vmin, vmax = 0.0, 1.0
+    vmin, vmax = robust_range(acc.values)
     cell = (WIDTH - 2.4) / max(1, len(models))  # inches per model column
     both = cell >= 0.8  # room for "0.52 (0.40)" at the smallest font
     fig, axes = pyplot.subplots(len(directions), 1, figsize=(WIDTH, (0.24 * len(rel) + 1.0) * len(directions)),

@@ -249,6 +249,6 @@ def importance_heatmaps(path):
 HeadImportance.figures = {
     "heads_importance": (importance_heatmaps, "Encoder heads by layer (rows) and head (columns): Michel et al.'s "
                                               "mask importance (normalised per layer), Voita et al.'s LRP relevance "
-                                              "(translation models) and confidence; each panel's colour scale runs from its "
-                                              "smallest to its largest value (stated on its colour bar)."),
+                                              "(translation models) and confidence; each panel's colour scale runs from "
+                                              "its smallest to its largest value (stated on its colour bar)."),
 }

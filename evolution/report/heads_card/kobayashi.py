@@ -68,7 +68,7 @@ def claim_small_norms(run: HeadRun) -> Finding:
             left_out[m] = "no head attends to a sink token"
             continue
         below, n, p, in_order = signed_rank_below(norm[ok] - alpha[ok])
-        mean_rho = float(-rho.mean())
+        mean_rho = float(rho.mean())
         text = (f"sinks' norm share below their weight share in {below} of {n} heads (signed rank p = {pfmt(p)}); "
                 f"Spearman(||f(x)||, rarity) {mean_rho:+.2f} averaged over layers ({rho.min():+.2f} to "
                 f"{rho.max():+.2f})")
