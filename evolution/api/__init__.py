@@ -7,18 +7,20 @@
 >>> reps["mt"].hidden                                              # (layer, token, feature), as in reps.zarr
 >>> ev.head_view(bert, "The cat sat on the mat")                   # inline in Jupyter, offline
 >>> ev.mi(reps), ev.neighbors(reps), ev.similarity(reps), ev.heads(reps)   # metrics.zarr groups
+>>> ev.plot.mi(ev.mi(reps), models=["mt"], layers=range(7), ax=None)      # one panel, returns the figure
 
 Every function runs what the pipeline runs (extraction into a Zarr store, in memory here;
 the analyses' units and groups; the report's views and figures), so a dataset from here and
 one from a run's ``reps.zarr`` / ``metrics.zarr`` are interchangeable (docs/api.md).
 """
 
+from evolution.api import plot
 from evolution.api.analyses import (analyse, change, dependency_heads, heads, importance, influence, mi, neighbors,
                                     probes, similarity)
 from evolution.api.model import Model, load
 from evolution.api.represent import Representations, open_store, represent
 from evolution.api.views import ViewPage, head_view, model_view, neuron_view, views
 
-__all__ = ["Model", "load", "Representations", "represent", "open_store", "analyse", "mi", "neighbors", "similarity",
+__all__ = ["plot", "Model", "load", "Representations", "represent", "open_store", "analyse", "mi", "neighbors", "similarity",
            "change", "influence", "heads", "dependency_heads", "importance", "probes", "ViewPage", "views",
            "head_view", "model_view", "neuron_view"]
