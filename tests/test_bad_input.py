@@ -23,9 +23,9 @@ def _fails(tmp_path: Path, config: str, capsys, *expected: str, cluster: bool = 
     capsys.readouterr()
     started, real = [], pipelines.run.dask_client
 
-    def spy(cfg):
+    def spy(cfg, **kwargs):
         started.append(cfg)
-        return real(cfg)
+        return real(cfg, **kwargs)
 
     with mock.patch("pipelines.run.dask_client", spy):
         assert main([str(cfg), "--no-progress"]) == 2

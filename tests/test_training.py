@@ -506,3 +506,27 @@ def test_masked_tsne_states_are_those_of_the_masked_word(trained):
         np.testing.assert_allclose(states[:, i], h, atol=1e-5)
         plain = adapter.forward([adapter.build_input(content[s])])[0][:, 0, adapter.content_offset + pos]
         assert np.abs(plain[-1] - states[-1, i]).max() > 1e-3  # masking changed the state
+
+
+def test_only_the_runs_the_models_name_are_trained(tmp_path):
+    """A config whose models take some runs from elsewhere (kind: shipped, huggingface) trains
+    only the runs its ``kind: trained`` models name; a later config naming more runs of the same
+    train section trains just the missing ones."""
+    from evolution.config import load_config
+    from pipelines.run import main
+    from pipelines.stages import Context, TrainStage
+
+    src, tgt = _corpus(tmp_path)
+    text = CONFIG.format(workdir=tmp_path / "run", src=src, tgt=tgt)
+    one = tmp_path / "one.yaml"
+    one.write_text(text + "models:\n  - {name: lm, kind: trained}\n", encoding="utf-8")
+    assert main([str(one), "--stage", "train", "--no-progress"]) == 0
+    paths = TrainStage().paths(Context(config=load_config(one)))
+    finished = sorted(p.name for p in (paths.root / "runs").iterdir() if (p / "done.json").is_file())
+    assert finished == ["lm"]
+    assert set(json.loads((paths.root / "eval.json").read_text())["evaluation"]) >= {"lm"}
+    assert not {"mt", "mlm", "lm-tokdrop"} & set(json.loads((paths.root / "eval.json").read_text())["evaluation"])
+    two = tmp_path / "two.yaml"
+    two.write_text(text + "models:\n  - {name: lm, kind: trained}\n  - {name: mt, kind: trained}\n", encoding="utf-8")
+    assert TrainStage().pending(Context(config=load_config(two))) == [f"train: mt -> {paths.root}"]
+    assert TrainStage().pending(Context(config=load_config(one))) == []

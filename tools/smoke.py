@@ -1,7 +1,7 @@
 """Smoke test of an installation without fairseq: import the package, open the committed results,
 draw a figure, and use the notebook API on a small random Hugging Face model (represent, MI,
-neighbours, head statistics, views). `make check-pythons` runs it under every Python version the
-dependencies support (docs/install.md); exits non-zero on the first failure."""
+neighbours, head statistics, views). tools/check_pythons.sh runs it under other Python
+versions (docs/install.md); exits non-zero on the first failure."""
 
 from __future__ import annotations
 

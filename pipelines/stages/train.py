@@ -1,4 +1,4 @@
-"""The ``train`` stage: every run of the ``train`` section (:mod:`evolution.training.trainer`)."""
+"""The ``train`` stage: the runs of the ``train`` section that the models use (:mod:`evolution.training.trainer`)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ __all__ = ["TrainStage"]
 class TrainStage(Stage):
     """Not all-or-nothing on purpose: fairseq's ``checkpoint_last.pt`` is the resume
     point of an interrupted run, and finished runs are kept. ``done.json``
-    (written last, with the evaluation) marks the whole stage. Does nothing
-    when the config has no ``train`` section."""
+    (written last, with the evaluation) names the runs it covers. Only the runs
+    that ``kind: trained`` models name are trained (every run when the config
+    lists no models), so a config can take some models from shipped weights and
+    train the rest. Does nothing when the config has no ``train`` section."""
 
     name = "train"
     after = ("corpus",)
@@ -41,12 +43,26 @@ class TrainStage(Stage):
 
         return TrainingPaths(self.directory(ctx), ctx.config.corpus.languages)
 
-    def pending(self, ctx: Context) -> list[str]:
-        if ctx.config.train is None:
-            return []
-        if (self.directory(ctx) / "done.json").is_file() and self.name not in ctx.force:
-            return []
+    @staticmethod
+    def needed(ctx: Context) -> dict[str, dict]:
+        """``name -> run`` of the runs this config's ``kind: trained`` models use."""
         runs = ctx.config.train.runs(ctx.config.seed)
+        used = {m.run_name for m in ctx.config.models if m.kind == "trained"}
+        return {n: spec for n, spec in runs.items() if n in used}
+
+    def _covered(self, ctx: Context) -> bool:
+        done = self.directory(ctx) / "done.json"
+        if not done.is_file():
+            return False
+        covered = json.loads(done.read_text(encoding="utf-8")).get("runs")
+        return covered is None or set(self.needed(ctx)) <= set(covered)
+
+    def pending(self, ctx: Context) -> list[str]:
+        if ctx.config.train is None or not self.needed(ctx):
+            return []
+        if self._covered(ctx) and self.name not in ctx.force:
+            return []
+        runs = self.needed(ctx)
         todo = [n for n in runs if not (self.paths(ctx).run_dir(n) / "done.json").is_file()]
         return [f"train: {', '.join(todo) or 'evaluate'} -> {self.directory(ctx)}"]
 
@@ -66,7 +82,7 @@ class TrainStage(Stage):
             shutil.copytree(CorpusStage().directory(ctx) / "text", paths.text)
         t0 = time.perf_counter()
         prep = trainer.prepare_data(paths, cfg)
-        runs = cfg.runs(ctx.config.seed)
+        runs = self.needed(ctx)
         for seed in sorted({r["seed"] for r in runs.values()}):
             trainer.initial_encoder(paths, cfg, seed=seed, languages=languages)
         timings = {n: trainer.train_run(paths, cfg, n, spec, languages=languages, progress=ctx.progress)
@@ -78,7 +94,8 @@ class TrainStage(Stage):
                    "config": resolved_dict(cfg), "versions": versions()}
         ctx.timings["train"] = summary
         (paths.root / "eval.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-        (paths.root / "done.json").write_text(json.dumps({"key": self.key(ctx)}), encoding="utf-8")
+        (paths.root / "done.json").write_text(json.dumps({"key": self.key(ctx), "runs": sorted(runs)}),
+                                             encoding="utf-8")
         logger.info("train: %d runs in %.0f s (incl. data preparation); %s", len(runs), train_seconds,
                     "; ".join(f"{n}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items() if k != "seconds")
                               for n, r in evaluation.items() if isinstance(r, dict)))
