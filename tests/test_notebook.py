@@ -32,7 +32,8 @@ def test_notebook_executes(tmp_path, corpus_file, model_specs, monkeypatch):
     run(cfg, progress=False)
     monkeypatch.setenv("EVOLUTION_STORE", str(tmp_path / "w" / "reps.zarr"))
     outputs = _execute("representations.ipynb")
-    assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 2  # norm plot + attention map
+    # norm plot, MI, attention map; the head view only without a store
+    assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 3
 
 
 @pytest.mark.slow
@@ -50,3 +51,21 @@ def test_metrics_notebook_draws_every_figure(tmp_path, corpus_file, model_specs,
     # raw MI line plot + MI, neighbours, 2 similarity, change, change by POS, 2 t-SNE grids = 9 figures,
     # + 4 of the heads (entropy, special tokens, head map, roles; no dependency heads without select/score)
     assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == 13
+
+
+@pytest.mark.slow
+def test_notebooks_run_on_committed_results_alone(monkeypatch):
+    """A fresh clone: no run has been made, no variable set; the notebooks open the committed
+    store and the shipped weights, and the committed copies carry their outputs."""
+    monkeypatch.delenv("EVOLUTION_METRICS", raising=False)
+    monkeypatch.delenv("EVOLUTION_STORE", raising=False)
+    images = {}
+    for name in ("metrics.ipynb", "representations.ipynb"):
+        committed = nbformat.read(REPO / "notebooks" / name, as_version=4)
+        images[name] = sum(1 for c in committed.cells if c.cell_type == "code" for o in c.outputs
+                           if "image/png" in o.get("data", {}))
+        outputs = _execute(name)
+        assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == images[name]
+    assert images["representations.ipynb"] == 3 and images["metrics.ipynb"] >= 13
+    html = [o for o in outputs if "text/html" in o.get("data", {}) and "head view" in o["data"]["text/html"].lower()]
+    assert html, "representations.ipynb shows no head view"

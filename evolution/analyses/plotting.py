@@ -17,6 +17,8 @@ on a 96-dpi screen. Wide figures are laid out in rows (:func:`panel_grid`).
 
 from __future__ import annotations
 
+import os
+
 import functools
 
 import numpy as np
@@ -48,10 +50,13 @@ _DATA = "evolution_data"
 
 
 def plt():
-    """``matplotlib.pyplot`` on the Agg backend unless one is already chosen (notebooks)."""
+    """``matplotlib.pyplot`` on the Agg backend unless one is already chosen (Jupyter's inline
+    backend, ``MPLBACKEND``, an earlier ``matplotlib.use``), which is kept."""
     import matplotlib
 
-    matplotlib.use("Agg", force=False)
+    chosen = getattr(matplotlib.rcParams, "_get_backend_or_none", lambda: None)()
+    if chosen is None and not os.environ.get("MPLBACKEND"):
+        matplotlib.use("Agg")
     import matplotlib.pyplot as pyplot
 
     return pyplot
