@@ -55,7 +55,7 @@ writes as many bytes as extraction stores for ``--tokens`` tokens (float32
 ``(layers + 1) x tokens x d``) as 4 MiB files with plain ``os.write``, no Zarr,
 and prints the wall and CPU seconds (user, system) next to the CPU seconds of
 the bare forward loop over as many tokens: what storing the states costs on
-this machine, whatever writes them.
+the machine it runs on, whatever writes them.
 
     python benchmarks/extract.py --padding
 

@@ -1,4 +1,4 @@
-"""Metric estimators against plain baselines, in one run on this machine.
+"""Metric estimators against plain baselines, in one run on the machine it runs on.
 
     python benchmarks/metrics.py [--n 200000] [--d 256] [--k 2000] [--iters 10]
 

@@ -12,8 +12,8 @@ analysed-sentence count is not part of the training key).
 
 Prints, and writes to ``<out>/scale.json``: per size and stage the wall time
 and the peak summed RSS, and the analysed token count. The question it
-answers (issue 14): does the whole-corpus analysis fit in this machine's
-24 GiB, and does peak memory stay flat as the analysed tokens grow? A summed
+answers (issue 14): does the whole-corpus analysis fit in 24 GiB of
+memory, and does peak memory stay flat as the analysed tokens grow? A summed
 RSS overcounts pages shared between processes, so it is an upper bound.
 """
 
