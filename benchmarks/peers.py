@@ -121,9 +121,14 @@ def run_nnsight(model_dir: str, corpus: str, sample: str) -> dict:
     t0 = time.perf_counter()
     for batch in order:
         ids, mask = _pad(enc, batch)
-        with torch.inference_mode(), model.trace(input_ids=ids, attention_mask=mask):
-            saved = [model.embeddings.output.save()] + [layer.output[0].save() for layer in layers]
-        hs = torch.stack([getattr(s, "value", s) for s in saved])
+        saved = []  # filled inside the trace (nnsight runs its body apart: no comprehension, no rebinding)
+        with torch.inference_mode():
+            with model.trace(input_ids=ids, attention_mask=mask):
+                saved.append(model.embeddings.output.save())
+                for layer in layers:
+                    saved.append(layer.output.save())
+        values = [getattr(s, "value", s) for s in saved]
+        hs = torch.stack([v[0] if isinstance(v, tuple) else v for v in values])  # BertLayer: tuple before transformers 5
         for b, i in enumerate(batch):
             kept[i] = hs[:, b, 1:len(enc[i]) - 1].numpy().copy()
     seconds = time.perf_counter() - t0
@@ -140,6 +145,7 @@ def run_pipeline(model_dir: str, corpus: str, sample: str, workdir: str) -> dict
     from evolution.metrics.plan import rows_by_sentence
     from pipelines.run import run
 
+    Path(workdir).mkdir(parents=True, exist_ok=True)
     cfg = Path(workdir) / "peers.yaml"
     cfg.write_text(f"workdir: {workdir}\ncluster: local\ncorpus: {{path: {corpus}}}\n"
                    "extract: {device: cpu}\n"
