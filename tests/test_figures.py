@@ -606,3 +606,16 @@ def test_figure_data_falls_back_to_the_artists():
     t = figure_data(fig)
     plt().close(fig)
     assert list(t.y) == [3.0, 4.0, 5.5] and set(t.series) == {"curve"} and set(t.panel) == {"panel"}
+
+
+def test_confidence_scale_says_which_definition_the_store_holds():
+    """Stores before heads version 4 hold confidence over every key (sinks included); the colour
+    bar must not call it content-key confidence."""
+    import xarray as xr
+
+    from evolution.analyses.heads.figures import _confidence_label
+
+    old = xr.Dataset(coords={"measure": ["entropy", "confidence"]})
+    new = xr.Dataset(coords={"measure": ["entropy", "confidence", "confidence_with_sink"]})
+    assert "sinks included" in _confidence_label(old) and "content key" not in _confidence_label(old)
+    assert "content key" in _confidence_label(new)

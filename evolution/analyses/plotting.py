@@ -144,6 +144,8 @@ def tidy(da: xr.DataArray, quantity: str | None = None, **columns):
     import pandas as pd
 
     da = da.reset_coords(drop=False) if isinstance(da, xr.Dataset) else da
+    if da.ndim:  # one column and row order whatever order the dimensions came in
+        da = da.transpose(*sorted(da.dims))
     if da.ndim == 0:
         df = pd.DataFrame({"value": [da.item()]})
         for name, c in da.coords.items():
@@ -158,7 +160,8 @@ def tidy(da: xr.DataArray, quantity: str | None = None, **columns):
     extra.update(columns)
     for name, v in extra.items():
         df[name] = v
-    return df[[*extra, *(c for c in df.columns if c not in extra)]]
+    # coordinates by name (a store's coordinate order follows its directory listing), the value last
+    return df[[*extra, *sorted(c for c in df.columns if c not in extra and c != "value"), "value"]]
 
 
 def concat(frames):

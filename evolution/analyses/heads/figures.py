@@ -164,6 +164,14 @@ def role_table(ds: xr.Dataset, model: str):
     return pd.DataFrame(rows)
 
 
+def _confidence_label(ds) -> str:
+    """What the store's ``confidence`` is: over content keys since heads version 4 (which stores
+    ``confidence_with_sink`` beside it), over every key, the sinks included, before."""
+    if "confidence_with_sink" in ds.measure.values:
+        return "confidence (mean largest weight on a content key)"
+    return "confidence (mean largest weight on any key, sinks included: a store before heads version 4)"
+
+
 @figure
 def head_roles(path):
     """Confidence and roles of every head, as Voita et al. (ACL 2019) fig. 1-3: per model a
@@ -204,8 +212,7 @@ def head_roles(path):
     label_edges(axes, xlabel="head", ylabel="layer")
     fig.colorbar(im, ax=axes, location="bottom", fraction=0.05, aspect=40, shrink=0.8,
                  extend=_extend(conf, vmin, vmax),
-                 label=scale_label("confidence (mean largest weight on a content key)", vmin, vmax).replace(
-                     ":\n", ": ", 1))
+                 label=scale_label(_confidence_label(ds), vmin, vmax).replace(":\n", ": ", 1))
     rare_share = float(ds.attrs.get("rare_share", RARE_SHARE))
     rels = ", ".join(str(r) for r in ds.syntactic_relation.values) if "syntactic" in ds else ""
     positional = ds.positional.attrs.get("long_name", "one offset holds most maxima") if "positional" in ds else ""
@@ -259,7 +266,8 @@ FIGURES = {
     "heads_map": (head_map, "Every head of every model placed by multidimensional scaling of the Jensen-Shannon "
                             "distance between their word-level attention (content words; Clark et al. 2019, fig. 6)."),
     "heads_roles": (head_roles, "Confidence of every head (the mean over content queries of its largest weight on a "
-                                "content key) by layer and head, one panel per model, with its roles (Voita et al., "
+                                "content key; in stores before heads version 4 on any key: the colour bar says which) by "
+                                "layer and head, one panel per model, with its roles (Voita et al., "
                                 "ACL 2019, fig. 1-3): P positional (>= 90% of maxima on one offset), S syntactic "
                                 "(dependency accuracy >= the offset baseline + 10 points for a relation), R rare-token "
                                 "(share of sentences whose maxima go mostly to the rarest token >= 0.2). One colour "
