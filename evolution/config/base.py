@@ -1,0 +1,59 @@
+"""What every config section shares: the base model that forbids unknown keys, the error
+type, and the validators of paths, treebanks and store locations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be run; the message names the key and the fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _resolve(path: str | Path, info: ValidationInfo) -> Path:
+    base = (info.context or {}).get("base_dir")
+    p = Path(path).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = Path(base) / p
+    return p.resolve() if base is not None else p
+
+
+def _treebank(v: Any, info: ValidationInfo, key: str) -> str | None:
+    """An embedded treebank's name, or an existing CoNLL-U file's resolved path."""
+    from evolution.corpus.conllu import EMBEDDED
+
+    if v is None or str(v) in EMBEDDED:
+        return v
+    path = _resolve(v, info)
+    if not path.is_file():
+        raise ValueError(f"{key} {str(v)!r} is neither an embedded treebank ({', '.join(EMBEDDED)}) "
+                         "nor an existing CoNLL-U file (relative paths are resolved against the config "
+                         "file's directory)")
+    return str(path)
+
+
+def _store_location(v: Any, info: ValidationInfo, key: str) -> str | None:
+    """A store's location: an fsspec URL as given (credentials refused, its filesystem
+    package required), or a local path resolved against the config file's directory."""
+    from evolution import location
+
+    if v is None:
+        return None
+    if location.is_url(v):
+        location.check_url(str(v), key=key)
+        return str(v)
+    return str(_resolve(v, info))
+
+
+def _must_exist(path: Path, what: str) -> Path:
+    if not path.exists():
+        raise ValueError(f"{what} {str(path)!r} does not exist; fix the path (relative paths are "
+                         "resolved against the config file's directory)")
+    return path

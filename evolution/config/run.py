@@ -1,0 +1,166 @@
+"""The whole config, and reading it from YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from evolution.config.base import ConfigError, _Section, _resolve
+from evolution.config.cluster import ClusterConfig, _coerce_cluster
+from evolution.config.corpus import CorpusConfig
+from evolution.config.extract import ExtractConfig
+from evolution.config.metrics import MetricsConfig
+from evolution.config.models import ModelConfig
+from evolution.config.report import ReportConfig
+from evolution.config.train import TrainConfig
+
+
+class EvolutionConfig(_Section):
+    """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``train``, ``extract``, ``metrics``,
+    ``report``, ``models``."""
+
+    workdir: Path = Field(Path("runs/default"), validate_default=True,
+                          description="where every stage writes; relative to the config file")
+    seed: int = 0
+    cluster: Annotated[ClusterConfig, Field(default_factory=ClusterConfig)]
+    corpus: CorpusConfig
+    extract: Annotated[ExtractConfig, Field(default_factory=ExtractConfig)]
+    metrics: Annotated[MetricsConfig, Field(default_factory=MetricsConfig)]
+    report: Annotated[ReportConfig, Field(default_factory=ReportConfig)]
+    train: TrainConfig | None = Field(None, description="train MT/LM/MLM on the corpus (needs a parallel corpus)")
+    models: list[ModelConfig] = Field(default_factory=list, description="default: every run of `train`")
+
+    @field_validator("workdir", mode="before")
+    @classmethod
+    def _workdir(cls, v: Any, info: ValidationInfo) -> Path:
+        return _resolve(v, info)
+
+    @field_validator("cluster", mode="before")
+    @classmethod
+    def _cluster(cls, v: Any) -> Any:
+        return _coerce_cluster(v)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "EvolutionConfig":
+        if not self.models:
+            if self.train is None:
+                raise ValueError("models: list at least one model to analyse, or add a train section "
+                                 "(its runs are then analysed)")
+            object.__setattr__(self, "models", [ModelConfig(name=n, kind="trained")
+                                                for n in self.train.runs(self.seed)])
+        if self.train is not None and not self.corpus.parallel:
+            raise ValueError("train needs a parallel corpus (corpus.source: bible or parallel); "
+                             "corpus.source: text has no target side to translate into")
+        trained = [m for m in self.models if m.kind == "trained"]
+        if trained and self.train is None:
+            raise ValueError(f"models {[m.name for m in trained]} are kind: trained but there is no train section")
+        if trained:
+            runs = self.train.runs(self.seed)
+            unknown = [m.run_name for m in trained if m.run_name not in runs]
+            if unknown:
+                raise ValueError(f"models: no training run named {unknown}; the train section defines {list(runs)}")
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"models: names must be unique, {dupes} appear more than once")
+        if self.extract.max_batch_tokens < 2:
+            raise ValueError("extract.max_batch_tokens must be at least 2")
+        self._stores_apart()
+        return self
+
+    def _stores_apart(self) -> None:
+        """The metrics store is replaced whole on every write: it must not be, hold or sit inside
+        the representation store, the metrics tasks' inputs, or the workdir."""
+        from evolution import location
+
+        reps = self.extract.store or str(self.workdir / "reps.zarr")
+        metrics = self.metrics.store or str(self.workdir / "metrics.zarr")
+
+        def norm(p: str) -> str:
+            return p.rstrip("/") if location.is_url(p) else str(Path(p).resolve())
+
+        def within(a: str, b: str) -> bool:  # a is b or lies under b
+            return a == b or a.startswith(b.rstrip("/") + "/")
+
+        m = norm(metrics)
+        for name, other in (("extract.store", reps), ("the metrics inputs", location.inputs_dir(reps)),
+                            ("workdir", str(self.workdir))):
+            o = norm(other)
+            if within(o, m) or (within(m, o) and name != "workdir"):
+                raise ValueError(f"metrics.store {metrics} overlaps {name} ({other}); writing the metrics "
+                                 "replaces the whole metrics store, so give it a location of its own, e.g. "
+                                 f"{location.join(location.parent(reps), 'metrics.zarr')}")
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"no model named {name!r}; configured: {[m.name for m in self.models]}")
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: the config cannot be run:"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key; remove it or check its spelling against docs/config.md"
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def _yaml_error(path: Path, exc: Exception) -> str:
+    """``file:line:column: what`` for a YAML syntax error (PyYAML names the text ``<unicode string>``)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    what = " ".join(x for x in (getattr(exc, "context", None), getattr(exc, "problem", None)) if x) or str(exc)
+    line = ""
+    if mark is not None:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if mark.line < len(lines):
+            line = f"\n  {lines[mark.line]}\n  {' ' * mark.column}^"
+    return (f"{where}: not valid YAML: {what}{line}\n  check the brackets, quotes and indentation there "
+            "(evolution.yaml is a complete example)")
+
+
+def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) -> EvolutionConfig:
+    """Read and validate a YAML config.
+
+    Parameters
+    ----------
+    path
+        The YAML file. Relative paths inside it are resolved against its directory.
+    overrides
+        Top-level keys that replace those in the file (the CLI's ``--workdir``).
+
+    Raises
+    ------
+    ConfigError
+        With one line per problem, naming the key and what to do.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(_yaml_error(path, exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys (workdir, corpus, models, ...)")
+    data.update(overrides or {})
+    try:
+        return EvolutionConfig.model_validate(data, context={"base_dir": path.resolve().parent})
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, str(path))) from None
+
+
+def resolved_dict(section: BaseModel) -> dict[str, Any]:
+    """A JSON-compatible dict of a config section with every default filled in."""
+    return section.model_dump(mode="json")
