@@ -571,3 +571,17 @@ def test_the_committed_stores_get_verdicts_and_say_what_they_lack(run):
     committed = root / "report" / "head_verdicts.json"
     if committed.exists():  # the report's copy is what head_verdicts() gives on the store
         assert [f.as_dict() for f in v.values()] == json.loads(committed.read_text(encoding="utf-8"))
+
+
+def test_the_committed_heads_run_has_importance_verdicts():
+    """results/bible-heads (heads analysis version 4, with importance from the shipped base
+    models): the report's verdicts are what head_verdicts() gives on its store, and V2 reads the
+    stored relevance (translation model) and importance (LM, MLM)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "results" / "bible-heads"
+    v = {f.label: f for f in head_verdicts(root / "metrics.zarr")}
+    assert list(v) == ["C1", "C2", "C3", "V1", "V2", "K1", "K2"]
+    assert "no heads_importance group" not in v["V2"].why and "mt:" in v["V2"].measured
+    committed = json.loads((root / "report" / "head_verdicts.json").read_text(encoding="utf-8"))
+    assert [f.as_dict() for f in v.values()] == committed
