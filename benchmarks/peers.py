@@ -32,18 +32,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from scale import tree_rss  # benchmarks/ is on the path of a script run from it
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = 20  # sentences whose states are compared across methods
-
-
-def tree_rss(proc: psutil.Process) -> int:
-    total = 0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
 
 
 def measured(cmd: list[str], *, env: dict | None = None) -> tuple[dict, float]:

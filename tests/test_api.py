@@ -143,12 +143,13 @@ def test_hugging_face_use_imports_neither_fairseq_nor_faiss(model_specs, tmp_pat
 def test_drawing_keeps_a_backend_the_user_chose():
     """A notebook's inline backend (here: svg, chosen before) survives the first figure; a script
     with no backend chosen draws on Agg."""
+    import os
     import subprocess
     import sys
 
     code = ("import matplotlib; {pre}from evolution.analyses.plotting import plt; plt().figure(); "
             "print(matplotlib.get_backend().lower())")
-    env = {k: v for k, v in __import__("os").environ.items() if k != "MPLBACKEND"}
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     out = [subprocess.run([sys.executable, "-c", code.format(pre=pre)], capture_output=True, text=True, env=env,
                           check=True).stdout.strip() for pre in ("matplotlib.use('svg'); ", "")]
     assert out == ["svg", "agg"]

@@ -619,3 +619,21 @@ def test_confidence_scale_says_which_definition_the_store_holds():
     new = xr.Dataset(coords={"measure": ["entropy", "confidence", "confidence_with_sink"]})
     assert "sinks included" in _confidence_label(old) and "content key" not in _confidence_label(old)
     assert "content key" in _confidence_label(new)
+
+
+def test_figure_tables_do_not_depend_on_the_order_of_dimensions_and_coordinates():
+    """A store lists its coordinates in directory order: the same values with dimensions and
+    scalar coordinates in another order give the same CSV, columns by name, value last."""
+    import xarray as xr
+
+    from evolution.analyses.plotting import tidy
+
+    values = np.arange(6.0).reshape(2, 3) / 7
+    a = xr.DataArray(values, dims=("model", "layer"), coords={"model": ["lm", "mt"], "layer": [0, 1, 2]})
+    a = a.assign_coords(measure="same_token", bound="low")
+    b = a.transpose("layer", "model").reset_coords(drop=True).assign_coords(bound="low", measure="same_token")
+    ta, tb = tidy(a, "value"), tidy(b, "value")
+    assert list(ta.columns) == ["quantity", "bound", "layer", "measure", "model", "value"]
+    assert ta.to_csv(index=False) == tb.to_csv(index=False)
+    row = ta[(ta.model == "mt") & (ta.layer == 2)]
+    assert float(row.value.iloc[0]) == values[1, 2]
