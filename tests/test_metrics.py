@@ -457,6 +457,38 @@ def test_similarity_bootstrap_against_a_loop_with_the_reference_pwcca():
     assert hi - lo > 0.01  # layer 1 of b is noise: a wide, non-degenerate interval
 
 
+def test_bootstrap_blocks_give_the_one_pass_intervals():
+    """The pipeline computes the paired bootstrap in blocks of replicates (one task each); the
+    blocks, joined in any order, give exactly the intervals of one pass over every replicate,
+    and a missing block changes them."""
+    from evolution.metrics.similarity import bootstrap_distances, bootstrap_replicates, summarise_replicates
+
+    rng = np.random.default_rng(11)
+    sentence = np.repeat(np.arange(40), rng.integers(2, 7, size=40))
+    z = rng.normal(size=(len(sentence), 3))
+    states = {(g, layer): z @ rng.normal(size=(3, 4)) + s * rng.normal(size=(len(z), 4))
+              for g, s0 in (("a", 0.3), ("b", 0.6), ("c", 1.0)) for layer, s in enumerate((s0, 2 * s0, 3 * s0))}
+    kw = dict(read=lambda g, layer: states[(g, layer)], models=["a", "b", "c"], n_layers={"a": 3, "b": 3, "c": 2},
+              sentence=sentence, masks={"even": np.arange(len(z)) % 2 == 0, "all": np.ones(len(z), bool)},
+              methods=["pwcca", "cka"], seed=3, epsilon=1e-9, min_ratio=1.0)
+    whole = bootstrap_distances(replicates=11, **kw)
+    blocks = [bootstrap_replicates(replicates=range(lo, hi), **kw) for lo, hi in ((4, 8), (0, 4), (8, 11), (11, 11))]
+    joined = summarise_replicates(blocks)
+    assert joined["replicates"] == whole["replicates"] == 11
+    for key in ("between", "between_mean"):
+        for m in ("pwcca", "cka"):
+            np.testing.assert_array_equal(np.asarray(joined[key][m]), np.asarray(whole[key][m]))
+    for key in ("change", "change_mean"):
+        for m in ("pwcca", "cka"):
+            for g in ("a", "b", "c"):
+                np.testing.assert_array_equal(np.asarray(joined[key][m][g]), np.asarray(whole[key][m][g]))
+    layer2 = np.asarray(whole["between"]["cka"])[2]  # pairs (a, b), (a, c), (b, c); c has no layer 2
+    assert np.isfinite(layer2[0]).all() and np.isnan(layer2[1:]).all()
+    short = summarise_replicates(blocks[:2])
+    assert short["replicates"] == 8
+    assert not np.array_equal(np.asarray(short["between_mean"]["pwcca"]), np.asarray(whole["between_mean"]["pwcca"]))
+
+
 def test_pair_similarity_equals_the_separate_calls():
     from evolution.metrics.similarity import pair_similarity
 

@@ -41,19 +41,27 @@ import numpy as np
 import xarray as xr
 
 from evolution.metrics.plan import frequency_bins
-from evolution.metrics.similarity import adjacent_change, bin_sizes, bootstrap_distances, centre_intervals
+from evolution.metrics.similarity import (adjacent_change, bin_sizes, bootstrap_distances, bootstrap_replicates,
+                                         centre_intervals, summarise_replicates)
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.similarity_figures import FIGURES, change_by_frequency, pair_distances, similarity_heatmaps
 from evolution.config import SimilarityConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Similarity", "similarity_task", "adjacent_change", "bootstrap_distances", "merge", "similarity_heatmaps",
+__all__ = ["Similarity", "similarity_task", "bootstrap_task", "with_intervals", "BOOTSTRAP_BLOCK", "adjacent_change",
+           "bootstrap_distances", "merge", "similarity_heatmaps",
            "change_by_frequency", "pair_kind", "pair_distances", "PAIR_KINDS"]
 
 
+#: Bootstrap replicates per task (:func:`bootstrap_task`): 20 replicates make 5 tasks, which
+#: two workers finish in about 3/5 of the time one task computing all 20 takes
+BOOTSTRAP_BLOCK = 4
+_BLOCK = "@bootstrap-"  # unit name (and cache file name): "<models>@bootstrap-<first>-<stop>"
+
+
 def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], arrays: str,
-                    similarity: SimilarityConfig, bins: list[tuple[int, int]], seed: int = 0) -> dict[str, Any]:
+                    similarity: SimilarityConfig, bins: list[tuple[int, int]]) -> dict[str, Any]:
     """All-pairs similarity of (model, layer) views on the same occurrences,
     and adjacent-layer change per frequency-rank bin.
 
@@ -66,12 +74,13 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
     ``notes``), the bins' ``sizes`` (:func:`~evolution.metrics.similarity.bin_sizes`)
     and, with ``similarity.equal_bins``, ``change_equal`` and ``equal_sizes`` the same
     for bins of equal size (:func:`~evolution.metrics.similarity.equal_size_bins`).
-    With ``similarity.bootstrap`` and ``sentence`` (n,) in ``arrays``, ``interval``:
-    95% intervals over resampled sentences (one resample shared by every model: a
-    paired bootstrap; :func:`bootstrap_distances`) placed around the estimates
-    (:func:`_centre`), of the same-layer distances between models (``between[method]``:
-    (layer, model pair, 2)) and of the change (``change`` / ``change_equal``
-    ``[method][model]``: (layer_pair, bin, 2)).
+    The intervals come from :func:`bootstrap_task` (``similarity.bootstrap`` replicates in
+    blocks of :data:`BOOTSTRAP_BLOCK`) and :func:`with_intervals`, which adds ``interval``:
+    95% intervals over resampled sentences (one resample shared by every model: a paired
+    bootstrap; :func:`bootstrap_distances`) placed around these estimates (:func:`_centre`),
+    of the same-layer distances between models (``between[method]``: (layer, model pair,
+    2)) and of the change (``change`` / ``change_equal`` ``[method][model]``: (layer_pair,
+    bin, 2)).
     """
     from evolution.metrics.similarity import View, pair_similarity
     from evolution.store import read_rows
@@ -94,17 +103,11 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
             if "cka" in sim:
                 sim["cka"][i, j] = sim["cka"][j, i] = c
     del views
-    bins = [tuple(b) for b in bins]
     notes = []
     freq_rank = a["freq_rank"]
-    masks = {f"ranks [{lo}, {hi})": (freq_rank >= lo) & (freq_rank < hi) for lo, hi in bins}
-    equal = {}
-    if similarity.equal_bins:
-        from evolution.metrics.similarity import equal_size_bins
-
-        index = equal_size_bins(freq_rank, bins=similarity.equal_bins)
-        equal = {f"equal bin {b + 1} of {similarity.equal_bins}": index == b for b in range(similarity.equal_bins)}
-    every = {**masks, **equal}  # one pass over the states and one bootstrap for both kinds of bin
+    every, split = _subsets(freq_rank, bins=bins, similarity=similarity)
+    masks = dict(list(every.items())[:split[0]])
+    equal = dict(list(every.items())[split[0]:])
     change = {kind: {m: {} for m in methods} for kind in ("change", "change_equal")}
     for g in models:
         states = [read_rows(store, g, layer, rows[g]) for layer in range(n_layers[g])]  # read once, sliced per bin
@@ -116,17 +119,64 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
             change["change"][m][g] = arr[:, :len(masks)].tolist()
             change["change_equal"][m][g] = arr[:, len(masks):].tolist()
     out = {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change["change"],
-           "bins": bins, "n": int(len(freq_rank)), "notes": notes, "sizes": bin_sizes(freq_rank, masks)}
+           "bins": [tuple(b) for b in bins], "n": int(len(freq_rank)), "notes": notes,
+           "sizes": bin_sizes(freq_rank, masks)}
     if equal:
         out["change_equal"], out["equal_sizes"] = change["change_equal"], bin_sizes(freq_rank, equal)
-    if similarity.bootstrap and "sentence" in a:
-        out["interval"] = bootstrap_distances(
-            read=lambda g, layer: np.asarray(read_rows(store, g, layer, rows[g]), dtype=np.float64),
-            models=models, n_layers=n_layers, sentence=a["sentence"], masks=every, methods=methods,
-            replicates=similarity.bootstrap, seed=seed, **kw)
-        _centre(out["interval"], sim=sim, keys=keys, change=change, n_layers=n_layers,
-                split=(len(masks), len(equal)))
     return out
+
+
+def _subsets(freq_rank: np.ndarray, *, bins: list, similarity: SimilarityConfig) -> tuple[dict[str, np.ndarray],
+                                                                                          tuple[int, int]]:
+    """The occurrence masks (n,) of the change by frequency: the frequency-rank ``bins``
+    [lo, hi), then ``similarity.equal_bins`` bins of equal size; and how many of each."""
+    masks = {f"ranks [{lo}, {hi})": (freq_rank >= lo) & (freq_rank < hi) for lo, hi in bins}
+    equal = {}
+    if similarity.equal_bins:
+        from evolution.metrics.similarity import equal_size_bins
+
+        index = equal_size_bins(freq_rank, bins=similarity.equal_bins)
+        equal = {f"equal bin {b + 1} of {similarity.equal_bins}": index == b for b in range(similarity.equal_bins)}
+    return {**masks, **equal}, (len(masks), len(equal))  # one pass and one bootstrap for both kinds of bin
+
+
+def bootstrap_task(*, store: str, models: list[str], n_layers: dict[str, int], arrays: str,
+                   similarity: SimilarityConfig, bins: list[tuple[int, int]], first: int, stop: int,
+                   seed: int = 0) -> dict[str, Any]:
+    """Replicates ``first`` .. ``stop - 1`` of the paired bootstrap over sentences
+    (:func:`~evolution.metrics.similarity.bootstrap_replicates`) of the same-layer distances
+    between ``models`` and of their change on every subset of :func:`_subsets`; ``arrays``
+    as for :func:`similarity_task`, with ``sentence`` (n,). One block of replicates per
+    task, so that the scheduler spreads them over its workers; ``datasets`` joins the
+    blocks (:func:`~evolution.metrics.similarity.summarise_replicates`) and places the
+    intervals around the estimates, as one task computing every replicate would."""
+    from evolution.store import read_rows
+
+    a = load_arrays(arrays)
+    every, _ = _subsets(a["freq_rank"], bins=bins, similarity=similarity)
+    return bootstrap_replicates(
+        read=lambda g, layer: np.asarray(read_rows(store, g, layer, a[f"rows/{g}"]), dtype=np.float64),
+        models=models, n_layers=n_layers, sentence=a["sentence"], masks=every, methods=similarity.methods,
+        replicates=range(first, stop), seed=seed, epsilon=similarity.epsilon, min_ratio=similarity.min_ratio)
+
+
+def with_intervals(estimate: dict, blocks: list[dict]) -> dict:
+    """``estimate`` (a :func:`similarity_task` result) with ``interval``: its bootstrap
+    ``blocks`` (:func:`bootstrap_task` results) summarised and centred (:func:`_centre`)."""
+    keys = [tuple(v) for v in estimate["views"]]
+    n_layers: dict[str, int] = {}
+    for g, _ in keys:
+        n_layers[g] = n_layers.get(g, 0) + 1
+    n_rank = len(estimate["bins"])
+    n_equal = len(estimate["equal_sizes"]["n"]) if "change_equal" in estimate else 0
+    methods = list(estimate["similarity"])
+    change = {"change": estimate["change"],
+              "change_equal": estimate.get("change_equal") or {m: {g: np.zeros((n_layers[g] - 1, 0)) for g in n_layers}
+                                                                for m in methods}}
+    iv = summarise_replicates(blocks)
+    _centre(iv, sim={m: np.asarray(v, dtype=float) for m, v in estimate["similarity"].items()}, keys=keys,
+            change=change, n_layers=n_layers, split=(n_rank, n_equal))
+    return {**estimate, "interval": iv}
 
 
 def _centre(iv: dict, *, sim: dict[str, np.ndarray], keys: list[tuple[str, int]], change: dict,
@@ -204,6 +254,7 @@ def tokenisation_classes(inputs: Inputs) -> list[list[str]]:
 class Similarity(Analysis):
     name = "similarity"
     version = 3  # 2: bootstrap intervals; 3: equal-size bins, bin sizes, same-layer distances by pair kind
+    # (the bootstrap in blocks of replicates since 2026-11-24 gives the same numbers: version unchanged)
     section = "similarity"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -227,17 +278,30 @@ class Similarity(Analysis):
             arrays = save_arrays(inputs.arrays_dir, "similarity",
                                  {**rows, "freq_rank": models[0].freq_rank[first],
                                   "sentence": models[0].coords["sentence"][first]})
-            units.append(Unit("+".join(names), similarity_task,
-                              dict(store=inputs.store, models=names, n_layers={m.name: m.n_layers for m in models},
-                                   arrays=arrays, similarity=scfg, bins=bins, seed=inputs.seed),
-                              key={"models": [m.key for m in models], "similarity": resolved_dict(scfg),
-                                   "bins": bins, "seed": inputs.seed}))
+            name, n_layers = "+".join(names), {m.name: m.n_layers for m in models}
+            estimate = {k: v for k, v in resolved_dict(scfg).items() if k != "bootstrap"}
+            units.append(Unit(name, similarity_task,
+                              dict(store=inputs.store, models=names, n_layers=n_layers, arrays=arrays,
+                                   similarity=scfg, bins=bins),
+                              key={"models": [m.key for m in models], "similarity": estimate, "bins": bins}))
+            for first in range(0, scfg.bootstrap, BOOTSTRAP_BLOCK):  # blocks the workers share
+                stop = min(first + BOOTSTRAP_BLOCK, scfg.bootstrap)
+                units.append(Unit(f"{name}{_BLOCK}{first}-{stop}", bootstrap_task,
+                                  dict(store=inputs.store, models=names, n_layers=n_layers, arrays=arrays,
+                                       similarity=scfg, bins=bins, first=first, stop=stop, seed=inputs.seed),
+                                  key={"models": [m.key for m in models], "similarity": estimate, "bins": bins,
+                                       "replicates": [first, stop], "seed": inputs.seed}))
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
         if not results:
             return {}
-        similarity = merge(list(results.values()))
+        estimates = {n: r for n, r in results.items() if _BLOCK not in n}
+        for n, r in estimates.items():
+            blocks = [b for k, b in results.items() if k.startswith(n + _BLOCK)]
+            if blocks:
+                estimates[n] = with_intervals(r, blocks)
+        similarity = merge(list(estimates.values()))
         for note in similarity["notes"]:
             logger.info("metrics: %s", note)
         models, L = inputs.names, inputs.max_layers

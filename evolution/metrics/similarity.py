@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["pair_similarity", "View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO",
-           "equal_size_bins", "bin_sizes", "adjacent_change", "bootstrap_distances", "centre_intervals"]
+           "equal_size_bins", "bin_sizes", "adjacent_change", "bootstrap_distances", "bootstrap_replicates",
+           "summarise_replicates", "centre_intervals"]
 
 #: Default minimum occurrences per dimension: CCA on fewer points than ~10 d
 #: overfits (correlations tend to 1 as n approaches d).
@@ -143,18 +144,37 @@ def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], se
     percentiles; ``between_mean`` / ``change_mean`` the replicates' means, with which
     :func:`centre_intervals` places them around the estimates (a resample repeats
     sentences, and repeated rows make CCA fit closer: the replicates' distances sit below
-    the estimate, the more so the fewer occurrences per dimension)."""
+    the estimate, the more so the fewer occurrences per dimension).
+
+    :func:`bootstrap_replicates` on blocks of replicates followed by
+    :func:`summarise_replicates` gives the same numbers (the pipeline's route: one task per
+    block, so that the replicates spread over the workers)."""
+    block = bootstrap_replicates(read=read, models=models, n_layers=n_layers, sentence=sentence, masks=masks,
+                                 methods=methods, replicates=range(replicates), seed=seed, epsilon=epsilon,
+                                 min_ratio=min_ratio)
+    return summarise_replicates([block], level=level)
+
+
+def bootstrap_replicates(*, read, models: list[str], n_layers: dict[str, int], sentence: np.ndarray,
+                         masks: dict[str, np.ndarray], methods: list[str], replicates: range, seed: int,
+                         epsilon: float, min_ratio: float) -> dict[str, Any]:
+    """The replicates ``replicates`` (e.g. ``range(10, 20)``) of :func:`bootstrap_distances`,
+    unsummarised: ``between[method]`` (replicate, layer, pair) and
+    ``change[method][model]`` (replicate, layer_pair, subset) as nested lists (NaN where
+    a pair or subset has no value), with ``first`` and ``pairs``. Replicate ``r`` is the
+    same resample whichever block computes it."""
     from evolution.metrics.plan import rows_by_sentence
 
     fns = {"pwcca": pwcca, "cka": cka}
     groups = list(rows_by_sentence(np.asarray(sentence)).values())
     picks = [np.concatenate([groups[k] for k in np.random.default_rng([seed, r]).integers(0, len(groups),
                                                                                           len(groups))])
-             for r in range(replicates)]
+             for r in replicates]
     pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
     L = max(n_layers.values())
-    between = {m: np.full((replicates, L, len(pairs)), np.nan) for m in methods}
-    change = {m: {g: np.full((replicates, L - 1, len(masks)), np.nan) for g in models} for m in methods}
+    R = len(picks)
+    between = {m: np.full((R, L, len(pairs)), np.nan) for m in methods}
+    change = {m: {g: np.full((R, L - 1, len(masks)), np.nan) for g in models} for m in methods}
     previous: dict[str, np.ndarray] = {}
     for layer in range(L):
         states = {g: read(g, layer) for g in models if layer < n_layers[g]}
@@ -178,6 +198,24 @@ def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], se
                     for m in methods:
                         change[m][g][r, layer - 1, k] = 1.0 - fns[m](va, vb)
         previous = states
+    return {"first": replicates.start if R else 0, "replicates": R, "pairs": pairs,
+            "between": {m: v.tolist() for m, v in between.items()},
+            "change": {m: {g: v.tolist() for g, v in per.items()} for m, per in change.items()}}
+
+
+def summarise_replicates(blocks: list[dict[str, Any]], *, level: float = 0.95) -> dict[str, Any]:
+    """:func:`bootstrap_distances`'s result from blocks of :func:`bootstrap_replicates`
+    (any order: they are put in replicate order; a block without replicates is skipped)."""
+    blocks = sorted((b for b in blocks if b["replicates"]), key=lambda b: b["first"])
+    if not blocks:
+        raise ValueError("summarise_replicates: no replicates; ask for similarity.bootstrap >= 1")
+    methods = list(blocks[0]["between"])
+
+    def stack(get) -> np.ndarray:
+        return np.concatenate([np.asarray(get(b), dtype=float) for b in blocks], axis=0)
+
+    between = {m: stack(lambda b: b["between"][m]) for m in methods}
+    change = {m: {g: stack(lambda b: b["change"][m][g]) for g in blocks[0]["change"][m]} for m in methods}
     q = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
 
     def bounds(x: np.ndarray) -> list:
@@ -190,12 +228,11 @@ def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], se
             warnings.simplefilter("ignore", RuntimeWarning)
             return np.nanmean(x, axis=0).tolist()
 
-    return {"pairs": pairs, "replicates": replicates,
+    return {"pairs": [tuple(p) for p in blocks[0]["pairs"]], "replicates": sum(b["replicates"] for b in blocks),
             "between": {m: bounds(v) for m, v in between.items()},
             "change": {m: {g: bounds(v) for g, v in per.items()} for m, per in change.items()},
             "between_mean": {m: mean(v) for m, v in between.items()},
             "change_mean": {m: {g: mean(v) for g, v in per.items()} for m, per in change.items()}}
-
 
 
 def centre_intervals(bounds, means, estimates) -> list:
