@@ -26,6 +26,7 @@ from evolution.report.heads_card import has_head_groups, head_verdicts
 from evolution.report.page import FOLD, Figure, Page, Raw, Section, png_size, render_html, render_md
 from evolution.report.paths import scrub_paths
 from evolution.report.scorecard import scorecard
+from evolution.report.scorecard.base import Run
 from evolution.report.sections import GROUPS, SECTIONS, figure_place, slug, table_place
 from evolution.report.summary import group_attrs, provenance, run_paragraph
 from evolution.report.tables import Table, constant_value, representation_tables, training_table
@@ -125,12 +126,17 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
                                   w, h))
         tables = representation_tables(metrics_path) + _analysis_tables(metrics_path)
         attrs = group_attrs(metrics_path)
-        findings = scorecard(metrics_path) if findings is None else list(findings)
-        (tmp / "scorecard.json").write_text(scrub_paths(json.dumps([f.as_dict() for f in findings], indent=1),
-                                                        workdir), encoding="utf-8")
         anchors = {f.name: f.id for f in figures}
-        sections = [Section("scorecard", "Findings scorecard", intro=SCORECARD_TEXT,
-                            blocks=[Raw(scorecard_html(findings, anchors), scorecard_md(findings, anchors))])]
+        sections = []
+        if findings is not None or set(attrs) & set(Run.GROUPS):
+            findings = scorecard(metrics_path) if findings is None else list(findings)
+            (tmp / "scorecard.json").write_text(scrub_paths(json.dumps([f.as_dict() for f in findings], indent=1),
+                                                            workdir), encoding="utf-8")
+            sections.append(Section("scorecard", "Findings scorecard", intro=SCORECARD_TEXT,
+                                    blocks=[Raw(scorecard_html(findings, anchors), scorecard_md(findings, anchors))]))
+        else:  # a heads-only run: twelve "not measurable" rows would only hide its head verdicts
+            logger.info("report: no representation analysis (%s) in %s: no findings scorecard",
+                        ", ".join(Run.GROUPS), metrics_path)
         if training is not None:
             rows, caption = training_table(training)
             sections.append(Section("training", "Trained models", blocks=[Table("Runs", rows, caption)]))
