@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = rows[1]["seconds"] / rows[0]["seconds"]
     print(f"blocks / one task: {ratio:.2f} of the time on {workers} worker(s); intervals identical")
     record = {"date": time.strftime("%Y-%m-%d"), "workers": workers, "replicates": args.replicates,
-              "models": list(ev.open_store(store).specs), "n_occurrences": int(first["similarity"].attrs["n_occurrences"]),
+              "models": list(reps.specs), "n_occurrences": int(first["similarity"].attrs["n_occurrences"]),
               "layouts": rows, "ratio": round(ratio, 3)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -198,7 +198,7 @@ def bootstrap_replicates(*, read, models: list[str], n_layers: dict[str, int], s
                     for m in methods:
                         change[m][g][r, layer - 1, k] = 1.0 - fns[m](va, vb)
         previous = states
-    return {"first": replicates.start if R else 0, "replicates": R, "pairs": pairs,
+    return {"first": replicates.start, "replicates": R, "pairs": pairs,
             "between": {m: v.tolist() for m, v in between.items()},
             "change": {m: {g: v.tolist() for g, v in per.items()} for m, per in change.items()}}
 
