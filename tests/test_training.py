@@ -530,3 +530,54 @@ def test_only_the_runs_the_models_name_are_trained(tmp_path):
     two.write_text(text + "models:\n  - {name: lm, kind: trained}\n  - {name: mt, kind: trained}\n", encoding="utf-8")
     assert TrainStage().pending(Context(config=load_config(two))) == [f"train: mt -> {paths.root}"]
     assert TrainStage().pending(Context(config=load_config(one))) == []
+
+
+def test_checkpoint_schedule_is_log_spaced_below_the_total():
+    from evolution.config import CheckpointSchedule
+
+    assert CheckpointSchedule(first=25, factor=2).updates(600) == [25, 50, 100, 200, 400]
+    assert CheckpointSchedule(first=25, factor=2).updates(400) == [25, 50, 100, 200]  # the total is the run itself
+    # 1, 1.5, 2.25, 3.4, 5.1, 7.6, 11.4 rounded, each once
+    assert CheckpointSchedule(first=1, factor=1.5).updates(12) == [1, 2, 3, 5, 8, 11]
+    assert CheckpointSchedule(first=50, factor=4).updates(50) == []
+
+
+def test_kept_checkpoints_are_those_of_the_uninterrupted_run(trained, tmp_path):
+    """``train.checkpoints`` stops the run at each kept update and resumes it: the final
+    weights are bit-identical to the uninterrupted run's (MLM: random masking and dropout),
+    and the checkpoint kept at update 2 is the model of a run of 2 updates."""
+    from evolution.config import CheckpointSchedule
+    from evolution.models import load_adapter
+
+    paths = trained["paths"]
+    base = trained["cfg"].train
+    spec = base.runs(0)["mlm"]
+
+    def fresh(where: Path) -> trainer.TrainingPaths:
+        copy = trainer.TrainingPaths(where, ("en", "xx"))
+        shutil.copytree(paths.root, copy.root)
+        shutil.rmtree(copy.run_dir("mlm"))
+        return copy
+
+    kept = fresh(tmp_path / "kept")
+    cfg = base.model_copy(update={"checkpoints": CheckpointSchedule(first=1, factor=2)})
+    result = trainer.train_run(kept, cfg, "mlm", spec, languages=("en", "xx"), progress=False)
+    assert result["kept"] == [1, 2] and result["updates"] == 4
+
+    def weights(p: Path) -> dict[str, torch.Tensor]:
+        return torch.load(str(p), map_location="cpu", weights_only=False)["model"]
+
+    def same(a: dict, b: dict) -> bool:
+        return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    assert same(weights(kept.checkpoint("mlm")), weights(paths.checkpoint("mlm")))
+    short = fresh(tmp_path / "short")
+    two = base.model_copy(update={"updates": base.updates.model_copy(update={"mlm": 2})})
+    trainer.train_run(short, two, "mlm", spec, languages=("en", "xx"), progress=False)
+    assert same(weights(kept.kept("mlm", 2)), weights(short.checkpoint("mlm")))
+    assert not same(weights(kept.kept("mlm", 1)), weights(kept.kept("mlm", 2)))
+    state = torch.load(str(kept.kept("mlm", 2)), map_location="cpu", weights_only=False)
+    assert state["last_optimizer_state"] is None  # weights and arguments only
+    adapter = load_adapter({"kind": "fairseq", "path": str(kept.kept("mlm", 2)), "data": str(kept.data("mlm")),
+                            "sentencepiece": str(kept.spm_model)})
+    assert adapter.num_layers == 2  # the kept file loads as a model

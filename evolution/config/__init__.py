@@ -23,7 +23,7 @@ from evolution.config.metrics import (HeadsConfig, ImportanceConfig, InfluenceCo
                                       NeighborsConfig, ProbesConfig, PruningConfig, SimilarityConfig, TokenSelection,
                                       TSNEConfig, TSNESelection)
 from evolution.config.report import ReportConfig, ViewsConfig
-from evolution.config.train import ObjectiveBudget, TrainConfig
+from evolution.config.train import CheckpointSchedule, ObjectiveBudget, TrainConfig
 from evolution.config.models import ModelConfig
 from evolution.config.run import EvolutionConfig, load_config, resolved_dict
 
@@ -39,6 +39,7 @@ __all__ = [
     "ViewsConfig",
     "ModelConfig",
     "TrainConfig",
+    "CheckpointSchedule",
     "EvolutionConfig",
     "load_config",
     "resolved_dict",

@@ -18,6 +18,25 @@ class ObjectiveBudget(_Section):
     mlm: int = Field(1300, ge=1)
 
 
+class CheckpointSchedule(_Section):
+    """Checkpoints kept during training, at log-spaced updates ``first``, ``first x factor``, ...
+    below each run's total (the trajectory over training, ``docs/trajectory.md``; Raghu et al.
+    (2017) tracked SVCCA over training the same way). The final model is the run itself."""
+
+    first: int = Field(25, ge=1, description="the first kept update")
+    factor: float = Field(2.0, gt=1, description="ratio of successive kept updates (2: one per doubling)")
+
+    def updates(self, total: int) -> list[int]:
+        """The kept updates of a run of ``total`` updates (ascending, each below ``total``)."""
+        out: list[int] = []
+        u = float(self.first)
+        while round(u) < total:
+            if not out or round(u) > out[-1]:
+                out.append(int(round(u)))
+            u *= self.factor
+        return out
+
+
 class TrainConfig(_Section):
     """Training MT, LM and MLM on the corpus with fairseq (Voita et al. 2019, sec. 2; docs/training.md).
 
@@ -48,6 +67,8 @@ class TrainConfig(_Section):
     warmup_updates: int = Field(400, ge=0)
     updates: Annotated[ObjectiveBudget, Field(default_factory=ObjectiveBudget)]
     save_interval_updates: int = Field(200, ge=1, description="checkpoint_last.pt every N updates (resume point)")
+    checkpoints: CheckpointSchedule | None = Field(
+        None, description="keep checkpoints at log-spaced updates for the trajectory over training (null: none)")
     threads: int = Field(2, ge=1, description="torch threads per training process")
     beam: int = Field(4, ge=1, description="beam size for the MT test translation (BLEU/chrF)")
 

@@ -9,6 +9,8 @@ Layout of a training directory (``<workdir>/train/<key>/``)::
     bin/mt/, bin/<src>/                  fairseq-preprocess output (MT; LM and MLM)
     init/encoder-seed<S>.pt              the initial shared-encoder weights of seed S
     runs/<name>/checkpoint_last.pt       fairseq checkpoints, train.log, done.json
+    runs/<name>/kept/update-<U>.pt       with ``train.checkpoints``: the model after U updates
+                                         (weights and arguments, no optimizer state)
     eval.json                            perplexities, unigram baseline, BLEU, chrF, timings
 
 fairseq resumes from ``checkpoint_last.pt`` by itself, so an interrupted
@@ -32,7 +34,7 @@ from evolution.training import evaluate, fairseq_cli, recipe, vocab
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainingPaths", "prepare_data", "initial_encoder", "train_run", "evaluate_runs"]
+__all__ = ["TrainingPaths", "prepare_data", "initial_encoder", "train_run", "kept_updates", "evaluate_runs"]
 
 _UPDATES = re.compile(r'"num_updates":\s*"?(\d+)')
 
@@ -61,6 +63,10 @@ class TrainingPaths:
 
     def checkpoint(self, name: str) -> Path:
         return self.run_dir(name) / "checkpoint_last.pt"
+
+    def kept(self, name: str, update: int) -> Path:
+        """The checkpoint of run ``name`` kept at ``update`` (``train.checkpoints``)."""
+        return self.run_dir(name) / "kept" / f"update-{update}.pt"
 
 
 def prepare_data(paths: TrainingPaths, cfg: TrainConfig) -> dict:
@@ -119,20 +125,30 @@ def initial_encoder(paths: TrainingPaths, cfg: TrainConfig, *, seed: int, langua
     return out
 
 
-def run_args(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, languages: tuple[str, str]
-             ) -> list[str]:
+def run_args(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, languages: tuple[str, str],
+             updates: int | None = None) -> list[str]:
+    """``fairseq-train``'s arguments for run ``name`` up to ``updates`` (default: the run's total)."""
     objective = spec["objective"]
     return recipe.train_args(cfg, objective=objective, data=paths.data(objective), languages=languages,
-                             updates=getattr(cfg.updates, objective), seed=spec["seed"],
+                             updates=updates or getattr(cfg.updates, objective), seed=spec["seed"],
                              save_dir=paths.run_dir(name), init_encoder=paths.init(spec["seed"]),
                              token_dropout=spec["token_dropout"], cpu=_cpu())
+
+
+def kept_updates(cfg: TrainConfig, objective: str) -> list[int]:
+    """The updates at which a run of ``objective`` keeps a checkpoint (none without ``train.checkpoints``)."""
+    return cfg.checkpoints.updates(getattr(cfg.updates, objective)) if cfg.checkpoints is not None else []
 
 
 def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, languages: tuple[str, str],
               progress: bool = True) -> dict:
     """Run ``fairseq-train`` for one run (resuming from ``checkpoint_last.pt`` if there is one).
 
-    Returns ``{"seconds", "updates", "resumed_from"}``; writes ``done.json`` on success.
+    With ``train.checkpoints`` the run stops at each kept update, saves the model there
+    (:meth:`TrainingPaths.kept`) and resumes: fairseq seeds every update by its number and
+    restores the data iterator, so the weights are those of one uninterrupted run
+    (``tests/test_training.py``). Returns ``{"seconds", "updates", "resumed_from", "kept"}``;
+    writes ``done.json`` on success.
     """
     run_dir = paths.run_dir(name)
     done = run_dir / "done.json"
@@ -142,10 +158,17 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
     objective = spec["objective"]
     total = getattr(cfg.updates, objective)
     resumed = _checkpoint_updates(paths.checkpoint(name))
-    args = run_args(paths, cfg, name, spec, languages=languages)
-    (run_dir / "args.json").write_text(json.dumps(args, indent=1), encoding="utf-8")
-    logger.info("train %s: %s, %d updates%s", name, objective, total,
-                f" (resuming at update {resumed})" if resumed else "")
+    keep = kept_updates(cfg, objective)
+    lost = [u for u in keep if u <= resumed and not paths.kept(name, u).is_file()]
+    if lost:
+        logger.warning("train %s: resuming at update %d, after the kept updates %s were passed without being "
+                       "kept; they are missing from its trajectory (delete %s to train it again)", name, resumed,
+                       lost, run_dir)
+    (run_dir / "args.json").write_text(json.dumps(run_args(paths, cfg, name, spec, languages=languages), indent=1),
+                                       encoding="utf-8")
+    logger.info("train %s: %s, %d updates%s%s", name, objective, total,
+                f" (resuming at update {resumed})" if resumed else "",
+                f", keeping the checkpoints at updates {keep}" if keep else "")
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -153,27 +176,54 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
         bar = tqdm(total=total, initial=resumed, desc=f"train {name}", unit="update", leave=True)
     t0 = time.perf_counter()
     last = resumed
-    with open(run_dir / "train.log", "a", encoding="utf-8") as log:
-        proc = subprocess.Popen(fairseq_cli.command("train", args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=fairseq_cli.environment(cfg.threads))
-        for line in proc.stdout:
-            log.write(line)
-            m = _UPDATES.search(line)
-            if m and bar is not None:
-                n = int(m.group(1))
-                bar.update(max(0, n - last))
-                last = max(last, n)
-        rc = proc.wait()
-    if bar is not None:
-        bar.close()
-    if rc != 0:
-        tail = (run_dir / "train.log").read_text(encoding="utf-8")[-3000:]
-        raise RuntimeError(f"fairseq-train failed for run {name!r} (log: {run_dir / 'train.log'}):\n{tail}")
+    try:
+        for stop in [u for u in keep if u > resumed] + [total]:
+            if stop <= last:
+                continue
+            args = run_args(paths, cfg, name, spec, languages=languages, updates=stop)
+            last = _fairseq_train(args, run_dir=run_dir, name=name, threads=cfg.threads, bar=bar, last=last)
+            if stop < total:
+                _keep(paths.checkpoint(name), paths.kept(name, stop))
+    finally:
+        if bar is not None:
+            bar.close()
     result = {"seconds": round(time.perf_counter() - t0, 1), "updates": _checkpoint_updates(paths.checkpoint(name)),
-              "resumed_from": resumed}
+              "resumed_from": resumed, "kept": [u for u in keep if paths.kept(name, u).is_file()]}
     done.write_text(json.dumps(result), encoding="utf-8")
     logger.info("train %s: %d updates in %.0f s", name, result["updates"], result["seconds"])
     return result
+
+
+def _fairseq_train(args: list[str], *, run_dir: Path, name: str, threads: int, bar, last: int) -> int:
+    """One ``fairseq-train`` process, its output appended to ``train.log``; returns the last update seen."""
+    with open(run_dir / "train.log", "a", encoding="utf-8") as log:
+        proc = subprocess.Popen(fairseq_cli.command("train", args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=fairseq_cli.environment(threads))
+        for line in proc.stdout:
+            log.write(line)
+            m = _UPDATES.search(line)
+            if m:
+                n = int(m.group(1))
+                if bar is not None:
+                    bar.update(max(0, n - last))
+                last = max(last, n)
+        rc = proc.wait()
+    if rc != 0:
+        tail = (run_dir / "train.log").read_text(encoding="utf-8")[-3000:]
+        raise RuntimeError(f"fairseq-train failed for run {name!r} (log: {run_dir / 'train.log'}):\n{tail}")
+    return last
+
+
+def _keep(checkpoint: Path, out: Path) -> None:
+    """``checkpoint`` without its optimizer state, written to ``out`` (atomically)."""
+    import torch
+
+    state = torch.load(str(checkpoint), map_location="cpu", weights_only=False)
+    state["last_optimizer_state"] = None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".partial")
+    torch.save(state, str(tmp))
+    os.replace(tmp, out)
 
 
 def _checkpoint_updates(path: Path) -> int:
