@@ -21,7 +21,7 @@ from evolution.config.corpus import BIBLE_TEST, BIBLE_VALID, CorpusConfig, Split
 from evolution.config.extract import AttentionConfig, ExtractConfig
 from evolution.config.metrics import (HeadsConfig, ImportanceConfig, InfluenceConfig, MetricsConfig, MIConfig,
                                       NeighborsConfig, ProbesConfig, PruningConfig, SimilarityConfig, TokenSelection,
-                                      TSNEConfig, TSNESelection)
+                                      TrajectoryConfig, TSNEConfig, TSNESelection)
 from evolution.config.report import ReportConfig, ViewsConfig
 from evolution.config.train import CheckpointSchedule, ObjectiveBudget, TrainConfig
 from evolution.config.models import ModelConfig
@@ -39,6 +39,7 @@ __all__ = [
     "ViewsConfig",
     "ModelConfig",
     "TrainConfig",
+    "TrajectoryConfig",
     "CheckpointSchedule",
     "EvolutionConfig",
     "load_config",

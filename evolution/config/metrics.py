@@ -205,6 +205,20 @@ class PruningConfig(_Section):
         return self
 
 
+class TrajectoryConfig(_Section):
+    """The analyses repeated on every checkpoint that ``train.checkpoints`` keeps, for the
+    base model of each objective (docs/trajectory.md): each checkpoint gets the scorecard,
+    and the curves of MI, the same-token rate and the distance to the final model per layer."""
+
+    analyses: list[Literal["mi", "neighbors", "similarity", "heads"]] = Field(
+        default_factory=lambda: ["mi", "neighbors", "similarity", "heads"], min_length=1,
+        description="the analyses per checkpoint, with this metrics section's settings")
+    intervals: bool = Field(False, description="bootstrap intervals per checkpoint too (off: point values, "
+                                               "the scorecard says so; the bootstraps cost most of the time)")
+    methods: list[Literal["pwcca", "cka"]] = Field(default_factory=lambda: ["pwcca", "cka"], min_length=1,
+                                                   description="distances of each checkpoint to its final model")
+
+
 class MetricsConfig(_Section):
     """Which metrics the ``metrics`` stage computes, and how. A section set
     to ``null`` is skipped."""
@@ -219,6 +233,8 @@ class MetricsConfig(_Section):
     importance: ImportanceConfig | None = Field(None, description="head importance and relevance; off by default")
     probes: ProbesConfig | None = Field(None, description="attention parsing probes; off by default")
     pruning: PruningConfig | None = Field(None, description="L0 head pruning of MT models; off by default")
+    trajectory: TrajectoryConfig | None = Field(None, description="the analyses on the checkpoints kept in training "
+                                                                  "(train.checkpoints); off by default")
     store: str | None = Field(None, description="Zarr store path or fsspec URL of the metrics (s3://...; credentials "
                                                 "from the environment); default <workdir>/metrics.zarr")
 

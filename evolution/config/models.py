@@ -14,7 +14,9 @@ class ModelConfig(_Section):
     """One model to analyse.
 
     * ``kind: trained``: a model of this config's ``train`` section; ``run``
-      names it (default: ``name``), e.g. ``mt``, ``lm-seed1``, ``mlm-tokdrop``.
+      names it (default: ``name``), e.g. ``mt``, ``lm-seed1``, ``mlm-tokdrop``;
+      ``update`` takes the checkpoint that ``train.checkpoints`` kept at that
+      update instead of the final model (the trajectory names it ``mt@200``).
     * ``kind: huggingface``: ``path`` is a local directory with ``config.json``,
       weights and a tokenizer (BERT-like encoders, GPT-2-like decoders, and the
       encoder of Marian/T5-like encoder-decoders), or a hub id (``bert-base-uncased``)
@@ -31,9 +33,11 @@ class ModelConfig(_Section):
       loaded without unpickling, its vocabulary found through ``model.json``.
     """
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
     kind: Literal["trained", "huggingface", "fairseq", "shipped"]
     run: str | None = Field(None, description="trained: the training run (default: name)")
+    update: int | None = Field(None, ge=1, description="trained: the checkpoint kept at this update "
+                                                       "(train.checkpoints) instead of the final model")
     hub_id: str | None = Field(None, description="huggingface: the hub id that ``path`` was given as (set when "
                                                  "loading; ``path`` is then its snapshot in the local cache)")
     path: Path | None = None
@@ -77,8 +81,8 @@ class ModelConfig(_Section):
                 raise ValueError(f"model {self.name!r}: a trained model's files come from the train stage; "
                                  "remove path/data/sentencepiece (or use kind: fairseq for files of your own)")
             return self
-        if self.run is not None:
-            raise ValueError(f"model {self.name!r}: 'run' is for kind: trained only")
+        if self.run is not None or self.update is not None:
+            raise ValueError(f"model {self.name!r}: 'run' and 'update' are for kind: trained only")
         if self.path is None:
             raise ValueError(f"model {self.name!r}: kind {self.kind!r} needs 'path'")
         if self.kind == "shipped":
@@ -107,3 +111,11 @@ class ModelConfig(_Section):
     @property
     def run_name(self) -> str:
         return self.run or self.name
+
+    def identity(self) -> dict[str, Any]:
+        """The resolved fields that say which model this is (``update`` only where set, so that
+        the keys of configs written before it existed are unchanged)."""
+        out = self.model_dump(mode="json")
+        if out["update"] is None:
+            del out["update"]
+        return out

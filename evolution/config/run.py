@@ -62,10 +62,21 @@ class EvolutionConfig(_Section):
             unknown = [m.run_name for m in trained if m.run_name not in runs]
             if unknown:
                 raise ValueError(f"models: no training run named {unknown}; the train section defines {list(runs)}")
+            for m in trained:
+                if m.update is None:
+                    continue
+                total = getattr(self.train.updates, runs[m.run_name]["objective"])
+                kept = self.train.checkpoints.updates(total) if self.train.checkpoints is not None else []
+                if m.update not in kept:
+                    raise ValueError(f"model {m.name!r}: run {m.run_name!r} keeps no checkpoint at update {m.update}; "
+                                     f"train.checkpoints keeps {kept or 'none'} (the final model: leave out 'update')")
         names = [m.name for m in self.models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"models: names must be unique, {dupes} appear more than once")
+        if self.metrics.trajectory is not None and (self.train is None or self.train.checkpoints is None):
+            raise ValueError("metrics.trajectory analyses the checkpoints kept in training: add train.checkpoints "
+                             "(e.g. {first: 25, factor: 2}), or set metrics.trajectory: null")
         if self.extract.max_batch_tokens < 2:
             raise ValueError("extract.max_batch_tokens must be at least 2")
         self._stores_apart()

@@ -2,7 +2,7 @@
 
 ::
 
-    corpus ──> train ──> extract ──> metrics ──> report
+    corpus ──> train ──> extract ──> metrics ──> trajectory ──> report
        └──────────────────^           (extract reads the corpus directly too)
 
 Each stage knows its *key*: a hash of the config section it depends on plus
@@ -22,13 +22,14 @@ from pipelines.stages.extract import ExtractStage
 from pipelines.stages.metrics import MetricsStage
 from pipelines.stages.report import ReportStage
 from pipelines.stages.train import TrainStage
+from pipelines.stages.trajectory import TrajectoryStage
 
-__all__ = ["Context", "Stage", "CorpusStage", "TrainStage", "ExtractStage", "MetricsStage", "ReportStage", "STAGES",
+__all__ = ["Context", "Stage", "CorpusStage", "TrainStage", "ExtractStage", "MetricsStage", "ReportStage", "TrajectoryStage", "STAGES",
            "stage_order", "downstream"]
 
 #: The DAG: every stage, each naming the stages it runs after.
 STAGES: dict[str, Stage] = {s.name: s for s in (CorpusStage(), TrainStage(), ExtractStage(), MetricsStage(),
-                                                 ReportStage())}
+                                                 TrajectoryStage(), ReportStage())}
 
 
 def stage_order(target: str | None = None) -> list[str]:

@@ -40,6 +40,8 @@ class ExtractStage(Stage):
         def compute():
             if model.kind == "trained":
                 inputs = {"train": TrainStage().key(ctx), "run": model.run_name}
+                if model.update is not None:
+                    inputs["update"] = model.update
             else:
                 inputs = {p: tree_hash(getattr(model, p)) for p in ("path", "data", "sentencepiece")
                           if getattr(model, p) is not None}
@@ -52,7 +54,7 @@ class ExtractStage(Stage):
             # where the store is is not what it holds: moving it (say, to object storage) keeps the keys
             extract = {**resolved_dict(ctx.config.extract), "store": None}
             return config_hash({"corpus": CorpusStage().key(ctx), "extract": extract,
-                                "model": resolved_dict(model), "inputs": inputs, "store_version": STORE_VERSION})
+                                "model": model.identity(), "inputs": inputs, "store_version": STORE_VERSION})
         return ctx.memo(f"extract.key.{model.name}", compute)
 
     def training_text(self, ctx: Context, model: ModelConfig) -> Path | None:
@@ -90,12 +92,21 @@ class ExtractStage(Stage):
             cached_adapter(self.spec(ctx, model))
 
     def run(self, ctx: Context) -> None:
+        self.extract_models(ctx, ctx.config.models)
+
+    def extract_models(self, ctx: Context, models: list[ModelConfig]) -> None:
+        """Extract each of ``models`` whose group is not complete for its key (the config's own in
+        :meth:`run`; the trajectory's checkpoints, :mod:`pipelines.stages.trajectory`)."""
         from evolution.extract import extract_to_store
+        from evolution.store import group_is_complete
 
         store = self.store(ctx)
-        todo = {m.name for m in self._todo(ctx)}
+        todo = {m.name for m in models
+                if self.name in ctx.force or not group_is_complete(store, m.name, self.model_key(ctx, m))}
+        if not todo:
+            return
         corpus, annotation = CorpusStage().load(ctx), CorpusStage().annotation(ctx)
-        for model in ctx.config.models:
+        for model in models:
             if model.name not in todo:
                 logger.info("extract: %s cached in %s", model.name, store)
                 continue

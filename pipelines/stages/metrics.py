@@ -40,7 +40,16 @@ class MetricsStage(Stage):
     @staticmethod
     def _config(ctx: Context) -> dict:
         """The metrics config without ``store``: where the metrics go is not what they are."""
-        return {k: v for k, v in resolved_dict(ctx.config.metrics).items() if k != "store"}
+        return MetricsStage._config_of(ctx.config.metrics)
+
+    @staticmethod
+    def _config_of(metrics) -> dict:
+        """A ``metrics`` section without ``store`` (nor ``trajectory`` where it is off, so that the
+        fingerprints of configs written before it existed are unchanged)."""
+        out = {k: v for k, v in resolved_dict(metrics).items() if k != "store"}
+        if out.get("trajectory", 0) is None:
+            del out["trajectory"]
+        return out
 
     def fingerprint(self, ctx: Context) -> str:
         """What ``metrics.zarr`` depends on: the metrics config, the analyses' versions,
@@ -61,24 +70,44 @@ class MetricsStage(Stage):
         return [f"metrics: {', '.join(m.name for m in ctx.config.models)} -> {self.path(ctx)}"]
 
     @staticmethod
-    def runs(ctx: Context) -> dict[str, dict]:
-        """``model -> {objective, seed, token_dropout}`` for this project's models: the train
-        section's runs (``kind: trained``) and what a shipped model's ``model.json`` records."""
+    def runs(ctx: Context, models=None) -> dict[str, dict]:
+        """``model -> {objective, seed, token_dropout}`` for this project's models (default: the
+        config's): the train section's runs (``kind: trained``, a kept checkpoint being its run's)
+        and what a shipped model's ``model.json`` records."""
         from evolution.models.shipped import run_spec
 
         cfg = ctx.config
         runs = cfg.train.runs(cfg.seed) if cfg.train is not None else {}
         out = {}
-        for m in cfg.models:
+        for m in cfg.models if models is None else models:
             if m.kind == "trained" and m.run_name in runs:
                 out[m.name] = runs[m.run_name]
             elif m.kind == "shipped":
                 out[m.name] = run_spec(m.path)
         return out
 
+    def inputs(self, ctx: Context, *, models, metrics):
+        """The analyses' :class:`~evolution.analyses.base.Inputs` of ``models`` (extracted
+        ``ModelConfig`` s) under the ``metrics`` config section."""
+        from evolution.analyses.inputs import ModelSource, load_inputs
+
+        extract, cfg = ExtractStage(), ctx.config
+        store = extract.store(ctx)
+        sources = [ModelSource(name=m.name, kind=m.kind, key=extract.model_key(ctx, m), spec=extract.spec(ctx, m),
+                               objective=m.objective) for m in models]
+        config = self._config_of(metrics)
+        attrs = {"config": config, "seed": cfg.seed, "versions": versions(),
+                 "representations": store, "extract_keys": {s.name: s.key for s in sources},
+                 # which trained run each model is (objective, seed, token dropout): the report's scorecard
+                 # tells base models from their seed and token-dropout controls by it
+                 "runs": self.runs(ctx, models)}
+        return load_inputs(store=store, models=sources, config=metrics, seed=cfg.seed,
+                           torch_threads=cfg.extract.torch_threads, max_batch_tokens=cfg.extract.max_batch_tokens,
+                           arrays_dir=location.inputs_dir(store), attrs=attrs,
+                           targets=corpus_layout.load_targets(CorpusStage().directory(ctx)))
+
     def run(self, ctx: Context) -> None:
         from evolution.analyses import enabled
-        from evolution.analyses.inputs import ModelSource, load_inputs
         from evolution.analyses.runner import run_analyses
         from evolution.metrics.results import write_metrics
 
@@ -86,22 +115,15 @@ class MetricsStage(Stage):
             logger.info("metrics: cached at %s", self.path(ctx))
             return
         t0 = time.perf_counter()
-        extract, cfg = ExtractStage(), ctx.config
-        store = extract.store(ctx)
-        sources = [ModelSource(name=m.name, kind=m.kind, key=extract.model_key(ctx, m), spec=extract.spec(ctx, m),
-                               objective=m.objective) for m in cfg.models]
-        attrs = {"config": self._config(ctx), "seed": cfg.seed, "versions": versions(),
-                 "representations": store, "extract_keys": {s.name: s.key for s in sources},
-                 # which trained run each model is (objective, seed, token dropout): the report's scorecard
-                 # tells base models from their seed and token-dropout controls by it
-                 "runs": self.runs(ctx)}
-        cache = ctx.workdir / "metrics" / "cache"
-        inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed,
-                             torch_threads=cfg.extract.torch_threads, max_batch_tokens=cfg.extract.max_batch_tokens,
-                             arrays_dir=location.inputs_dir(store), attrs=attrs,
-                             targets=corpus_layout.load_targets(CorpusStage().directory(ctx)))
-        datasets = run_analyses(enabled(cfg.metrics), inputs, cache=cache, client=ctx.client, progress=ctx.progress,
-                                force=self.name in ctx.force)
+        cfg = ctx.config
+        inputs = self.inputs(ctx, models=cfg.models, metrics=cfg.metrics)
+        datasets = run_analyses(enabled(cfg.metrics), inputs, cache=self.cache(ctx), client=ctx.client,
+                                progress=ctx.progress, force=self.name in ctx.force)
         write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
         logger.info("metrics: %s in %.1f s -> %s", ", ".join(sorted(datasets)), time.perf_counter() - t0,
                     self.path(ctx))
+
+    @staticmethod
+    def cache(ctx: Context):
+        """Where unit results are cached (keyed per unit: shared by every run of the workdir)."""
+        return ctx.workdir / "metrics" / "cache"

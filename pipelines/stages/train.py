@@ -114,7 +114,9 @@ class TrainStage(Stage):
         run = ctx.config.train.runs(ctx.config.seed)[model.run_name]
         paths = self.paths(ctx)
         spec = resolved_dict(model)
-        spec.update(kind="fairseq", path=str(paths.checkpoint(model.run_name)),
+        checkpoint = paths.checkpoint(model.run_name) if model.update is None else paths.kept(model.run_name,
+                                                                                                model.update)
+        spec.update(kind="fairseq", path=str(checkpoint),
                     data=str(paths.data(run["objective"])), sentencepiece=str(paths.spm_model),
                     objective=run["objective"], run=model.run_name)
         return spec

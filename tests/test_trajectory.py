@@ -1,0 +1,178 @@
+"""The trajectory over training (``train.checkpoints`` + ``metrics.trajectory``): every kept
+checkpoint analysed as a snapshot, its distance to the final model, the scorecard per snapshot,
+and when each claim first holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evolution.report.scorecard import FAILS, HOLDS, NA
+from evolution.trajectory import first_holds
+
+
+def test_first_holds_reads_a_row_of_verdicts():
+    updates = [25, 50, 100, 200, 400, 600]
+    assert first_holds([FAILS, HOLDS, FAILS, HOLDS, HOLDS, HOLDS], updates) == (50, 200)
+    assert first_holds([FAILS, FAILS, FAILS, FAILS, FAILS, HOLDS], updates) == (600, 600)
+    assert first_holds([HOLDS, HOLDS, HOLDS, HOLDS, HOLDS, FAILS], updates) == (25, None)  # lost at the end
+    assert first_holds([NA, HOLDS, NA, HOLDS, HOLDS, HOLDS], updates) == (50, 50)  # not measurable breaks nothing
+    assert first_holds([NA] * 6, updates) == (None, None)
+    assert first_holds([FAILS] * 6, updates) == (None, None)
+
+
+CONFIG = """
+workdir: {workdir}
+cluster: synchronous
+corpus:
+  source: parallel
+  path: {src}
+  target_path: {tgt}
+  languages: [en, xx]
+  split: {{valid: 0.1, test: 0.1, block_lines: 20}}
+  max_sentences: 60
+train:
+  vocab_size: 300
+  layers: 2
+  embed_dim: 16
+  ffn_dim: 32
+  heads: 2
+  decoder_layers: 1
+  max_positions: 128
+  max_tokens: 512
+  warmup_updates: 2
+  lr: 0.01
+  updates: {{mt: 4, lm: 4, mlm: 6}}
+  save_interval_updates: 2
+  checkpoints: {{first: 1, factor: 2}}
+  beam: 1
+  threads: 1
+extract:
+  chunk_tokens: 64
+  max_batch_tokens: 128
+  attention: {{sentences: 10}}
+metrics:
+  tokens: {{top: 20, min_count: 5}}
+  mi: {{k: 4, restarts: 2, bootstrap: 5}}
+  neighbors: {{k: 3, max_per_type: 20, bootstrap: 5}}
+  similarity: {{sentences: 60, min_ratio: 1, bootstrap: 4, equal_bins: 0}}
+  tsne: null
+  influence: null
+  trajectory: {{}}
+report:
+  views: null
+"""
+
+
+@pytest.fixture(scope="module")
+def trajectory(tmp_path_factory):
+    from test_training import _corpus
+
+    from evolution.config import load_config
+    from pipelines.run import main
+    from pipelines.stages import Context
+
+    tmp = tmp_path_factory.mktemp("trajectory")
+    src, tgt = _corpus(tmp)
+    cfg_path = tmp / "trajectory.yaml"
+    cfg_path.write_text(CONFIG.format(workdir=tmp / "run", src=src, tgt=tgt), encoding="utf-8")
+    assert main([str(cfg_path), "--stage", "trajectory", "--no-progress"]) == 0
+    return Context(config=load_config(cfg_path))
+
+
+def test_every_kept_checkpoint_is_a_snapshot_with_its_own_settings(trajectory):
+    from evolution.analyses.plotting import open_group
+    from pipelines.stages import TrajectoryStage
+
+    stage = TrajectoryStage()
+    assert {u: [m.name for m in ms] for u, ms in stage.checkpoints(trajectory).items()} == {
+        1: ["mt@1", "lm@1", "mlm@1"], 2: ["mt@2", "lm@2", "mlm@2"], 4: ["mlm@4"]}  # mlm trains 6 updates
+    mi = open_group(stage.snapshot(trajectory, 2), "mi")
+    assert list(mi["model"].values) == ["mt@2", "lm@2", "mlm@2"]
+    assert int(mi["k"].max()) <= 4 and mi.sizes["restart"] == 2  # the run's metrics.mi settings
+    assert "mi_corrected_interval" not in mi  # no bootstrap per checkpoint unless trajectory.intervals
+    from evolution.metrics.results import metrics_groups
+
+    groups = set(metrics_groups(str(stage.snapshot(trajectory, 2))))
+    assert {"mi", "neighbors", "similarity", "change", "heads", "to_final"} <= groups
+    assert not groups & {"influence", "heads_importance", "heads_probes"}
+
+
+def test_distance_to_the_final_model_against_the_reference_pwcca_and_cka(trajectory):
+    from test_metrics import reference_cka, reference_pwcca
+
+    from evolution.analyses.plotting import open_group
+    from evolution.store import read_rows
+    from pipelines.stages import ExtractStage, MetricsStage, TrajectoryStage
+
+    stage = TrajectoryStage()
+    snap = open_group(stage.snapshot(trajectory, 2), "to_final")
+    assert dict(zip(snap["model"].values, snap["final"].values)) == {"mt@2": "mt", "lm@2": "lm", "mlm@2": "mlm"}
+    cfg = trajectory.config
+    models = [m for m in cfg.models if m.name == "lm"] + stage.checkpoints(trajectory)[2]
+    inputs = MetricsStage().inputs(trajectory, models=models, metrics=cfg.metrics)
+    store = ExtractStage().store(trajectory)
+    for layer in (0, 2):
+        x = read_rows(store, "lm@2", layer, inputs.models["lm@2"].plan.similarity_rows)
+        y = read_rows(store, "lm", layer, inputs.models["lm"].plan.similarity_rows)
+        pwcca = (reference_pwcca(x, y)[0] + reference_pwcca(y, x)[0]) / 2
+        got = snap["distance"].sel(model="lm@2", layer=layer)
+        assert float(got.sel(metric="pwcca")) == pytest.approx(1 - pwcca, rel=1e-4, abs=1e-8)
+        assert float(got.sel(metric="cka")) == pytest.approx(1 - reference_cka(x, y), rel=1e-4, abs=1e-8)
+    assert float(snap["distance"].sel(model="lm@2", metric="pwcca", layer=2)) > 0.01  # 2 of 4 updates: not there yet
+
+
+def test_curves_place_each_snapshot_at_its_update_and_objective(trajectory):
+    from evolution.analyses.plotting import open_group
+    from pipelines.stages import MetricsStage, TrajectoryStage
+
+    stage = TrajectoryStage()
+    curves = open_group(stage.path(trajectory), "curves")
+    assert list(curves["checkpoint"].values) == [1, 2, 4, 6]  # kept updates and the finals (mt, lm: 4; mlm: 6)
+    nb = open_group(stage.snapshot(trajectory, 1), "neighbors")
+    for objective in ("mt", "lm", "mlm"):
+        np.testing.assert_allclose(curves["same_token"].sel(objective=objective, checkpoint=1),
+                                   nb["value"].sel(model=f"{objective}@1", measure="same_token"))
+    final = open_group(MetricsStage().path(trajectory), "mi")
+    expected = (final["mi_mean"] / final["entropy"]).sel(model="mlm", target="input")
+    np.testing.assert_allclose(curves["mi_input"].sel(objective="mlm", checkpoint=6), expected)
+    assert np.isnan(curves["mi_input"].sel(objective="mt", checkpoint=6)).all()  # mt has no update 6
+    assert np.isnan(curves["mi_input"].sel(objective="mt", checkpoint=4)).all() == False  # noqa: E712 (mt's final)
+    assert float(curves["to_final"].sel(objective="mlm", checkpoint=6).max()) == 0.0
+    td = open_group(stage.snapshot(trajectory, 4), "to_final")
+    np.testing.assert_allclose(curves["to_final"].sel(objective="mlm", checkpoint=4, metric="cka"),
+                               td["distance"].sel(model="mlm@4", metric="cka"))
+
+
+def test_verdicts_per_snapshot_are_the_scorecard_of_each_store(trajectory):
+    from evolution.analyses.plotting import open_group
+    from evolution.report.scorecard import scorecard
+    from pipelines.stages import MetricsStage, TrajectoryStage
+
+    stage = TrajectoryStage()
+    verdicts = open_group(stage.path(trajectory), "verdicts")
+    assert list(verdicts["snapshot"].values) == ["1", "2", "4", "final"]
+    assert list(verdicts["update"].values) == [1, 2, 4, 6]
+    for label, path in (("2", stage.snapshot(trajectory, 2)), ("final", MetricsStage().path(trajectory))):
+        expected = {f.label: f.verdict for f in scorecard(path)}
+        got = dict(zip(verdicts["claim"].values, verdicts["verdict"].sel(snapshot=label).values))
+        assert got == expected
+    for c in verdicts["claim"].values:
+        row = list(verdicts["verdict"].sel(claim=c).values)
+        first, since = first_holds(row, [1, 2, 4, 6])
+        assert int(verdicts["first"].sel(claim=c)) == (-1 if first is None else first)
+        assert int(verdicts["since"].sel(claim=c)) == (-1 if since is None else since)
+
+
+def test_a_new_checkpoint_computes_only_itself(trajectory, tmp_path):
+    """Adding the analysis of a kept update re-uses every other snapshot: rerunning the
+    unchanged config plans nothing, and a snapshot whose store is removed is the only one redone."""
+    import shutil
+
+    from pipelines.stages import TrajectoryStage
+
+    stage = TrajectoryStage()
+    assert stage.pending(trajectory) == []
+    shutil.rmtree(stage.snapshot(trajectory, 1))
+    pending = stage.pending(trajectory)
+    assert len(pending) == 2 and "update 1 " in pending[0] and "curves" in pending[1]
