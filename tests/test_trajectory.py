@@ -164,6 +164,22 @@ def test_verdicts_per_snapshot_are_the_scorecard_of_each_store(trajectory):
         assert int(verdicts["since"].sel(claim=c)) == (-1 if since is None else since)
 
 
+def test_the_report_links_a_trajectory_page_with_when_each_claim_first_holds(trajectory):
+    from evolution.analyses.plotting import open_group
+    from pipelines.stages import ReportStage, TrajectoryStage
+
+    ReportStage().run(trajectory)
+    out = ReportStage().directory(trajectory)
+    assert 'href="trajectory.html"' in (out / "report.html").read_text(encoding="utf-8")
+    page = (out / "trajectory.html").read_text(encoding="utf-8")
+    assert "trajectory-verdicts.png" in page and (out / "trajectory-curves.png").is_file()
+    verdicts = open_group(TrajectoryStage().path(trajectory), "verdicts")
+    rows = (out / "trajectory-first.csv").read_text(encoding="utf-8").splitlines()[1:]
+    assert len(rows) == verdicts.sizes["claim"]
+    for row, first in zip(rows, verdicts["first"].values):
+        assert row.split('","')[2] == ("never" if first < 0 else str(int(first)))
+
+
 def test_a_new_checkpoint_computes_only_itself(trajectory, tmp_path):
     """Adding the analysis of a kept update re-uses every other snapshot: rerunning the
     unchanged config plans nothing, and a snapshot whose store is removed is the only one redone."""

@@ -181,7 +181,8 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
             if stop <= last:
                 continue
             args = run_args(paths, cfg, name, spec, languages=languages, updates=stop)
-            last = _fairseq_train(args, run_dir=run_dir, name=name, threads=cfg.threads, bar=bar, last=last)
+            last = _fairseq_train(args, run_dir=run_dir, name=name, threads=cfg.threads, bar=bar, last=last,
+                                  done=lambda stop=stop: _checkpoint_updates(paths.checkpoint(name)) >= stop)
             if stop < total:
                 _keep(paths.checkpoint(name), paths.kept(name, stop))
     finally:
@@ -194,13 +195,19 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
     return result
 
 
-def _fairseq_train(args: list[str], *, run_dir: Path, name: str, threads: int, bar, last: int) -> int:
-    """One ``fairseq-train`` process, its output appended to ``train.log``; returns the last update seen."""
+def _fairseq_train(args: list[str], *, run_dir: Path, name: str, threads: int, bar, last: int, done) -> int:
+    """One ``fairseq-train`` process, its output appended to ``train.log``; returns the last update seen.
+
+    A process that fails after fairseq said "done training" and ``done()`` (its checkpoint
+    reached the stop) is taken as finished: a C++ runtime can abort at interpreter exit
+    ("terminate called without an active exception") after every file was written."""
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:
         proc = subprocess.Popen(fairseq_cli.command("train", args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=fairseq_cli.environment(threads))
+        finished = False
         for line in proc.stdout:
             log.write(line)
+            finished = finished or "done training in" in line
             m = _UPDATES.search(line)
             if m:
                 n = int(m.group(1))
@@ -208,6 +215,10 @@ def _fairseq_train(args: list[str], *, run_dir: Path, name: str, threads: int, b
                     bar.update(max(0, n - last))
                 last = max(last, n)
         rc = proc.wait()
+    if rc != 0 and finished and done():
+        logger.warning("train %s: fairseq-train exited with status %d after finishing and saving its checkpoint "
+                       "(log: %s); continuing", name, rc, run_dir / "train.log")
+        return last
     if rc != 0:
         tail = (run_dir / "train.log").read_text(encoding="utf-8")[-3000:]
         raise RuntimeError(f"fairseq-train failed for run {name!r} (log: {run_dir / 'train.log'}):\n{tail}")

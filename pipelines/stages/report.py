@@ -11,6 +11,7 @@ from evolution.provenance import config_hash
 from pipelines.stages.base import Context, Stage
 from pipelines.stages.metrics import MetricsStage
 from pipelines.stages.train import TrainStage
+from pipelines.stages.trajectory import TrajectoryStage
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ __all__ = ["ReportStage"]
 
 class ReportStage(Stage):
     name = "report"
-    after = ("metrics",)
+    after = ("metrics", "trajectory")
 
     def directory(self, ctx: Context) -> Path:
         return ctx.workdir / "report"
@@ -29,8 +30,11 @@ class ReportStage(Stage):
 
     def _key(self, ctx: Context) -> str:
         train = TrainStage().key(ctx) if ctx.config.train is not None else None
-        return config_hash({"metrics": MetricsStage().fingerprint(ctx), "train": train,
-                            "report": resolved_dict(ctx.config.report), "layout": self.LAYOUT})
+        key = {"metrics": MetricsStage().fingerprint(ctx), "train": train,
+               "report": resolved_dict(ctx.config.report), "layout": self.LAYOUT}
+        if TrajectoryStage().checkpoints(ctx):
+            key["trajectory"] = TrajectoryStage()._key(ctx)
+        return config_hash(key)
 
     def _corpus_meta(self, ctx: Context) -> dict | None:
         """The corpus stage's ``meta.json`` (what was analysed) without its per-sentence lists;
@@ -65,7 +69,8 @@ class ReportStage(Stage):
 
     def pending(self, ctx: Context) -> list[str]:
         done = self.directory(ctx) / "done.json"
-        if self.name not in ctx.force and not MetricsStage().pending(ctx) and done.is_file() and \
+        if self.name not in ctx.force and not MetricsStage().pending(ctx) and not TrajectoryStage().pending(ctx) \
+                and done.is_file() and \
                 json.loads(done.read_text(encoding="utf-8")).get("key") == self._key(ctx):
             return []
         return [f"report: figures and report.html -> {self.directory(ctx)}"]
@@ -87,6 +92,16 @@ class ReportStage(Stage):
             # written into the report directory before the page, so that the page links to a file that exists
             pages["views.html"] = lambda path: write_views(
                 path, views, title=f"evolution: {ctx.config.workdir.name}: attention views")
+        trajectory = TrajectoryStage().path(ctx)
+        if TrajectoryStage().checkpoints(ctx) and trajectory.exists():
+            from evolution.report.scorecard import scorecard
+            from evolution.report.trajectory import write_trajectory_page
+
+            links.append(("trajectory.html", "Trajectory over training",
+                          "the scorecard per checkpoint kept in training: when each finding first holds"))
+            pages["trajectory.html"] = lambda path: write_trajectory_page(
+                path, trajectory, title=f"evolution: {ctx.config.workdir.name}: trajectory over training",
+                findings=scorecard(MetricsStage().path(ctx)))
         page = write_report(MetricsStage().path(ctx), self.directory(ctx), links=links, pages=pages,
                             title=f"evolution: {ctx.config.workdir.name}", training=TrainStage().evaluation(ctx),
                             corpus=self._corpus_meta(ctx), workdir=ctx.workdir)
