@@ -58,7 +58,7 @@ def test_added_model_reuses_existing_groups(tmp_path, corpus_file, model_specs):
     before = {p: p.stat().st_mtime_ns for p in chunk.rglob("*") if p.is_file()}
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"], model_specs["gpt2"]],
                        workdir=tmp_path / "w")
-    assert [len(v) for v in _pending(cfg).values()] == [0, 0, 1, 1, 1]  # corpus cached; no train; extract gpt2; metrics; report
+    assert [len(v) for v in _pending(cfg).values()] == [0, 0, 1, 1, 0, 1]  # corpus cached; no train; extract gpt2; metrics; no trajectory; report
     run(cfg, progress=False)
     assert {p: p.stat().st_mtime_ns for p in chunk.rglob("*") if p.is_file()} == before
     assert _hidden(tmp_path / "w", "gpt2").shape[0] == 3

@@ -178,7 +178,7 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
     last = resumed
     try:
         for stop in [u for u in keep if u > resumed] + [total]:
-            if stop <= last:
+            if stop <= last and stop < total:  # the last segment always runs: fairseq resumes and finishes
                 continue
             args = run_args(paths, cfg, name, spec, languages=languages, updates=stop)
             last = _fairseq_train(args, run_dir=run_dir, name=name, threads=cfg.threads, bar=bar, last=last,
