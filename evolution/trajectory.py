@@ -48,10 +48,8 @@ def checkpoint_models(train: TrainConfig, seed: int) -> dict[int, list[ModelConf
     (``kind: trained`` with ``update``), by ascending update. An update that only some runs keep
     (their totals differ) has only those."""
     out: dict[int, list[ModelConfig]] = {}
-    if train.checkpoints is None:
-        return out
     for objective, run in base_runs(train, seed).items():
-        for u in train.checkpoints.updates(getattr(train.updates, objective)):
+        for u in train.kept_updates(objective):
             out.setdefault(u, []).append(ModelConfig(name=f"{run}@{u}", kind="trained", run=run, update=u))
     return dict(sorted(out.items()))
 

@@ -575,6 +575,12 @@ def test_kept_checkpoints_are_those_of_the_uninterrupted_run(trained, tmp_path):
     two = base.model_copy(update={"updates": base.updates.model_copy(update={"mlm": 2})})
     trainer.train_run(short, two, "mlm", spec, languages=("en", "xx"), progress=False)
     assert same(weights(kept.kept("mlm", 2)), weights(short.checkpoint("mlm")))
+    # killed after the segment to update 2, before keeping it: the resumed run keeps it from checkpoint_last
+    (short.run_dir("mlm") / "done.json").unlink()
+    again = trainer.train_run(short, cfg, "mlm", spec, languages=("en", "xx"), progress=False)
+    assert again["resumed_from"] == 2 and again["kept"] == [2]  # update 1 passed unkept: lost (logged)
+    assert same(weights(short.kept("mlm", 2)), weights(kept.kept("mlm", 2)))
+    assert same(weights(short.checkpoint("mlm")), weights(paths.checkpoint("mlm")))
     assert not same(weights(kept.kept("mlm", 1)), weights(kept.kept("mlm", 2)))
     state = torch.load(str(kept.kept("mlm", 2)), map_location="cpu", weights_only=False)
     assert state["last_optimizer_state"] is None  # weights and arguments only

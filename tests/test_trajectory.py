@@ -21,37 +21,19 @@ def test_first_holds_reads_a_row_of_verdicts():
     assert first_holds([FAILS] * 6, updates) == (None, None)
 
 
-CONFIG = """
-workdir: {workdir}
-cluster: synchronous
-corpus:
-  source: parallel
-  path: {src}
-  target_path: {tgt}
-  languages: [en, xx]
-  split: {{valid: 0.1, test: 0.1, block_lines: 20}}
-  max_sentences: 60
-train:
-  vocab_size: 300
-  layers: 2
-  embed_dim: 16
-  ffn_dim: 32
-  heads: 2
-  decoder_layers: 1
-  max_positions: 128
-  max_tokens: 512
-  warmup_updates: 2
-  lr: 0.01
-  updates: {{mt: 4, lm: 4, mlm: 6}}
-  save_interval_updates: 2
-  checkpoints: {{first: 1, factor: 2}}
-  beam: 1
-  threads: 1
-extract:
-  chunk_tokens: 64
-  max_batch_tokens: 128
-  attention: {{sentences: 10}}
-metrics:
+def _config() -> str:
+    """test_training's tiny training with kept checkpoints and small-corpus metrics settings."""
+    from test_training import CONFIG
+
+    out = CONFIG
+    for old, new in (("max_sentences: 30", "max_sentences: 60"),
+                     ("  updates: {{mt: 4, lm: 4, mlm: 4}}\n", "  lr: 0.01\n  updates: {{mt: 4, lm: 4, mlm: 6}}\n"
+                                                             "  checkpoints: {{first: 1, factor: 2}}\n"),
+                     ("  token_dropout: [lm]\n", ""),
+                     ("  max_batch_tokens: 128\n", "  max_batch_tokens: 128\n  attention: {{sentences: 10}}\n")):
+        assert old in out, old
+        out = out.replace(old, new)
+    return out + """metrics:
   tokens: {{top: 20, min_count: 5}}
   mi: {{k: 4, restarts: 2, bootstrap: 5}}
   neighbors: {{k: 3, max_per_type: 20, bootstrap: 5}}
@@ -75,7 +57,7 @@ def trajectory(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("trajectory")
     src, tgt = _corpus(tmp)
     cfg_path = tmp / "trajectory.yaml"
-    cfg_path.write_text(CONFIG.format(workdir=tmp / "run", src=src, tgt=tgt), encoding="utf-8")
+    cfg_path.write_text(_config().format(workdir=tmp / "run", src=src, tgt=tgt), encoding="utf-8")
     assert main([str(cfg_path), "--stage", "trajectory", "--no-progress"]) == 0
     return Context(config=load_config(cfg_path))
 

@@ -4,7 +4,7 @@ type, and the validators of paths, treebanks and store locations."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo
 
@@ -15,6 +15,18 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: keys added after cache keys were first written from this section: :meth:`keyed` leaves
+    #: them out while they are null, so that the keys of configs that do not use them are unchanged
+    added_later: ClassVar[tuple[str, ...]] = ()
+
+    def keyed(self) -> dict[str, Any]:
+        """The section as a JSON-compatible dict for a cache key (:attr:`added_later` left out while null)."""
+        out = self.model_dump(mode="json")
+        for key in self.added_later:
+            if out.get(key, 0) is None:
+                del out[key]
+        return out
 
 
 def _resolve(path: str | Path, info: ValidationInfo) -> Path:

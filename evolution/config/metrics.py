@@ -223,6 +223,8 @@ class MetricsConfig(_Section):
     """Which metrics the ``metrics`` stage computes, and how. A section set
     to ``null`` is skipped."""
 
+    added_later = ("trajectory",)
+
     tokens: Annotated[TokenSelection, Field(default_factory=TokenSelection)]
     mi: MIConfig | None = Field(default_factory=MIConfig)
     neighbors: NeighborsConfig | None = Field(default_factory=NeighborsConfig)

@@ -33,6 +33,8 @@ class ModelConfig(_Section):
       loaded without unpickling, its vocabulary found through ``model.json``.
     """
 
+    added_later = ("update",)
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
     kind: Literal["trained", "huggingface", "fairseq", "shipped"]
     run: str | None = Field(None, description="trained: the training run (default: name)")
@@ -111,11 +113,3 @@ class ModelConfig(_Section):
     @property
     def run_name(self) -> str:
         return self.run or self.name
-
-    def identity(self) -> dict[str, Any]:
-        """The resolved fields that say which model this is (``update`` only where set, so that
-        the keys of configs written before it existed are unchanged)."""
-        out = self.model_dump(mode="json")
-        if out["update"] is None:
-            del out["update"]
-        return out

@@ -65,8 +65,7 @@ class EvolutionConfig(_Section):
             for m in trained:
                 if m.update is None:
                     continue
-                total = getattr(self.train.updates, runs[m.run_name]["objective"])
-                kept = self.train.checkpoints.updates(total) if self.train.checkpoints is not None else []
+                kept = self.train.kept_updates(runs[m.run_name]["objective"])
                 if m.update not in kept:
                     raise ValueError(f"model {m.name!r}: run {m.run_name!r} keeps no checkpoint at update {m.update}; "
                                      f"train.checkpoints keeps {kept or 'none'} (the final model: leave out 'update')")

@@ -48,6 +48,8 @@ class TrainConfig(_Section):
     token replacement (the paper's controls).
     """
 
+    added_later = ("checkpoints",)
+
     objectives: list[Literal["mt", "lm", "mlm"]] = Field(default_factory=lambda: ["mt", "lm", "mlm"], min_length=1)
     seeds: list[int] = Field(default_factory=list, description="extra seeds per objective (the 'init' baselines)")
     token_dropout: list[Literal["mt", "lm", "mlm"]] = Field(default_factory=list,
@@ -80,6 +82,10 @@ class TrainConfig(_Section):
         if bad:
             raise ValueError(f"train.token_dropout names {bad}, which are not in train.objectives")
         return self
+
+    def kept_updates(self, objective: str) -> list[int]:
+        """The updates at which a run of ``objective`` keeps a checkpoint (none without ``checkpoints``)."""
+        return self.checkpoints.updates(getattr(self.updates, objective)) if self.checkpoints is not None else []
 
     def runs(self, base_seed: int) -> dict[str, dict]:
         """Every training run: ``name -> {objective, seed, token_dropout}``."""

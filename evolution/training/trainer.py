@@ -34,7 +34,7 @@ from evolution.training import evaluate, fairseq_cli, recipe, vocab
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainingPaths", "prepare_data", "initial_encoder", "train_run", "kept_updates", "evaluate_runs"]
+__all__ = ["TrainingPaths", "prepare_data", "initial_encoder", "train_run", "evaluate_runs"]
 
 _UPDATES = re.compile(r'"num_updates":\s*"?(\d+)')
 
@@ -135,11 +135,6 @@ def run_args(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, l
                              token_dropout=spec["token_dropout"], cpu=_cpu())
 
 
-def kept_updates(cfg: TrainConfig, objective: str) -> list[int]:
-    """The updates at which a run of ``objective`` keeps a checkpoint (none without ``train.checkpoints``)."""
-    return cfg.checkpoints.updates(getattr(cfg.updates, objective)) if cfg.checkpoints is not None else []
-
-
 def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, languages: tuple[str, str],
               progress: bool = True) -> dict:
     """Run ``fairseq-train`` for one run (resuming from ``checkpoint_last.pt`` if there is one).
@@ -158,8 +153,10 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
     objective = spec["objective"]
     total = getattr(cfg.updates, objective)
     resumed = _checkpoint_updates(paths.checkpoint(name))
-    keep = kept_updates(cfg, objective)
-    lost = [u for u in keep if u <= resumed and not paths.kept(name, u).is_file()]
+    keep = cfg.kept_updates(objective)
+    if resumed in keep and not paths.kept(name, resumed).is_file():  # stopped there, killed before keeping it
+        _keep(paths.checkpoint(name), paths.kept(name, resumed))
+    lost = [u for u in keep if u < resumed and not paths.kept(name, u).is_file()]
     if lost:
         logger.warning("train %s: resuming at update %d, after the kept updates %s were passed without being "
                        "kept; they are missing from its trajectory (delete %s to train it again)", name, resumed,
@@ -177,9 +174,7 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
     t0 = time.perf_counter()
     last = resumed
     try:
-        for stop in [u for u in keep if u > resumed] + [total]:
-            if stop <= last and stop < total:  # the last segment always runs: fairseq resumes and finishes
-                continue
+        for stop in [u for u in keep if u > resumed] + [total]:  # the last always runs: fairseq resumes, finishes
             args = run_args(paths, cfg, name, spec, languages=languages, updates=stop)
             last = _fairseq_train(args, run_dir=run_dir, name=name, threads=cfg.threads, bar=bar, last=last,
                                   done=lambda stop=stop: _checkpoint_updates(paths.checkpoint(name)) >= stop)

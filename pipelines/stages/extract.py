@@ -54,7 +54,7 @@ class ExtractStage(Stage):
             # where the store is is not what it holds: moving it (say, to object storage) keeps the keys
             extract = {**resolved_dict(ctx.config.extract), "store": None}
             return config_hash({"corpus": CorpusStage().key(ctx), "extract": extract,
-                                "model": model.identity(), "inputs": inputs, "store_version": STORE_VERSION})
+                                "model": model.keyed(), "inputs": inputs, "store_version": STORE_VERSION})
         return ctx.memo(f"extract.key.{model.name}", compute)
 
     def training_text(self, ctx: Context, model: ModelConfig) -> Path | None:
@@ -71,12 +71,13 @@ class ExtractStage(Stage):
         recorded = training_text_hash(model.path)
         return text if recorded is not None and text.is_file() and file_hash(text) == recorded else None
 
-    def _todo(self, ctx: Context) -> list[ModelConfig]:
+    def _todo(self, ctx: Context, models: list[ModelConfig] | None = None) -> list[ModelConfig]:
+        """Those of ``models`` (default: the config's) whose group is not complete for its key."""
         from evolution.store import check_store, group_is_complete
 
         store = self.store(ctx)
         check_store(store)  # before any cluster or write: a foreign store stops the run here
-        return [m for m in ctx.config.models
+        return [m for m in (ctx.config.models if models is None else models)
                 if self.name in ctx.force or not group_is_complete(store, m.name, self.model_key(ctx, m))]
 
     def pending(self, ctx: Context) -> list[str]:
@@ -98,11 +99,9 @@ class ExtractStage(Stage):
         """Extract each of ``models`` whose group is not complete for its key (the config's own in
         :meth:`run`; the trajectory's checkpoints, :mod:`pipelines.stages.trajectory`)."""
         from evolution.extract import extract_to_store
-        from evolution.store import group_is_complete
 
         store = self.store(ctx)
-        todo = {m.name for m in models
-                if self.name in ctx.force or not group_is_complete(store, m.name, self.model_key(ctx, m))}
+        todo = {m.name for m in self._todo(ctx, models)}
         if not todo:
             return
         corpus, annotation = CorpusStage().load(ctx), CorpusStage().annotation(ctx)

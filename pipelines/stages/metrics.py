@@ -44,12 +44,8 @@ class MetricsStage(Stage):
 
     @staticmethod
     def _config_of(metrics) -> dict:
-        """A ``metrics`` section without ``store`` (nor ``trajectory`` where it is off, so that the
-        fingerprints of configs written before it existed are unchanged)."""
-        out = {k: v for k, v in resolved_dict(metrics).items() if k != "store"}
-        if out.get("trajectory", 0) is None:
-            del out["trajectory"]
-        return out
+        """A ``metrics`` section for a key, without ``store`` (:meth:`~evolution.config.base._Section.keyed`)."""
+        return {k: v for k, v in metrics.keyed().items() if k != "store"}
 
     def fingerprint(self, ctx: Context) -> str:
         """What ``metrics.zarr`` depends on: the metrics config, the analyses' versions,

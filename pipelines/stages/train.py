@@ -31,9 +31,7 @@ class TrainStage(Stage):
 
     def key(self, ctx: Context) -> str:
         def compute():
-            train = resolved_dict(ctx.config.train) if ctx.config.train else None
-            if train is not None and train["checkpoints"] is None:
-                del train["checkpoints"]  # added later: a config without it keeps its training key
+            train = ctx.config.train.keyed() if ctx.config.train else None
             return config_hash({"corpus": CorpusStage().training_key(ctx), "train": train, "seed": ctx.config.seed})
         return ctx.memo("train.key", compute)
 

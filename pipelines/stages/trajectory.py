@@ -100,6 +100,7 @@ class TrajectoryStage(Stage):
         metrics = snapshot_config(cfg.metrics, trajectory)
         finals = self._finals(ctx)
         todo = self._todo(ctx)
+        objective = {n: spec["objective"] for n, spec in cfg.train.runs(cfg.seed).items()}
         extra = [m for m in finals.values() if m.name not in {x.name for x in cfg.models}]
         if extra:  # the final model of an objective that the config does not analyse itself
             ExtractStage().extract_models(ctx, extra)
@@ -111,7 +112,6 @@ class TrajectoryStage(Stage):
             datasets = run_analyses(enabled(metrics), inputs, cache=metrics_stage.cache(ctx), client=ctx.client,
                                     progress=ctx.progress, force=self.name in ctx.force)
             pairs = metrics_stage.inputs(ctx, models=[*models, *finals.values()], metrics=metrics)
-            objective = {n: spec["objective"] for n, spec in cfg.train.runs(cfg.seed).items()}
             pairs.attrs["finals"] = {m.name: finals[objective[m.run_name]].name for m in models}
             datasets.update(run_analyses([ToFinal(trajectory.methods)], pairs, cache=metrics_stage.cache(ctx),
                                          client=ctx.client, progress=ctx.progress, force=self.name in ctx.force))
