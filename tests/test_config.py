@@ -76,16 +76,24 @@ def test_not_a_mapping_and_bad_yaml(tmp_path):
 
 
 def test_shipped_configs_load():
-    """evolution.yaml and configs/bible-full.yaml load as they are (the same architecture; bible-full
-    longer and with the paper's controls); wmt.yaml names the missing data."""
+    """evolution.yaml analyses the shipped base models of bible-full (trains nothing) with the same
+    analysis settings as configs/from-scratch.yaml, which trains the same architecture as bible-full
+    (bible-full longer and with the paper's controls); wmt.yaml names the missing data."""
     from evolution.config import ConfigError, load_config
 
     root = Path(__file__).resolve().parents[1]
     default = load_config(root / "evolution.yaml")
-    assert [m.name for m in default.models] == ["mt", "lm", "mlm"] and default.train.layers == 6
+    assert default.train is None and [(m.name, m.kind) for m in default.models] == [
+        ("mt", "shipped"), ("lm", "shipped"), ("mlm", "shipped")]
+    assert all((m.path / "model.safetensors").is_file() for m in default.models)  # committed: a fresh clone has them
+    scratch = load_config(root / "configs" / "from-scratch.yaml")
+    assert [m.name for m in scratch.models] == ["mt", "lm", "mlm"] and scratch.train.layers == 6
+    for section in ("corpus", "extract", "metrics", "report"):
+        assert getattr(scratch, section) == getattr(default, section), section
     full = load_config(root / "configs" / "bible-full.yaml")
+    assert [m.path for m in full.models if m.kind == "shipped"][:1] == [default.models[0].path]
     budget = {"updates", "warmup_updates", "save_interval_updates", "seeds", "token_dropout"}
-    assert full.train.model_dump(exclude=budget) == default.train.model_dump(exclude=budget)
+    assert full.train.model_dump(exclude=budget) == scratch.train.model_dump(exclude=budget)
     assert list(full.train.runs(full.seed)) == ["mt", "mt-seed1", "mt-tokdrop", "lm", "lm-seed1", "lm-tokdrop",
                                                 "mlm", "mlm-seed1"]
     with pytest.raises(ConfigError, match="corpus.path"):
