@@ -72,7 +72,8 @@ def run(config_path: str | Path, *, stage: str | None = None, force: list[str] |
     plan = {name: STAGES[name].pending(ctx) for name in order}
     for name in order:
         lines = plan[name]
-        logger.info("%-8s %s", name, "cached" if not lines else f"to run ({len(lines)} item(s))")
+        idle = (STAGES[name].off(ctx) or "cached") if not lines else f"to run ({len(lines)} item(s))"
+        logger.info("%-8s %s", name, idle)
         for line in lines:
             logger.info("         - %s", line)
     if dry_run:

@@ -34,10 +34,15 @@ def _hidden(workdir, model):
     return open_representations(str(workdir / "reps.zarr"), model).hidden.values
 
 
-def test_rerun_is_cached_and_force_redoes(tmp_path, corpus_file, model_specs, monkeypatch):
+def test_rerun_is_cached_and_force_redoes(tmp_path, corpus_file, model_specs, monkeypatch, capsys):
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"]], workdir=tmp_path / "w")
+    capsys.readouterr()
     assert main([str(cfg), "--dry-run"]) == 0
     assert not (tmp_path / "w").exists()  # a dry run writes nothing
+    said = {line.split("pipelines.run: ")[1].split()[0]: line for line in capsys.readouterr().err.splitlines()
+            if "pipelines.run: " in line}
+    assert "off (no train section" in said["train"] and "off (metrics.trajectory off" in said["trajectory"]
+    assert "to run" in said["extract"]
     run(cfg, progress=False)
     assert all(not v for v in _pending(cfg).values())
     assert (tmp_path / "w" / "config.resolved.yaml").is_file()

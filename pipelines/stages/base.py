@@ -45,6 +45,10 @@ class Stage:
         """What would run (empty when everything is cached), one line each."""
         raise NotImplementedError
 
+    def off(self, ctx: Context) -> str | None:
+        """Why this config gives the stage nothing to do (logged instead of "cached"); None when it has work."""
+        return None
+
     def prepare(self, ctx: Context) -> None:
         """Checks of the stage's inputs that can fail, run before a Dask cluster is started for
         it (default: none), so that bad input stops the run before any cluster exists."""

@@ -57,6 +57,11 @@ class TrainStage(Stage):
         covered = json.loads(done.read_text(encoding="utf-8")).get("runs")
         return covered is None or set(self.needed(ctx)) <= set(covered)
 
+    def off(self, ctx: Context) -> str | None:
+        if ctx.config.train is None:
+            return "off (no train section: every model is given)"
+        return None if self.needed(ctx) else "off (no model of kind: trained)"
+
     def pending(self, ctx: Context) -> list[str]:
         if ctx.config.train is None or not self.needed(ctx):
             return []

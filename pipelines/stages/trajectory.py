@@ -65,6 +65,9 @@ class TrajectoryStage(Stage):
         return [u for u in self.checkpoints(ctx) if self.name in ctx.force or
                 metrics_fingerprint(str(self.snapshot(ctx, u))) != self._snapshot_key(ctx, u)]
 
+    def off(self, ctx: Context) -> str | None:
+        return None if self.checkpoints(ctx) else "off (metrics.trajectory off, or no kept checkpoints)"
+
     def pending(self, ctx: Context) -> list[str]:
         from evolution.metrics.results import metrics_fingerprint
 
