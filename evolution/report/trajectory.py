@@ -38,6 +38,8 @@ def verdict_grid(verdicts):
 def curve_grid(curves):
     """Rows: MI with the input / H(X), kNN same-token rate, PWCCA distance to the final model;
     columns: objectives; one line per layer, against training updates (log scale)."""
+    from matplotlib.ticker import NullFormatter
+
     from evolution.analyses.plotting import plt
 
     rows = [("mi_input", "MI(input) / H(X)"), ("same_token", "same-token rate"), ("to_final", "PWCCA to final")]
@@ -59,13 +61,17 @@ def curve_grid(curves):
                 ax.plot(x[ok], y[ok], marker="o", ms=3, color=cmap(layer / max(1, len(layers) - 1)),
                         label=f"layer {layer}")
             ax.set_xscale("log")
+            ax.set_xticks(x, [str(int(u)) for u in x])  # the kept updates themselves, not 2 x 10^0
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.tick_params(axis="x", labelrotation=45 if len(x) > 5 else 0)
             if r == 0:
                 ax.set_title(objective)
             if c == 0:
                 ax.set_ylabel(label)
             if r == len(rows) - 1:
                 ax.set_xlabel("training updates")
-    axes[0, -1].legend(fontsize=7, loc="best")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))  # outside the panels
     fig.tight_layout()
     return fig
 
