@@ -132,6 +132,33 @@ def test_committed_bible_full_models_load_without_unpickling(monkeypatch):
     assert mt.tokenize("In the beginning God created the heavens").pieces[:3] == ["▁In", "▁the", "▁beginning"]
 
 
+def test_shipped_weights_give_the_stored_states(monkeypatch):
+    """The committed weights give the committed results: the hidden states of one analysed sentence
+    as the run that made them stored them (results/bible-full/states-sample.*, written by its
+    sample_states.py), recomputed from results/bible-full/models without unpickling. Tolerance
+    1e-4 for other machines' float kernels (the same machine gives them bit for bit); a model that
+    is not the one the states came from (another run, another update) differs by O(1)."""
+    import hashlib
+    from pathlib import Path
+
+    import evolution.api as ev
+
+    root = Path(__file__).resolve().parents[1] / "results" / "bible-full"
+    meta = json.loads((root / "states-sample.json").read_text(encoding="utf-8"))
+    stored = np.load(root / "states-sample.npz")
+    assert set(meta["store_models"]) >= {"mt", "lm", "mlm"}
+    for name, info in meta["store_models"].items():
+        directory = root / "models" / info["shipped"]
+        digest = hashlib.sha256((directory / "model.safetensors").read_bytes()).hexdigest()
+        assert digest == info["weights_sha256"], f"{directory} is not the model whose states were stored"
+        with monkeypatch.context() as m:
+            _no_unpickling(m)
+            model = ev.load(directory, device="cpu")
+        reps = ev.represent([model], [meta["text"]])[name]
+        np.testing.assert_array_equal(reps.token_id.values, stored[f"{name}.token_id"])
+        np.testing.assert_allclose(reps.hidden.values, stored[f"{name}.hidden"], rtol=0, atol=1e-4)
+
+
 def test_vocabulary_names_no_path_and_segments_as_the_trained_one(trained, shipped):
     """The shipped SentencePiece model drops the file names its trainer recorded (paths of the
     training machine) and segments every line of the corpus exactly as the original."""
