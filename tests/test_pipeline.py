@@ -154,3 +154,19 @@ def test_empty_lines_are_dropped_with_line_numbers(tmp_path, model_specs):
     corp = STAGES["corpus"].load(ctx)
     assert corp.sentences == ["the cat", "a dog ran"] and corp.lines == [1, 4]
     assert open_representations(str(tmp_path / "w" / "reps.zarr"), "bert").sentence.values.tolist() == [0, 0, 1, 1, 1]
+
+
+def test_default_run_trains_nothing_and_from_scratch_trains_the_three(tmp_path):
+    """evolution.yaml plans no training (its models are shipped); configs/from-scratch.yaml, the
+    former default, plans the three runs of its train section (docs/decisions.md #22)."""
+    from evolution.config import load_config
+
+    for config, trains in (("evolution.yaml", None), ("configs/from-scratch.yaml", "mt, lm, mlm")):
+        cfg = load_config(REPO / config, overrides={"workdir": str(tmp_path / config.replace("/", "-"))})
+        ctx = Context(config=cfg)
+        plan = STAGES["train"].pending(ctx)
+        if trains is None:
+            assert plan == [] and STAGES["train"].off(ctx).startswith("off (no train section")
+            assert all(m.kind == "shipped" for m in cfg.models)
+        else:
+            assert len(plan) == 1 and plan[0].startswith(f"train: {trains} -> ") and STAGES["train"].off(ctx) is None
