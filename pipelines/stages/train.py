@@ -63,7 +63,7 @@ class TrainStage(Stage):
         return None if self.needed(ctx) else "off (no model of kind: trained)"
 
     def pending(self, ctx: Context) -> list[str]:
-        if ctx.config.train is None or not self.needed(ctx):
+        if self.off(ctx):
             return []
         if self._covered(ctx) and self.name not in ctx.force:
             return []

@@ -71,7 +71,7 @@ class TrajectoryStage(Stage):
     def pending(self, ctx: Context) -> list[str]:
         from evolution.metrics.results import metrics_fingerprint
 
-        if not self.checkpoints(ctx):
+        if self.off(ctx):
             return []
         todo = self._todo(ctx)
         lines = [f"trajectory: checkpoint at update {u} ({', '.join(m.name for m in self.checkpoints(ctx)[u])}) "
