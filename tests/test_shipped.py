@@ -188,3 +188,26 @@ def test_model_json_records_the_run_and_its_training_text(trained, shipped):
     for name in ("mt", "lm", "mlm", "lm-tokdrop"):
         assert run_spec(shipped / name) == {k: runs[name][k] for k in ("objective", "seed", "token_dropout")}
         assert training_text_hash(shipped / name) == file_hash(paths.text / f"train.{paths.src}")
+
+
+def test_perplexity_of_shipped_weights_is_fairseqs(trained, shipped):
+    """``evaluate.perplexity`` on the shipped LM (no fairseq data directory, no unpickling) equals
+    fairseq-validate's perplexity of the checkpoint in eval.json, every predicted token weighted
+    alike (the test sentences differ in length, so a mean of sentence means would not match).
+    The masked LM's, batched with padding, equals the one-sentence-per-batch computation."""
+    from evolution.training import evaluate
+
+    paths = trained["paths"]
+    ev = json.loads((paths.root / "eval.json").read_text(encoding="utf-8"))["evaluation"]
+    lines = (paths.text / f"test.{paths.src}").read_text(encoding="utf-8").splitlines()
+    lm = ShippedAdapter(shipped / "lm")
+    ids = [lm.tokenize(t).ids for t in lines]
+    assert len({len(x) for x in ids}) > 3
+    assert evaluate.perplexity(lm, ids) == pytest.approx(ev["lm"]["ppl"], rel=1e-3)  # fairseq logs 3 decimals
+    mlm = ShippedAdapter(shipped / "mlm")
+    ids = [mlm.tokenize(t).ids for t in lines]
+    batched = evaluate.perplexity(mlm, ids, max_tokens=4096)
+    assert batched == pytest.approx(evaluate.perplexity(mlm, ids, max_tokens=1), rel=1e-9)
+    assert batched != pytest.approx(evaluate.perplexity(mlm, ids, seed=1), rel=1e-6)  # the seed picks the masks
+    with pytest.raises(ValueError, match="translation model"):
+        evaluate.perplexity(ShippedAdapter(shipped / "mt"), ids)

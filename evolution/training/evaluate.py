@@ -6,6 +6,8 @@
 * The unigram baseline is the perplexity of add-one-smoothed training-split
   piece frequencies (source side, ``</s>`` included) on every test token: what
   a model that ignores context achieves. A trained LM or MLM must beat it.
+* :func:`perplexity` is the same number computed from a loaded model (any adapter, shipped
+  weights included): no fairseq data directory needed.
 * BLEU and chrF are sacrebleu's corpus scores of beam-search translations of
   the test split (detokenised SentencePiece output) against the raw
   references.
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from evolution.training import fairseq_cli
 
-__all__ = ["unigram_perplexity", "fairseq_perplexity", "translate", "bleu_chrf"]
+__all__ = ["unigram_perplexity", "fairseq_perplexity", "perplexity", "translate", "bleu_chrf"]
 
 
 def unigram_perplexity(train_pieces: Path, test_pieces: Path, *, vocab_size: int) -> float:
@@ -54,6 +56,40 @@ def fairseq_perplexity(*, data_args: list[str], checkpoint: Path, subset: str = 
         if m:
             return 2 ** float(json.loads(m.group(0))[f"{subset}_loss"])
     raise RuntimeError(f"fairseq-validate printed no {subset} loss:\n{proc.stderr[-2000:]}")
+
+
+def perplexity(adapter, sentences, *, seed: int = 0, max_tokens: int = 8192) -> float:
+    """exp of the mean negative log-likelihood per predicted token of a causal or masked LM
+    adapter on ``sentences`` (content ids, ``Adapter.tokenize``), every token weighted alike.
+
+    Causal LM: input ``</s> x1..xn``, labels ``x1..xn </s>``, as ``fairseq-validate`` on the
+    test split (:func:`fairseq_perplexity`; equal to it, ``tests/test_shipped.py``). Masked LM:
+    the corrupted positions (15%, 80/10/10) of ``numpy.random.default_rng([seed, s])`` for
+    sentence s, the MLM output MI's corruption (``evolution.metrics.importance.objective_items``),
+    so it differs from fairseq's seeded masking by sampling noise only.
+    """
+    import torch
+
+    from evolution.extract import batches
+    from evolution.metrics.importance import objective_items
+
+    if adapter.objective not in ("lm", "mlm"):
+        raise ValueError(f"{adapter.name}: perplexity is for causal and masked LMs, not {adapter.objective!r}; "
+                         "score a translation model with translate() and bleu_chrf()")
+    items = [it for it in objective_items(adapter, sentences, seed=seed) if it is not None]
+    if not items:
+        raise ValueError(f"{adapter.name}: no predicted token in {len(sentences)} sentences")
+    nll, n = 0.0, 0
+    with torch.inference_mode():
+        for batch in batches([it.length for it in items], max_batch_tokens=max_tokens):
+            chosen = [items[i] for i in batch]
+            logp = torch.log_softmax(adapter.logits([it.inputs for it in chosen]).double(), dim=-1)
+            for b, it in enumerate(chosen):
+                pos = torch.as_tensor(it.positions, dtype=torch.long, device=logp.device)
+                lab = torch.as_tensor(it.labels, dtype=torch.long, device=logp.device)
+                nll -= float(logp[b, pos, lab].sum())
+                n += len(it.labels)
+    return math.exp(nll / n)
 
 
 def translate(*, data: Path, checkpoint: Path, subset: str = "test", beam: int = 4, threads: int = 2,

@@ -1,12 +1,16 @@
-"""Test-book BLEU / chrF of the shipped translation models, written to ``models/scores.json``.
+"""Test-book scores of the shipped models, written to ``models/scores.json``: BLEU / chrF of the
+translation models, perplexity of the causal and masked LMs.
 
-    python results/bible-full/evaluate_shipped.py runs/default/corpus/<key>/text [--models mt mt-tokdrop]
+    python results/bible-full/evaluate_shipped.py runs/default/corpus/<key>/text [--models mt lm mlm ...]
 
 The text directory is a corpus stage's ``text/`` (``test.en``, ``test.es``: the test books Josh,
 Prov, Mark, Rom). Translation is the pruning analysis's base evaluation
 (``evolution.training.pruning.translate``: fairseq's SequenceGenerator, beam 4, max length
 1.5 x source + 10, as ``fairseq-generate`` in the train stage's evaluation) on the shipped
 weights, loaded without unpickling; scores are sacrebleu's (``evaluate.bleu_chrf``).
+Perplexity is ``evaluate.perplexity`` on the English test verses: per predicted token, the next
+token and ``</s>`` for the LM (fairseq-validate's number, tested), the 15% corrupted positions
+for the MLM (seeded as the MLM output MI; fairseq's own masking draws other positions).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("text", type=Path, help="a corpus stage's text/ directory with test.en and test.es")
-    parser.add_argument("--models", nargs="+", default=["mt", "mt-tokdrop"])
+    parser.add_argument("--models", nargs="+",
+                        default=sorted(p.parent.name for p in (HERE / "models").glob("*/model.json")))
     args = parser.parse_args(argv)
     sources = (args.text / "test.en").read_text(encoding="utf-8").splitlines()
     refs = (args.text / "test.es").read_text(encoding="utf-8").splitlines()
@@ -33,11 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     scores = json.loads(out_path.read_text(encoding="utf-8")) if out_path.is_file() else {}
     for name in args.models:
         adapter = ShippedAdapter(HERE / "models" / name, device="cpu")
-        if adapter.objective != "mt":
-            raise SystemExit(f"{name}: objective {adapter.objective}, this script scores translation models")
         t0 = time.perf_counter()
         ids = [adapter.tokenize(s).ids[:adapter.max_content_tokens] for s in sources]
-        result = evaluate.bleu_chrf(pruning.translate(adapter, ids), refs)
+        if adapter.objective == "mt":
+            result = evaluate.bleu_chrf(pruning.translate(adapter, ids), refs)
+        else:
+            result = {"ppl": evaluate.perplexity(adapter, ids)}
         result.update(sentences=len(sources), seconds=round(time.perf_counter() - t0, 1),
                       weights_sha256=adapter.meta["weights_sha256"])
         scores[name] = result

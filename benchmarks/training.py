@@ -1,0 +1,185 @@
+"""Quality per minute of training on this machine: MT, LM and MLM trained under one wall-clock
+budget with today's recipe (the ``train`` section of ``configs/from-scratch.yaml``) and with
+candidate recipes, scored on the test books at a few points of the budget (issue 24, item 1).
+
+    python benchmarks/training.py [--minutes 5] [--points 3] [--recipes today no-dropout prenorm-lr2e-3]
+
+* **Identical but for the objective.** A recipe changes the ``train`` section for all three
+  objectives alike; each recipe gets its own vocabulary, binarised data and initial encoder
+  (``evolution.training.trainer``, the pipeline's code), shared by its three runs.
+* **The budget is training time.** fairseq's ``--stop-time-hours`` counts training time
+  across resumes (``previous_training_time`` in the checkpoint), so a run stops at
+  ``minutes * k / points`` for k = 1..points, is scored, and resumes. The x axis is that
+  training time; the CPU time of the training processes (user + system, both torch threads)
+  is stored beside it.
+* **Scores** are the train stage's evaluation (``trainer.evaluate_runs``): sacrebleu BLEU and
+  chrF of beam-4 translations of the 2,656 test verses (MT); fairseq perplexity on the test
+  books (LM; MLM on its 15% masked positions), beside the unigram baseline.
+
+Writes ``results/training/quality.json`` and ``results/training/quality.png`` (the curves in
+docs/training.md). Resumable: a rerun continues from the last checkpoint of each run and keeps
+the points already scored. Numbers depend on the machine and on what else runs on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: name -> changes to the ``train`` section, applied to every objective alike.
+RECIPES: dict[str, dict] = {
+    "today": {},
+    "no-dropout": {"dropout": 0.0},                                # an under-trained model gains nothing from dropout
+    "prenorm-lr2e-3": {"normalize_before": True, "lr": 0.002},     # pre-norm tolerates a larger step (Xiong et al. 2020)
+    "lr2e-3": {"lr": 0.002},
+    "vocab4k": {"vocab_size": 4000},                               # a cheaper output softmax
+}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _state(checkpoint: Path) -> tuple[int, float]:
+    """(updates, fairseq's cumulative training seconds) of a checkpoint."""
+    import torch
+
+    state = torch.load(str(checkpoint), map_location="cpu", weights_only=False)
+    return (int(state["optimizer_history"][-1]["num_updates"]),
+            float(state["extra_state"].get("previous_training_time", 0.0)))
+
+
+def corpus_text(config: Path, work: Path) -> Path:
+    """The corpus stage's ``text/`` directory for ``config`` (the pipeline's corpus stage, run once)."""
+    found = sorted((work / "corpus").glob("*/text"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pipelines.run", str(config), "--stage", "corpus",
+                        "--workdir", str(work), "--no-progress"], check=True, cwd=ROOT)
+        found = sorted((work / "corpus").glob("*/text"))
+    return found[0]
+
+
+def run_recipe(name: str, changes: dict, *, config, text: Path, work: Path, minutes: float, points: int,
+               threads: int, objectives: list[str]) -> dict:
+    """Train and score every objective of one recipe; returns ``{objective: [point, ...]}``."""
+    from evolution.training import fairseq_cli, trainer
+
+    cfg = config.train.model_copy(update={**changes, "threads": threads, "checkpoints": None})
+    languages = config.corpus.languages
+    paths = trainer.TrainingPaths(work / name, languages)
+    if not paths.text.is_dir():
+        shutil.copytree(text, paths.text)
+    trainer.prepare_data(paths, cfg)
+    trainer.initial_encoder(paths, cfg, seed=config.seed, languages=languages)
+    out: dict = {}
+    for objective in objectives:
+        spec = {"objective": objective, "seed": config.seed, "token_dropout": 0.0}
+        run_dir = paths.run_dir(objective)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        done = run_dir / "points.json"
+        scored = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else []
+        for k in range(len(scored) + 1, points + 1):
+            stop = minutes * k / points
+            args = trainer.run_args(paths, cfg, objective, spec, languages=languages, updates=10 ** 7)
+            args += ["--stop-time-hours", f"{stop / 60:.6f}"]
+            t0, c0 = time.perf_counter(), _children_cpu()
+            proc = fairseq_cli.run("train", args, threads=threads, what=f"training {name}/{objective}")
+            wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
+            with open(run_dir / "train.log", "a", encoding="utf-8") as log:
+                log.write(proc.stdout + proc.stderr)
+            updates, seconds = _state(paths.checkpoint(objective))
+            score = trainer.evaluate_runs(paths, cfg, {objective: spec}, languages=languages)
+            point = {"minutes": round(seconds / 60, 3), "updates": updates,
+                     "cpu_minutes": round(cpu / 60 + (scored[-1]["cpu_minutes"] if scored else 0.0), 3),
+                     "process_minutes": round(wall / 60 + (scored[-1]["process_minutes"] if scored else 0.0), 3),
+                     **{k2: v for k2, v in score[objective].items() if k2 != "seconds"},
+                     "unigram_ppl": round(score["unigram_ppl"], 2), "score_seconds": score[objective]["seconds"]}
+            scored.append(point)
+            done.write_text(json.dumps(scored, indent=1), encoding="utf-8")
+            print(f"{name:16s} {objective:4s} {point}", flush=True)
+        out[objective] = scored
+    return out
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("mt", "bleu", "MT: test BLEU"), ("lm", "ppl", "LM: test perplexity"),
+              ("mlm", "ppl", "MLM: test perplexity (masked tokens)")]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, (objective, key, title) in zip(axes, panels):
+        baseline = None
+        for name, runs in result["recipes"].items():
+            pts = runs.get(objective, [])
+            if pts:
+                ax.plot([p["minutes"] for p in pts], [p[key] for p in pts], "o-", label=name)
+                if key == "ppl":
+                    baseline = pts[0]["unigram_ppl"]
+        if baseline is not None:
+            ax.axhline(baseline, color="grey", ls="--", lw=1, label="unigram baseline")
+            ax.legend(fontsize=8)
+        ax.set_xlim(left=0)
+        ax.set_title(title)
+        ax.set_xlabel("training minutes (2 CPU cores)")
+        if key == "ppl":
+            ax.set_yscale("log")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{result['minutes']:g} training minutes per run, scored at {result['points']} points "
+                 f"({result['threads']} torch threads)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from evolution.config import load_config
+    from evolution.provenance import versions
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", type=Path, default=ROOT / "configs" / "from-scratch.yaml")
+    p.add_argument("--minutes", type=float, default=5.0, help="training minutes per run")
+    p.add_argument("--points", type=int, default=3, help="scored points per run, evenly spaced in time")
+    p.add_argument("--recipes", nargs="+", default=["today", "no-dropout", "prenorm-lr2e-3"], choices=sorted(RECIPES))
+    p.add_argument("--objectives", nargs="+", default=["mt", "lm", "mlm"], choices=["mt", "lm", "mlm"])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-training")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "training")
+    p.add_argument("--replot", action="store_true", help="redraw quality.png from quality.json and stop")
+    args = p.parse_args(argv)
+    if args.replot:
+        plot(json.loads((args.out / "quality.json").read_text(encoding="utf-8")), args.out / "quality.png")
+        return 0
+    config = load_config(args.config)
+    if config.train is None:
+        raise SystemExit(f"{args.config} has no train section; pass --config configs/from-scratch.yaml")
+    args.work.mkdir(parents=True, exist_ok=True)
+    text = corpus_text(args.config, args.work)
+    result = {"config": str(args.config.resolve().relative_to(ROOT)), "minutes": args.minutes,
+              "points": args.points, "threads": args.threads,
+              "base": config.train.model_dump(mode="json", exclude={"checkpoints"}),
+              "changes": {n: RECIPES[n] for n in args.recipes}, "recipes": {}, "versions": versions()}
+    for name in args.recipes:
+        result["recipes"][name] = run_recipe(name, RECIPES[name], config=config, text=text, work=args.work,
+                                             minutes=args.minutes, points=args.points, threads=args.threads,
+                                             objectives=args.objectives)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "quality.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    plot(result, args.out / "quality.png")
+    print(f"wrote {args.out / 'quality.json'} and quality.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
