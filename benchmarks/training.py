@@ -10,8 +10,11 @@ candidate recipes, scored on the test books at a few points of the budget (issue
 * **The budget is training time.** fairseq's ``--stop-time-hours`` counts training time
   across resumes (``previous_training_time`` in the checkpoint), so a run stops at
   ``minutes * k / points`` for k = 1..points, is scored, and resumes. The x axis is that
-  training time; the CPU time of the training processes (user + system, both torch threads)
-  is stored beside it.
+  training time (fairseq's: with data loading, validation and checkpoint saves at each
+  resume); the CPU time of the training processes (user + system, both torch threads) and
+  their wall time are stored beside it.
+* **Vocabulary recipes** change what a perplexity is counted in (pieces): compare them by
+  their ratio to their own unigram baseline (stored with every point), not by the raw number.
 * **Scores** are the train stage's evaluation (``trainer.evaluate_runs``): sacrebleu BLEU and
   chrF of beam-4 translations of the 2,656 test verses (MT); fairseq perplexity on the test
   books (LM; MLM on its 15% masked positions), beside the unigram baseline.
@@ -61,6 +64,8 @@ def _state(checkpoint: Path) -> tuple[int, float]:
 def corpus_text(config: Path, work: Path) -> Path:
     """The corpus stage's ``text/`` directory for ``config`` (the pipeline's corpus stage, run once)."""
     found = sorted((work / "corpus").glob("*/text"))
+    if len(found) > 1:
+        raise SystemExit(f"{work / 'corpus'} holds {len(found)} corpora; delete it or pass another --work")
     if not found:
         subprocess.run([sys.executable, "-m", "pipelines.run", str(config), "--stage", "corpus",
                         "--workdir", str(work), "--no-progress"], check=True, cwd=ROOT)
@@ -85,8 +90,13 @@ def run_recipe(name: str, changes: dict, *, config, text: Path, work: Path, minu
         spec = {"objective": objective, "seed": config.seed, "token_dropout": 0.0}
         run_dir = paths.run_dir(objective)
         run_dir.mkdir(parents=True, exist_ok=True)
-        done = run_dir / "points.json"
+        done, clock_file = run_dir / "points.json", run_dir / "clock.json"
         scored = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else []
+        # The process time of every segment, kept even when a segment's scoring was cut off (its
+        # rerun then trains one more update, and the point still counts the whole segment's time).
+        clock = (json.loads(clock_file.read_text(encoding="utf-8")) if clock_file.is_file() else
+                 {"cpu_minutes": scored[-1]["cpu_minutes"] if scored else 0.0,
+                  "process_minutes": scored[-1]["process_minutes"] if scored else 0.0})
         for k in range(len(scored) + 1, points + 1):
             stop = minutes * k / points
             args = trainer.run_args(paths, cfg, objective, spec, languages=languages, updates=10 ** 7)
@@ -96,11 +106,14 @@ def run_recipe(name: str, changes: dict, *, config, text: Path, work: Path, minu
             wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
             with open(run_dir / "train.log", "a", encoding="utf-8") as log:
                 log.write(proc.stdout + proc.stderr)
+            clock = {"cpu_minutes": clock["cpu_minutes"] + cpu / 60,
+                     "process_minutes": clock["process_minutes"] + wall / 60}
+            clock_file.write_text(json.dumps(clock), encoding="utf-8")
             updates, seconds = _state(paths.checkpoint(objective))
             score = trainer.evaluate_runs(paths, cfg, {objective: spec}, languages=languages)
             point = {"minutes": round(seconds / 60, 3), "updates": updates,
-                     "cpu_minutes": round(cpu / 60 + (scored[-1]["cpu_minutes"] if scored else 0.0), 3),
-                     "process_minutes": round(wall / 60 + (scored[-1]["process_minutes"] if scored else 0.0), 3),
+                     "cpu_minutes": round(clock["cpu_minutes"], 3),
+                     "process_minutes": round(clock["process_minutes"], 3),
                      **{k2: v for k2, v in score[objective].items() if k2 != "seconds"},
                      "unigram_ppl": round(score["unigram_ppl"], 2), "score_seconds": score[objective]["seconds"]}
             scored.append(point)
@@ -132,7 +145,7 @@ def plot(result: dict, path: Path) -> None:
             ax.legend(fontsize=8)
         ax.set_xlim(left=0)
         ax.set_title(title)
-        ax.set_xlabel("training minutes (2 CPU cores)")
+        ax.set_xlabel(f"training minutes ({result['threads']} torch threads)")
         if key == "ppl":
             ax.set_yscale("log")
     axes[0].legend(fontsize=8)

@@ -4,6 +4,7 @@ loaded without unpickling, and giving the pickled checkpoint's numbers exactly."
 from __future__ import annotations
 
 import json
+import math
 import pickle
 
 import numpy as np
@@ -190,10 +191,10 @@ def test_model_json_records_the_run_and_its_training_text(trained, shipped):
         assert training_text_hash(shipped / name) == file_hash(paths.text / f"train.{paths.src}")
 
 
-def test_perplexity_of_shipped_weights_is_fairseqs(trained, shipped):
+def test_lm_perplexity_of_shipped_weights_is_fairseqs(trained, shipped):
     """``evaluate.perplexity`` on the shipped LM (no fairseq data directory, no unpickling) equals
     fairseq-validate's perplexity of the checkpoint in eval.json, every predicted token weighted
-    alike (the test sentences differ in length, so a mean of sentence means would not match).
+    alike (the test sentences differ in length, and a mean of sentence means is shown to differ).
     The masked LM's, batched with padding, equals the one-sentence-per-batch computation."""
     from evolution.training import evaluate
 
@@ -204,10 +205,13 @@ def test_perplexity_of_shipped_weights_is_fairseqs(trained, shipped):
     ids = [lm.tokenize(t).ids for t in lines]
     assert len({len(x) for x in ids}) > 3
     assert evaluate.perplexity(lm, ids) == pytest.approx(ev["lm"]["ppl"], rel=1e-3)  # fairseq logs 3 decimals
+    by_sentence = [evaluate.perplexity(lm, [x]) for x in ids]
+    mean_of_means = math.exp(np.mean(np.log(by_sentence)))
+    assert mean_of_means != pytest.approx(ev["lm"]["ppl"], rel=1e-3)  # so the weighting is tested
     mlm = ShippedAdapter(shipped / "mlm")
     ids = [mlm.tokenize(t).ids for t in lines]
     batched = evaluate.perplexity(mlm, ids, max_tokens=4096)
-    assert batched == pytest.approx(evaluate.perplexity(mlm, ids, max_tokens=1), rel=1e-9)
+    assert batched == pytest.approx(evaluate.perplexity(mlm, ids, max_tokens=1), rel=1e-6)
     assert batched != pytest.approx(evaluate.perplexity(mlm, ids, seed=1), rel=1e-6)  # the seed picks the masks
     with pytest.raises(ValueError, match="translation model"):
         evaluate.perplexity(ShippedAdapter(shipped / "mt"), ids)

@@ -9,8 +9,9 @@ Prov, Mark, Rom). Translation is the pruning analysis's base evaluation
 1.5 x source + 10, as ``fairseq-generate`` in the train stage's evaluation) on the shipped
 weights, loaded without unpickling; scores are sacrebleu's (``evaluate.bleu_chrf``).
 Perplexity is ``evaluate.perplexity`` on the English test verses: per predicted token, the next
-token and ``</s>`` for the LM (fairseq-validate's number, tested), the 15% corrupted positions
-for the MLM (seeded as the MLM output MI; fairseq's own masking draws other positions).
+token and ``</s>`` for the LM (fairseq-validate's number, tested); for the MLM the changed
+positions of the MLM output MI's seeded corruption, which leaves out the chosen-but-unchanged
+positions fairseq also scores (so it is higher than ``eval.json``'s fairseq MLM perplexity).
 """
 
 from __future__ import annotations
