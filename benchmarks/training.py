@@ -81,6 +81,14 @@ def run_recipe(name: str, changes: dict, *, config, text: Path, work: Path, minu
     cfg = config.train.model_copy(update={**changes, "threads": threads, "checkpoints": None})
     languages = config.corpus.languages
     paths = trainer.TrainingPaths(work / name, languages)
+    settings = {"changes": changes, "minutes": minutes, "points": points, "threads": threads,
+                "base": config.train.model_dump(mode="json", exclude={"checkpoints"})}
+    recorded = paths.root / "settings.json"
+    if recorded.is_file() and json.loads(recorded.read_text(encoding="utf-8")) != settings:
+        raise SystemExit(f"{paths.root} was trained with other settings ({recorded}); its points would mix "
+                         f"them: delete that directory or pass another --work")
+    paths.root.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(json.dumps(settings, indent=1), encoding="utf-8")
     if not paths.text.is_dir():
         shutil.copytree(text, paths.text)
     trainer.prepare_data(paths, cfg)
