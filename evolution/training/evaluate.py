@@ -73,7 +73,7 @@ def perplexity(adapter, sentences, *, seed: int = 0, max_tokens: int = 8192) -> 
     import torch
 
     from evolution.extract import batches
-    from evolution.metrics.importance import objective_items
+    from evolution.metrics.importance import objective_items, sentence_losses
 
     if adapter.objective not in ("lm", "mlm"):
         raise ValueError(f"{adapter.name}: perplexity is for causal and masked LMs, not {adapter.objective!r}; "
@@ -85,13 +85,9 @@ def perplexity(adapter, sentences, *, seed: int = 0, max_tokens: int = 8192) -> 
     with torch.inference_mode():
         for batch in batches([it.length for it in items], max_batch_tokens=max_tokens):
             chosen = [items[i] for i in batch]
-            logits = adapter.logits([it.inputs for it in chosen])
-            for b, it in enumerate(chosen):
-                pos = torch.as_tensor(it.positions, dtype=torch.long, device=logits.device)
-                lab = torch.as_tensor(it.labels, dtype=torch.long, device=logits.device)
-                rows = logits[b, pos].double()  # (predicted, V): only the scored positions in float64
-                nll -= float((rows[torch.arange(len(lab)), lab] - torch.logsumexp(rows, dim=-1)).sum())
-                n += len(it.labels)
+            counts = [len(it.labels) for it in chosen]
+            nll += float((sentence_losses(adapter, chosen).double() * torch.as_tensor(counts)).sum())
+            n += sum(counts)
     return math.exp(nll / n)
 
 
