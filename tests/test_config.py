@@ -88,11 +88,15 @@ def test_shipped_configs_load():
     assert all((m.path / "model.safetensors").is_file() for m in default.models)  # committed: a fresh clone has them
     scratch = load_config(root / "configs" / "from-scratch.yaml")
     assert [m.name for m in scratch.models] == ["mt", "lm", "mlm"] and scratch.train.layers == 6
-    for section in ("corpus", "extract", "metrics", "report"):
+    for section in ("corpus", "extract", "report"):
         assert getattr(scratch, section) == getattr(default, section), section
+    # the same analyses; from-scratch also repeats them on the checkpoints it keeps
+    assert scratch.metrics.model_copy(update={"trajectory": None}) == default.metrics
+    assert default.metrics.trajectory is None and scratch.metrics.trajectory is not None
+    assert scratch.train.kept_updates("mt") == [25, 50, 100, 200, 400]
     full = load_config(root / "configs" / "bible-full.yaml")
     assert [m.path for m in full.models if m.kind == "shipped"][:1] == [default.models[0].path]
-    budget = {"updates", "warmup_updates", "save_interval_updates", "seeds", "token_dropout"}
+    budget = {"updates", "warmup_updates", "save_interval_updates", "seeds", "token_dropout", "checkpoints"}
     assert full.train.model_dump(exclude=budget) == scratch.train.model_dump(exclude=budget)
     assert list(full.train.runs(full.seed)) == ["mt", "mt-seed1", "mt-tokdrop", "lm", "lm-seed1", "lm-tokdrop",
                                                 "mlm", "mlm-seed1"]
