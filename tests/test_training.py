@@ -542,26 +542,28 @@ def test_checkpoint_schedule_is_log_spaced_below_the_total():
     assert CheckpointSchedule(first=50, factor=4).updates(50) == []
 
 
-def test_kept_checkpoints_are_those_of_the_uninterrupted_run(trained, tmp_path):
+@pytest.mark.parametrize("run", ["mlm", "mt", "lm"])
+def test_kept_checkpoints_are_those_of_the_uninterrupted_run(trained, tmp_path, run):
     """``train.checkpoints`` stops the run at each kept update and resumes it: the final
-    weights are bit-identical to the uninterrupted run's (MLM: random masking and dropout),
+    weights are bit-identical to the uninterrupted run's (every objective; the MLM with its random
+    masking and dropout),
     and the checkpoint kept at update 2 is the model of a run of 2 updates."""
     from evolution.config import CheckpointSchedule
     from evolution.models import load_adapter
 
     paths = trained["paths"]
     base = trained["cfg"].train
-    spec = base.runs(0)["mlm"]
+    spec = base.runs(0)[run]
 
     def fresh(where: Path) -> trainer.TrainingPaths:
         copy = trainer.TrainingPaths(where, ("en", "xx"))
         shutil.copytree(paths.root, copy.root)
-        shutil.rmtree(copy.run_dir("mlm"))
+        shutil.rmtree(copy.run_dir(run))
         return copy
 
     kept = fresh(tmp_path / "kept")
     cfg = base.model_copy(update={"checkpoints": CheckpointSchedule(first=1, factor=2)})
-    result = trainer.train_run(kept, cfg, "mlm", spec, languages=("en", "xx"), progress=False)
+    result = trainer.train_run(kept, cfg, run, spec, languages=("en", "xx"), progress=False)
     assert result["kept"] == [1, 2] and result["updates"] == 4
 
     def weights(p: Path) -> dict[str, torch.Tensor]:
@@ -570,20 +572,20 @@ def test_kept_checkpoints_are_those_of_the_uninterrupted_run(trained, tmp_path):
     def same(a: dict, b: dict) -> bool:
         return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
-    assert same(weights(kept.checkpoint("mlm")), weights(paths.checkpoint("mlm")))
+    assert same(weights(kept.checkpoint(run)), weights(paths.checkpoint(run)))
     short = fresh(tmp_path / "short")
-    two = base.model_copy(update={"updates": base.updates.model_copy(update={"mlm": 2})})
-    trainer.train_run(short, two, "mlm", spec, languages=("en", "xx"), progress=False)
-    assert same(weights(kept.kept("mlm", 2)), weights(short.checkpoint("mlm")))
+    two = base.model_copy(update={"updates": base.updates.model_copy(update={run: 2})})
+    trainer.train_run(short, two, run, spec, languages=("en", "xx"), progress=False)
+    assert same(weights(kept.kept(run, 2)), weights(short.checkpoint(run)))
     # killed after the segment to update 2, before keeping it: the resumed run keeps it from checkpoint_last
-    (short.run_dir("mlm") / "done.json").unlink()
-    again = trainer.train_run(short, cfg, "mlm", spec, languages=("en", "xx"), progress=False)
+    (short.run_dir(run) / "done.json").unlink()
+    again = trainer.train_run(short, cfg, run, spec, languages=("en", "xx"), progress=False)
     assert again["resumed_from"] == 2 and again["kept"] == [2]  # update 1 passed unkept: lost (logged)
-    assert same(weights(short.kept("mlm", 2)), weights(kept.kept("mlm", 2)))
-    assert same(weights(short.checkpoint("mlm")), weights(paths.checkpoint("mlm")))
-    assert not same(weights(kept.kept("mlm", 1)), weights(kept.kept("mlm", 2)))
-    state = torch.load(str(kept.kept("mlm", 2)), map_location="cpu", weights_only=False)
+    assert same(weights(short.kept(run, 2)), weights(kept.kept(run, 2)))
+    assert same(weights(short.checkpoint(run)), weights(paths.checkpoint(run)))
+    assert not same(weights(kept.kept(run, 1)), weights(kept.kept(run, 2)))
+    state = torch.load(str(kept.kept(run, 2)), map_location="cpu", weights_only=False)
     assert state["last_optimizer_state"] is None  # weights and arguments only
-    adapter = load_adapter({"kind": "fairseq", "path": str(kept.kept("mlm", 2)), "data": str(kept.data("mlm")),
+    adapter = load_adapter({"kind": "fairseq", "path": str(kept.kept(run, 2)), "data": str(kept.data(run)),
                             "sentencepiece": str(kept.spm_model)})
     assert adapter.num_layers == 2  # the kept file loads as a model
