@@ -174,3 +174,15 @@ def test_a_new_checkpoint_computes_only_itself(trajectory, tmp_path):
     shutil.rmtree(stage.snapshot(trajectory, 1))
     pending = stage.pending(trajectory)
     assert len(pending) == 2 and "update 1 " in pending[0] and "curves" in pending[1]
+
+
+def test_curve_tick_labels_do_not_overprint_on_the_log_axis():
+    """The final models' totals sit close together on the log axis of the curves: of 600, 700,
+    800 and 1000 (gaps of 0.07, 0.06 and 0.10 decades) only 600 and 1000 are labelled; the
+    kept updates, a factor 2 apart (0.3 decades), all are."""
+    from evolution.report.trajectory import _spaced_labels
+
+    assert _spaced_labels([25, 50, 100, 200, 400, 600, 700, 800, 1000]) == [
+        "25", "50", "100", "200", "400", "600", "", "", "1000"]
+    assert _spaced_labels([1, 2, 4]) == ["1", "2", "4"]
+    assert _spaced_labels([100, 110, 400]) == ["100", "", "400"]

@@ -35,6 +35,20 @@ def verdict_grid(verdicts):
     return fig
 
 
+def _spaced_labels(updates, *, min_gap: float = 0.1) -> list[str]:
+    """Tick labels for ``updates`` on a log axis: a label closer than ``min_gap`` decades to the
+    previous labelled one is left blank (the final models' totals, 600 / 700 / 800 / 1000,
+    would overprint each other); the last update is always labelled."""
+    labels, last = [], None
+    for i, u in enumerate(updates):
+        far = last is None or np.log10(u) - np.log10(last) >= min_gap
+        if far and i < len(updates) - 1 and np.log10(updates[-1]) - np.log10(u) < min_gap:
+            far = False  # leave room for the last label
+        labels.append(str(int(u)) if far or i == len(updates) - 1 else "")
+        last = u if labels[-1] else last
+    return labels
+
+
 def curve_grid(curves):
     """Rows: MI with the input / H(X), kNN same-token rate, PWCCA distance to the final model;
     columns: objectives; one line per layer, against training updates (log scale)."""
@@ -61,7 +75,8 @@ def curve_grid(curves):
                 ax.plot(x[ok], y[ok], marker="o", ms=3, color=cmap(layer / max(1, len(layers) - 1)),
                         label=f"layer {layer}")
             ax.set_xscale("log")
-            ax.set_xticks(x, [str(int(u)) for u in x])  # the kept updates themselves, not 2 x 10^0
+            ax.set_xticks(x, _spaced_labels(x))  # the kept updates themselves, not 2 x 10^0
+            ax.ticklabel_format(axis="y", useOffset=False)  # 0.9996, not "+1" and -0.0004
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.tick_params(axis="x", labelrotation=45 if len(x) > 5 else 0)
             if r == 0:
