@@ -12,7 +12,7 @@ models, with the config's bootstrap intervals); each checkpoint's cost is the ti
 ``trajectory`` stage logs for it (extraction of that update's models and their analyses
 without intervals, plus the distance of each layer to the final model); the stage's own
 wall time adds the final collection into ``trajectory.zarr``. Read the ratios: the machine
-sets the seconds. Writes ``<out>/trajectory.json``.
+sets the seconds. Writes ``<out>/full/trajectory.json`` (``<out>/n<N>/`` with ``--sentences N``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ SNAPSHOT = re.compile(r"trajectory: update (\d+) \(([^)]*)\) in ([0-9.]+) s")
 
 
 def snapshot_seconds(log: Path) -> dict[int, dict]:
-    """``update -> {models, seconds}`` from the trajectory stage's log lines (the last run's)."""
+    """``update -> {models, seconds}`` from the trajectory stage's log lines (a later line for the same update wins)."""
     out = {}
     for line in log.read_text(encoding="utf-8").splitlines():
         m = SNAPSHOT.search(line)
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     if not snapshots:
         raise SystemExit(f"no trajectory snapshot was logged in {log}: does {args.config} set train.checkpoints "
                          "and metrics.trajectory?")
-    full = [s["seconds"] for s in snapshots.values() if len(s["models"]) == max(len(x["models"])
-                                                                                 for x in snapshots.values())]
+    widest = max(len(s["models"]) for s in snapshots.values())  # a checkpoint of every objective
+    full = [s["seconds"] for s in snapshots.values() if len(s["models"]) == widest]
     result = {"config": str(args.config), "sentences": args.sentences, "stages": stages,
               "final_pass_seconds": round(final, 1), "snapshots": snapshots,
               "per_checkpoint_ratio": round(sum(full) / len(full) / final, 3),

@@ -546,8 +546,7 @@ def test_checkpoint_schedule_is_log_spaced_below_the_total():
 def test_kept_checkpoints_are_those_of_the_uninterrupted_run(trained, tmp_path, run):
     """``train.checkpoints`` stops the run at each kept update and resumes it: the final
     weights are bit-identical to the uninterrupted run's (every objective; the MLM with its random
-    masking and dropout),
-    and the checkpoint kept at update 2 is the model of a run of 2 updates."""
+    masking and dropout), and the checkpoint kept at update 2 is the model of a run of 2 updates."""
     from evolution.config import CheckpointSchedule
     from evolution.models import load_adapter
 
