@@ -186,3 +186,27 @@ def test_curve_tick_labels_do_not_overprint_on_the_log_axis():
         "25", "50", "100", "200", "400", "600", "", "", "1000"]
     assert _spaced_labels([1, 2, 4]) == ["1", "2", "4"]
     assert _spaced_labels([100, 110, 400]) == ["100", "", "400"]
+
+
+def test_curve_panels_of_a_metric_share_one_y_scale():
+    """An MLM whose MI stays within 0.995-1.000 must not look as eventful as an MT falling from
+    1.0 to 0.2: the panels of one row (one metric, every objective) share their y limits, which
+    span both objectives' values."""
+    import xarray as xr
+
+    from evolution.report.trajectory import curve_grid
+
+    x, layers = [25, 50, 100], [0, 1]
+    mi = np.array([[[1.0, 1.0], [0.9, 0.6], [0.8, 0.2]],          # mt: falls to 0.2
+                   [[0.999, 0.999], [0.998, 0.997], [0.997, 0.995]]])  # mlm: within 0.005
+    dims = ("objective", "checkpoint", "layer")
+    curves = xr.Dataset({"mi_input": (dims, mi), "same_token": (dims, mi),
+                         "to_final": (dims + ("metric",), np.stack([mi, mi], axis=-1))},
+                        coords={"objective": ["mt", "mlm"], "checkpoint": x, "layer": layers,
+                                "metric": ["pwcca", "cka"]})
+    fig = curve_grid(curves)
+    axes = np.array(fig.axes).reshape(3, 2)
+    for row in axes:
+        low, high = row[1].get_ylim()
+        assert row[0].get_ylim() == (low, high)
+        assert low <= 0.2 and high >= 1.0  # the MLM's panel shows the MT's range too

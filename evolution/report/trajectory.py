@@ -51,7 +51,9 @@ def _spaced_labels(updates, *, min_gap: float = 0.1) -> list[str]:
 
 def curve_grid(curves):
     """Rows: MI with the input / H(X), kNN same-token rate, PWCCA distance to the final model;
-    columns: objectives; one line per layer, against training updates (log scale)."""
+    columns: objectives; one line per layer, against training updates (log scale). The panels of a
+    row share their y axis, so that a change of 0.005 in one objective does not look like one of 0.8
+    in another."""
     from matplotlib.ticker import NullFormatter
 
     from evolution.analyses.plotting import plt
@@ -59,7 +61,7 @@ def curve_grid(curves):
     rows = [("mi_input", "MI(input) / H(X)"), ("same_token", "same-token rate"), ("to_final", "PWCCA to final")]
     objectives = list(curves["objective"].values)
     fig, axes = plt().subplots(len(rows), len(objectives), figsize=(3.2 * len(objectives), 2.4 * len(rows)),
-                               sharex=True, squeeze=False)
+                               sharex=True, sharey="row", squeeze=False)
     x = curves["checkpoint"].values
     layers = curves["layer"].values
     cmap = plt().get_cmap("viridis")
