@@ -104,6 +104,29 @@ def test_shipped_configs_load():
         load_config(root / "configs" / "wmt.yaml")
 
 
+def test_bible_full_trajectory_config_trains_what_bible_full_trains():
+    """configs/bible-full-trajectory.yaml trains mt, lm and mlm exactly as configs/bible-full-train.yaml
+    does (the controls aside), keeps 7 log-spaced checkpoints of each, and analyses the final models
+    as configs/bible-full.yaml does, without its head-importance, probe and pruning runs."""
+    from evolution.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    traj = load_config(root / "configs" / "bible-full-trajectory.yaml")
+    train = load_config(root / "configs" / "bible-full-train.yaml")
+    full = load_config(root / "configs" / "bible-full.yaml")
+    assert [(m.name, m.kind) for m in traj.models] == [("mt", "trained"), ("lm", "trained"), ("mlm", "trained")]
+    controls = {"seeds", "token_dropout", "checkpoints"}
+    assert traj.train.model_dump(exclude=controls) == train.train.model_dump(exclude=controls)
+    assert list(traj.train.runs(traj.seed)) == ["mt", "lm", "mlm"]
+    for objective in ("mt", "lm", "mlm"):
+        assert traj.train.kept_updates(objective) == [50, 100, 200, 400, 800, 1600, 3200]
+    for section in ("corpus", "extract", "seed"):
+        assert getattr(traj, section) == getattr(full, section), section
+    heavy = {"importance": None, "probes": None, "pruning": None}
+    assert traj.metrics.model_copy(update={**heavy, "trajectory": None}) == full.metrics.model_copy(update=heavy)
+    assert traj.metrics.trajectory is not None and traj.workdir != full.workdir
+
+
 def test_train_needs_a_parallel_corpus(tmp_path):
     from evolution.config import ConfigError, load_config
 
