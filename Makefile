@@ -91,8 +91,8 @@ bench-peers: setup
 bench-scale: setup
 	$(PY) benchmarks/scale.py configs/bible-paper.yaml --sentences 15230 30460 --out runs/scale --train runs/bible-full/train
 
-# Quality per training minute: MT, LM and MLM trained for 5 minutes each with today's recipe and two
-# candidates, scored on the test books (results/training/quality.json, docs/training.md); ~75 minutes.
+# Quality per training minute: MT, LM and MLM trained for 5 minutes each with today's recipe and three
+# candidates, scored on the test books (results/training/quality.json, docs/training.md); ~100 minutes.
 bench-training: setup
 	$(PY) benchmarks/training.py
 

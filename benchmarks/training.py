@@ -2,7 +2,9 @@
 budget with today's recipe (the ``train`` section of ``configs/from-scratch.yaml``) and with
 candidate recipes, scored on the test books at a few points of the budget (issue 24, item 1).
 
-    python benchmarks/training.py [--minutes 5] [--points 3] [--recipes today no-dropout prenorm-lr2e-3]
+    python benchmarks/training.py [--minutes 5] [--points 3] [--recipes today no-dropout prenorm-lr2e-3 lr2e-3]
+    python benchmarks/training.py --config configs/bible-full-train.yaml --budget updates \
+        --objectives lm --recipes no-dropout --points 2 --work runs/bench-training-full --out results/training-full
 
 * **Identical but for the objective.** A recipe changes the ``train`` section for all three
   objectives alike; each recipe gets its own vocabulary, binarised data and initial encoder
@@ -13,6 +15,9 @@ candidate recipes, scored on the test books at a few points of the budget (issue
   training time (fairseq's: with data loading, validation and checkpoint saves at each
   resume); the CPU time of the training processes (user + system, both torch threads) and
   their wall time are stored beside it.
+* **Or the budget is the config's updates** (``--budget updates``): each objective trains for its
+  ``train.updates`` and is scored at ``updates * k / points``: what a recipe gives at a longer
+  run's budget (``configs/bible-full-train.yaml``), to set beside that run's own scores.
 * **Vocabulary recipes** change what a perplexity is counted in (pieces): compare them by
   their ratio to their own unigram baseline (stored with every point), not by the raw number.
 * **Scores** are the train stage's evaluation (``trainer.evaluate_runs``): sacrebleu BLEU and
@@ -74,8 +79,10 @@ def corpus_text(config: Path, work: Path) -> Path:
 
 
 def run_recipe(name: str, changes: dict, *, config, text: Path, work: Path, minutes: float, points: int,
-               threads: int, objectives: list[str]) -> dict:
-    """Train and score every objective of one recipe; returns ``{objective: [point, ...]}``."""
+               threads: int, objectives: list[str], budget: str = "minutes") -> dict:
+    """Train and score every objective of one recipe; returns ``{objective: [point, ...]}``.
+    ``budget`` "minutes": ``minutes`` of training time per run; "updates": the config's
+    ``train.updates`` of each objective."""
     from evolution.training import fairseq_cli, trainer
 
     cfg = config.train.model_copy(update={**changes, "threads": threads, "checkpoints": None})
@@ -83,6 +90,8 @@ def run_recipe(name: str, changes: dict, *, config, text: Path, work: Path, minu
     paths = trainer.TrainingPaths(work / name, languages)
     settings = {"changes": changes, "minutes": minutes, "points": points, "threads": threads,
                 "base": config.train.model_dump(mode="json", exclude={"checkpoints"})}
+    if budget != "minutes":  # recorded only when used: directories of the minutes budget stay valid
+        settings = {**settings, "budget": budget, "minutes": None}
     recorded = paths.root / "settings.json"
     if recorded.is_file() and json.loads(recorded.read_text(encoding="utf-8")) != settings:
         raise SystemExit(f"{paths.root} was trained with other settings ({recorded}); its points would mix "
@@ -106,9 +115,14 @@ def run_recipe(name: str, changes: dict, *, config, text: Path, work: Path, minu
                  {"cpu_minutes": scored[-1]["cpu_minutes"] if scored else 0.0,
                   "process_minutes": scored[-1]["process_minutes"] if scored else 0.0})
         for k in range(len(scored) + 1, points + 1):
-            stop = minutes * k / points
-            args = trainer.run_args(paths, cfg, objective, spec, languages=languages, updates=10 ** 7)
-            args += ["--stop-time-hours", f"{stop / 60:.6f}"]
+            if budget == "updates":
+                total = getattr(cfg.updates, objective)
+                args = trainer.run_args(paths, cfg, objective, spec, languages=languages,
+                                        updates=round(total * k / points))
+            else:
+                stop = minutes * k / points
+                args = trainer.run_args(paths, cfg, objective, spec, languages=languages, updates=10 ** 7)
+                args += ["--stop-time-hours", f"{stop / 60:.6f}"]
             t0, c0 = time.perf_counter(), _children_cpu()
             proc = fairseq_cli.run("train", args, threads=threads, what=f"training {name}/{objective}")
             wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
@@ -157,8 +171,9 @@ def plot(result: dict, path: Path) -> None:
         if key == "ppl":
             ax.set_yscale("log")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"{result['minutes']:g} training minutes per run, scored at {result['points']} points "
-                 f"({result['threads']} torch threads)", fontsize=9)
+    budget = (f"{result['minutes']:g} training minutes per run" if result.get("budget", "minutes") == "minutes"
+              else "each objective's updates of " + result["config"])
+    fig.suptitle(f"{budget}, scored at {result['points']} points ({result['threads']} torch threads)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -171,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", type=Path, default=ROOT / "configs" / "from-scratch.yaml")
     p.add_argument("--minutes", type=float, default=5.0, help="training minutes per run")
+    p.add_argument("--budget", choices=["minutes", "updates"], default="minutes",
+                   help="train each run for --minutes, or for the config's train.updates of its objective")
     p.add_argument("--points", type=int, default=3, help="scored points per run, evenly spaced in time")
-    p.add_argument("--recipes", nargs="+", default=["today", "no-dropout", "prenorm-lr2e-3"], choices=sorted(RECIPES))
+    p.add_argument("--recipes", nargs="+", default=["today", "no-dropout", "prenorm-lr2e-3", "lr2e-3"], choices=sorted(RECIPES))
     p.add_argument("--objectives", nargs="+", default=["mt", "lm", "mlm"], choices=["mt", "lm", "mlm"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-training")
@@ -187,14 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.config} has no train section; pass --config configs/from-scratch.yaml")
     args.work.mkdir(parents=True, exist_ok=True)
     text = corpus_text(args.config, args.work)
-    result = {"config": str(args.config.resolve().relative_to(ROOT)), "minutes": args.minutes,
+    minutes = args.minutes if args.budget == "minutes" else None
+    result = {"config": str(args.config.resolve().relative_to(ROOT)), "budget": args.budget, "minutes": minutes,
               "points": args.points, "threads": args.threads,
               "base": config.train.model_dump(mode="json", exclude={"checkpoints"}),
               "changes": {n: RECIPES[n] for n in args.recipes}, "recipes": {}, "versions": versions()}
     for name in args.recipes:
         result["recipes"][name] = run_recipe(name, RECIPES[name], config=config, text=text, work=args.work,
-                                             minutes=args.minutes, points=args.points, threads=args.threads,
-                                             objectives=args.objectives)
+                                             minutes=minutes, points=args.points, threads=args.threads,
+                                             objectives=args.objectives, budget=args.budget)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "quality.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     plot(result, args.out / "quality.png")
