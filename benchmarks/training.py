@@ -153,7 +153,9 @@ def plot(result: dict, path: Path) -> None:
 
     panels = [("mt", "bleu", "MT: test BLEU"), ("lm", "ppl", "LM: test perplexity"),
               ("mlm", "ppl", "MLM: test perplexity (masked tokens)")]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels = [p for p in panels if any(runs.get(p[0]) for runs in result["recipes"].values())]  # trained ones
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.8), squeeze=False)
+    axes = axes[0]
     for ax, (objective, key, title) in zip(axes, panels):
         baseline = None
         for name, runs in result["recipes"].items():
@@ -173,7 +175,10 @@ def plot(result: dict, path: Path) -> None:
     axes[0].legend(fontsize=8)
     budget = (f"{result['minutes']:g} training minutes per run" if result.get("budget", "minutes") == "minutes"
               else "each objective's updates of " + result["config"])
-    fig.suptitle(f"{budget}, scored at {result['points']} points ({result['threads']} torch threads)", fontsize=9)
+    import textwrap
+
+    title = f"{budget}, scored at {result['points']} points ({result['threads']} torch threads)"
+    fig.suptitle("\n".join(textwrap.wrap(title, 45 * len(panels))), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
