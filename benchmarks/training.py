@@ -4,7 +4,7 @@ candidate recipes, scored on the test books at a few points of the budget (issue
 
     python benchmarks/training.py [--minutes 5] [--points 3] [--recipes today no-dropout prenorm-lr2e-3 lr2e-3]
     python benchmarks/training.py --config configs/bible-full-train.yaml --budget updates \
-        --objectives lm --recipes no-dropout --points 2 --work runs/bench-training-full --out results/training-full
+        --objectives lm --recipes prenorm-lr2e-3 --points 2 --work runs/bench-training-full --out results/training-full
 
 * **Identical but for the objective.** A recipe changes the ``train`` section for all three
   objectives alike; each recipe gets its own vocabulary, binarised data and initial encoder
@@ -37,6 +37,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def run_recipe(name: str, changes: dict, *, config, text: Path, work: Path, minu
     settings = {"changes": changes, "minutes": minutes, "points": points, "threads": threads,
                 "base": config.train.model_dump(mode="json", exclude={"checkpoints"})}
     if budget != "minutes":  # recorded only when used: directories of the minutes budget stay valid
-        settings = {**settings, "budget": budget, "minutes": None}
+        settings["budget"] = budget
     recorded = paths.root / "settings.json"
     if recorded.is_file() and json.loads(recorded.read_text(encoding="utf-8")) != settings:
         raise SystemExit(f"{paths.root} was trained with other settings ({recorded}); its points would mix "
@@ -175,8 +176,6 @@ def plot(result: dict, path: Path) -> None:
     axes[0].legend(fontsize=8)
     budget = (f"{result['minutes']:g} training minutes per run" if result.get("budget", "minutes") == "minutes"
               else "each objective's updates of " + result["config"])
-    import textwrap
-
     title = f"{budget}, scored at {result['points']} points ({result['threads']} torch threads)"
     fig.suptitle("\n".join(textwrap.wrap(title, 45 * len(panels))), fontsize=9)
     fig.tight_layout()
@@ -193,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=5.0, help="training minutes per run")
     p.add_argument("--budget", choices=["minutes", "updates"], default="minutes",
                    help="train each run for --minutes, or for the config's train.updates of its objective")
-    p.add_argument("--points", type=int, default=3, help="scored points per run, evenly spaced in time")
+    p.add_argument("--points", type=int, default=3, help="scored points per run, evenly spaced in the budget")
     p.add_argument("--recipes", nargs="+", default=["today", "no-dropout", "prenorm-lr2e-3", "lr2e-3"], choices=sorted(RECIPES))
     p.add_argument("--objectives", nargs="+", default=["mt", "lm", "mlm"], choices=["mt", "lm", "mlm"])
     p.add_argument("--threads", type=int, default=2)
