@@ -15,10 +15,11 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from evolution.config import ConfigError, load_config
+from evolution.config import ConfigError, load_config, parse_overrides
 from evolution.corpus import CorpusError
 from evolution.models import ModelLoadError
 from evolution.store import StoreError
@@ -58,9 +59,13 @@ class DiskFull(RuntimeError):
 
 
 def run(config_path: str | Path, *, stage: str | None = None, force: list[str] | None = None,
-        dry_run: bool = False, workdir: str | Path | None = None, progress: bool = True) -> Context:
-    """Run the pipeline as the CLI does; returns the run's :class:`Context`."""
-    overrides = {"workdir": str(Path(workdir).resolve())} if workdir else None
+        dry_run: bool = False, workdir: str | Path | None = None, progress: bool = True,
+        overrides: dict[str, Any] | None = None) -> Context:
+    """Run the pipeline as the CLI does; returns the run's :class:`Context`. ``overrides``: dotted
+    keys replacing the file's (:func:`evolution.config.load_config`; the CLI's ``--set``)."""
+    overrides = {**(overrides or {}), **({"workdir": str(Path(workdir).resolve())} if workdir else {})}
+    if overrides:
+        logger.info("config overrides: %s", ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
     config = load_config(config_path, overrides=overrides)
     order = stage_order(stage)
     forced: set[str] = set()
@@ -135,13 +140,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="redo this stage and every stage after it (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="print what would run and stop")
     parser.add_argument("--workdir", help="override the config's workdir")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="replace one setting of the config, the value read as YAML (repeatable), "
+                             "e.g. --set metrics.pruning=null")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
     try:
         run(args.config, stage=args.stage, force=args.force, dry_run=args.dry_run, workdir=args.workdir,
-            progress=not args.no_progress)
+            progress=not args.no_progress, overrides=parse_overrides(args.overrides))
     except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, StoreError, ConnectionError) as exc:
         logger.error("%s", exc)
         return 2

@@ -137,3 +137,23 @@ def test_train_needs_a_parallel_corpus(tmp_path):
     (tmp_path / "c.yaml").write_text("corpus: {path: c.txt}\nmodels: [{name: mt, kind: trained}]\n")
     with pytest.raises(ConfigError, match="no train section"):
         load_config(tmp_path / "c.yaml")
+
+
+def test_set_overrides_replace_one_nested_key_and_leave_the_rest(tmp_path, good):
+    """``--set metrics.pruning=null`` turns one analysis off; its sibling keys keep the file's values."""
+    from evolution.config import parse_overrides
+
+    path = _write(tmp_path, good + "seed: 3\nmetrics:\n  mi: {k: 7, restarts: 2}\n  pruning: {lambdas: [0.1]}\n")
+    assert load_config(path).metrics.pruning.lambdas == [0.1]
+    overrides = parse_overrides(["metrics.pruning=null", "metrics.mi.k=11", "seed=5", "extract.attention={sentences: 4}"])
+    assert overrides == {"metrics.pruning": None, "metrics.mi.k": 11, "seed": 5, "extract.attention": {"sentences": 4}}
+    cfg = load_config(path, overrides=overrides)
+    assert cfg.metrics.pruning is None
+    assert (cfg.metrics.mi.k, cfg.metrics.mi.restarts) == (11, 2)  # restarts from the file
+    assert cfg.seed == 5 and cfg.extract.attention.sentences == 4  # a section the file left out
+    with pytest.raises(ConfigError, match=r"metrics\.mi\.kk: unknown key"):
+        load_config(path, overrides={"metrics.mi.kk": 1})
+    with pytest.raises(ConfigError, match=r"seed in .* is not a section"):
+        load_config(path, overrides={"seed.x": 1})
+    with pytest.raises(ConfigError, match=r"KEY=VALUE"):
+        parse_overrides(["metrics.pruning"])

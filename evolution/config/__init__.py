@@ -25,7 +25,7 @@ from evolution.config.metrics import (HeadsConfig, ImportanceConfig, InfluenceCo
 from evolution.config.report import ReportConfig, ViewsConfig
 from evolution.config.train import CheckpointSchedule, ObjectiveBudget, TrainConfig
 from evolution.config.models import ModelConfig
-from evolution.config.run import EvolutionConfig, load_config, resolved_dict
+from evolution.config.run import EvolutionConfig, load_config, parse_overrides, resolved_dict
 
 __all__ = [
     "ConfigError",
@@ -43,5 +43,6 @@ __all__ = [
     "CheckpointSchedule",
     "EvolutionConfig",
     "load_config",
+    "parse_overrides",
     "resolved_dict",
 ]

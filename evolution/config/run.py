@@ -146,7 +146,8 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
     path
         The YAML file. Relative paths inside it are resolved against its directory.
     overrides
-        Top-level keys that replace those in the file (the CLI's ``--workdir``).
+        Keys that replace those in the file: top-level (the CLI's ``--workdir``) or dotted into
+        sections (the CLI's ``--set metrics.pruning=null``: ``{"metrics.pruning": None}``).
 
     Raises
     ------
@@ -164,11 +165,45 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys (workdir, corpus, models, ...)")
-    data.update(overrides or {})
+    for key, value in (overrides or {}).items():
+        _override(data, key, value, path=path)
     try:
         return EvolutionConfig.model_validate(data, context={"base_dir": path.resolve().parent})
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, str(path))) from None
+
+
+def _override(data: dict, key: str, value: Any, *, path: Path) -> None:
+    """Set the dotted ``key`` (``metrics.pruning``) of ``data`` to ``value``, creating sections
+    that the file leaves out."""
+    *parents, last = key.split(".")
+    if not all(parents + [last]):
+        raise ConfigError(f"override {key!r}: a key is dotted section names, e.g. metrics.pruning")
+    node = data
+    for i, part in enumerate(parents):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {key!r}: {'.'.join(parents[:i + 1])} in {path} is not a section "
+                              f"(it is {child!r}); override it as a whole instead")
+        node = child
+    node[last] = value
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["metrics.pruning=null", "seed=1"]`` -> ``{"metrics.pruning": None, "seed": 1}``: each
+    value read as YAML (the CLI's ``--set``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: write KEY=VALUE, e.g. --set metrics.pruning=null")
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: the value is not YAML ({exc})") from None
+    return out
 
 
 def resolved_dict(section: BaseModel) -> dict[str, Any]:
