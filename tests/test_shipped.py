@@ -215,3 +215,30 @@ def test_lm_perplexity_of_shipped_weights_is_fairseqs(trained, shipped):
     assert batched != pytest.approx(evaluate.perplexity(mlm, ids, seed=1), rel=1e-6)  # the seed picks the masks
     with pytest.raises(ValueError, match="translation model"):
         evaluate.perplexity(ShippedAdapter(shipped / "mt"), ids)
+
+
+def test_shipped_summary_shows_updates_and_only_the_scores_of_these_weights(tmp_path, caplog):
+    """The report's "Trained models" table for shipped models: each run's updates and objective
+    from model.json, and the test scores of scores.json only where they were computed on the
+    same weights (a stale entry, whose weights_sha256 differs, is left out with a warning)."""
+    import shutil
+    from pathlib import Path
+
+    from evolution.models.shipped import shipped_summary
+    from evolution.report.tables import training_table
+
+    committed = Path(__file__).resolve().parent.parent / "results" / "bible-full" / "models"
+    for name in ("mt", "lm-tokdrop"):
+        (tmp_path / name).mkdir()
+        shutil.copy(committed / name / "model.json", tmp_path / name / "model.json")
+    meta = json.loads((tmp_path / "mt" / "model.json").read_text())
+    (tmp_path / "scores.json").write_text(json.dumps({
+        "mt": {"bleu": 12.345, "chrf": 40.25, "weights_sha256": meta["weights_sha256"]},
+        "lm-tokdrop": {"ppl": 43.2, "weights_sha256": "0" * 64}}))
+    summary = shipped_summary({"mt": tmp_path / "mt", "lm-tokdrop": tmp_path / "lm-tokdrop"})
+    assert summary["evaluation"] == {"mt": {"bleu": 12.345, "chrf": 40.25}}
+    assert "lm-tokdrop are of other weights" in caplog.text
+    rows, caption = training_table(summary)
+    assert rows[1] == ["mt", "mt", "0", "0", "3800", "", "", "12.35", "40.2"]
+    assert rows[2] == ["lm-tokdrop", "lm", "0", "0.1", "4000", "", "", "", ""]
+    assert "Shipped weights" in caption and shipped_summary({}) is None

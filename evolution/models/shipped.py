@@ -136,6 +136,36 @@ def run_spec(path: str | Path) -> dict:
             "token_dropout": float(model.get("input_token_dropout", 0.0) or 0.0)}
 
 
+#: test scores of the models of one directory, beside them (``results/bible-full/evaluate_shipped.py``)
+SCORES = "scores.json"
+
+
+def shipped_summary(models: dict[str, str | Path]) -> dict | None:
+    """What the report's "Trained models" table shows for shipped models (``name -> directory``),
+    in the train stage's ``eval.json`` layout: ``runs`` (:func:`run_spec`), ``timings`` (the
+    update count of ``model.json``) and ``evaluation``: the model's entry in ``scores.json``
+    beside its directory, only where the entry's ``weights_sha256`` is the model's (scores of
+    other weights are left out, with a warning). None for no models."""
+    if not models:
+        return None
+    runs, timings, evaluation = {}, {}, {}
+    for name, path in models.items():
+        path = Path(path)
+        meta = json.loads((path / META).read_text(encoding="utf-8"))
+        runs[name] = run_spec(path)
+        timings[name] = {"updates": meta.get("updates")}
+        scores_path = path.parent / SCORES
+        scores = json.loads(scores_path.read_text(encoding="utf-8")).get(path.name) if scores_path.is_file() else None
+        if scores is None:
+            continue
+        if scores.get("weights_sha256") != meta.get("weights_sha256"):
+            logger.warning("%s: the scores of %s are of other weights than %s (weights_sha256 differs); they are "
+                           "left out of the report: score the model again", scores_path, path.name, path / WEIGHTS)
+            continue
+        evaluation[name] = {k: scores[k] for k in ("ppl", "bleu", "chrf") if k in scores}
+    return {"runs": runs, "timings": timings, "evaluation": evaluation, "shipped": True}
+
+
 def shipped_vocabulary(path: str | Path) -> Path:
     """The vocabulary directory (``dict.txt``, ``spm.model``) that ``model.json`` names."""
     meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))

@@ -216,6 +216,11 @@ def training_caption(training: dict) -> str:
     stored, positive and at least the longest run's time (a total of 0 or one below a run's
     time is a total that was not measured)."""
     ev, cfg = training.get("evaluation", {}), training.get("config", {})
+    if training.get("shipped"):
+        return ("Shipped weights (kind: shipped): updates from each model's model.json; test scores from the "
+                "scores.json beside the models, where they are of these weights (BLEU / chrF: beam 4, sacrebleu; "
+                "LM perplexity per next token; MLM perplexity over the seeded corruption's changed positions, "
+                "evolution.training.evaluate.perplexity, so not fairseq's). Blank: not scored.")
     parts = ["Test split of the corpus."]
     if "unigram_ppl" in ev:
         parts.append(f"Unigram baseline perplexity (training-split piece frequencies): {ev['unigram_ppl']:.1f}.")

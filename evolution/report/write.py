@@ -174,7 +174,8 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
                 shown.append((href, text, what))
             else:
                 logger.warning("report: no link to %s: not in the report directory", href)
-        page = Page(title, run_paragraph(metrics_path, attrs, corpus=corpus, trained=training is not None), shown,
+        trained = training is not None and not training.get("shipped")  # shipped: trained elsewhere, maybe
+        page = Page(title, run_paragraph(metrics_path, attrs, corpus=corpus, trained=trained), shown,
                     sections)
         (tmp / "report.md").write_text(scrub_paths(render_md(page), workdir), encoding="utf-8")
         (tmp / "report.html").write_text(scrub_paths(render_html(page, extra_css=findings_css()), workdir),

@@ -47,6 +47,17 @@ class ReportStage(Stage):
         meta = json.loads(path.read_text(encoding="utf-8"))
         return {k: v for k, v in meta.items() if k not in ("lines", "refs")}
 
+    def _training(self, ctx: Context) -> dict | None:
+        """The train stage's ``eval.json``; without one (every model given), the shipped models'
+        summary (:func:`~evolution.models.shipped.shipped_summary`: updates and stored test
+        scores), so that a run on shipped weights still says what the models are."""
+        from evolution.models.shipped import shipped_summary
+
+        training = TrainStage().evaluation(ctx)
+        if training is not None:
+            return training
+        return shipped_summary({m.name: m.path for m in ctx.config.models if m.kind == "shipped"})
+
     def _views_data(self, ctx: Context) -> dict | None:
         """The data of ``views.html`` (Vig 2019) for the models extracted with attention; None
         without ``report.views`` or attention. Read before anything is written, so that a bad
@@ -103,7 +114,7 @@ class ReportStage(Stage):
                 path, trajectory, title=f"evolution: {ctx.config.workdir.name}: trajectory over training",
                 findings=scorecard(MetricsStage().path(ctx)))
         page = write_report(MetricsStage().path(ctx), self.directory(ctx), links=links, pages=pages,
-                            title=f"evolution: {ctx.config.workdir.name}", training=TrainStage().evaluation(ctx),
+                            title=f"evolution: {ctx.config.workdir.name}", training=self._training(ctx),
                             corpus=self._corpus_meta(ctx), workdir=ctx.workdir)
         (self.directory(ctx) / "done.json").write_text(json.dumps({"key": self._key(ctx)}), encoding="utf-8")
         logger.info("report: %s", page)
