@@ -130,3 +130,17 @@ def test_an_analysis_is_one_module_and_one_list_entry(tmp_path, corpus_file, mod
     (tmp_path / "w" / "metrics.zarr" / "zarr.json").unlink()  # the store is gone, the unit cache is not
     run(cfg, progress=False)
     assert len(calls) == 2 * n  # rebuilt from the cache
+    # metrics.reuse: another workdir copies the unit results of the same key instead of computing them
+    cache = tmp_path / "w" / "metrics" / "cache"
+    run(cfg, progress=False, workdir=tmp_path / "w2", overrides={"metrics.reuse": [str(cache)]})
+    assert len(calls) == 2 * n
+    np.testing.assert_array_equal(open_metrics(tmp_path / "w2" / "metrics.zarr", "mean_norm").norm.values,
+                                  got.norm.values)
+    assert {f.name for f in (tmp_path / "w2" / "metrics" / "cache").glob("mean_norm-*")} == \
+        {f.name for f in cache.glob("mean_norm-*")}
+    other = tmp_path / "other"  # results of other settings (another key) are not reused
+    other.mkdir()
+    for f in cache.glob("mean_norm-*.json"):
+        (other / (f.name.rsplit("-", 1)[0] + "-" + "0" * 16 + ".json")).write_text(f.read_text())
+    run(cfg, progress=False, workdir=tmp_path / "w3", overrides={"metrics.reuse": [str(other)]})
+    assert len(calls) == 3 * n

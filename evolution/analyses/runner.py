@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import xarray as xr
 
@@ -86,28 +86,43 @@ def _jsonable(o: Any) -> Any:
 
 
 def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, client=None, progress: bool = True,
-                 force: bool = False) -> dict[str, xr.Dataset]:
+                 force: bool = False, reuse: Sequence[Path] = ()) -> dict[str, xr.Dataset]:
     """Compute every unit of ``analyses`` not in ``cache`` (all with ``force``), then
     build their ``metrics.zarr`` groups. Returns datasets by group name, each
     carrying ``inputs.attrs`` (where the analysis set none of the same name) plus
-    its analysis's name and version."""
+    its analysis's name and version.
+
+    ``reuse``: read-only directories of unit results (files named as in ``cache``, e.g. a
+    committed ``results/<run>/units``); a unit whose file is there is copied into ``cache``
+    instead of being computed (not with ``force``). The file name holds the unit's key, so
+    only a result of the same inputs and settings is reused."""
+    import shutil
+
     import dask
 
     from evolution.extract import compute
 
     cache.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, dict]] = {a.name: {} for a in analyses}
-    todo, where = [], []
+    todo, where, reused = [], [], 0
     for a in analyses:
         for u in a.units(inputs):
             f = cache / f"{a.name}-{u.name}-{unit_key(a, u)}.json"
+            if not force and not f.is_file():
+                found = next((Path(d) / f.name for d in reuse if (Path(d) / f.name).is_file()), None)
+                if found is not None:
+                    tmp = f.with_name(f.name + ".partial")
+                    shutil.copyfile(found, tmp)
+                    os.replace(tmp, f)
+                    reused += 1
             if f.is_file() and not force:
                 results[a.name][u.name] = json.loads(f.read_text(encoding="utf-8"))
                 continue
             todo.append(dask.delayed(logged, pure=True)(u.fn, **u.kwargs, dask_key_name=f"{a.name}-{u.name}"))
             where.append((a.name, u.name, f))
     n_cached = sum(len(r) for r in results.values())
-    logger.info("metrics: %d task(s) to compute, %d cached", len(todo), n_cached)
+    logger.info("metrics: %d task(s) to compute, %d cached%s", len(todo), n_cached,
+                f" ({reused} reused from {', '.join(map(str, reuse))})" if reused else "")
     def keep(i: int, out: dict) -> None:
         """Cache one unit's result as soon as it is done (a killed run keeps it)."""
         name, unit, f = where[i]

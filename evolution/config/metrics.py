@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from evolution.config.base import _Section, _store_location, _treebank
+from evolution.config.base import _resolve, _Section, _store_location, _treebank
 
 
 class TokenSelection(_Section):
@@ -223,7 +224,7 @@ class MetricsConfig(_Section):
     """Which metrics the ``metrics`` stage computes, and how. A section set
     to ``null`` is skipped."""
 
-    added_later = ("trajectory",)
+    added_later = ("trajectory", "reuse")
 
     tokens: Annotated[TokenSelection, Field(default_factory=TokenSelection)]
     mi: MIConfig | None = Field(default_factory=MIConfig)
@@ -237,6 +238,10 @@ class MetricsConfig(_Section):
     pruning: PruningConfig | None = Field(None, description="L0 head pruning of MT models; off by default")
     trajectory: TrajectoryConfig | None = Field(None, description="the analyses on the checkpoints kept in training "
                                                                   "(train.checkpoints); off by default")
+    reuse: list[Path] | None = Field(None, description="directories of unit results to reuse read-only (files named "
+                                                       "as in <workdir>/metrics/cache, e.g. results/bible-full/units): "
+                                                       "a unit whose result is there, for the same inputs and settings, "
+                                                       "is copied instead of computed")
     store: str | None = Field(None, description="Zarr store path or fsspec URL of the metrics (s3://...; credentials "
                                                 "from the environment); default <workdir>/metrics.zarr")
 
@@ -244,3 +249,19 @@ class MetricsConfig(_Section):
     @classmethod
     def _store(cls, v: Any, info: ValidationInfo) -> str | None:
         return _store_location(v, info, "metrics.store")
+
+    @field_validator("reuse", mode="before")
+    @classmethod
+    def _reuse(cls, v: Any, info: ValidationInfo) -> list[Path] | None:
+        if v is None:
+            return None
+        if isinstance(v, (str, Path)):
+            v = [v]
+        out = []
+        for d in v:
+            path = _resolve(d, info)
+            if not path.is_dir():
+                raise ValueError(f"metrics.reuse: {str(d)!r} is not a directory of unit results (relative paths "
+                                 "are resolved against the config file's directory); fix the path or drop it")
+            out.append(path)
+        return out
