@@ -36,6 +36,7 @@ def test_defaults_and_relative_paths(tmp_path, good):
     ("extract: {too_long: crop}", r"extract\.too_long: .*'truncate', 'skip' or 'error'"),
     ("cluster: {kind: address}", r"cluster: .*give the scheduler address"),
     ("seeed: 3", r"seeed: unknown key"),
+    ("metrics: {pruning: {models: [mtt]}}", r"metrics\.pruning\.models: no model named \['mtt'\]; the models are \['m'\]"),
 ])
 def test_errors_name_the_key(tmp_path, good, edit, message):
     key = edit.split(":")[0]

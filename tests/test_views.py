@@ -219,6 +219,26 @@ def test_a_sentence_without_stored_attention_is_refused(viewed, model_specs):
     assert (viewed["tmp"] / "w" / "report" / "report.html").is_file()  # nor the previous report
 
 
+
+def test_views_of_chosen_models_only(viewed):
+    """report.views.models: the page holds those models' data alone, the same as on the page of
+    every model; a name that is not a model stops the run at the config, naming the key."""
+    cfg, n = viewed["cfg"], viewed["n"]
+    text = cfg.read_text().replace("sentences: [0, 99]", f"sentences: [0, 3, {n}, {n + 1}]")
+    cfg.write_text(text.replace("top_k: 3}", "top_k: 3, models: [gpt2, translation]}"))
+    run(cfg, progress=False)
+    page = (viewed["tmp"] / "w" / "report" / "views.html").read_text()
+    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page,
+                                re.S).group(1).replace("<\\/", "</"))
+    assert [m["name"] for m in data["models"]] == ["translation", "gpt2"]  # in the config's model order
+    full = {m["name"]: m for m in viewed["data"]["models"]}
+    assert data["models"][1] == full["gpt2"] and data["models"][0] == full["translation"]
+    cfg.write_text(text.replace("top_k: 3}", "top_k: 3, models: [gpt3]}"))
+    with pytest.raises(ConfigError, match=r"report.views.models: no model named \['gpt3'\]"):
+        run(cfg, progress=False)
+    cfg.write_text(text)
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium")
 def test_page_draws_every_head_and_layer_in_chromium(viewed, tmp_path):
     """Headless Chromium runs the page's script: the model view draws layers x heads thumbnails,

@@ -76,6 +76,11 @@ class EvolutionConfig(_Section):
         if self.metrics.trajectory is not None and (self.train is None or self.train.checkpoints is None):
             raise ValueError("metrics.trajectory analyses the checkpoints kept in training: add train.checkpoints "
                              "(e.g. {first: 25, factor: 2}), or set metrics.trajectory: null")
+        for key, listed in (("metrics.pruning.models", self.metrics.pruning and self.metrics.pruning.models),
+                            ("report.views.models", self.report.views and self.report.views.models)):
+            unknown = [n for n in listed or [] if n not in names]
+            if unknown:
+                raise ValueError(f"{key}: no model named {unknown}; the models are {names}")
         if self.extract.max_batch_tokens < 2:
             raise ValueError("extract.max_batch_tokens must be at least 2")
         self._stores_apart()

@@ -68,7 +68,8 @@ class ReportStage(Stage):
 
         vcfg = ctx.config.report.views
         store = ExtractStage().store(ctx)
-        models = [m for m in ctx.config.models if has_attention(store, m.name)]
+        models = [m for m in ctx.config.models if has_attention(store, m.name)
+                  and (vcfg is None or vcfg.models is None or m.name in vcfg.models)]
         if vcfg is None or not models:
             return None
         try:
