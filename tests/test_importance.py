@@ -333,3 +333,21 @@ def test_metrics_stage_stores_hf_importance_as_computed_directly(hf_stage, hf_lm
         imp = ds.importance.sel(model=name, attention="encoder_self").values.ravel()
         assert float(corr.rho.sel(model=name, pair="importance ~ confidence")) == \
             pytest.approx(spearmanr(imp, conf).statistic)
+
+
+def test_sentence_losses_are_each_items_mean_nll_over_its_own_positions():
+    """A batch of items with 2, 3 and 1 predicted positions: each loss is the mean negative
+    log-probability of that item's labels at that item's positions (a plain loop)."""
+    from evolution.metrics.importance import Item
+
+    logits = torch.randn(3, 4, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+    class Stub:
+        def logits(self, inputs, decoder_inputs=None):
+            return logits
+
+    items = [Item([1], None, np.array([0, 3]), np.array([5, 1])), Item([1], None, np.array([1, 2, 3]), np.array([0, 2, 4])),
+             Item([1], None, np.array([2]), np.array([3]))]
+    logp = torch.log_softmax(logits, -1).numpy()
+    expected = [np.mean([-logp[b, p, y] for p, y in zip(it.positions, it.labels)]) for b, it in enumerate(items)]
+    np.testing.assert_allclose(sentence_losses(Stub(), items).numpy(), expected, rtol=1e-12)

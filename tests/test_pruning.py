@@ -110,6 +110,23 @@ def test_label_smoothed_loss_by_hand():
     assert n == 2 and float(total) == pytest.approx(expected, rel=1e-6)
 
 
+def test_label_smoothed_loss_of_a_batch_is_the_sum_over_its_items():
+    """Items of unequal lengths in one batch: the loss is the sum over every item's own positions
+    and labels (a plain loop over items and positions), the count their number."""
+    from evolution.metrics.importance import Item
+
+    logits = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(0))
+    items = [Item([1], [1, 2, 3], np.array([0, 2]), np.array([1, 3])),
+             Item([1], [1, 2, 3, 4], np.array([1, 2, 3]), np.array([4, 0, 2])),
+             Item([1], [1], np.array([0]), np.array([2]))]
+    total, n = pruning.label_smoothed_loss(logits, items, smoothing=0.2)
+    logp = torch.log_softmax(logits.double(), -1).numpy()
+    eps_i = 0.2 / 4
+    expected = sum((1 - 0.2 - eps_i) * -logp[b, p, y] - eps_i * logp[b, p].sum()
+                   for b, it in enumerate(items) for p, y in zip(it.positions, it.labels))
+    assert n == 6 and float(total) == pytest.approx(expected, rel=1e-5)
+
+
 def test_l0_penalty_is_the_mean_over_gated_layers_of_expected_open_heads_by_hand():
     import math
 

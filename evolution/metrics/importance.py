@@ -130,18 +130,27 @@ def objective_items(adapter, sentences: Sequence[Sequence[int]], *, targets: Seq
     return out
 
 
+def flat_positions(items: Sequence[Item], *, device=None):
+    """``(rows, positions, labels)``: three ``(N,)`` long tensors over every predicted position of
+    ``items`` (``rows[i]``: the item's index in the batch), for one gather over a ``(B, T, V)`` output."""
+    import torch
+
+    rows = np.concatenate([np.full(len(it.positions), b) for b, it in enumerate(items)])
+    pos = np.concatenate([np.asarray(it.positions) for it in items])
+    labels = np.concatenate([np.asarray(it.labels) for it in items])
+    return tuple(torch.as_tensor(a.astype(np.int64), device=device) for a in (rows, pos, labels))
+
+
 def sentence_losses(adapter, items: Sequence[Item]):
     """``(B,)`` torch tensor: each item's mean negative log-likelihood of its labels (autograd on)."""
     import torch
 
     decoder = [it.decoder_inputs for it in items] if items[0].decoder_inputs is not None else None
     logp = torch.log_softmax(adapter.logits([it.inputs for it in items], decoder), dim=-1)
-    losses = []
-    for b, it in enumerate(items):
-        pos = torch.as_tensor(it.positions, dtype=torch.long, device=logp.device)
-        lab = torch.as_tensor(it.labels, dtype=torch.long, device=logp.device)
-        losses.append(-logp[b, pos, lab].mean())
-    return torch.stack(losses)
+    rows, pos, labels = flat_positions(items, device=logp.device)
+    nll = -logp[rows, pos, labels]  # one gather: one per item would allocate a (B, T, V) gradient each
+    counts = torch.bincount(rows, minlength=len(items)).to(nll.dtype)
+    return torch.zeros(len(items), dtype=nll.dtype, device=nll.device).index_add(0, rows, nll) / counts
 
 
 def mask_gradients(adapter, items: Sequence[Item], *, attentions: Sequence[str] = ("encoder_self",),

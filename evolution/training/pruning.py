@@ -58,18 +58,19 @@ def training_items(adapter, sources: Sequence[str], targets: Sequence[str], *, m
 def label_smoothed_loss(logits, items, *, smoothing: float = 0.1):
     """Sum over the items' positions of fairseq's label-smoothed NLL
     ((1 - eps - eps_i) * nll + eps_i * sum_v -log p_v, eps_i = eps / (V - 1)), and the
-    number of positions: the criterion the base MT model was trained with."""
+    number of positions: the criterion the base MT model was trained with. The positions of
+    all items are gathered in one indexing (one per item would make the backward pass allocate
+    a (B, T, V) gradient per item)."""
     import torch
 
+    from evolution.metrics.importance import flat_positions
+
     logp = torch.log_softmax(logits.float(), dim=-1)
-    total, n = logp.new_zeros(()), 0
+    rows, pos, labels = flat_positions(items, device=logp.device)
+    lp = logp[rows, pos]  # (N, V)
     eps_i = smoothing / (logp.shape[-1] - 1)
-    for b, it in enumerate(items):
-        lp = logp[b, torch.as_tensor(it.positions)]
-        nll = -lp.gather(-1, torch.as_tensor(it.labels)[:, None]).squeeze(-1)
-        total = total + ((1.0 - smoothing - eps_i) * nll - eps_i * lp.sum(-1)).sum()
-        n += len(it.positions)
-    return total, n
+    nll = -lp.gather(-1, labels[:, None]).squeeze(-1)
+    return ((1.0 - smoothing - eps_i) * nll - eps_i * lp.sum(-1)).sum(), int(labels.numel())
 
 
 def _batches(items, *, max_tokens: int, seed: int):
