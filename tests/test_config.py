@@ -123,7 +123,7 @@ def test_bible_full_trajectory_config_trains_what_bible_full_trains():
         assert traj.train.kept_updates(objective) == [50, 100, 200, 400, 800, 1600, 3200]
     for section in ("corpus", "extract", "seed"):
         assert getattr(traj, section) == getattr(full, section), section
-    heavy = {"importance": None, "probes": None, "pruning": None}
+    heavy = {"importance": None, "probes": None, "pruning": None, "reuse": None}  # reuse: bible-full's own units
     assert traj.metrics.model_copy(update={**heavy, "trajectory": None}) == full.metrics.model_copy(update=heavy)
     assert traj.metrics.trajectory is not None and traj.workdir != full.workdir
 
