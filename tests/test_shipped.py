@@ -242,3 +242,30 @@ def test_shipped_summary_shows_updates_and_only_the_scores_of_these_weights(tmp_
     assert rows[1] == ["mt", "mt", "0", "0", "3800", "", "", "12.35", "40.2"]
     assert rows[2] == ["lm-tokdrop", "lm", "0", "0.1", "4000", "", "", "", ""]
     assert "Shipped weights" in caption and shipped_summary({}) is None
+
+
+def test_report_of_shipped_models_shows_their_scores_and_redraws_when_they_change(shipped, tmp_path, corpus_file):
+    """A run on shipped weights: the report's "Trained models" table has the update count of
+    model.json; scores.json written beside the models afterwards makes the report stage pending
+    again, and the redrawn table has the new BLEU."""
+    from pipelines.run import run
+    from pipelines.stages import STAGES, Context
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"workdir: {tmp_path / 'run'}\ncorpus: {{path: {corpus_file}}}\n"
+                   f"models:\n  - {{name: mt, kind: shipped, path: {shipped / 'mt'}}}\n"
+                   "metrics: {mi: null, neighbors: null, similarity: null, tsne: null, influence: null, heads: null}\n",
+                   encoding="utf-8")
+    run(cfg, progress=False)
+    runs_csv = tmp_path / "run" / "report" / "tab-runs.csv"
+    updates = json.loads((shipped / "mt" / "model.json").read_text())["updates"]
+    assert runs_csv.read_text().splitlines()[1] == f"mt,mt,0,0,{updates},,,,"
+    assert not STAGES["report"].pending(Context(config=load_config(cfg)))
+    sha = json.loads((shipped / "mt" / "model.json").read_text())["weights_sha256"]
+    (shipped / "scores.json").write_text(json.dumps({"mt": {"bleu": 7.125, "chrf": 30.5, "weights_sha256": sha}}))
+    try:
+        assert STAGES["report"].pending(Context(config=load_config(cfg)))
+        run(cfg, progress=False)
+        assert runs_csv.read_text().splitlines()[1] == f"mt,mt,0,0,{updates},,,7.12,30.5"
+    finally:
+        (shipped / "scores.json").unlink()

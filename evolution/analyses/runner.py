@@ -109,7 +109,7 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
         for u in a.units(inputs):
             f = cache / f"{a.name}-{u.name}-{unit_key(a, u)}.json"
             if not force and not f.is_file():
-                found = next((Path(d) / f.name for d in reuse if (Path(d) / f.name).is_file()), None)
+                found = next((p for d in reuse if (p := Path(d) / f.name).is_file()), None)
                 if found is not None:
                     tmp = f.with_name(f.name + ".partial")
                     shutil.copyfile(found, tmp)

@@ -174,7 +174,8 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
                 shown.append((href, text, what))
             else:
                 logger.warning("report: no link to %s: not in the report directory", href)
-        trained = training is not None and not training.get("shipped")  # shipped: trained elsewhere, maybe
+        # shipped models may have been trained on another corpus: no "the models train on" sentence
+        trained = training is not None and not training.get("shipped")
         page = Page(title, run_paragraph(metrics_path, attrs, corpus=corpus, trained=trained), shown,
                     sections)
         (tmp / "report.md").write_text(scrub_paths(render_md(page), workdir), encoding="utf-8")

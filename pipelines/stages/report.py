@@ -34,6 +34,10 @@ class ReportStage(Stage):
                "report": resolved_dict(ctx.config.report), "layout": self.LAYOUT}
         if TrajectoryStage().checkpoints(ctx):
             key["trajectory"] = TrajectoryStage()._key(ctx)
+        if TrainStage().evaluation(ctx) is None:  # the shipped models' table: redrawn when their scores change
+            shipped = self._training(ctx)
+            if shipped is not None:
+                key["shipped"] = shipped
         return config_hash(key)
 
     def _corpus_meta(self, ctx: Context) -> dict | None:
@@ -67,10 +71,12 @@ class ReportStage(Stage):
         from pipelines.stages.extract import ExtractStage
 
         vcfg = ctx.config.report.views
+        if vcfg is None:
+            return None
         store = ExtractStage().store(ctx)
         models = [m for m in ctx.config.models if has_attention(store, m.name)
-                  and (vcfg is None or vcfg.models is None or m.name in vcfg.models)]
-        if vcfg is None or not models:
+                  and (vcfg.models is None or m.name in vcfg.models)]
+        if not models:
             return None
         try:
             return views_data(store, {m.name: ExtractStage().spec(ctx, m) for m in models},
