@@ -100,7 +100,7 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     cfg = tmp_path / "prune.yaml"
     cfg.write_text(trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
                    "  tsne: null\n  influence: null\n  heads: null\n  pruning: {lambdas: [0.0, 30.0], updates: 30, "
-                   "lr: 0.1, max_tokens: 256, scratch_updates: 3, test_sentences: 4}\n", encoding="utf-8")
+                   "lr: 0.1, gate_lr: 0.1, max_tokens: 256, scratch_updates: 3, test_sentences: 4}\n", encoding="utf-8")
     assert main([str(cfg), "--stage", "metrics", "--no-progress"]) == 0
     path = trained["cfg"].workdir / "metrics.zarr"
     ds = xr.open_zarr(str(path), group="heads_pruning", consolidated=False).load()
@@ -123,6 +123,8 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     refs = load_targets(directory).sentences[:4]
     direct = evaluate.bleu_chrf(pruning.translate(a, [a.tokenize(s).ids for s in sources]), refs)
     assert float(ds.chrf_full.sel(model="mt")) == pytest.approx(direct["chrf"])
+    # the control fine-tuned without gates: its own BLEU, not the unpruned model's
+    assert np.isfinite(ds.bleu_tuned.sel(model="mt")) and float(ds.chrf_tuned.sel(model="mt")) != pytest.approx(direct["chrf"])
     assert survivor_roles(path) is None  # no heads group in this run: roles cannot be told
 
 

@@ -38,6 +38,43 @@ def test_a_large_penalty_closes_gates_and_no_penalty_keeps_them(trained, tmp_pat
     assert results[20.0]["history"][-1]["penalty"] < results[20.0]["history"][0]["penalty"]
 
 
+def test_gate_lr_moves_the_gates_and_lr_the_model(trained, tmp_path):
+    """The gates' own rate: with the model's rate tiny, a strong penalty closes the gates in 40
+    updates at gate_lr 0.05 and cannot at gate_lr None (= lr, one rate for all: Adam moves a
+    parameter by about its rate per update, so log alpha moves by at most ~40 x 1e-5). Either way
+    no model weight moves more than Adam's bound of about lr per update."""
+    results, moved = {}, {}
+    for gate_lr in (0.05, None):
+        a = _mt(trained)
+        before = [p.detach().clone() for p in a._model.parameters()]
+        items = pruning.training_items(a, SOURCES, TARGETS)
+        results[gate_lr] = pruning.prune(a, items, directory=tmp_path / f"g{gate_lr}", lam=20.0,
+                                         attentions=a.attention_types, updates=40, lr=1e-5, gate_lr=gate_lr,
+                                         max_tokens=200, progress=False)
+        moved[gate_lr] = max(float((p.detach() - q).abs().max()) for p, q in zip(a._model.parameters(), before))
+    heads = sum(np.size(v) for v in results[None]["prob_open"].values())
+    total = {g: sum(np.sum(v) for v in r["prob_open"].values()) for g, r in results.items()}
+    initial = heads / (1 + np.exp(0.33 * np.log(0.1 / 1.1)))  # P(open) at log alpha 0: 0.69 per head
+    assert total[0.05] < 0.25 * heads
+    assert total[None] == pytest.approx(initial, rel=0.01)  # 40 x 1e-5 moves no gate
+    assert sum(np.sum(k) for k in results[0.05]["kept"].values()) < sum(np.sum(k) for k in results[None]["kept"].values())
+    for g in moved:
+        assert 0 < moved[g] <= 40 * 1e-5 * 1.5  # at most ~lr per update (bias correction: a little more)
+
+
+def test_without_gates_the_run_fine_tunes_the_model_only(trained, tmp_path):
+    """attentions=() (the pruning analysis' 'tuned' control): no gate, no penalty, the model's
+    weights change, and the kept heads are none gated (translation uses every head)."""
+    a = _mt(trained)
+    before = [p.detach().clone() for p in a._model.parameters()]
+    items = pruning.training_items(a, SOURCES, TARGETS)
+    r = pruning.prune(a, items, directory=tmp_path / "tuned", lam=0.0, attentions=(), updates=5, lr=1e-3,
+                      max_tokens=200, progress=False)
+    assert r["kept"] == {} and r["prob_open"] == {} and pruning.kept_gates(r) == {}
+    assert all(h["penalty"] == 0.0 and h["open"] == {} for h in r["history"])
+    assert any(not torch.equal(p.detach(), q) for p, q in zip(a._model.parameters(), before))
+
+
 def test_an_interrupted_pruning_run_resumes_to_the_same_numbers(trained, tmp_path, monkeypatch):
     a = _mt(trained)
     items = pruning.training_items(a, SOURCES, TARGETS)

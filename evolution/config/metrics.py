@@ -179,6 +179,10 @@ class ProbesConfig(_Section):
         return _treebank(v, info, f"metrics.probes.{info.field_name}")
 
 
+#: the gates' learning rate: in 1,000 updates at 1e-4 the bible-full MT's gates stay open (docs/decisions.md)
+GATE_LR = 0.02
+
+
 class PruningConfig(_Section):
     """L0 pruning of translation models' heads with Hard-Concrete gates (Voita et al. ACL 2019,
     sec. 6; docs/heads.md): per lambda, gates on the encoder self-attention and on all three
@@ -188,6 +192,10 @@ class PruningConfig(_Section):
                                  description="L0 penalty weights (lambda x mean over gated layers of open heads)")
     updates: int = Field(1000, ge=1, description="fine-tuning updates per run")
     lr: float = Field(1e-4, gt=0, description="Adam's learning rate while fine-tuning (constant)")
+    gate_lr: float | None = Field(GATE_LR, gt=0, description="Adam's learning rate of the gates' log alpha (constant; "
+                                                             "null: lr, as the released code; docs/decisions.md)")
+    control: bool = Field(True, description="also fine-tune the model without gates for the same updates: the "
+                                            "unpruned reference that had the same extra training")
     max_tokens: int = Field(4096, ge=64, description="padded tokens per batch")
     scratch_updates: int | None = Field(None, ge=1, description="from-scratch control's updates (the base model's "
                                                                "budget, e.g. 3800 for bible-full); null: no control")

@@ -114,15 +114,18 @@ def inverse_sqrt(step: int, *, lr: float, warmup: int, warmup_init_lr: float = 1
 
 def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens: int, seed: int,
          gates: dict, fixed: dict, lam: float, save_every: int, progress: bool, smoothing: float,
-         warmup: int = 0) -> dict:
+         warmup: int = 0, gate_lr: float | None = None) -> dict:
     import torch
 
     from evolution.nets.gates import head_gates
 
     directory.mkdir(parents=True, exist_ok=True)
     model = adapter._model
-    params = list(model.parameters()) + [p for g in gates.values() for p in g.parameters()]
-    optimizer = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98))
+    gate_params = [p for g in gates.values() for p in g.parameters()]
+    groups = [{"params": list(model.parameters()), "name": "model"}]
+    if gate_params:
+        groups.append({"params": gate_params, "name": "gates"})
+    optimizer = torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.98))
     state_path, step, history = directory / "state.pt", 0, []
     if state_path.is_file():
         state = torch.load(str(state_path), map_location="cpu", weights_only=True)
@@ -157,8 +160,9 @@ def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens
         loss_sum, n = label_smoothed_loss(logits, batch, smoothing=smoothing)
         penalty = l0_penalty(gates, {a: len(projections[a]) for a in gates}) if gates else loss_sum.new_zeros(())
         loss = loss_sum / n + lam * penalty
+        rate = inverse_sqrt(step, lr=lr, warmup=warmup) if warmup else lr
         for group in optimizer.param_groups:
-            group["lr"] = inverse_sqrt(step, lr=lr, warmup=warmup) if warmup else lr
+            group["lr"] = gate_lr if group["name"] == "gates" and gate_lr is not None else rate
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -190,15 +194,20 @@ def _gates_for(adapter, attentions: Sequence[str]) -> dict:
 
 
 def prune(adapter, items, *, directory: str | Path, lam: float, attentions: Sequence[str] = ("encoder_self",),
-          updates: int = 1000, lr: float = 1e-4, max_tokens: int = 4096, seed: int = 0, save_every: int = 200,
-          progress: bool = True, smoothing: float = 0.1) -> dict:
+          updates: int = 1000, lr: float = 1e-4, gate_lr: float | None = None, max_tokens: int = 4096, seed: int = 0,
+          save_every: int = 200, progress: bool = True, smoothing: float = 0.1) -> dict:
     """Fine-tune ``adapter``'s model in place with Hard-Concrete head gates on ``attentions``.
 
     Returns (and writes to ``directory/result.json``) ``{"kept": {attention: (L, H) bool as
     lists}, "prob_open": {...}, "lambda", "updates", "seconds", "history"}``; the adapter's model
     is left fine-tuned (evaluate it under :func:`kept_gates`). ``lr``: Adam's, constant (the
     released code restarts its noam schedule; a constant small rate is what fine-tuning a
-    converged model needs here, docs/decisions.md).
+    converged model needs here, docs/decisions.md). ``gate_lr``: Adam's constant rate for the
+    gates' log alpha (None: ``lr``, one rate for all as in the released code). Adam moves each
+    parameter by about its rate per update whatever the gradient's size, so in a budget of
+    ``updates`` a gate's log alpha moves at most about ``updates * gate_lr``: at lr 1e-4 a
+    thousand updates cannot close a gate (docs/decisions.md). ``attentions`` empty: the same
+    fine-tuning without gates (the unpruned control).
     """
     import torch
 
@@ -208,7 +217,8 @@ def prune(adapter, items, *, directory: str | Path, lam: float, attentions: Sequ
         return finished
     gates = _gates_for(adapter, attentions)
     run = _run(adapter, items, directory=directory, updates=updates, lr=lr, max_tokens=max_tokens, seed=seed,
-               gates=gates, fixed={}, lam=lam, save_every=save_every, progress=progress, smoothing=smoothing)
+               gates=gates, fixed={}, lam=lam, save_every=save_every, progress=progress, smoothing=smoothing,
+               gate_lr=gate_lr)
     shape = {a: (len(adapter.output_projections(a)), -1) for a in attentions}
     result = {"lambda": lam, "attentions": list(attentions),
               "kept": {a: g.kept().view(shape[a]).tolist() for a, g in gates.items()},

@@ -6,11 +6,13 @@ self-attention only (the paper's fig. 7) and on all three attention types (table
 the latter with the from-scratch control (the same head layout trained from scratch
 for ``scratch_updates``). Each run is one unit, resumable in
 ``<metrics store>/../pruning/<unit key>/``; test BLEU / chrF with beam 4 on the
-analysed sentences' reference translations, the unpruned model's beside them.
+analysed sentences' reference translations, the unpruned model's beside them, and those of
+the model fine-tuned as long without gates (``metrics.pruning.control``): fine-tuning alone
+moves BLEU when the base model is not converged.
 
 Group ``heads_pruning``: ``bleu``, ``chrf``, ``bleu_scratch``, ``chrf_scratch`` (model,
 run); ``kept`` (model, run, attention, layer, head: 1 kept, 0 pruned, NaN absent);
-``lam``, ``scope`` (run); ``bleu_full``, ``chrf_full`` (model). :func:`survivor_roles`
+``lam``, ``scope`` (run); ``bleu_full``, ``chrf_full``, ``bleu_tuned``, ``chrf_tuned`` (model). :func:`survivor_roles`
 counts the roles (``heads`` group) of the kept encoder heads.
 """
 
@@ -43,10 +45,11 @@ def _pairs(lines_src: list[str], lines_tgt: list[str]) -> tuple[list[str], list[
 
 
 def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, scope: str, updates: int, lr: float,
-                 max_tokens: int, seed: int, scratch_updates: int | None, torch_threads: int = 1) -> dict[str, Any]:
-    """One pruning run (``lam`` None: the unpruned model's BLEU only): fine-tune with gates, translate
-    the test sentences with the kept heads, and with ``scratch_updates`` train the kept layout from
-    scratch and translate again."""
+                 max_tokens: int, seed: int, scratch_updates: int | None, torch_threads: int = 1,
+                 gate_lr: float | None = None) -> dict[str, Any]:
+    """One pruning run (``lam`` None: the unpruned model's BLEU only; ``scope`` "tuned": the same
+    fine-tuning without gates): fine-tune with gates, translate the test sentences with the kept
+    heads, and with ``scratch_updates`` train the kept layout from scratch and translate again."""
     import torch
 
     from evolution.models import load_adapter
@@ -76,8 +79,8 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
                          "use a local metrics.store / extract.store for pruning")
 
     items = pruning.training_items(adapter, src, tgt, max_tokens=max_tokens)
-    run = pruning.prune(adapter, items, directory=Path(directory) / "prune", lam=lam, attentions=SCOPES[scope],
-                        updates=updates, lr=lr, max_tokens=max_tokens, seed=seed, progress=False)
+    run = pruning.prune(adapter, items, directory=Path(directory) / "prune", lam=lam, attentions=SCOPES.get(scope, ()),
+                        updates=updates, lr=lr, gate_lr=gate_lr, max_tokens=max_tokens, seed=seed, progress=False)
     kept = pruning.kept_gates(run)
     out = {"kept": run["kept"], "prob_open": run["prob_open"], **score(kept), "prune_seconds": run["seconds"],
            "history": run["history"]}
@@ -133,18 +136,23 @@ class HeadPruning(Analysis):
         root = location.join(location.parent(inputs.arrays_dir), "pruning")
         units = []
         for m in models:
-            runs = [(None, "full")] + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
+            runs = ([(None, "full")] + ([(0.0, "tuned")] if cfg.control else [])
+                    + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES])
             for lam, scope in runs:
                 key = {"model": model_identity(m.spec), "texts": digest, "lam": lam, "scope": scope, "updates": cfg.updates,
                        "lr": cfg.lr, "max_tokens": cfg.max_tokens, "seed": inputs.seed,
                        "scratch": cfg.scratch_updates if scope == "all" and (
                            cfg.scratch_lambdas is None or lam in cfg.scratch_lambdas) else None}
-                name = f"{m.name}-{scope}" if lam is None else f"{m.name}-{scope}-{lam:g}"
+                gated = scope in SCOPES
+                if gated and cfg.gate_lr is not None:  # null keeps the keys of runs with one rate for all
+                    key["gate_lr"] = cfg.gate_lr
+                name = f"{m.name}-{scope}-{lam:g}" if gated else f"{m.name}-{scope}"
                 units.append(Unit(name, pruning_task,
                                   dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
                                        lam=lam, scope=scope, updates=cfg.updates, lr=cfg.lr,
-                                       max_tokens=cfg.max_tokens, seed=inputs.seed,
-                                       scratch_updates=key["scratch"], torch_threads=inputs.torch_threads),
+                                       gate_lr=cfg.gate_lr if gated else None, max_tokens=cfg.max_tokens,
+                                       seed=inputs.seed, scratch_updates=key["scratch"],
+                                       torch_threads=inputs.torch_threads),
                                   key=key))
         return units
 
@@ -182,7 +190,9 @@ class HeadPruning(Analysis):
                          "lam": (("run",), np.array([lam for lam, _ in runs], dtype=float)),
                          "scope": (("run",), np.array([s for _, s in runs], dtype=object)),
                          "bleu_full": (("model",), np.array([results[f"{m}-full"]["bleu"] for m in models])),
-                         "chrf_full": (("model",), np.array([results[f"{m}-full"]["chrf"] for m in models]))},
+                         "chrf_full": (("model",), np.array([results[f"{m}-full"]["chrf"] for m in models])),
+                         **{f"{v}_tuned": (("model",), np.array([results.get(f"{m}-tuned", {}).get(v, np.nan)
+                                                                 for m in models])) for v in ("bleu", "chrf")}},
                         coords={"model": np.array(models, dtype=object), "run": np.array(names, dtype=object),
                                 "attention": np.array(ATTENTIONS, dtype=object), "layer": np.arange(1, L + 1),
                                 "head": np.arange(H)})
@@ -197,6 +207,9 @@ class HeadPruning(Analysis):
         for m in ds.model.values:
             rows.append([str(m), "-", "none", "all", f"{float(ds.bleu_full.sel(model=m)):.2f}",
                          f"{float(ds.chrf_full.sel(model=m)):.2f}", ""])
+            if "bleu_tuned" in ds and np.isfinite(float(ds.bleu_tuned.sel(model=m))):
+                rows.append([str(m), "0", "none, fine-tuned", "all", f"{float(ds.bleu_tuned.sel(model=m)):.2f}",
+                             f"{float(ds.chrf_tuned.sel(model=m)):.2f}", ""])
             for run in ds.run.values:
                 k = ds.kept.sel(model=m, run=run)
                 counts = " / ".join(str(int(np.nansum(k.sel(attention=a)))) if np.isfinite(k.sel(attention=a)).any()
@@ -207,7 +220,8 @@ class HeadPruning(Analysis):
                              f"{bs:.2f}" if np.isfinite(bs) else ""])
         return [("Pruning heads (Voita et al. ACL 2019, fig. 7 and table 2)", rows,
                  "BLEU / chrF on the test books (beam 4) after fine-tuning with Hard-Concrete gates and an L0 "
-                 "penalty lambda; heads kept where P(open) > P(closed); 'from scratch': the kept layout trained "
+                 "penalty lambda; heads kept where P(open) > P(closed); 'none, fine-tuned': the same fine-tuning "
+                 "without gates (the reference for the pruned runs' BLEU); 'from scratch': the kept layout trained "
                  "from a fresh initialisation for metrics.pruning.scratch_updates.")]
 
 
@@ -250,7 +264,8 @@ def survivor_roles(path) -> xr.Dataset | None:
 @figure
 def pruning_curve(path):
     """BLEU against the number of retained encoder heads (Voita et al. ACL 2019, fig. 7): one
-    point per lambda of the encoder-only runs, the unpruned model at all heads."""
+    point per lambda of the encoder-only runs, the unpruned model at all heads, and (a star) the
+    model fine-tuned as long without gates."""
     import pandas as pd
 
     from evolution.analyses.plotting import STYLES, legend_right, plt
@@ -273,6 +288,11 @@ def pruning_curve(path):
         order = np.argsort(x)
         style = STYLES[i % len(STYLES)]
         ax.plot(np.asarray(x)[order], np.asarray(y)[order], label=str(m), color=style["color"], marker=style["marker"])
+        tuned = float(ds.bleu_tuned.sel(model=m)) if "bleu_tuned" in ds else np.nan
+        if np.isfinite(tuned):  # the same fine-tuning without gates: what the pruned runs' BLEU compares with
+            rows.append(dict(model=str(m), run="tuned", lam=0.0, kept_encoder_heads=total, bleu=tuned))
+            ax.plot([total], [tuned], linestyle="none", marker="*", markersize=11, color=style["color"],
+                    label=f"{m}, fine-tuned without gates")
         for r, xi, yi in zip(runs, x, y):
             ax.annotate(f"λ={float(ds.lam.sel(run=r)):g}", (xi, yi), fontsize=8, xytext=(3, 3),
                         textcoords="offset points")
@@ -287,5 +307,6 @@ def pruning_curve(path):
 HeadPruning.figures = {
     "heads_pruning": (pruning_curve, "BLEU against the number of retained encoder heads after fine-tuning with "
                                      "Hard-Concrete gates on the encoder self-attention, one point per lambda "
-                                     "(Voita et al. ACL 2019, fig. 7); the unpruned model at all heads."),
+                                     "(Voita et al. ACL 2019, fig. 7); the unpruned model at all heads, and as a star the "
+                                     "model fine-tuned as long without gates."),
 }
