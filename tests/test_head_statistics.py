@@ -288,6 +288,41 @@ def test_positional_flag_at_the_threshold():
     np.testing.assert_array_equal(ds.positional.sel(model="m", layer=1).values, [False, True, True])
 
 
+@pytest.mark.parametrize("share, expected", [(0.9, [False, True, True]), (0.95, [False, False, True])])
+def test_decoder_positional_flag_at_the_configured_threshold(share, expected):
+    """The ``heads_decoder`` group flags a decoder self-attention head positional when its share of
+    maxima on one offset reaches ``heads.positional_share``. Three causal heads put 85%, 90% and 95%
+    of their 20 queries' maxima on the previous token (the rest two tokens back, query 0 on itself):
+    at the default 0.9 only the 85% head is not positional, at 0.95 only the 95% head is. A fixed
+    threshold (0.8, say) would flag all three in both cases; encoder-decoder attention never is."""
+    from evolution.analyses.heads import Heads
+    from evolution.metrics.heads import cross_head_sums, head_sums
+
+    T, S = 20, 6
+    maps = []
+    for on_prev in (17, 18, 19):  # queries 1..on_prev look back one token, later ones two
+        a = np.zeros((T, T))
+        for q in range(T):
+            a[q, :q + 1] = 0.01  # causal: keys up to the query only
+            a[q, 0 if q == 0 else q - 1 if q <= on_prev else q - 2] = 1.0
+        maps.append(a / a.sum(-1, keepdims=True))
+    own = np.stack(maps)[None]  # (L=1, H=3, T, T)
+    first = np.arange(T) == 0
+    s_own, c_own, _ = head_sums(own, bos=first, eos=np.zeros(T, bool), punct=np.zeros(T, bool), causal=True)
+    cross = np.random.default_rng(0).dirichlet(np.ones(S), size=(1, 3, T))
+    s_cross, c_cross = cross_head_sums(cross, bos=np.zeros(S, bool), eos=np.arange(S) == S - 1, punct=np.zeros(S, bool))
+    result = {"sums": np.stack([s_own, s_cross]), "counts": {"decoder_self": c_own, "encoder_decoder": c_cross},
+              "rare_hits": np.zeros((2, 1, 3)), "rare_sentences": [0, 0], "sentences": 1, "target_tokens": T - 1,
+              "notes": []}
+    inputs = SimpleNamespace(names=["m"], config=SimpleNamespace(heads=HeadsConfig(positional_share=share)))
+    ds = Heads().datasets(inputs, {"m-decoder": result})["heads_decoder"]
+    own_v = ds.value.sel(model="m", attention="decoder_self", layer=1)
+    np.testing.assert_allclose(own_v.sel(measure="max_prev").values, [0.85, 0.9, 0.95])
+    np.testing.assert_allclose(own_v.sel(measure="max_self").values, [0.05, 0.05, 0.05])
+    np.testing.assert_array_equal(ds.positional.sel(model="m", attention="decoder_self", layer=1).values, expected)
+    assert not ds.positional.sel(attention="encoder_decoder").any()
+
+
 def test_head_map_distance_is_the_square_root_of_the_mean_js_divergence(monkeypatch):
     """Two models with different special tokens and piece splits, word-level maps among content
     words (to a word: sum over its pieces; from a word: mean; rows renormalised), against

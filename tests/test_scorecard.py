@@ -293,6 +293,41 @@ def test_an_mi_claim_fails_when_one_seed_replicate_fails(tmp_path):
     assert by["1"].verdict == FAILS and "1 of 2" in by["1"].why
 
 
+def _seed_curve(mi: xr.Dataset, model: str, target: str, curve: list[float]) -> xr.Dataset:
+    """``mi`` with the seed replicate ``model``'s curve for ``target`` replaced by ``curve`` (built
+    by :func:`_mi` the same way as every other curve); its base model keeps its own."""
+    other = _mi({(model.split("-")[0], target): curve})
+    sel = dict(model=model, target=target)
+    for v in ("mi", "mi_shuffled", "mi_mean", "mi_corrected", "mi_fraction", "mi_corrected_interval"):
+        mi[v].loc[sel] = other[v].sel(sel).values
+    return mi
+
+
+@pytest.mark.parametrize("seed", ["mt-seed1", "lm-seed1"])
+def test_claim_3_fails_when_one_seed_replicate_fails(tmp_path, seed):
+    """Claim 3 is judged on every (MT, LM) replicate pair. The base pair holds (MT's top layer
+    3.4 vs the LM's 3.0, far beyond 2 combined sd); in one seed replicate the order is turned
+    around (MT seed at 2.9 below the LM's 3.0, or the LM seed at 3.5 above MT's 3.4), so the pairs
+    with that replicate fail and the claim must not hold. Judged on the base models alone (either
+    side restricted to its first replicate) it would hold."""
+    top = {"mt-seed1": [3.9, 3.8, 3.6, 2.9], "lm-seed1": [3.9, 3.7, 3.5, 3.5]}[seed]
+    mi = _seed_curve(_mi(PAPER_MI), seed, "input", top)
+    by = _card(tmp_path, _with(mi=mi))
+    assert by["3"].verdict == FAILS and "holds for 2 of 4 pairs" in by["3"].why, (by["3"].verdict, by["3"].why)
+    assert seed in by["3"].measured
+
+
+@pytest.mark.parametrize("target, curve", [("masked_input", [0.3, 0.6, 0.9, 1.2]), ("output", [1.4, 1.1, 0.8, 0.5])])
+def test_claim_5_fails_when_one_seed_replicate_fails(tmp_path, target, curve):
+    """Claim 5 is judged on every MLM replicate. The base MLM holds (original token's MI rises
+    0.5 -> 1.4, the fed token's falls 1.2 -> 0.3); the seed replicate has one of the two curves
+    turned around, so the claim must not hold. Judged on the base MLM alone it would hold."""
+    mi = _seed_curve(_mi(PAPER_MI), "mlm-seed1", target, curve)
+    by = _card(tmp_path, _with(mi=mi))
+    assert by["5"].verdict == FAILS and "holds in 1 of 2 replicates" in by["5"].why, (by["5"].verdict, by["5"].why)
+    assert "mlm-seed1" in by["5"].measured
+
+
 # --- neighbours: every replicate, intervals ---------------------------------------------------------
 
 def test_same_token_order_must_hold_for_every_replicate(tmp_path):
@@ -362,6 +397,15 @@ def test_mlm_top_layer_reversal_is_its_own_line(tmp_path):
     assert by["11"].verdict == HOLDS and by["11b"].verdict == FAILS and by["11b"].part == "b"
 
 
+def test_mlm_reversal_with_overlapping_intervals_is_not_measurable(tmp_path):
+    """Claim 11b: at the MLM's top pair the rare bin's point value (0.07) is above the frequent
+    bin's (0.06), but with half-width 0.01 their intervals overlap ([0.06, 0.08] vs [0.05, 0.07]):
+    the reversal is in order on the points only, so 11b is "not measurable here", not "holds"."""
+    by = _card(tmp_path, _with(change=_change(frequent=0.12, rare=0.05, mlm_top=(0.06, 0.07), half_width=0.01)))
+    assert by["11b"].verdict == NA and "overlap" in by["11b"].why, (by["11b"].verdict, by["11b"].why)
+    assert by["11"].verdict == HOLDS, by["11"].why  # claim 11 proper is untouched: its averaged intervals separate
+
+
 # --- influence: MT and LM, layer 1, token dropout beyond the seed spread ------------------------------
 
 def test_rare_influence_needs_lm_as_well_as_mt(tmp_path):
@@ -389,6 +433,46 @@ def test_rare_influence_with_overlapping_layer_1_intervals_does_not_hold(tmp_pat
     base = {**PAPER_INFLUENCE["base"], "mt": ([0.105, 0.10, 0.08], [0.10, 0.09, 0.08])}
     by = _card(tmp_path, _with(influence=_influence(base=base, drop=PAPER_INFLUENCE["drop"], half_width=0.01)))
     assert by["12"].verdict == FAILS and "overlap" in by["12"].why
+
+
+def _influence_three_bins(mt_middle: list[float], **kw) -> xr.Dataset:
+    """:func:`_influence` with a middle frequency bin between the frequent ("1-10") and the rare one
+    (now "100-1000"): ``mt_middle`` per layer 1..3 for MT and its seed replicate, 0.05 elsewhere."""
+    two = _influence(**kw)
+    middle = xr.full_like(two.isel(freq_bin=[0]), 0.05)
+    middle["samples"] = xr.full_like(middle.samples, 500.0)
+    for m in ("mt", "mt-seed1"):
+        middle["distance"].loc[dict(model=m)] = np.asarray(mt_middle)[None, :, None]
+    hw = kw.get("half_width", 0.005)
+    middle["interval"] = xr.concat([middle.distance - hw, middle.distance + hw], dim="bound").transpose(
+        *two.interval.dims).assign_coords(bound=["low", "high"])
+    ds = xr.concat([two.isel(freq_bin=[0]), middle.assign_coords(freq_bin=["10-100"]),
+                    two.isel(freq_bin=[1]).assign_coords(freq_bin=["100-1000"])], dim="freq_bin")
+    return ds
+
+
+def test_rare_influence_needs_the_rare_bin_on_top_at_layer_1(tmp_path):
+    """Three bins. MT's rarest bin (0.30 at layer 1) is above the most frequent (0.10) with
+    separated intervals and peaks at layer 1, and token dropout behaves; but a middle bin has the
+    largest layer-1 influence (0.40), so the rare bin is not the top bin and the claim must not
+    hold. Only the "top bin" condition tells this case apart: the interval and peak conditions
+    both pass."""
+    inf = _influence_three_bins([0.40, 0.10, 0.08], **PAPER_INFLUENCE)
+    by = _card(tmp_path, _with(influence=inf))
+    assert by["12"].verdict == FAILS, (by["12"].verdict, by["12"].why)
+    assert "mt: the rare bin is not the most influential at layer 1" in by["12"].why
+    assert "overlap" not in by["12"].why and "peaks" not in by["12"].why
+
+
+def test_rare_influence_needs_the_rare_bin_to_peak_at_layer_1(tmp_path):
+    """MT's rare bin is the top bin at layer 1 (0.30 vs 0.10, intervals apart) and token dropout
+    behaves, but its influence is larger still at layer 2 (0.35): it peaks at layer 2, not 1, so
+    the claim must not hold. Only the "peaks at layer 1" condition tells this case apart."""
+    base = {**PAPER_INFLUENCE["base"], "mt": ([0.30, 0.35, 0.08], [0.10, 0.09, 0.08])}
+    by = _card(tmp_path, _with(influence=_influence(base=base, drop=PAPER_INFLUENCE["drop"])))
+    assert by["12"].verdict == FAILS, (by["12"].verdict, by["12"].why)
+    assert "mt: the rare bin's influence peaks at layer 2" in by["12"].why
+    assert "most influential" not in by["12"].why and "overlap" not in by["12"].why
 
 
 @pytest.mark.parametrize("run", ["bible-full", "bible-paper"])

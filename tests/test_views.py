@@ -242,7 +242,11 @@ def test_views_of_chosen_models_only(viewed):
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium")
 def test_page_draws_every_head_and_layer_in_chromium(viewed, tmp_path):
     """Headless Chromium runs the page's script: the model view draws layers x heads thumbnails,
-    the head view one checkbox per head and lines, the neuron view a row per key; no console error."""
+    the head view one checkbox per head and lines, the neuron view a row per key; no console error.
+    The neuron view's numbers are what its script computes from the page's q and k: for query 0
+    (layer 1, head 0) the score q_0 . k_j / sqrt(d) and its softmax over the keys j, against numpy
+    on the page's data. q_0 . k_j differs from k_0 . q_j (the scores with q and k exchanged) by
+    more than the printed precision on this model, so a script that reads q for k and k for q fails."""
     page = viewed["page"]
     common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
               "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -256,6 +260,17 @@ def test_page_draws_every_head_and_layer_in_chromium(viewed, tmp_path):
     assert dom.count('class="headbox"') == m["heads"]
     assert dom.count('class="edge"') > 0
     assert dom.count('class="neuronrow"') == len(m["sentences"][0]["levels"]["subword"]["tokens"])
+    neuron = m["sentences"][0]["neuron"]
+    q, k = (np.asarray(neuron[x][0][0], dtype=np.float64) for x in ("q", "k"))  # layer 1, head 0: (T, d)
+    want = k @ q[0] / np.sqrt(q.shape[-1])  # query 0 against each key j
+    exchanged = q @ k[0] / np.sqrt(q.shape[-1])
+    assert np.abs(want - exchanged).max() > 0.05  # the case tells the two readings apart
+    rows = re.findall(r'<tr class="neuronrow">(.*?)</tr>', dom, re.S)
+    cells = [re.findall(r"<td>([^<]*)</td>", row) for row in rows]  # token, score, softmax (vector cells hold spans)
+    shown = np.array([[float(c[-2]), float(c[-1])] for c in cells])
+    np.testing.assert_allclose(shown[:, 0], want, atol=0.0051)  # printed with 2 decimals
+    e = np.exp(want - want.max())
+    np.testing.assert_allclose(shown[:, 1], e / e.sum(), atol=0.0006)  # printed with 3 decimals
     console_errors = [ln for ln in out.stderr.splitlines() if "CONSOLE" in ln and ("Error" in ln or "Uncaught" in ln)]
     assert not console_errors, console_errors
     shot = tmp_path / "views.png"
