@@ -188,7 +188,7 @@ class PruningConfig(_Section):
     sec. 6; docs/heads.md): per lambda, gates on the encoder self-attention and on all three
     attention types, the latter also trained from scratch with the kept layout."""
 
-    lambdas: list[float] = Field(default_factory=lambda: [0.001, 0.005, 0.02, 0.1], min_length=1,
+    lambdas: list[float] = Field(default_factory=lambda: [0.02, 0.04, 0.06, 0.1], min_length=1,
                                  description="L0 penalty weights (lambda x mean over gated layers of open heads)")
     updates: int = Field(1000, ge=1, description="fine-tuning updates per run")
     lr: float = Field(1e-4, gt=0, description="Adam's learning rate while fine-tuning (constant)")
