@@ -229,6 +229,7 @@ def _pruning(rng) -> xr.Dataset:
     kept = (rng.random((1, 2, 3, HL, HH)) > 0.4).astype(float)
     return xr.Dataset({"kept": (("model", "run", "attention", "layer", "head"), kept),
                        "bleu": (("model", "run"), [[10.0, 12.0]]), "bleu_full": (("model",), [13.0]),
+                       "bleu_tuned": (("model",), [14.0]),  # the gate-free control: drawn as a star
                        "lam": (("run",), [0.1, 0.01]), "scope": (("run",), np.array(["encoder", "encoder"], object))},
                       coords={"model": ["mt"], "run": ["a", "b"],
                               "attention": ["encoder_self", "decoder_self", "encoder_decoder"],

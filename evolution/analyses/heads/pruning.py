@@ -264,8 +264,9 @@ def survivor_roles(path) -> xr.Dataset | None:
 @figure
 def pruning_curve(path):
     """BLEU against the number of retained encoder heads (Voita et al. ACL 2019, fig. 7): one
-    point per lambda of the encoder-only runs, the unpruned model at all heads, and (a star) the
-    model fine-tuned as long without gates."""
+    point per lambda of the encoder-only runs; at all heads the model fine-tuned as long without
+    gates (a star, the curve's end) and the unpruned model (hollow), or, without that control, the
+    unpruned model as the curve's end."""
     import pandas as pd
 
     from evolution.analyses.plotting import STYLES, legend_right, plt
@@ -280,19 +281,27 @@ def pruning_curve(path):
     for i, m in enumerate(ds.model.values):
         enc = ds.kept.sel(model=m, attention="encoder_self")
         total = int(np.isfinite(enc.isel(run=0)).sum())
-        x = [int(np.nansum(enc.sel(run=r))) for r in runs] + [total]
-        y = [float(ds.bleu.sel(model=m, run=r)) for r in runs] + [float(ds.bleu_full.sel(model=m))]
+        x = [int(np.nansum(enc.sel(run=r))) for r in runs]
+        y = [float(ds.bleu.sel(model=m, run=r)) for r in runs]
         rows += [dict(model=str(m), run=str(r), lam=float(ds.lam.sel(run=r)), kept_encoder_heads=xi, bleu=yi)
                  for r, xi, yi in zip(runs, x, y)]
-        rows.append(dict(model=str(m), run="unpruned", lam=0.0, kept_encoder_heads=total, bleu=y[-1]))
-        order = np.argsort(x)
+        full = float(ds.bleu_full.sel(model=m))
+        rows.append(dict(model=str(m), run="unpruned", lam=0.0, kept_encoder_heads=total, bleu=full))
         style = STYLES[i % len(STYLES)]
-        ax.plot(np.asarray(x)[order], np.asarray(y)[order], label=str(m), color=style["color"], marker=style["marker"])
         tuned = float(ds.bleu_tuned.sel(model=m)) if "bleu_tuned" in ds else np.nan
-        if np.isfinite(tuned):  # the same fine-tuning without gates: what the pruned runs' BLEU compares with
+        # the curve ends at all heads with the reference: the same fine-tuning without gates where it
+        # was run (a star; the unpruned model, not fine-tuned, as a hollow marker beside it), else the
+        # unpruned model
+        end = tuned if np.isfinite(tuned) else full
+        order = np.argsort(x + [total], kind="stable")
+        ax.plot(np.asarray(x + [total])[order], np.asarray(y + [end])[order], label=str(m), color=style["color"],
+                marker=style["marker"])
+        if np.isfinite(tuned):
             rows.append(dict(model=str(m), run="tuned", lam=0.0, kept_encoder_heads=total, bleu=tuned))
-            ax.plot([total], [tuned], linestyle="none", marker="*", markersize=11, color=style["color"],
+            ax.plot([total], [tuned], linestyle="none", marker="*", markersize=12, color=style["color"],
                     label=f"{m}, fine-tuned without gates")
+            ax.plot([total], [full], linestyle="none", marker=style["marker"], markerfacecolor="none",
+                    color=style["color"], label=f"{m}, unpruned (not fine-tuned)")
         for r, xi, yi in zip(runs, x, y):
             ax.annotate(f"λ={float(ds.lam.sel(run=r)):g}", (xi, yi), fontsize=8, xytext=(3, 3),
                         textcoords="offset points")
@@ -307,6 +316,6 @@ def pruning_curve(path):
 HeadPruning.figures = {
     "heads_pruning": (pruning_curve, "BLEU against the number of retained encoder heads after fine-tuning with "
                                      "Hard-Concrete gates on the encoder self-attention, one point per lambda "
-                                     "(Voita et al. ACL 2019, fig. 7); the unpruned model at all heads, and as a star the "
-                                     "model fine-tuned as long without gates."),
+                                     "(Voita et al. ACL 2019, fig. 7); at all heads the model fine-tuned as long without "
+                                     "gates (star) and the unpruned model, not fine-tuned (hollow)."),
 }
