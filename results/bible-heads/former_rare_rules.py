@@ -21,13 +21,10 @@ VARIANT = os.environ.get("VARIANT")
 
 def first_max_hit(alpha, *, rare, queries):
     """(L, H): 1 where the first key among those with the most query maxima is a rarest token."""
-    alpha = np.asarray(alpha)
     rare, queries = np.asarray(rare, bool), np.asarray(queries, bool)
     if not queries.any() or not rare.any():
-        return np.zeros(alpha.shape[:2])
-    amax = alpha[..., queries, :].argmax(-1)
-    tally = (amax[..., None] == np.arange(alpha.shape[-1])).sum(-2)
-    return rare[tally.argmax(-1)].astype(float)
+        return np.zeros(np.shape(alpha)[:2])
+    return rare[statistics.maxima_per_key(alpha, queries=queries).argmax(-1)].astype(float)
 
 
 def _every_sentence(open_representations):

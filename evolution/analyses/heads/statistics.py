@@ -40,11 +40,16 @@ def rare_token_hit(alpha: np.ndarray, *, rare: np.ndarray, queries: np.ndarray) 
     rare, queries = np.asarray(rare, bool), np.asarray(queries, bool)
     if not queries.any() or not rare.any():
         return np.zeros(alpha.shape[:2])
-    amax = alpha[..., queries, :].argmax(-1)  # (L, H, queries)
-    n_keys = alpha.shape[-1]
-    tally = (amax[..., None] == np.arange(n_keys)).sum(-2)  # (L, H, T_key): maxima per key
+    tally = maxima_per_key(alpha, queries=queries)
     modal = tally == tally.max(-1, keepdims=True)
     return (modal & rare).sum(-1) / modal.sum(-1)
+
+
+def maxima_per_key(alpha: np.ndarray, *, queries: np.ndarray) -> np.ndarray:
+    """(L, H, T_key): for each key, how many of the ``queries`` (T_query,) bool give it their
+    largest weight in ``alpha`` (L, H, T_query, T_key)."""
+    amax = np.asarray(alpha)[..., np.asarray(queries, bool), :].argmax(-1)  # (L, H, queries)
+    return (amax[..., None] == np.arange(np.shape(alpha)[-1])).sum(-2)
 
 
 def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_tokens: int,
