@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from evolution.analyses.plotting import FONT, figure_data, plt
+from evolution.analyses.plotting import FONT, figure_data, open_group, plt
 from evolution.metrics.heads import MEASURES
 from evolution.metrics.results import write_metrics
 
@@ -145,11 +145,12 @@ def _tsne(rng) -> xr.Dataset:
 
 
 #: planted roles: (model, layer, head) -> letters
-ROLES = {("mt", 2, 1): "P", ("lm", 3, 0): "S", ("mt", 4, 2): "PS", ("mlm", 1, 2): "R", ("mlm", 2, 2): "R"}
+ROLES = {("mt", 2, 1): "P", ("lm", 3, 0): "S", ("mt", 4, 2): "PS", ("mlm", 1, 2): "R", ("mlm", 2, 2): "R",
+         ("mt", 1, 0): "R"}
 #: the relations of the planted syntactic heads (one, or two of the four)
 SYNTACTIC = {("lm", 3, 0): ["nsubj"], ("mt", 4, 2): ["obj", "amod"]}
 #: rare-token shares around the group's threshold (attribute rare_share = 0.22, not the default 0.2)
-RARE = {("mlm", 1, 2): 0.25, ("mlm", 2, 2): 0.22, ("mlm", 3, 2): 0.21}
+RARE = {("mlm", 1, 2): 0.25, ("mlm", 2, 2): 0.22, ("mlm", 3, 2): 0.21, ("mt", 1, 0): 0.5, ("mt", 3, 0): 0.21}
 RARE_SHARE_ATTR = 0.22
 MISSING_HEAD = ("lm-seed1", 2)  # a model with fewer heads: NaN there
 
@@ -225,13 +226,24 @@ def _importance(rng) -> xr.Dataset:
                               "layer": np.arange(1, HL + 1), "head": np.arange(HH)}, attrs=ATTRS)
 
 
+#: the pruning runs of the figure store: (run, scope, lambda); encoder-only runs gate no decoder head
+PRUNING_RUNS = [("encoder-0.1", "encoder", 0.1), ("encoder-0.01", "encoder", 0.01), ("all-0.1", "all", 0.1),
+                ("all-0.2", "all", 0.2)]
+
+
 def _pruning(rng) -> xr.Dataset:
-    kept = (rng.random((1, 2, 3, HL, HH)) > 0.4).astype(float)
+    kept = (rng.random((1, len(PRUNING_RUNS), 3, HL, HH)) > 0.4).astype(float)
+    kept[0, 0, 0] = [[1, 0, 0], [1, 1, 0], [0, 0, 0], [1, 1, 1]]  # keeps the rare (1,0), positional (2,1) and (4,2)
+    for j, (_, scope, _) in enumerate(PRUNING_RUNS):
+        if scope == "encoder":
+            kept[0, j, 1:] = np.nan
+    kept[0, 3, 2, 0] = np.nan  # an all-attention run whose encoder-decoder attention has no layer 1 (NaN: absent)
     return xr.Dataset({"kept": (("model", "run", "attention", "layer", "head"), kept),
-                       "bleu": (("model", "run"), [[10.0, 12.0]]), "bleu_full": (("model",), [13.0]),
+                       "bleu": (("model", "run"), [[10.0, 12.0, 11.0, 9.0]]), "bleu_full": (("model",), [13.0]),
                        "bleu_tuned": (("model",), [14.0]),  # the gate-free control: drawn as a star
-                       "lam": (("run",), [0.1, 0.01]), "scope": (("run",), np.array(["encoder", "encoder"], object))},
-                      coords={"model": ["mt"], "run": ["a", "b"],
+                       "lam": (("run",), [lam for *_, lam in PRUNING_RUNS]),
+                       "scope": (("run",), np.array([s for _, s, _ in PRUNING_RUNS], object))},
+                      coords={"model": ["mt"], "run": [r for r, *_ in PRUNING_RUNS],
                               "attention": ["encoder_self", "decoder_self", "encoder_decoder"],
                               "layer": np.arange(1, HL + 1), "head": np.arange(HH)}, attrs=ATTRS)
 
@@ -271,7 +283,7 @@ def drawn(store, tmp_path_factory):
 EXPECTED = {"mi", "mi_types", "neighbors", "similarity_pwcca", "similarity_cka", "similarity_pairs",
             "similarity_pairs_cka", "change_pwcca", "change_equal_pwcca", "change_pos_pwcca", "influence_pwcca",
             "tsne_be", "heads_entropy", "heads_special", "heads_dependency", "heads_map", "heads_roles",
-            "heads_importance", "heads_pruning"}
+            "heads_importance", "heads_pruning", "heads_pruning_roles", "heads_pruning_layers"}
 
 
 @pytest.fixture(scope="module")
@@ -638,3 +650,45 @@ def test_figure_tables_do_not_depend_on_the_order_of_dimensions_and_coordinates(
     assert ta.to_csv(index=False) == tb.to_csv(index=False)
     row = ta[(ta.model == "mt") & (ta.layer == 2)]
     assert float(row.value.iloc[0]) == values[1, 2]
+
+
+def test_pruning_roles_count_each_runs_kept_encoder_heads_by_planted_role(drawn, store):
+    """Fig. 8: per encoder-only run, the kept encoder heads of each role, counted here by a loop over
+    the planted roles (rare-token at the group's threshold 0.22: (3, 0) at 0.21 is not one) and
+    the stored layout; all-attention runs are not in it."""
+    table = _csv(drawn, "heads_pruning_roles")
+    kept = open_group(store, "heads_pruning").kept.sel(model="mt", attention="encoder_self")
+    assert set(table.run) == {r for r, scope, _ in PRUNING_RUNS if scope == "encoder"}
+    for run in set(table.run):
+        k = kept.sel(run=run).values == 1
+        letters = {(layer, h): ROLES.get(("mt", layer, h), "") for layer in range(1, HL + 1) for h in range(HH)}
+        expected = {"positional": sum(k[lay - 1, h] for (lay, h), r in letters.items() if "P" in r),
+                    "syntactic": sum(k[lay - 1, h] for (lay, h), r in letters.items() if "S" in r),
+                    "rare_token": sum(k[lay - 1, h] for (lay, h), r in letters.items() if "R" in r),
+                    "other": sum(k[lay - 1, h] for (lay, h), r in letters.items() if not r)}
+        rows = table[table.run == run]
+        assert dict(zip(rows.role, rows.heads)) == expected, run
+        assert set(rows.kept_encoder_heads) == {int(k.sum())}
+    first = table[table.run == "encoder-0.1"]
+    assert dict(zip(first.role, first.heads)) == {"positional": 2, "syntactic": 1, "rare_token": 1, "other": 3}
+
+
+def test_pruning_layers_count_the_kept_heads_of_each_layer_of_each_all_attention_run(drawn, store):
+    """Figs. 9-10: per all-attention run, attention type and layer, the kept heads (a loop over the
+    stored layout) and the layer's heads (absent ones, NaN, are not heads); encoder-only runs are not in it."""
+    table = _csv(drawn, "heads_pruning_layers")
+    kept = open_group(store, "heads_pruning").kept.sel(model="mt")
+    assert set(table.run) == {r for r, scope, _ in PRUNING_RUNS if scope == "all"}
+    n = 0
+    for run in set(table.run):
+        for attention in ("encoder_self", "decoder_self", "encoder_decoder"):
+            for layer in range(1, HL + 1):
+                values = kept.sel(run=run, attention=attention, layer=layer).values
+                row = table[(table.run == run) & (table.attention == attention) & (table.layer == layer)]
+                if np.isnan(values).all():
+                    assert row.empty
+                    continue
+                on = sum(1 for v in values if v == 1)
+                assert row.kept_heads.item() == on and row.heads.item() == sum(1 for v in values if v == v)
+                n += 1
+    assert n == 2 * 3 * HL - 1

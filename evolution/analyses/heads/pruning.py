@@ -28,9 +28,10 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
 from evolution.analyses.heads.importance import ATTENTIONS
-from evolution.analyses.plotting import figure, open_group
+from evolution.analyses.heads.pruning_figures import pruning_curve, pruning_layers, pruning_roles, survivor_roles
+from evolution.analyses.plotting import open_group
 
-__all__ = ["HeadPruning", "pruning_task", "survivor_roles", "pruning_curve"]
+__all__ = ["HeadPruning", "pruning_task", "survivor_roles", "pruning_curve", "pruning_roles", "pruning_layers"]
 
 SCOPES = {"encoder": ("encoder_self",), "all": ATTENTIONS}
 #: below this test BLEU the unpruned model is too weak for its pruning curve to say anything (logged)
@@ -233,89 +234,16 @@ def _analysed_sources(inputs: Inputs, n: int) -> list[str]:
     return (directory / "sentences.txt").read_text(encoding="utf-8").splitlines()[:n]
 
 
-def survivor_roles(path) -> xr.Dataset | None:
-    """For each (model, run): how many kept encoder heads are positional, syntactic (any relation),
-    rare-token (share of sentences >= ``rare_share`` attribute of the heads group, or 0.2) or none
-    of these, from the ``heads`` group's flags of the unpruned model."""
-    prune, heads = open_group(path, "heads_pruning"), open_group(path, "heads")
-    if prune is None or heads is None:
-        return None
-    roles = ("positional", "syntactic", "rare_token", "other")
-    counts = np.zeros((prune.sizes["model"], prune.sizes["run"], len(roles)))
-    for i, m in enumerate(prune.model.values):
-        if m not in heads.model.values:
-            continue
-        h = heads.sel(model=m)
-        positional = h.positional.values.astype(bool)
-        syntactic = (h.syntactic.any("syntactic_relation").values.astype(bool) if "syntactic" in h
-                     else np.zeros_like(positional))
-        rare = (np.nan_to_num(h.rare_token_share.values) >= heads.attrs.get("rare_share", 0.2)
-                if "rare_token_share" in h else np.zeros_like(positional))
-        for j, run in enumerate(prune.run.values):
-            kept = prune.kept.sel(model=m, run=run, attention="encoder_self").values[:positional.shape[0],
-                                                                                   :positional.shape[1]] == 1
-            counts[i, j] = [np.sum(kept & positional), np.sum(kept & syntactic), np.sum(kept & rare),
-                            np.sum(kept & ~(positional | syntactic | rare))]
-    return xr.Dataset({"heads": (("model", "run", "role"), counts)},
-                      coords={"model": prune.model.values, "run": prune.run.values,
-                              "role": np.array(roles, dtype=object)})
-
-
-@figure
-def pruning_curve(path):
-    """BLEU against the number of retained encoder heads (Voita et al. ACL 2019, fig. 7): one
-    point per lambda of the encoder-only runs; at all heads the model fine-tuned as long without
-    gates (a star, the curve's end) and the unpruned model (hollow), or, without that control, the
-    unpruned model as the curve's end."""
-    import pandas as pd
-
-    from evolution.analyses.plotting import STYLES, legend_right, plt
-
-    ds = open_group(path, "heads_pruning")
-    if ds is None:
-        return None
-    pyplot = plt()
-    fig, ax = pyplot.subplots(figsize=(6.4, 3.8), layout="constrained")
-    runs = [r for r in ds.run.values if str(ds.scope.sel(run=r).values) == "encoder"]
-    rows = []
-    for i, m in enumerate(ds.model.values):
-        enc = ds.kept.sel(model=m, attention="encoder_self")
-        total = int(np.isfinite(enc.isel(run=0)).sum())
-        x = [int(np.nansum(enc.sel(run=r))) for r in runs]
-        y = [float(ds.bleu.sel(model=m, run=r)) for r in runs]
-        rows += [dict(model=str(m), run=str(r), lam=float(ds.lam.sel(run=r)), kept_encoder_heads=xi, bleu=yi)
-                 for r, xi, yi in zip(runs, x, y)]
-        full = float(ds.bleu_full.sel(model=m))
-        rows.append(dict(model=str(m), run="unpruned", lam=0.0, kept_encoder_heads=total, bleu=full))
-        style = STYLES[i % len(STYLES)]
-        tuned = float(ds.bleu_tuned.sel(model=m)) if "bleu_tuned" in ds else np.nan
-        # the curve ends at all heads with the reference: the same fine-tuning without gates where it
-        # was run (a star; the unpruned model, not fine-tuned, as a hollow marker beside it), else the
-        # unpruned model
-        end = tuned if np.isfinite(tuned) else full
-        order = np.argsort(x + [total], kind="stable")
-        ax.plot(np.asarray(x + [total])[order], np.asarray(y + [end])[order], label=str(m), color=style["color"],
-                marker=style["marker"])
-        if np.isfinite(tuned):
-            rows.append(dict(model=str(m), run="tuned", lam=0.0, kept_encoder_heads=total, bleu=tuned))
-            ax.plot([total], [tuned], linestyle="none", marker="*", markersize=12, color=style["color"],
-                    label=f"{m}, fine-tuned without gates")
-            ax.plot([total], [full], linestyle="none", marker=style["marker"], markerfacecolor="none",
-                    color=style["color"], label=f"{m}, unpruned (not fine-tuned)")
-        for r, xi, yi in zip(runs, x, y):
-            ax.annotate(f"λ={float(ds.lam.sel(run=r)):g}", (xi, yi), fontsize=8, xytext=(3, 3),
-                        textcoords="offset points")
-    ax.set(xlabel="retained encoder heads", ylabel="BLEU (test, beam 4)",
-           title="pruning encoder self-attention heads")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.margins(x=0.12, y=0.15)
-    legend_right(ax)
-    return fig, pd.DataFrame(rows)
-
-
 HeadPruning.figures = {
     "heads_pruning": (pruning_curve, "BLEU against the number of retained encoder heads after fine-tuning with "
                                      "Hard-Concrete gates on the encoder self-attention, one point per lambda "
                                      "(Voita et al. ACL 2019, fig. 7); at all heads the model fine-tuned as long without "
                                      "gates (star) and the unpruned model, not fine-tuned (hollow)."),
+    "heads_pruning_roles": (pruning_roles, "Roles of the encoder heads retained by each encoder-only run, from the "
+                                           "unpruned model's head statistics (Voita et al. ACL 2019, fig. 8): "
+                                           "positional, syntactic (any relation), rare-token (share >= 0.2) or none; "
+                                           "a head with two roles counts under each."),
+    "heads_pruning_layers": (pruning_layers, "Heads kept in each layer of each attention type when all three are "
+                                             "gated, one line per lambda (Voita et al. ACL 2019, figs. 9-10); "
+                                             "dotted: the layer's number of heads."),
 }
