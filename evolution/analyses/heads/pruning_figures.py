@@ -187,6 +187,7 @@ def pruning_layers(path):
         ax.set(xlabel="layer", title=attention.replace("_", " "))
     axes[0, 0].set(ylabel="heads kept")
     axes[0, 0].set_ylim(bottom=-0.2)
+    axes[0, 0].yaxis.get_major_locator().set_params(integer=True)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     legend_right(axes[0, -1], handles, labels)
     return fig, pd.DataFrame(rows)
