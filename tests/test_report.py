@@ -416,6 +416,7 @@ def test_the_summary_counts_the_stores_own_scorecard(tmp_path, monkeypatch):
     ("tsne_be_masked", "tsne", "t-SNE of the 'be' selection at masked positions"),
     ("tsne_is_deprel", "tsne", "t-SNE of the 'is_deprel' selection"),
     ("heads_dependency", "heads-dependency", "Dependency relations by head"),
+    ("heads_pruning_layers", "heads-importance", "Heads kept per attention type and layer"),
     ("mean_norm", "other", "Mean norm"),
 ])
 def test_figure_identifiers_map_to_sections_and_titles(name, section, title):

@@ -84,6 +84,8 @@ FIGURES: dict[str, tuple[str, str]] = {
     "heads_decoder": ("heads-decoder", "Decoder heads"),
     "heads_importance": ("heads-importance", "Head importance"),
     "heads_pruning": ("heads-importance", "Pruning heads"),
+    "heads_pruning_roles": ("heads-importance", "Roles of the heads that pruning keeps"),
+    "heads_pruning_layers": ("heads-importance", "Heads kept per attention type and layer"),
     "heads_probes": ("heads-importance", "Attention parsing probes"),
 }
 
