@@ -126,6 +126,37 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     # the control fine-tuned without gates: its own BLEU, not the unpruned model's
     assert np.isfinite(ds.bleu_tuned.sel(model="mt")) and float(ds.chrf_tuned.sel(model="mt")) != pytest.approx(direct["chrf"])
     assert survivor_roles(path) is None  # no heads group in this run: roles cannot be told
+    # every head from scratch (metrics.pruning.scratch_full): the same loop, seed and budget with no
+    # head removed, i.e. exactly an unmasked model trained from scratch
+    assert np.isfinite(ds.bleu_scratch_full.sel(model="mt")) and np.isfinite(ds.chrf_scratch_full.sel(model="mt"))
+    import json
+
+    import torch
+
+    from evolution.analyses.base import load_texts
+    from evolution.analyses.heads.pruning import _base_schedule, _pairs
+
+    saved = list(trained["cfg"].workdir.rglob("pruning-*.npz"))
+    assert len(saved) == 1, saved
+    texts = load_texts(str(saved[0]))
+    src, tgt = _pairs(texts["train_source"].split("\n"), texts["train_target"].split("\n"))
+    plain = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
+                           sentencepiece=trained["paths"].spm_model)
+    lr, warmup = _base_schedule(plain)
+    pruning.train_with_heads(plain, pruning.training_items(plain, src, tgt, max_tokens=256),
+                             directory=tmp_path / "unmasked", layout={}, updates=3, lr=lr, warmup=warmup,
+                             max_tokens=256, seed=trained["cfg"].seed, progress=False)
+    # the run without a pruning run beside it (those of the lambdas train their kept layout)
+    full = [p for p in trained["cfg"].workdir.rglob("scratch/result.json") if not (p.parent.parent / "prune").exists()]
+    assert len(full) == 1, full
+    layout = json.loads(full[0].read_text())["layout"]
+    assert set(layout) == {"encoder_self", "decoder_self", "encoder_decoder"}
+    assert all(np.all(np.asarray(m) == 1) for m in layout.values())
+    trained_full = torch.load(str(full[0].parent / "state.pt"), weights_only=True)["model"]
+    for name, value in plain._model.state_dict().items():
+        torch.testing.assert_close(trained_full[name], value, rtol=0, atol=0, msg=name)
+    direct = evaluate.bleu_chrf(pruning.translate(plain, [plain.tokenize(s).ids for s in sources]), refs)
+    assert float(ds.chrf_scratch_full.sel(model="mt")) == pytest.approx(direct["chrf"])
 
 
 def _strings(values):

@@ -202,6 +202,9 @@ class PruningConfig(_Section):
     scratch_lambdas: list[float] | None = Field(None, description="the lambdas whose all-attention layout is also "
                                                                  "trained from scratch (null: every lambda); each "
                                                                  "costs a base model's training")
+    scratch_full: bool = Field(True, description="with scratch_updates, also train every head from scratch by the "
+                                                 "same loop: the from-scratch column's reference, which separates the "
+                                                 "layout's effect from the training recipe's")
     test_sentences: int | None = Field(None, ge=1, description="translate the first N analysed sentences (null: all)")
     models: list[str] | None = Field(None, description="MT models to prune (default: every MT model)")
 

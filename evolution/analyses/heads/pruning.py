@@ -12,7 +12,9 @@ moves BLEU when the base model is not converged.
 
 Group ``heads_pruning``: ``bleu``, ``chrf``, ``bleu_scratch``, ``chrf_scratch`` (model,
 run); ``kept`` (model, run, attention, layer, head: 1 kept, 0 pruned, NaN absent);
-``lam``, ``scope`` (run); ``bleu_full``, ``chrf_full``, ``bleu_tuned``, ``chrf_tuned`` (model). :func:`survivor_roles`
+``lam``, ``scope`` (run); ``bleu_full``, ``chrf_full``, ``bleu_tuned``, ``chrf_tuned``,
+``bleu_scratch_full``, ``chrf_scratch_full`` (model: every head trained from scratch by the same
+loop as the kept layouts, ``metrics.pruning.scratch_full``). :func:`survivor_roles`
 counts the roles (``heads`` group) of the kept encoder heads.
 """
 
@@ -48,9 +50,10 @@ def _pairs(lines_src: list[str], lines_tgt: list[str]) -> tuple[list[str], list[
 def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, scope: str, updates: int, lr: float,
                  max_tokens: int, seed: int, scratch_updates: int | None, torch_threads: int = 1,
                  gate_lr: float | None = None) -> dict[str, Any]:
-    """One pruning run (``lam`` None: the unpruned model's BLEU only; ``scope`` "tuned": the same
-    fine-tuning without gates): fine-tune with gates, translate the test sentences with the kept
-    heads, and with ``scratch_updates`` train the kept layout from scratch and translate again."""
+    """One pruning run (``lam`` None: the unpruned model's BLEU only, or with ``scope`` "scratch" the
+    full layout trained from scratch for ``scratch_updates``; ``scope`` "tuned": the same fine-tuning
+    without gates): fine-tune with gates, translate the test sentences with the kept heads, and with
+    ``scratch_updates`` train the kept layout from scratch and translate again."""
     import torch
 
     from evolution.models import load_adapter
@@ -69,6 +72,19 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
         return evaluate.bleu_chrf(hyps, refs)
 
     t0 = time.perf_counter()
+    if lam is None and scope == "scratch":  # every head, from scratch, by the from-scratch runs' loop
+        from pathlib import Path
+
+        base_lr, warmup = _base_schedule(adapter)
+        layout = {a: [[1.0] * adapter.attention_modules(a)[0].num_heads] * len(adapter.output_projections(a))
+                  for a in ATTENTIONS}
+        scratch = pruning.train_with_heads(adapter, pruning.training_items(adapter, src, tgt, max_tokens=max_tokens),
+                                           directory=Path(directory) / "scratch", layout=layout,
+                                           updates=scratch_updates, lr=base_lr, warmup=warmup, max_tokens=max_tokens,
+                                           seed=seed, progress=False)
+        s = score()
+        return {"bleu_scratch": s["bleu"], "chrf_scratch": s["chrf"], "layout": layout,
+                "scratch_seconds": scratch["seconds"], "seconds": round(time.perf_counter() - t0, 1)}
     if lam is None:
         return {**score(), "seconds": round(time.perf_counter() - t0, 1)}
     from pathlib import Path
@@ -137,6 +153,15 @@ class HeadPruning(Analysis):
         root = location.join(location.parent(inputs.arrays_dir), "pruning")
         units = []
         for m in models:
+            if cfg.scratch_updates and cfg.scratch_full:  # every head from scratch: the recipe's own control
+                key = {"model": model_identity(m.spec), "texts": digest, "lam": None, "scope": "scratch",
+                       "max_tokens": cfg.max_tokens, "seed": inputs.seed, "scratch": cfg.scratch_updates}
+                units.append(Unit(f"{m.name}-scratch", pruning_task,
+                                  dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
+                                       lam=None, scope="scratch", updates=cfg.updates, lr=cfg.lr, gate_lr=None,
+                                       max_tokens=cfg.max_tokens, seed=inputs.seed,
+                                       scratch_updates=cfg.scratch_updates, torch_threads=inputs.torch_threads),
+                                  key=key))
             runs = ([(None, "full")] + ([(0.0, "tuned")] if cfg.control else [])
                     + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES])
             for lam, scope in runs:
@@ -193,7 +218,9 @@ class HeadPruning(Analysis):
                          "bleu_full": (("model",), np.array([results[f"{m}-full"]["bleu"] for m in models])),
                          "chrf_full": (("model",), np.array([results[f"{m}-full"]["chrf"] for m in models])),
                          **{f"{v}_tuned": (("model",), np.array([results.get(f"{m}-tuned", {}).get(v, np.nan)
-                                                                 for m in models])) for v in ("bleu", "chrf")}},
+                                                                 for m in models])) for v in ("bleu", "chrf")},
+                         **{f"{v}_scratch_full": (("model",), np.array([results.get(f"{m}-scratch", {}).get(
+                             f"{v}_scratch", np.nan) for m in models])) for v in ("bleu", "chrf")}},
                         coords={"model": np.array(models, dtype=object), "run": np.array(names, dtype=object),
                                 "attention": np.array(ATTENTIONS, dtype=object), "layer": np.arange(1, L + 1),
                                 "head": np.arange(H)})
@@ -211,6 +238,9 @@ class HeadPruning(Analysis):
             if "bleu_tuned" in ds and np.isfinite(float(ds.bleu_tuned.sel(model=m))):
                 rows.append([str(m), "0", "none, fine-tuned", "all", f"{float(ds.bleu_tuned.sel(model=m)):.2f}",
                              f"{float(ds.chrf_tuned.sel(model=m)):.2f}", ""])
+            if "bleu_scratch_full" in ds and np.isfinite(float(ds.bleu_scratch_full.sel(model=m))):
+                rows.append([str(m), "-", "none, from scratch", "all", "", "",
+                             f"{float(ds.bleu_scratch_full.sel(model=m)):.2f}"])
             for run in ds.run.values:
                 k = ds.kept.sel(model=m, run=run)
                 counts = " / ".join(str(int(np.nansum(k.sel(attention=a)))) if np.isfinite(k.sel(attention=a)).any()
@@ -223,7 +253,8 @@ class HeadPruning(Analysis):
                  "BLEU / chrF on the test books (beam 4) after fine-tuning with Hard-Concrete gates and an L0 "
                  "penalty lambda; heads kept where P(open) > P(closed); 'none, fine-tuned': the same fine-tuning "
                  "without gates (the reference for the pruned runs' BLEU); 'from scratch': the kept layout trained "
-                 "from a fresh initialisation for metrics.pruning.scratch_updates.")]
+                 "from a fresh initialisation for metrics.pruning.scratch_updates; 'none, from scratch': every "
+                 "head trained the same way (the from-scratch column's own reference).")]
 
 
 def _analysed_sources(inputs: Inputs, n: int) -> list[str]:
