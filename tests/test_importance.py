@@ -77,6 +77,12 @@ def test_batched_per_sentence_gradients_equal_one_sentence_at_a_time(trained):
             np.testing.assert_allclose(together[att][i], alone[att][0], rtol=1e-5, atol=1e-9)  # float32 softmax
     # different sentences have different gradients (the batch is not one sentence repeated)
     assert not np.allclose(together["encoder_self"][0], together["encoder_self"][1])
+    # the weights are frozen only while the masks' gradients are taken: the model trains after
+    a._model.frozen_probe = torch.nn.Parameter(torch.zeros(1), requires_grad=False)  # one the user froze
+    before = {n: p.requires_grad for n, p in a._model.named_parameters()}
+    assert set(before.values()) == {True, False}
+    mask_gradients(a, items[:1], attentions=a.attention_types)
+    assert {n: p.requires_grad for n, p in a._model.named_parameters()} == before
 
 
 def test_lm_labels_are_the_next_tokens_and_mlm_labels_the_corrupted_originals(trained):

@@ -167,22 +167,38 @@ def mask_gradients(adapter, items: Sequence[Item], *, attentions: Sequence[str] 
     items = list(items)
     projections = {a: adapter.output_projections(a) for a in attentions}
     out = {a: np.zeros((len(items), len(p), head_count(adapter, a))) for a, p in projections.items()}
-    for batch in batches([it.length for it in items], max_batch_tokens=max_batch_tokens):
-        chosen = [items[i] for i in batch]
-        gates = {a: torch.ones((len(batch), *out[a].shape[1:]), requires_grad=True, device=adapter.device)
-                 for a in attentions}
-        with contextlib.ExitStack() as stack:
-            calls = [stack.enter_context(head_gates(projections[a], gates[a], batch_dim=adapter.gate_batch_dim))
-                     for a in attentions]
-            losses = sentence_losses(adapter, chosen)
-        for a, c in zip(attentions, calls):
-            if min(c) == 0:
-                raise RuntimeError(f"{adapter.name}: the {a} output projections were not called; a fused "
-                                   "attention kernel bypassed the head gates")
-        grads = torch.autograd.grad(losses.sum(), [gates[a] for a in attentions])
-        for a, g in zip(attentions, grads):
-            out[a][batch] = g.double().cpu().numpy()
+    with _frozen(getattr(adapter, "_model", None)):
+        for batch in batches([it.length for it in items], max_batch_tokens=max_batch_tokens):
+            chosen = [items[i] for i in batch]
+            gates = {a: torch.ones((len(batch), *out[a].shape[1:]), requires_grad=True, device=adapter.device)
+                     for a in attentions}
+            with contextlib.ExitStack() as stack:
+                calls = [stack.enter_context(head_gates(projections[a], gates[a], batch_dim=adapter.gate_batch_dim))
+                         for a in attentions]
+                losses = sentence_losses(adapter, chosen)
+            for a, c in zip(attentions, calls):
+                if min(c) == 0:
+                    raise RuntimeError(f"{adapter.name}: the {a} output projections were not called; a fused "
+                                       "attention kernel bypassed the head gates")
+            grads = torch.autograd.grad(losses.sum(), [gates[a] for a in attentions])
+            for a, g in zip(attentions, grads):
+                out[a][batch] = g.double().cpu().numpy()
     return out
+
+
+@contextlib.contextmanager
+def _frozen(model):
+    """The model's parameters without ``requires_grad`` within the block (restored after): only
+    the masks' gradients are asked for, so the forward pass need not keep what the weights'
+    gradients would need (the same numbers, in less time: benchmarks/importance.py)."""
+    params = [p for p in model.parameters() if p.requires_grad and not p.is_inference()] if model is not None else []
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 def importance(gradients: np.ndarray) -> np.ndarray:
