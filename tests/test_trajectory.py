@@ -99,10 +99,12 @@ def test_distance_to_the_final_model_against_the_reference_pwcca_and_cka(traject
         y = read_rows(store, "lm", layer, inputs.models["lm"].plan.similarity_rows)
         pwcca = (reference_pwcca(x, y)[0] + reference_pwcca(y, x)[0]) / 2
         got = snap["distance"].sel(model="lm@2", layer=layer)
-        # the distances are 1 - (a similarity near 1): float32 rounding of the similarity (~1e-7)
-        # is a large share of a distance of ~7e-4, so the tolerance is absolute, on the similarity
-        assert float(got.sel(metric="pwcca")) == pytest.approx(1 - pwcca, rel=1e-4, abs=1e-6)
-        assert float(got.sel(metric="cka")) == pytest.approx(1 - reference_cka(x, y), rel=1e-4, abs=1e-6)
+        # the distances are 1 - (a similarity near 1), computed from float32 states: the
+        # similarity's rounding (PWCCA's decompositions in float32: up to a few 1e-6, seen 2.5e-6
+        # against float64) is a large share of a distance of ~1e-2, so the tolerance is absolute,
+        # on the similarity; a wrong weighting or pairing moves it by orders of magnitude more
+        assert float(got.sel(metric="pwcca")) == pytest.approx(1 - pwcca, abs=1e-5)
+        assert float(got.sel(metric="cka")) == pytest.approx(1 - reference_cka(x, y), abs=1e-5)
     assert float(snap["distance"].sel(model="lm@2", metric="pwcca", layer=2)) > 0.01  # 2 of 4 updates: not there yet
 
 
