@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                 a.forward([inputs[i] for i in batch])
 
         t_extract = _timed(extraction, repeat=2)
-        t_importance = _timed(lambda: mask_gradients(a, items, attentions=a.attention_types), repeat=1)
-        t_relevance = _timed(lambda: head_relevance(a, items, attentions=a.attention_types), repeat=1)
+        t_importance = _timed(lambda: mask_gradients(a, items, attentions=a.attention_types), repeat=2)
+        t_relevance = _timed(lambda: head_relevance(a, items, attentions=a.attention_types), repeat=2)
         print(f"{len(items)} sentences, {tokens} source tokens, {sum(len(i.positions) for i in items)} target steps; "
               f"torch threads {args.threads}")
         print(f"extraction pass (hidden states)   {t_extract:8.2f} s   1.00")
