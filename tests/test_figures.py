@@ -673,6 +673,25 @@ def test_pruning_roles_count_each_runs_kept_encoder_heads_by_planted_role(drawn,
     assert dict(zip(first.role, first.heads)) == {"positional": 2, "syntactic": 1, "rare_token": 1, "other": 3}
 
 
+def test_pruning_curve_plots_each_encoder_runs_retained_heads_against_its_bleu(drawn, store):
+    """Fig. 7: per encoder-only run, the retained (kept = 1) encoder heads counted by a loop over the
+    stored layout and the run's BLEU; at all HL x HH heads the unpruned model and the gate-free
+    control; the all-attention runs are not on this curve."""
+    table = _csv(drawn, "heads_pruning")
+    ds = open_group(store, "heads_pruning")
+    for run, scope, _ in PRUNING_RUNS:
+        row = table[(table.model == "mt") & (table.run == run)]
+        if scope != "encoder":
+            assert row.empty
+            continue
+        layout = ds.kept.sel(model="mt", run=run, attention="encoder_self").values
+        assert row.kept_encoder_heads.item() == sum(1 for v in layout.ravel() if v == 1)
+        assert row.bleu.item() == float(ds.bleu.sel(model="mt", run=run))
+    ends = table[table.run.isin(["unpruned", "tuned"])].set_index("run")
+    assert list(ends.kept_encoder_heads) == [HL * HH, HL * HH]
+    assert ends.bleu.to_dict() == {"unpruned": 13.0, "tuned": 14.0}
+
+
 def test_pruning_layers_count_the_kept_heads_of_each_layer_of_each_all_attention_run(drawn, store):
     """Figs. 9-10: per all-attention run, attention type and layer, the kept heads (a loop over the
     stored layout) and the layer's heads (absent ones, NaN, are not heads); encoder-only runs are not in it."""

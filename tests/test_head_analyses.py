@@ -53,6 +53,13 @@ def test_metrics_stage_stores_importance_and_relevance_as_computed_directly(trai
         np.testing.assert_allclose(stored.importance.values[:layers], importance(grads[att]), rtol=1e-5)
         np.testing.assert_allclose(stored.relevance.values[:layers], rel[att], rtol=1e-5)
         assert np.isnan(stored.importance.values[layers:]).all()
+        # the interval is over sentences of |dL/dxi| (the importance's own samples), scipy's sem
+        from scipy.stats import sem
+
+        np.testing.assert_allclose(stored.importance_sem.values[:layers], sem(np.abs(grads[att]), axis=0), rtol=1e-5)
+        # layers numbered from 1, as the heads and pruning groups: layer 1 is the first layer's heads
+        assert list(stored.layer.values[:layers]) == list(range(1, layers + 1))
+        np.testing.assert_allclose(stored.importance.sel(layer=1).values, importance(grads[att])[0], rtol=1e-5)
     assert int(ds.sentences.sel(model="mt")) == 5 and int(ds.steps.sel(model="mt")) == sum(len(i.positions) for i in items)
     lm = ds.sel(model="lm")
     assert np.isnan(lm.relevance).all() and np.isnan(lm.importance.sel(attention="decoder_self")).all()
@@ -87,6 +94,19 @@ def test_probes_group_and_right_branching_against_a_plain_loop(trained, stage):
         assert int(ds.sentences.sel(model=m, split="test")) == len(test)
         assert float(ds.uas.sel(model=m, probe="right_branching")) == pytest.approx(hit / total)
         assert 0 < float(ds.uas.sel(model=m, probe="attention")) < 1
+    # the probes are fitted on the train treebank (UD EWT dev) and scored on test: refit here
+    from evolution.analyses.heads.probes import _probe_sentences
+    from evolution.metrics.probes import fit_probe, uas
+
+    data = {}
+    for split, name in (("train", "ud-ewt-dev"), ("test", "ud-ewt-test")):
+        data[split], _ = _probe_sentences(a, read_conllu(resolve_treebank(name), max_sentences=30),
+                                          max_batch_tokens=trained["cfg"].extract.max_batch_tokens)
+    assert len(data["test"]) == len(test) and len(data["train"]) != len(data["test"])
+    assert int(ds.sentences.sel(model="lm", split="train")) == len(data["train"])  # fitted on dev, not on test
+    for kind in ("attention", "attention_words"):
+        direct = uas(fit_probe(data["train"], kind=kind, epochs=1, seed=trained["cfg"].seed), data["test"])
+        assert float(ds.uas.sel(model="lm", probe=kind)) == pytest.approx(direct, abs=1e-12), kind
 
 
 def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(trained, tmp_path):
@@ -157,6 +177,39 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
         torch.testing.assert_close(trained_full[name], value, rtol=0, atol=0, msg=name)
     direct = evaluate.bleu_chrf(pruning.translate(plain, [plain.tokenize(s).ids for s in sources]), refs)
     assert float(ds.chrf_scratch_full.sel(model="mt")) == pytest.approx(direct["chrf"])
+    # the kept layout of lambda 30 trained from scratch: its stored BLEU and chrF are sacrebleu's on
+    # the translations of those weights with those heads
+    runs = [p for p in trained["cfg"].workdir.rglob("prune/result.json")
+            if json.loads(p.read_text())["lambda"] == 30.0 and len(json.loads(p.read_text())["attentions"]) == 3]
+    assert len(runs) == 1, runs
+    scratch = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
+                             sentencepiece=trained["paths"].spm_model)
+    scratch._model.load_state_dict(torch.load(str(runs[0].parent.parent / "scratch" / "state.pt"),
+                                              weights_only=True)["model"])
+    scratch._model.eval()
+    kept = pruning.kept_gates(json.loads(runs[0].read_text()))
+    direct = evaluate.bleu_chrf(pruning.translate(scratch, [scratch.tokenize(s).ids for s in sources], gates=kept), refs)
+    assert float(ds.bleu_scratch.sel(model="mt", run="all-30")) == pytest.approx(direct["bleu"])
+    assert float(ds.chrf_scratch.sel(model="mt", run="all-30")) == pytest.approx(direct["chrf"])
+    # the report's table: each row's cells are the group's numbers under their headers
+    from evolution.analyses.heads.pruning import HeadPruning
+
+    (title, rows, _), = HeadPruning().tables(path)
+    header, body = rows[0], rows[1:]
+    by_run = {(r[header.index("lambda")], r[header.index("gated")]): dict(zip(header, r)) for r in body}
+    for run in ds.run.values:
+        lam, scope = f"{float(ds.lam.sel(run=run)):g}", str(ds.scope.sel(run=run).values)
+        row = by_run[(lam, scope)]
+        assert row["BLEU"] == f"{float(ds.bleu.sel(model='mt', run=run)):.2f}"
+        assert row["chrF"] == f"{float(ds.chrf.sel(model='mt', run=run)):.2f}"
+        bs = float(ds.bleu_scratch.sel(model="mt", run=run))
+        assert row["BLEU from scratch"] == (f"{bs:.2f}" if np.isfinite(bs) else "")
+        counts = [int(np.nansum(ds.kept.sel(model="mt", run=run, attention=a))) for a in ds.attention.values]
+        assert row["heads kept (enc / dec-self / enc-dec)"].split(" / ")[0] == str(counts[0])
+    assert by_run[("-", "none")]["BLEU"] == f"{float(ds.bleu_full.sel(model='mt')):.2f}"
+    assert by_run[("0", "none, fine-tuned")]["chrF"] == f"{float(ds.chrf_tuned.sel(model='mt')):.2f}"
+    assert by_run[("-", "none, from scratch")]["BLEU from scratch"] == \
+        f"{float(ds.bleu_scratch_full.sel(model='mt')):.2f}"
 
 
 def _strings(values):

@@ -98,6 +98,17 @@ def test_lm_labels_are_the_next_tokens_and_mlm_labels_the_corrupted_originals(tr
     assert len(changed) > 0
     assert all(item.inputs[p] != lab for p, lab in zip(item.positions, item.labels))
     assert list(item.labels) == [long[c] for c in changed]
+    # sentence s is corrupted by default_rng([seed, s]), as the MLM output MI: the same sentence twice
+    # gets two corruptions, each the one metrics.masked.corrupt gives with that sentence's generator
+    from evolution.metrics.masked import corrupt
+
+    pair = objective_items(mlm, [long, long], seed=3)
+    low, high = mlm.ordinary_ids
+    for s, it in enumerate(pair):
+        new, changed = corrupt(long, rng=np.random.default_rng([3, s]), mask_id=mlm.mask_id, low=low, high=high)
+        assert list(it.positions) == list(mlm.content_offset + changed)
+        assert list(it.inputs) == list(mlm.build_input(new))
+    assert list(pair[0].positions) != list(pair[1].positions)
     assert objective_items(mlm, [long], seed=3)[0].inputs == item.inputs  # seeded
 
 

@@ -187,6 +187,18 @@ def test_fit_is_deterministic_given_the_seed(kind):
         np.testing.assert_array_equal(a.predict(s), b.predict(s))
 
 
+@pytest.mark.parametrize("kind", ["attention", "distance_words"])
+def test_the_seed_sets_the_initial_weights_too(kind):
+    """Without shuffling the seed acts only through the initialisation: two seeds give two
+    probes, one seed the same probe."""
+    train = treebank(0, 20)
+    a, b = (fit_probe(train, kind=kind, shuffle=False, hidden=16, seed=3) for _ in range(2))
+    c = fit_probe(train, kind=kind, shuffle=False, hidden=16, seed=4)
+    for name, value in a.params.items():
+        np.testing.assert_array_equal(value, b.params[name])
+    assert any(not np.array_equal(value, c.params[name]) for name, value in a.params.items())
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="n\\+2"):
         ProbeSentence(attention=np.zeros((2, 4, 4)), heads=[0, 1, 1], punct=None)

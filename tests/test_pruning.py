@@ -204,3 +204,33 @@ def test_inverse_sqrt_is_fairseqs_schedule():
     for step in range(0, 400):
         expected = opt.get_lr() if step == 0 else sched.step_update(step)
         assert inverse_sqrt(step, lr=2e-3, warmup=40) == pytest.approx(expected, rel=1e-12), step
+
+
+def test_batches_of_each_epoch_follow_their_own_generator():
+    """_batches: epoch e is ordered by numpy.random.default_rng([seed, e]) (so a resumed run sees the
+    batches an uninterrupted one would, and epochs differ), every item once per epoch, each batch
+    within max_tokens; rebuilt here from that contract by a plain loop."""
+    from types import SimpleNamespace
+
+    items = [SimpleNamespace(length=int(n), name=i) for i, n in enumerate(np.random.default_rng(0).integers(3, 30, 40))]
+    stream = pruning._batches(items, max_tokens=64, seed=5)
+
+    def epoch(e):
+        rng = np.random.default_rng([5, e])
+        order = rng.permutation(len(items))
+        cut, batch = [], []
+        for i in sorted(order, key=lambda i: items[i].length):  # fewer than 2,000 items: one block
+            if batch and items[i].length * (len(batch) + 1) > 64:
+                cut.append(batch)
+                batch = []
+            batch.append(int(i))
+        cut.append(batch)
+        return [cut[k] for k in rng.permutation(len(cut))]
+
+    for e in range(2):
+        expected = epoch(e)
+        got = [[it.name for it in next(stream)] for _ in expected]
+        assert got == expected, e
+        assert sorted(i for b in got for i in b) == list(range(len(items)))
+        assert all(max(items[i].length for i in b) * len(b) <= 64 or len(b) == 1 for b in got)
+    assert epoch(0) != epoch(1)
