@@ -52,7 +52,7 @@ def head_relevance(adapter, items: Sequence, *, attentions: Sequence[str] = ("en
     """
     import torch
 
-    from evolution.nets.lrp import conservative_rules
+    from evolution.nets.lrp import conservative_rules, relevance
 
     order = [i for i, it in enumerate(items) if it is not None]
     first, n_steps = {}, 0
@@ -95,16 +95,12 @@ def head_relevance(adapter, items: Sequence, *, attentions: Sequence[str] = ("en
             k1 = min(len(at), k0 + width)
             slots = torch.zeros(k1 - k0, len(at), dtype=top.dtype)
             slots[torch.arange(k1 - k0), torch.arange(k0, k1)] = 1.0
-            grads = torch.autograd.grad(top, flat, grad_outputs=slots, is_grads_batched=True,
-                                        retain_graph=k1 < len(at), allow_unused=True)
+            rel = relevance(top, flat, steps=slots, retain_graph=k1 < len(at))
             k = 0
             for a in attentions:
                 for layer in range(len(projections[a])):
-                    z, g = flat[k].detach(), grads[k]
+                    r = rel[k].abs()  # (slots, T, 1, H * d_head): fairseq's layout
                     k += 1
-                    if g is None:
-                        continue
-                    r = (z[None] * g).abs()  # (slots, T, 1, H * d_head): fairseq's layout
                     c, t, b, d = r.shape
                     rows = slice(first[i] + k0, first[i] + k1)
                     per[a][rows, layer] = r.view(c, t, b, heads[a], d // heads[a]).sum(dim=(1, 2, 4)).double().numpy()

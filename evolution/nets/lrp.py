@@ -82,10 +82,19 @@ def conservative_rules(model: nn.Module) -> Iterator[None]:
             h.remove()
 
 
-def relevance(output: torch.Tensor, tensors: Sequence[torch.Tensor], *, retain_graph: bool = False
-              ) -> list[torch.Tensor]:
+def relevance(output: torch.Tensor, tensors: Sequence[torch.Tensor], *, retain_graph: bool = False,
+              steps: torch.Tensor | None = None) -> list[torch.Tensor]:
     """R(z) = z * d(sum output)/dz for each tensor z of ``tensors`` (same shapes): the relevance
     of every element of z for the summed ``output``, under whatever rules were on while the
-    graph was built. A tensor that does not influence the output gets zeros."""
-    grads = torch.autograd.grad(output.sum(), list(tensors), retain_graph=retain_graph, allow_unused=True)
-    return [(z * g).detach() if g is not None else torch.zeros_like(z).detach() for z, g in zip(tensors, grads)]
+    graph was built. A tensor that does not influence the output gets zeros.
+
+    With ``steps`` (S, *output.shape), the relevance for each of S scores at once, the s-th being
+    ``(steps[s] * output).sum()`` (e.g. a one-hot row picks one output): one batched backward
+    pass (``is_grads_batched``), each result of shape (S, *z.shape)."""
+    if steps is None:
+        grads = torch.autograd.grad(output.sum(), list(tensors), retain_graph=retain_graph, allow_unused=True)
+        return [(z * g).detach() if g is not None else torch.zeros_like(z).detach() for z, g in zip(tensors, grads)]
+    grads = torch.autograd.grad(output, list(tensors), grad_outputs=steps, is_grads_batched=True,
+                                retain_graph=retain_graph, allow_unused=True)
+    return [(z.detach()[None] * g).detach() if g is not None else torch.zeros((len(steps), *z.shape), dtype=z.dtype)
+            for z, g in zip(tensors, grads)]

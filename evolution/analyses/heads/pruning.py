@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,30 +72,29 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
         hyps = pruning.translate(adapter, test_ids, gates=gates)
         return evaluate.bleu_chrf(hyps, refs)
 
+    def from_scratch(model, layout) -> dict:
+        """``model`` re-initialised and trained with the heads of ``layout`` under the base schedule."""
+        base_lr, warmup = _base_schedule(model)
+        return pruning.train_with_heads(model, pruning.training_items(model, src, tgt, max_tokens=max_tokens),
+                                        directory=Path(directory) / "scratch", layout=layout,
+                                        updates=scratch_updates, lr=base_lr, warmup=warmup, max_tokens=max_tokens,
+                                        seed=seed, progress=False)
+
     t0 = time.perf_counter()
-    if lam is None and scope == "scratch":  # every head, from scratch, by the from-scratch runs' loop
-        from pathlib import Path
-
-        base_lr, warmup = _base_schedule(adapter)
-        layout = {a: [[1.0] * adapter.attention_modules(a)[0].num_heads] * len(adapter.output_projections(a))
-                  for a in ATTENTIONS}
-        scratch = pruning.train_with_heads(adapter, pruning.training_items(adapter, src, tgt, max_tokens=max_tokens),
-                                           directory=Path(directory) / "scratch", layout=layout,
-                                           updates=scratch_updates, lr=base_lr, warmup=warmup, max_tokens=max_tokens,
-                                           seed=seed, progress=False)
-        s = score()
-        return {"bleu_scratch": s["bleu"], "chrf_scratch": s["chrf"], "layout": layout,
-                "scratch_seconds": scratch["seconds"], "seconds": round(time.perf_counter() - t0, 1)}
-    if lam is None:
+    if lam is None and scope != "scratch":
         return {**score(), "seconds": round(time.perf_counter() - t0, 1)}
-    from pathlib import Path
-
     from evolution import location
 
     if location.is_url(directory):
         raise ValueError(f"metrics.pruning keeps its resumable runs on a local disk, not at {directory}: "
                          "use a local metrics.store / extract.store for pruning")
-
+    if scope == "scratch":  # every head, from scratch, by the from-scratch runs' loop
+        layout = {a: [[1.0] * adapter.attention_modules(a)[0].num_heads] * len(adapter.output_projections(a))
+                  for a in ATTENTIONS}
+        scratch = from_scratch(adapter, layout)
+        s = score()
+        return {"bleu_scratch": s["bleu"], "chrf_scratch": s["chrf"], "layout": layout,
+                "scratch_seconds": scratch["seconds"], "seconds": round(time.perf_counter() - t0, 1)}
     items = pruning.training_items(adapter, src, tgt, max_tokens=max_tokens)
     run = pruning.prune(adapter, items, directory=Path(directory) / "prune", lam=lam, attentions=SCOPES.get(scope, ()),
                         updates=updates, lr=lr, gate_lr=gate_lr, max_tokens=max_tokens, seed=seed, progress=False)
@@ -102,13 +102,8 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
     out = {"kept": run["kept"], "prob_open": run["prob_open"], **score(kept), "prune_seconds": run["seconds"],
            "history": run["history"]}
     if scratch_updates:
-        fresh = load_adapter(spec)
-        base_lr, warmup = _base_schedule(fresh)
-        scratch = pruning.train_with_heads(fresh, pruning.training_items(fresh, src, tgt, max_tokens=max_tokens),
-                                           directory=Path(directory) / "scratch", layout=kept, updates=scratch_updates,
-                                           lr=base_lr, warmup=warmup, max_tokens=max_tokens, seed=seed,
-                                           progress=False)
-        adapter = fresh
+        adapter = load_adapter(spec)
+        scratch = from_scratch(adapter, kept)
         s = score(kept)
         out.update(bleu_scratch=s["bleu"], chrf_scratch=s["chrf"], scratch_seconds=scratch["seconds"])
     out["seconds"] = round(time.perf_counter() - t0, 1)
@@ -259,8 +254,6 @@ class HeadPruning(Analysis):
 
 def _analysed_sources(inputs: Inputs, n: int) -> list[str]:
     """The first ``n`` analysed sentences' source text (the corpus stage's sentences file)."""
-    from pathlib import Path
-
     directory = Path(inputs.targets.training_text).parent.parent
     return (directory / "sentences.txt").read_text(encoding="utf-8").splitlines()[:n]
 
