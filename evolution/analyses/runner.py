@@ -46,8 +46,14 @@ class _ThreadRecords(logging.Handler):
 
 
 def logged(fn: Callable[..., dict], **kwargs) -> dict[str, Any]:
-    """``{"result": fn(**kwargs), "logs": [...]}``: the unit's result and its log records
-    (what runs on a worker)."""
+    """``{"result": fn(**kwargs), "logs": [...], "time": {...}}``: the unit's result, its log
+    records and its cost (what runs on a worker): ``wall`` and ``cpu`` seconds (the worker
+    process's user + system time, so BLAS or torch threads count), ``start`` (epoch seconds)
+    and ``worker`` (host:pid)."""
+    import resource
+    import socket
+    import time
+
     loggers = [logging.getLogger(n) for n in CAPTURED]
     levels = [lg.level for lg in loggers]
     handler = _ThreadRecords()
@@ -55,13 +61,19 @@ def logged(fn: Callable[..., dict], **kwargs) -> dict[str, Any]:
         if lg.getEffectiveLevel() > logging.INFO:  # a worker's default is WARNING
             lg.setLevel(logging.INFO)
         lg.addHandler(handler)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    start, t0 = time.time(), time.perf_counter()
     try:
         result = fn(**kwargs)
     finally:
         for lg, level in zip(loggers, levels):
             lg.removeHandler(handler)
             lg.setLevel(level)
-    return {"result": result, "logs": handler.records}
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    return {"result": result, "logs": handler.records,
+            "time": {"wall": wall, "cpu": cpu, "start": start, "worker": f"{socket.gethostname()}:{os.getpid()}"}}
 
 
 def _replay(records: list[dict[str, Any]], *, unit: str) -> None:
@@ -86,7 +98,7 @@ def _jsonable(o: Any) -> Any:
 
 
 def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, client=None, progress: bool = True,
-                 force: bool = False, reuse: Sequence[Path] = ()) -> dict[str, xr.Dataset]:
+                 force: bool = False, reuse: Sequence[Path] = (), profile: Path | None = None) -> dict[str, xr.Dataset]:
     """Compute every unit of ``analyses`` not in ``cache`` (all with ``force``), then
     build their ``metrics.zarr`` groups. Returns datasets by group name, each
     carrying ``inputs.attrs`` (where the analysis set none of the same name) plus
@@ -95,14 +107,21 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
     ``reuse``: read-only directories of unit results (files named as in ``cache``, e.g. a
     committed ``results/<run>/units``); a unit whose file is there is copied into ``cache``
     instead of being computed (not with ``force``). The file name holds the unit's key, so
-    only a result of the same inputs and settings is reused."""
+    only a result of the same inputs and settings is reused.
+
+    Every computed unit logs its wall and CPU time; with ``profile`` (a JSON-lines file) each
+    one also appends a record ``{"run", "analysis", "unit", "wall", "cpu", "start", "end",
+    "worker"}`` as it finishes (``run``: this call's start, epoch seconds), which
+    ``benchmarks/pipeline.py`` reads."""
     import shutil
+    import time
 
     import dask
 
     from evolution.extract import compute
 
     cache.mkdir(parents=True, exist_ok=True)
+    run_start = time.time()
     results: dict[str, dict[str, dict]] = {a.name: {} for a in analyses}
     todo, where, reused = [], [], 0
     for a in analyses:
@@ -132,6 +151,13 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
         tmp.write_text(json.dumps(r), encoding="utf-8")
         os.replace(tmp, f)
         results[name][unit] = r
+        t = out.get("time")
+        if t is not None:
+            logger.info("metrics: %s %s: %.1f s wall, %.1f s CPU on %s", name, unit, t["wall"], t["cpu"], t["worker"])
+            if profile is not None:
+                record = {"run": run_start, "analysis": name, "unit": unit, **t, "end": t["start"] + t["wall"]}
+                with open(profile, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(record) + "\n")
 
     if todo:
         compute(todo, client=client, progress=progress, label="metrics", unit="task", on_result=keep)

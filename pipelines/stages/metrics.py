@@ -114,7 +114,8 @@ class MetricsStage(Stage):
         cfg = ctx.config
         inputs = self.inputs(ctx, models=cfg.models, metrics=cfg.metrics)
         datasets = run_analyses(enabled(cfg.metrics), inputs, cache=self.cache(ctx), client=ctx.client,
-                                progress=ctx.progress, force=self.name in ctx.force, reuse=cfg.metrics.reuse or ())
+                                progress=ctx.progress, force=self.name in ctx.force, reuse=cfg.metrics.reuse or (),
+                                profile=ctx.workdir / "metrics" / "profile.jsonl")
         write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
         logger.info("metrics: %s in %.1f s -> %s", ", ".join(sorted(datasets)), time.perf_counter() - t0,
                     self.path(ctx))
