@@ -80,10 +80,11 @@ def test_same_layer_distances_by_pair_from_a_result():
     ck = rng.uniform(0.3, 0.9, size=(9, 9))
     ck = (ck + ck.T) / 2
     sizes = {"n": [40, 7], "types": [2, 5], "rank_lo": [1, 3], "rank_hi": [3, 10]}
-    result = {"views": views, "similarity": {"pwcca": pw.tolist(), "cka": ck.tolist()},
-              "change": {meth: {m: rng.uniform(size=(2, 2)).tolist() for m in models} for meth in ("pwcca", "cka")},
-              "bins": [[1, 3], [3, 10]], "n": 47, "notes": [], "sizes": sizes}
-    out = Similarity().datasets(_inputs(models, runs), {"all": result})
+    results = {"+".join(models): {"views": views, "similarity": {"pwcca": pw.tolist(), "cka": ck.tolist()}, "n": 47}}
+    for m in models:  # one change unit per model
+        results[f"+change-{m}"] = {"change": {meth: rng.uniform(size=(2, 2)).tolist() for meth in ("pwcca", "cka")},
+                                   "bins": [[1, 3], [3, 10]], "notes": [], "sizes": sizes}
+    out = Similarity().datasets(_inputs(models, runs), results)
     ds = out["similarity"]
     for a_i, a in enumerate(models):
         for b_i, b in enumerate(models):
@@ -199,3 +200,52 @@ def test_intervals_are_placed_around_the_estimates(run_dir):
         ok = np.isfinite(low)
         assert ok.any()
         assert (low[ok] <= d[ok] + 1e-12).all() and (d[ok] <= high[ok] + 1e-12).all()
+
+
+def test_the_runs_intervals_equal_resampled_svds_of_its_states(run_dir):
+    """On the states the run stored: the intervals of the same-layer distances and of the change
+    by frequency equal those of the definition (resample whole sentences, redo every SVD:
+    ``bootstrap_replicates``, 8 replicates with the run's seed), summarised and placed around the
+    estimates by the same rule, within 1e-8. Except layer 0, where the two models' embeddings of
+    the toy corpus's few types span the same space: the canonical correlations are 1 repeated,
+    PWCCA depends on an arbitrary basis of the repeated directions (its weights are not invariant
+    there), and both float64 routes differ from a 40-digit computation of the definition by more
+    (about 6e-8 and 1.3e-7 on a distance of 3.0e-6, docs/decisions.md) than by 1e-7 from each other."""
+    from evolution.analyses.base import load_arrays
+    from evolution.analyses.similarity import _subsets
+    from evolution.config import SimilarityConfig
+    from evolution.metrics.results import open_metrics
+    from evolution.metrics.similarity import bootstrap_replicates, summarise_replicates
+    from evolution.store import read_rows
+
+    models = ["translation", "language_modeling"]
+    a = load_arrays(str(next((run_dir / "metrics-inputs").glob("similarity-*.npz"))))
+    freq_rank = load_arrays(str(next((run_dir / "metrics-inputs").glob("change-*.npz"))))["freq_rank"]
+    sim = open_metrics(run_dir / "metrics.zarr", "similarity").load()
+    change = open_metrics(run_dir / "metrics.zarr", "change").load()
+    equal = open_metrics(run_dir / "metrics.zarr", "change_equal").load()
+    cfg = SimilarityConfig(min_ratio=2, freq_bins=[1, 3, 100], equal_bins=3, bootstrap=8)
+    bins = list(zip(change.rank_lo.values.tolist(), change.rank_hi.values.tolist()))
+    every, split = _subsets(freq_rank, bins=bins, similarity=cfg)
+    n_layers = {m: int(_store(run_dir, m).sizes["layer"]) for m in models}
+    ref = bootstrap_replicates(read=lambda g, layer: read_rows(str(run_dir / "reps.zarr"), g, layer, a[f"rows/{g}"]),
+                               models=models, n_layers=n_layers, sentence=a["sentence"], masks=every,
+                               methods=["pwcca", "cka"], replicates=range(8), seed=0, epsilon=cfg.epsilon,
+                               min_ratio=cfg.min_ratio)
+    s = summarise_replicates([ref])
+    for m in ("pwcca", "cka"):
+        bounds = np.asarray(s["between"][m])[:, 0]  # (layer, 2): the one pair
+        est = sim.same_layer.sel(metric=m, model_a=models[0], model_b=models[1]).values
+        expected = bounds + (est - np.asarray(s["between_mean"][m])[:, 0])[:, None]
+        got = sim.interval.sel(metric=m, model_a=models[0], model_b=models[1]).values
+        np.testing.assert_allclose(got[1:], expected[1:], rtol=0, atol=1e-8)
+        np.testing.assert_allclose(got[0], expected[0], rtol=0, atol=1e-7)
+        for g in models:
+            bounds, means = np.asarray(s["change"][m][g]), np.asarray(s["change_mean"][m][g])
+            for group, cols in ((change, slice(0, split[0])), (equal, slice(split[0], None))):
+                est = group.distance.sel(metric=m, model=g).values
+                expected = bounds[:, cols] + (est - means[:, cols])[..., None]
+                got = group.interval.sel(metric=m, model=g).values
+                np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+                np.testing.assert_allclose(got, expected, rtol=0, atol=1e-8)
+                assert np.isfinite(got).sum() >= 4

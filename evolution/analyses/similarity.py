@@ -50,50 +50,42 @@ from evolution.config import SimilarityConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Similarity", "similarity_task", "bootstrap_task", "with_intervals", "BOOTSTRAP_BLOCK", "adjacent_change",
+__all__ = ["Similarity", "similarity_task", "change_task", "with_intervals", "adjacent_change",
            "bootstrap_distances", "merge", "similarity_heatmaps",
            "change_by_frequency", "pair_kind", "pair_distances", "PAIR_KINDS"]
 
 
-#: Bootstrap replicates per task (:func:`bootstrap_task`): the default 20 make 5 tasks, with
-#: which 2 workers take 0.65 of the one-task time (``make bench-similarity``)
-BOOTSTRAP_BLOCK = 4
-_BLOCK = "@bootstrap-"  # unit name (and cache file name): "<models>@bootstrap-<first>-<stop>"
-
-
 def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], arrays: str,
-                    similarity: SimilarityConfig, bins: list[tuple[int, int]]) -> dict[str, Any]:
-    """All-pairs similarity of (model, layer) views on the same occurrences,
-    and adjacent-layer change per frequency-rank bin.
+                    similarity: SimilarityConfig, seed: int = 0) -> dict[str, Any]:
+    """All-pairs similarity of (model, layer) views on the same occurrences, and the
+    paired bootstrap of the same-layer distances between models.
 
-    ``arrays`` holds ``rows/<model>`` (n,), the same occurrences in the same
-    order in every model, and ``freq_rank`` (n,) of those occurrences; ``bins``
-    the frequency-rank bins [lo, hi) of the change measure.
-    Returns ``similarity[method]`` as a nested list (view_a, view_b) over
-    ``views`` = [(model, layer), ...], and ``change[method][model]`` as
-    (layer_pair, bin) with NaN where a bin has too few occurrences (listed in
-    ``notes``), the bins' ``sizes`` (:func:`~evolution.metrics.similarity.bin_sizes`)
-    and, with ``similarity.equal_bins``, ``change_equal`` and ``equal_sizes`` the same
-    for bins of equal size (:func:`~evolution.metrics.similarity.equal_size_bins`).
-    The intervals come from :func:`bootstrap_task` (``similarity.bootstrap`` replicates in
-    blocks of :data:`BOOTSTRAP_BLOCK`) and :func:`with_intervals`, which adds ``interval``:
-    95% intervals over resampled sentences (one resample shared by every model: a paired
-    bootstrap; :func:`bootstrap_distances`) placed around these estimates (:func:`_centre`),
-    of the same-layer distances between models (``between[method]``: (layer, model pair,
-    2)) and of the change (``change`` / ``change_equal`` ``[method][model]``: (layer_pair,
-    bin, 2)).
+    ``arrays`` holds ``rows/<model>`` (n,), the same occurrences in the same order in
+    every model, and ``sentence`` (n,) of those occurrences. Returns
+    ``similarity[method]`` as a nested list (view_a, view_b) over ``views`` = [(model,
+    layer), ...], ``n`` and, with ``similarity.bootstrap`` replicates, ``replicates``:
+    ``{"pairs", "between": {method: (replicate, layer, pair)}}``, the same-layer distances
+    (PWCCA: mean of both directions) of every resample of whole sentences (replicate ``r``
+    draws with ``default_rng([seed, r])``, the same sentences for every model: a paired
+    bootstrap), computed from weighted cross-products of the views
+    (:func:`~evolution.metrics.similarity_bootstrap.between_replicates`; equal to resampling
+    the rows and redoing the SVDs, :func:`~evolution.metrics.similarity.bootstrap_replicates`).
+    :func:`with_intervals` places their percentile intervals around the estimates.
     """
+    from evolution.metrics.resample import SentenceSums, sentence_draws
     from evolution.metrics.similarity import View, pair_similarity
+    from evolution.metrics.similarity_bootstrap import MARGIN, between_replicates
     from evolution.store import read_rows
 
     a = load_arrays(arrays)
     rows = {m: a[f"rows/{m}"] for m in models}
     methods = similarity.methods
     kw = {"epsilon": similarity.epsilon, "min_ratio": similarity.min_ratio}
+    margin = MARGIN if similarity.bootstrap else 1.0
     views, keys = [], []
     for g in models:
         for layer in range(n_layers[g]):
-            views.append(View(read_rows(store, g, layer, rows[g]), name=f"{g} layer {layer}", **kw))
+            views.append(View(read_rows(store, g, layer, rows[g]), name=f"{g} layer {layer}", margin=margin, **kw))
             keys.append((g, layer))
     sim = {m: np.full((len(views), len(views)), np.nan) for m in methods}
     for i, va in enumerate(views):
@@ -103,27 +95,56 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
                 sim["pwcca"][i, j], sim["pwcca"][j, i] = p_ab, p_ba
             if "cka" in sim:
                 sim["cka"][i, j] = sim["cka"][j, i] = c
-    del views
-    notes = []
+    out = {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "n": int(len(a["sentence"]))}
+    if similarity.bootstrap:
+        group = np.unique(a["sentence"], return_inverse=True)[1].ravel()
+        n_groups = int(group.max()) + 1
+        pairs = [(x, y) for i, x in enumerate(models) for y in models[i + 1:]]
+        by_layer: dict[int, dict[str, Any]] = {}
+        for (g, layer), v in zip(keys, views):
+            by_layer.setdefault(layer, {})[g] = v
+        between = between_replicates(
+            by_layer, sums=SentenceSums(group, n_groups=n_groups),
+            draws=sentence_draws(n_groups, replicates=similarity.bootstrap, seed=seed), pairs=pairs,
+            methods=methods, states=lambda g, layer: read_rows(store, g, layer, rows[g]), **kw)
+        out["replicates"] = {"pairs": pairs, "between": {m: v.tolist() for m, v in between.items()}}
+    return out
+
+
+def change_task(*, store: str, model: str, n_layers: int, arrays: str, similarity: SimilarityConfig,
+                bins: list[tuple[int, int]], seed: int = 0) -> dict[str, Any]:
+    """One model's change between adjacent layers per frequency-rank bin (and, with
+    ``similarity.equal_bins``, per bin of equal size), with the paired bootstrap's replicates.
+
+    ``arrays`` as for :func:`similarity_task`, with ``freq_rank`` (n,); ``bins`` the
+    frequency-rank bins [lo, hi). Returns ``bins``, ``change[method]`` (layer_pair, bin) with NaN where a
+    bin has too few occurrences (listed in ``notes``), the bins' ``sizes``
+    (:func:`~evolution.metrics.similarity.bin_sizes`), with equal-size bins ``change_equal``
+    and ``equal_sizes``, and with ``similarity.bootstrap`` replicates ``replicates[method]``
+    (replicate, layer_pair, bin of both kinds): the same resamples of sentences as
+    :func:`similarity_task`'s (:func:`~evolution.metrics.similarity_bootstrap.change_with_replicates`)."""
+    from evolution.metrics.resample import sentence_draws
+    from evolution.metrics.similarity_bootstrap import change_with_replicates
+    from evolution.store import read_rows
+
+    a = load_arrays(arrays)
     freq_rank = a["freq_rank"]
     every, split = _subsets(freq_rank, bins=bins, similarity=similarity)
-    masks = dict(list(every.items())[:split[0]])
-    equal = dict(list(every.items())[split[0]:])
-    change = {kind: {m: {} for m in methods} for kind in ("change", "change_equal")}
-    for g in models:
-        states = [read_rows(store, g, layer, rows[g]) for layer in range(n_layers[g])]  # read once, sliced per bin
-        per_method, bin_notes = adjacent_change(states, every, methods=methods, epsilon=kw["epsilon"],
-                                                min_ratio=kw["min_ratio"], name=g)
-        notes += bin_notes
-        for m in methods:
-            arr = np.asarray(per_method[m], dtype=float).reshape(n_layers[g] - 1, len(every))
-            change["change"][m][g] = arr[:, :len(masks)].tolist()
-            change["change_equal"][m][g] = arr[:, len(masks):].tolist()
-    out = {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change["change"],
-           "bins": [tuple(b) for b in bins], "n": int(len(freq_rank)), "notes": notes,
-           "sizes": bin_sizes(freq_rank, masks)}
+    group = np.unique(a["sentence"], return_inverse=True)[1].ravel()
+    n_groups = int(group.max()) + 1
+    draws = sentence_draws(n_groups, replicates=similarity.bootstrap, seed=seed) if similarity.bootstrap else None
+    states = [np.asarray(read_rows(store, model, layer, a[f"rows/{model}"]), dtype=np.float64)
+              for layer in range(n_layers)]  # read once, sliced per bin
+    got = change_with_replicates(states, every, group=group, draws=draws, methods=similarity.methods,
+                                 epsilon=similarity.epsilon, min_ratio=similarity.min_ratio, name=model)
+    masks, equal = dict(list(every.items())[:split[0]]), dict(list(every.items())[split[0]:])
+    out = {"change": {m: v[:, :split[0]].tolist() for m, v in got["estimate"].items()}, "notes": got["notes"],
+           "bins": [tuple(b) for b in bins], "sizes": bin_sizes(freq_rank, masks)}
     if equal:
-        out["change_equal"], out["equal_sizes"] = change["change_equal"], bin_sizes(freq_rank, equal)
+        out["change_equal"] = {m: v[:, split[0]:].tolist() for m, v in got["estimate"].items()}
+        out["equal_sizes"] = bin_sizes(freq_rank, equal)
+    if draws is not None:
+        out["replicates"] = {m: v.tolist() for m, v in got["replicates"].items()}
     return out
 
 
@@ -141,29 +162,43 @@ def _subsets(freq_rank: np.ndarray, *, bins: list, similarity: SimilarityConfig)
     return {**masks, **equal}, (len(masks), len(equal))  # one pass and one bootstrap for both kinds of bin
 
 
-def bootstrap_task(*, store: str, models: list[str], n_layers: dict[str, int], arrays: str,
-                   similarity: SimilarityConfig, bins: list[tuple[int, int]], first: int, stop: int,
-                   seed: int = 0) -> dict[str, Any]:
-    """Replicates ``first`` .. ``stop - 1`` of the paired bootstrap over sentences
-    (:func:`~evolution.metrics.similarity.bootstrap_replicates`) of the same-layer distances
-    between ``models`` and of their change on every subset of :func:`_subsets`; ``arrays``
-    as for :func:`similarity_task`, with ``sentence`` (n,). One block of replicates per
-    task, so that the scheduler spreads them over its workers; ``datasets`` joins the
-    blocks (:func:`~evolution.metrics.similarity.summarise_replicates`) and places the
-    intervals around the estimates, as one task computing every replicate would."""
-    from evolution.store import read_rows
+_CHANGE = "+change-"  # unit name (and cache file name) of a model's change: "+change-<model>" (no model name
+# starts with "+")
 
-    a = load_arrays(arrays)
-    every, _ = _subsets(a["freq_rank"], bins=bins, similarity=similarity)
-    return bootstrap_replicates(
-        read=lambda g, layer: np.asarray(read_rows(store, g, layer, a[f"rows/{g}"]), dtype=np.float64),
-        models=models, n_layers=n_layers, sentence=a["sentence"], masks=every, methods=similarity.methods,
-        replicates=range(first, stop), seed=seed, epsilon=similarity.epsilon, min_ratio=similarity.min_ratio)
+
+def _joined(estimate: dict, change: dict[str, dict]) -> dict:
+    """One class's result in one piece: the :func:`similarity_task` result ``estimate`` and
+    the :func:`change_task` results ``change`` (by model), with ``interval`` where they
+    carry replicates (:func:`with_intervals`)."""
+    models = list(dict.fromkeys(g for g, _ in estimate["views"]))
+    methods = list(estimate["similarity"])
+    first = change[models[0]]
+    out = {**estimate, "bins": [tuple(b) for b in first["bins"]], "notes": [n for g in models for n in change[g]["notes"]],
+           "sizes": first["sizes"],
+           "change": {m: {g: change[g]["change"][m] for g in models} for m in methods}}
+    if "change_equal" in first:
+        out["change_equal"] = {m: {g: change[g]["change_equal"][m] for g in models} for m in methods}
+        out["equal_sizes"] = first["equal_sizes"]
+    if "replicates" not in estimate:
+        return out
+    del out["replicates"]
+    n_layers = dict(Counter(g for g, _ in estimate["views"]))
+    pad = max(n_layers.values()) - 1
+    replicates = {}
+    for m in methods:  # (replicate, layer_pair, subset), NaN-padded to the deepest model of the class
+        replicates[m] = {}
+        for g in models:
+            v = np.asarray(change[g]["replicates"][m], dtype=float)
+            replicates[m][g] = np.concatenate([v, np.full((len(v), pad - v.shape[1], v.shape[2]), np.nan)], axis=1)
+    block = {"first": 0, "replicates": len(next(iter(replicates[methods[0]].values()))),
+             "pairs": estimate["replicates"]["pairs"], "between": estimate["replicates"]["between"],
+             "change": replicates}
+    return with_intervals(out, [block])
 
 
 def with_intervals(estimate: dict, blocks: list[dict]) -> dict:
-    """``estimate`` (a :func:`similarity_task` result) with ``interval``: its bootstrap
-    ``blocks`` (:func:`bootstrap_task` results) summarised and centred (:func:`_centre`)."""
+    """``estimate`` (a class's estimates, :func:`_joined`) with ``interval``: the bootstrap
+    ``blocks`` (``bootstrap_replicates``' form) summarised and centred (:func:`_centre`)."""
     keys = [tuple(v) for v in estimate["views"]]
     n_layers = dict(Counter(g for g, _ in keys))
     n_rank = len(estimate["bins"])
@@ -252,8 +287,8 @@ def tokenisation_classes(inputs: Inputs) -> list[list[str]]:
 
 class Similarity(Analysis):
     name = "similarity"
-    version = 3  # 2: bootstrap intervals; 3: equal-size bins, bin sizes, same-layer distances by pair kind
-    # (the bootstrap in blocks of replicates since 2026-11-24 gives the same numbers: version unchanged)
+    version = 4  # 2: bootstrap intervals; 3: equal-size bins, bin sizes, same-layer distances by pair kind;
+    # 4: the replicates from weighted cross-products (the same numbers to 1e-8), a change unit per model
     section = "similarity"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -272,34 +307,32 @@ class Similarity(Analysis):
                                          basis=models[0].frequency)
             for note in notes:
                 logger.info("metrics: change by frequency (%s): %s", ", ".join(names), note)
-            rows = {f"rows/{m.name}": m.plan.similarity_rows for m in models}
             first = models[0].plan.similarity_rows
+            shared = {"freq_rank": models[0].freq_rank[first], "sentence": models[0].coords["sentence"][first]}
             arrays = save_arrays(inputs.arrays_dir, "similarity",
-                                 {**rows, "freq_rank": models[0].freq_rank[first],
-                                  "sentence": models[0].coords["sentence"][first]})
+                                 {**{f"rows/{m.name}": m.plan.similarity_rows for m in models},
+                                  "sentence": shared["sentence"]})
             name, n_layers = "+".join(names), {m.name: m.n_layers for m in models}
-            estimate = {k: v for k, v in resolved_dict(scfg).items() if k != "bootstrap"}
+            config = resolved_dict(scfg)
+            estimate = {k: v for k, v in config.items() if k not in ("freq_bins", "equal_bins")}
             units.append(Unit(name, similarity_task,
                               dict(store=inputs.store, models=names, n_layers=n_layers, arrays=arrays,
-                                   similarity=scfg, bins=bins),
-                              key={"models": [m.key for m in models], "similarity": estimate, "bins": bins}))
-            for first in range(0, scfg.bootstrap, BOOTSTRAP_BLOCK):  # blocks the workers share
-                stop = min(first + BOOTSTRAP_BLOCK, scfg.bootstrap)
-                units.append(Unit(f"{name}{_BLOCK}{first}-{stop}", bootstrap_task,
-                                  dict(store=inputs.store, models=names, n_layers=n_layers, arrays=arrays,
-                                       similarity=scfg, bins=bins, first=first, stop=stop, seed=inputs.seed),
-                                  key={"models": [m.key for m in models], "similarity": estimate, "bins": bins,
-                                       "replicates": [first, stop], "seed": inputs.seed}))
+                                   similarity=scfg, seed=inputs.seed),
+                              key={"models": [m.key for m in models], "similarity": estimate, "seed": inputs.seed}))
+            for m in models:  # one unit per model: the workers share them
+                own = save_arrays(inputs.arrays_dir, "change", {f"rows/{m.name}": m.plan.similarity_rows, **shared})
+                units.append(Unit(f"{_CHANGE}{m.name}", change_task,
+                                  dict(store=inputs.store, model=m.name, n_layers=m.n_layers, arrays=own,
+                                       similarity=scfg, bins=bins, seed=inputs.seed),
+                                  key={"model": m.key, "arrays": own.rsplit("-", 1)[-1], "similarity": config,
+                                       "bins": bins, "seed": inputs.seed}))
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
         if not results:
             return {}
-        estimates = {n: r for n, r in results.items() if _BLOCK not in n}
-        for n, r in estimates.items():
-            blocks = [b for k, b in results.items() if k.startswith(n + _BLOCK)]
-            if blocks:
-                estimates[n] = with_intervals(r, blocks)
+        estimates = {n: _joined(r, {g: results[_CHANGE + g] for g in dict.fromkeys(v[0] for v in r["views"])})
+                     for n, r in results.items() if not n.startswith(_CHANGE)}
         similarity = merge(list(estimates.values()))
         for note in similarity["notes"]:
             logger.info("metrics: %s", note)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["pair_similarity", "View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO",
+__all__ = ["pair_similarity", "similarities", "View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO",
            "equal_size_bins", "bin_sizes", "adjacent_change", "bootstrap_distances", "bootstrap_replicates",
            "summarise_replicates", "centre_intervals"]
 
@@ -38,6 +38,9 @@ class View:
         Refuse n < ``min_ratio`` * d.
     name : str
         For error messages.
+    margin : float
+        Also keep the directions above ``margin`` x ``epsilon`` (at most 1) in the
+        ``*_all_`` attributes.
 
     Attributes
     ----------
@@ -46,12 +49,16 @@ class View:
         up to the dropped directions)
     singular_ : (r,) the kept singular values
     gram_norm_ : ||x^T x||_F, for CKA
+    basis_all_, singular_all_, coords_all_ : the same with the directions whose singular value
+        is above ``margin`` x ``epsilon`` x the largest (``margin`` < 1: spare directions, which
+        a bootstrap replicate may keep: :mod:`evolution.metrics.similarity_bootstrap`)
 
     Only the (n, r) basis is kept per occurrence, not x itself: comparing many
     views (every layer of every model) holds half the memory.
     """
 
-    def __init__(self, x: np.ndarray, *, epsilon: float = 1e-6, min_ratio: float = MIN_RATIO, name: str = "view"):
+    def __init__(self, x: np.ndarray, *, epsilon: float = 1e-6, min_ratio: float = MIN_RATIO, name: str = "view",
+                 margin: float = 1.0):
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2:
             raise ValueError(f"{name}: expected (occurrences, feature), got shape {x.shape}")
@@ -62,13 +69,28 @@ class View:
                              "lower metrics.similarity.min_ratio knowingly)")
         self.name = name
         u, s, vt = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)
-        keep = s > epsilon * (s[0] if len(s) and s[0] > 0 else 1.0)
+        top = s[0] if len(s) and s[0] > 0 else 1.0
+        keep = s > epsilon * top
         if not keep.any():
             raise ValueError(f"{name}: the representations are constant over occurrences")
-        self.basis_ = u[:, keep]
-        self.singular_ = s[keep]
-        self.coords_ = s[keep, None] * vt[keep]
+        spare = s > min(margin, 1.0) * epsilon * top  # a prefix of the sorted s, as keep is
+        self.rank = int(keep.sum())
+        self.basis_all_ = u[:, spare]
+        self.singular_all_ = s[spare]
+        self.coords_all_ = s[spare, None] * vt[spare]
         self.gram_norm_ = float(np.sqrt((s ** 4).sum()))  # ||X^T X||_F = sqrt(sum sigma^4)
+
+    @property
+    def basis_(self) -> np.ndarray:
+        return self.basis_all_[:, :self.rank]
+
+    @property
+    def singular_(self) -> np.ndarray:
+        return self.singular_all_[:self.rank]
+
+    @property
+    def coords_(self) -> np.ndarray:
+        return self.coords_all_[:self.rank]
 
     @property
     def n(self) -> int:
@@ -110,6 +132,18 @@ def pair_similarity(a: View, b: View) -> tuple[float, float, float]:
     correlations (S) and, with the singular values, CKA. Equal to the three calls."""
     _check(a, b)
     m_ab = a.basis_.T @ b.basis_
+    cross = np.linalg.norm(a.singular_[:, None] * m_ab * b.singular_[None, :]) ** 2
+    return similarities(m_ab, a.coords_, b.coords_, cross=cross, norm_a=a.gram_norm_, norm_b=b.gram_norm_)
+
+
+def similarities(m_ab: np.ndarray, coords_a: np.ndarray, coords_b: np.ndarray, *, cross: float, norm_a: float,
+                 norm_b: float) -> tuple[float, float, float]:
+    """``(pwcca(a, b), pwcca(b, a), cka)`` from ``m_ab`` (r_a, r_b) = Qa^T Qb, the views'
+    orthonormal bases' product; ``coords_a`` (r_a, d_a) the centred a in the basis Qa
+    (``coords_b`` likewise); ``cross`` = ||a^T b||_F^2 and ``norm_a`` = ||a^T a||_F (CKA).
+    The one formula behind :func:`pair_similarity` and the bootstrap's replicates
+    (:mod:`evolution.metrics.similarity_bootstrap`), which reach the same quantities from
+    cross-products."""
     u, rho, vt = np.linalg.svd(m_ab, full_matrices=False)
     k = len(rho)
     rho = np.clip(rho, 0, 1)
@@ -118,9 +152,8 @@ def pair_similarity(a: View, b: View) -> tuple[float, float, float]:
         alpha = np.abs(directions @ coords).sum(axis=1)
         return float(np.clip((alpha * rho).sum() / alpha.sum(), 0.0, 1.0))
 
-    cross = np.linalg.norm(a.singular_[:, None] * m_ab * b.singular_[None, :]) ** 2
-    return (weighted(u[:, :k].T, a.coords_), weighted(vt[:k], b.coords_),
-            float(np.clip(cross / (a.gram_norm_ * b.gram_norm_), 0.0, 1.0)))
+    return (weighted(u[:, :k].T, coords_a), weighted(vt[:k], coords_b),
+            float(np.clip(cross / (norm_a * norm_b), 0.0, 1.0)))
 
 
 def pwcca_distance(a: View, b: View) -> float:

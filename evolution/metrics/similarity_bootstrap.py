@@ -1,0 +1,214 @@
+"""PWCCA and linear CKA of sentence resamples from weighted cross-products.
+
+The definition (:func:`evolution.metrics.similarity.bootstrap_replicates`): replicate ``r``
+draws whole sentences with replacement, stacks the drawn sentences' rows and compares the
+resampled views as the estimates compare the originals, a thin SVD of every (rows, d)
+view. A resample is only integer weights w on the original occurrences (how often each
+one's sentence was drawn), and PWCCA and CKA depend on a view only through its weighted
+mean and cross-products. So each view enters once, in the orthonormal basis Q (n, r) of
+its full-data SVD, x - mean = Q S V^T (:class:`~evolution.metrics.similarity.View`), and a
+replicate needs
+
+* G = Q^T W Q - N m m^T (r, r) and the cross terms Qa^T W Qb - N ma mb^T: per-sentence
+  products contracted with the replicate's counts (:class:`~evolution.metrics.resample.SentenceSums`),
+* the replicate's singular values: those of S G S (its (d, d) scatter in the basis V), so its
+  rank cut-off is the definition's (directions above ``epsilon`` x the largest);
+* a Cholesky factor G = L L^T, which makes Q~ L^-T an orthonormal basis of the replicate
+  (Q~: Q centred about the replicate's mean, under the weights): its canonical correlations
+  are the singular values of L_a^-1 G_ab L_b^-T, and its coordinates of the data are
+  L^T S V^T (the PWCCA weights);
+* CKA from ||S_a G_ab S_b||_F and ||S G S||_F.
+
+Working in the basis Q rather than on the raw states keeps G near the identity (its
+condition is that of the resample, not the square of the data's), so the replicates equal
+the definition's to float64 rounding (``tests/test_similarity_bootstrap.py``: within 1e-8).
+
+Directions: the view keeps spare directions down to :data:`MARGIN` x ``epsilon``
+(``View(margin=...)``); a replicate whose cut-off would drop one of them, or whose G is
+singular (a direction carried by sentences it did not draw), is computed by the definition
+(an SVD of its resampled rows), as are the pairs it is in. A direction below the margin in
+the full data is taken to stay below ``epsilon`` in every replicate.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from evolution.metrics.resample import SentenceSums, sentence_counts
+from evolution.metrics.similarity import View, pair_similarity, similarities
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MARGIN", "Whitened", "whiten", "replicate_similarity", "between_replicates", "change_with_replicates"]
+
+#: Spare directions: a view keeps those above MARGIN x epsilon x its largest singular value.
+MARGIN = 1e-2
+
+
+@dataclass
+class Whitened:
+    """One view in one replicate: ``linv`` (r, r) = L^-1 with G = L L^T, ``coords`` (r, d)
+    = L^T S V^T (the centred resample in the orthonormal basis Q~ L^-T), ``singular`` (r,)
+    the full data's S and ``norm`` = ||S G S||_F (= ||X~^T W X~||_F, CKA's normaliser)."""
+
+    linv: np.ndarray
+    coords: np.ndarray
+    singular: np.ndarray
+    norm: float
+
+
+def whiten(view: View, gram: np.ndarray, *, epsilon: float) -> Whitened | None:
+    """:class:`Whitened` from the replicate's centred weighted Gram ``gram`` (r, r) of
+    ``view.basis_all_``, or None where the replicate's rank cut-off (singular values above
+    ``epsilon`` x its largest, as :class:`~evolution.metrics.similarity.View`) drops a
+    direction or ``gram`` is singular: then the definition must compute it."""
+    s = view.singular_all_
+    try:
+        chol = np.linalg.cholesky(gram)
+    except np.linalg.LinAlgError:
+        return None
+    linv = solve_triangular(chol, np.eye(len(s)), lower=True)
+    scatter = s[:, None] * gram * s[None, :]  # the replicate's (d, d) scatter in the basis V
+    # every direction kept when lambda_min(G) s_min^2 > epsilon^2 lambda_max(G) s_max^2, with
+    # lambda_min(G) >= 1 / ||L^-1||_F^2 and lambda_max(G) <= trace(G); else the eigenvalues decide
+    if 1.0 / np.sum(linv ** 2) * s[-1] ** 2 <= epsilon ** 2 * np.trace(gram) * s[0] ** 2:
+        lam = np.linalg.eigvalsh(scatter)
+        if not (lam > epsilon ** 2 * lam[-1]).all():
+            return None
+    return Whitened(linv=linv, coords=chol.T @ view.coords_all_, singular=s, norm=float(np.linalg.norm(scatter)))
+
+
+def replicate_similarity(a: Whitened, b: Whitened, gram_ab: np.ndarray) -> tuple[float, float, float]:
+    """``(pwcca(a, b), pwcca(b, a), cka)`` of one replicate from the centred weighted cross
+    term ``gram_ab`` (r_a, r_b) of the two views' bases."""
+    m_ab = a.linv @ gram_ab @ b.linv.T
+    cross = np.linalg.norm(a.singular[:, None] * gram_ab * b.singular[None, :]) ** 2
+    return similarities(m_ab, a.coords, b.coords, cross=cross, norm_a=a.norm, norm_b=b.norm)
+
+
+def _definition(x: np.ndarray, y: np.ndarray, *, epsilon: float, min_ratio: float) -> tuple[float, float, float]:
+    """``(pwcca(x, y), pwcca(y, x), cka)`` of resampled rows by the definition (two SVDs)."""
+    return pair_similarity(View(x, epsilon=epsilon, min_ratio=min_ratio), View(y, epsilon=epsilon, min_ratio=min_ratio))
+
+
+def _distances(values: tuple[float, float, float], methods: list[str]) -> dict[str, float]:
+    """1 - similarity per method; PWCCA the mean of both directions (what the bootstrap of
+    same-layer distances bounds)."""
+    p_ab, p_ba, c = values
+    return {m: 1.0 - ((p_ab + p_ba) / 2 if m == "pwcca" else c) for m in methods}
+
+
+def between_replicates(views: dict[int, dict[str, View]], *, sums: SentenceSums, draws: np.ndarray,
+                       pairs: list[tuple[str, str]], methods: list[str], epsilon: float, min_ratio: float,
+                       states: Callable[[str, int], np.ndarray]) -> dict[str, np.ndarray]:
+    """Same-layer distances of model pairs in every replicate: ``{method: (R, layers, pairs)}``.
+
+    ``views[layer][model]``: the full data's views (``margin`` :data:`MARGIN`) of the rows
+    that ``sums`` groups by sentence; ``draws`` (R, sentences) the sentences each replicate
+    draws (:func:`~evolution.metrics.resample.sentence_draws`);
+    ``states(model, layer)`` (n, d) the rows themselves, read for a replicate that the
+    definition must compute (:func:`whiten`). NaN where a pair is absent from a
+    layer or a replicate has fewer than ``min_ratio`` x d rows."""
+    counts = sentence_counts(draws, sums.n_groups)
+    n_rep, n_layers = counts.shape[0], max(views) + 1
+    out = {m: np.full((n_rep, n_layers, len(pairs)), np.nan) for m in methods}
+    rows = sums.rows(counts)
+    fallbacks = 0
+    for layer, per_model in views.items():
+        names = [g for g in dict.fromkeys(g for pair in pairs for g in pair) if g in per_model]
+        if len(names) < 2:
+            continue
+        bases = [per_model[g].basis_all_ for g in names]
+        edges = np.cumsum([0] + [q.shape[1] for q in bases])
+        span = {g: slice(edges[i], edges[i + 1]) for i, g in enumerate(names)}
+        gram, _ = sums.centred(np.hstack(bases), None, counts)  # (R, sum r, sum r): every block at once
+        for r in range(n_rep):
+            white = {g: whiten(per_model[g], gram[r, span[g], span[g]], epsilon=epsilon) for g in names}
+            for p, (a, b) in enumerate(pairs):
+                if a not in span or b not in span:
+                    continue
+                d = max(per_model[a].coords_all_.shape[1], per_model[b].coords_all_.shape[1])
+                if rows[r] < min_ratio * d:
+                    continue
+                if white[a] is None or white[b] is None:
+                    fallbacks += 1
+                    idx = sums.resample_rows(draws[r])
+                    values = _definition(states(a, layer)[idx], states(b, layer)[idx], epsilon=epsilon,
+                                         min_ratio=min_ratio)
+                else:
+                    values = replicate_similarity(white[a], white[b], gram[r, span[a], span[b]])
+                for m, v in _distances(values, methods).items():
+                    out[m][r, layer, p] = v
+    if fallbacks:
+        logger.info("similarity bootstrap: %d replicate pair(s) computed from their resampled rows (a direction "
+                    "dropped or carried only by undrawn sentences)", fallbacks)
+    return out
+
+
+def change_with_replicates(states: list[np.ndarray], masks: dict[str, np.ndarray], *, group: np.ndarray,
+                           draws: np.ndarray | None, methods: list[str], epsilon: float, min_ratio: float,
+                           name: str) -> dict:
+    """Distance between layers n and n + 1 on each subset of occurrences, and in each
+    replicate: the estimates of :func:`~evolution.metrics.similarity.adjacent_change` and
+    the replicates of :func:`~evolution.metrics.similarity.bootstrap_replicates` (its
+    ``change``), from one set of views per (subset, layer).
+
+    ``states[layer]`` (n, d); ``masks`` (n,) bool per subset; ``group`` (n,) each row's
+    sentence index (0 .. S - 1); ``draws`` (R, S) the sentences each replicate draws
+    (:func:`~evolution.metrics.resample.sentence_draws`), or None: no replicates.
+    Returns ``estimate`` {method: (L - 1, subsets)}, ``replicates`` {method: (R, L - 1,
+    subsets)} (NaN where a subset, or its resample, has fewer than ``min_ratio`` x d rows)
+    and ``notes``."""
+    n_layers, d = len(states), states[0].shape[1]
+    n_rep = 0 if draws is None else draws.shape[0]
+    n_groups = 0 if draws is None else draws.shape[1]
+    counts = None if draws is None else sentence_counts(draws, n_groups)
+    estimate = {m: np.full((n_layers - 1, len(masks)), np.nan) for m in methods}
+    replicates = {m: np.full((n_rep, n_layers - 1, len(masks)), np.nan) for m in methods}
+    notes, fallbacks = [], 0
+    for k, (label, mask) in enumerate(masks.items()):
+        if mask.sum() < min_ratio * d:
+            notes.append(f"change {name} {label}: {int(mask.sum())} occurrences < {min_ratio:g} x d; left as NaN")
+            continue
+        views = [View(s[mask], name=f"{name} layer {i} {label}", epsilon=epsilon, min_ratio=min_ratio,
+                      margin=MARGIN if n_rep else 1.0) for i, s in enumerate(states)]
+        for layer in range(n_layers - 1):
+            p_ab, _, c = pair_similarity(views[layer], views[layer + 1])
+            for m in methods:
+                estimate[m][layer, k] = 1.0 - (p_ab if m == "pwcca" else c)
+        if not n_rep:
+            continue
+        sums = SentenceSums(group[mask], n_groups=n_groups)
+        rows = sums.rows(counts)
+        where = np.flatnonzero(mask)
+        white_prev, cross_prev = None, None
+        for layer in range(n_layers):
+            q = views[layer].basis_all_
+            nxt = views[layer + 1].basis_all_ if layer + 1 < n_layers else None
+            both = q if nxt is None else np.hstack([q, nxt])
+            gram, _ = sums.centred(q, both, counts)  # (R, r_l, r_l [+ r_l+1]): G_l and G_l,l+1
+            r_l = q.shape[1]
+            white = [whiten(views[layer], gram[r, :, :r_l], epsilon=epsilon) if rows[r] >= min_ratio * d else None
+                     for r in range(n_rep)]
+            if layer:
+                for r in range(n_rep):
+                    if rows[r] < min_ratio * d:
+                        continue
+                    if white_prev[r] is None or white[r] is None:
+                        fallbacks += 1
+                        idx = where[sums.resample_rows(draws[r])]
+                        values = _definition(states[layer - 1][idx], states[layer][idx], epsilon=epsilon,
+                                             min_ratio=min_ratio)
+                    else:
+                        values = replicate_similarity(white_prev[r], white[r], cross_prev[r])
+                    for m in methods:
+                        replicates[m][r, layer - 1, k] = 1.0 - (values[0] if m == "pwcca" else values[2])
+            white_prev, cross_prev = white, (gram[:, :, r_l:] if nxt is not None else None)
+    if fallbacks:
+        logger.info("change %s: %d replicate layer pair(s) computed from their resampled rows", name, fallbacks)
+    return {"estimate": estimate, "replicates": replicates, "notes": notes}

@@ -1,0 +1,158 @@
+"""The similarity bootstrap from weighted cross-products against its definition: resample whole
+sentences, stack their rows and redo every SVD (``evolution.metrics.similarity.bootstrap_replicates``).
+Equal within 1e-8 (float64) on random data with a rank-deficient view, a constant unit, a
+subset too small for some resamples and a direction that only one sentence carries (which
+the fast path hands back to the definition); the pipeline's own states in test_similarity.py."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from evolution.metrics.resample import SentenceSums, sentence_counts, sentence_draws
+from evolution.metrics.similarity import View, bootstrap_replicates, summarise_replicates
+from evolution.metrics.similarity_bootstrap import MARGIN, between_replicates, change_with_replicates
+
+TOLERANCE = 1e-8
+METHODS = ["pwcca", "cka"]
+
+
+def _states(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, 25, 150)
+    sentence = np.repeat(rng.permutation(150) * 7 + 3, lengths)  # ids neither sorted nor contiguous
+    n, d, layers = len(sentence), 12, 4
+    states = {}
+    for g in ("a", "b", "c"):
+        x = rng.normal(size=(n, d)) * np.linspace(3, 0.2, d)
+        per = [x]
+        for _ in range(1, layers):
+            x = np.tanh(x @ rng.normal(size=(d, d)) / np.sqrt(d)) + 0.3 * rng.normal(size=(n, d))
+            per.append(x)
+        states[g] = per
+    states["b"][2][:, 5] = 2 * states["b"][2][:, 1] - states["b"][2][:, 0]  # rank-deficient view
+    states["c"][1][:, 3] = 0.7  # a constant unit
+    masks = {"half": rng.random(n) < 0.5, "third": rng.random(n) < 0.3, "small": rng.random(n) < 0.1}
+    return sentence, states, {"a": layers, "b": layers, "c": layers - 1}, masks
+
+
+def _fast(sentence, states, n_layers, masks, *, replicates: int, seed: int, epsilon: float, min_ratio: float):
+    """The replicates in bootstrap_replicates' form, by the fast path."""
+    models = list(states)
+    group = np.unique(sentence, return_inverse=True)[1]
+    draws = sentence_draws(group.max() + 1, replicates=replicates, seed=seed)
+    views = {layer: {g: View(states[g][layer], epsilon=epsilon, min_ratio=min_ratio, margin=MARGIN)
+                     for g in models if layer < n_layers[g]} for layer in range(max(n_layers.values()))}
+    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
+    between = between_replicates(views, sums=SentenceSums(group, n_groups=group.max() + 1), draws=draws,
+                                 pairs=pairs, methods=METHODS, epsilon=epsilon, min_ratio=min_ratio,
+                                 states=lambda g, layer: states[g][layer])
+    change, estimates = {m: {} for m in METHODS}, {}
+    top = max(n_layers.values()) - 1
+    for g in models:
+        got = change_with_replicates(states[g][:n_layers[g]], masks, group=group, draws=draws, methods=METHODS,
+                                     epsilon=epsilon, min_ratio=min_ratio, name=g)
+        estimates[g] = got["estimate"]
+        for m in METHODS:
+            v = got["replicates"][m]
+            change[m][g] = np.concatenate([v, np.full((len(v), top - v.shape[1], v.shape[2]), np.nan)], axis=1)
+    return {"first": 0, "replicates": replicates, "pairs": pairs, "between": between, "change": change}, estimates
+
+
+def _assert_same(fast, ref):
+    for m in METHODS:
+        a, b = np.asarray(ref["between"][m]), np.asarray(fast["between"][m])
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        np.testing.assert_allclose(b, a, rtol=0, atol=TOLERANCE, err_msg=f"between {m}")
+        for g in ref["change"][m]:
+            a, b = np.asarray(ref["change"][m][g]), np.asarray(fast["change"][m][g])
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=f"change {m} {g}: NaN pattern")
+            np.testing.assert_allclose(b, a, rtol=0, atol=TOLERANCE, err_msg=f"change {m} {g}")
+
+
+def test_replicates_and_intervals_equal_the_resampled_svds():
+    sentence, states, n_layers, masks = _states()
+    kw = dict(replicates=12, seed=5, epsilon=1e-6, min_ratio=3.0)
+    ref = bootstrap_replicates(read=lambda g, layer: states[g][layer], models=list(states), n_layers=n_layers,
+                               sentence=sentence, masks=masks, methods=METHODS, replicates=range(12), seed=5,
+                               epsilon=1e-6, min_ratio=3.0)
+    fast, _ = _fast(sentence, states, n_layers, masks, **kw)
+    _assert_same(fast, ref)
+    # the small subset (about 260 rows against 3 x 12 = 36 needed... per replicate) and the model
+    # without layer 3 leave NaN where the definition does: checked above; the values are not trivial
+    between = np.asarray(fast["between"]["pwcca"])
+    assert np.nanstd(between) > 1e-3 and np.isnan(between[:, 3, 1:]).all() and np.isfinite(between[:, 3, 0]).all()
+    s_ref, s_fast = summarise_replicates([ref]), summarise_replicates([fast])
+    for key in ("between", "between_mean"):
+        for m in METHODS:
+            np.testing.assert_allclose(np.asarray(s_fast[key][m]), np.asarray(s_ref[key][m]), rtol=0,
+                                       atol=TOLERANCE)
+
+
+def test_subsets_below_the_minimum_in_some_resamples():
+    """A subset near min_ratio x d: some resamples fall below it (NaN there, as the definition)."""
+    sentence, states, n_layers, masks = _states(1)
+    need = masks["small"].sum() / 12  # min_ratio at which the full subset just passes
+    kw = dict(seed=2, epsilon=1e-6, min_ratio=float(need * 0.97))
+    ref = bootstrap_replicates(read=lambda g, layer: states[g][layer], models=list(states), n_layers=n_layers,
+                               sentence=sentence, masks=masks, methods=METHODS, replicates=range(10), **kw)
+    fast, _ = _fast(sentence, states, n_layers, masks, replicates=10, **kw)
+    small = np.asarray(fast["change"]["cka"]["a"])[:, :, 2]
+    assert np.isnan(small).any() and np.isfinite(small).any()
+    _assert_same(fast, ref)
+
+
+def test_a_direction_of_one_sentence_goes_to_the_definition(caplog):
+    """A unit that only one sentence moves: resamples without that sentence lose the direction
+    (the replicate's rank falls), which the fast path cannot see in the full data's basis; those
+    replicates are computed by the definition, and the numbers still agree."""
+    sentence, states, n_layers, masks = _states(2)
+    first = sentence == sentence[0]
+    for g in states:
+        for x in states[g]:
+            x[:, -1] = np.where(first, np.arange(len(x)) % 5 - 2.0, 0.0)
+    ref = bootstrap_replicates(read=lambda g, layer: states[g][layer], models=list(states), n_layers=n_layers,
+                               sentence=sentence, masks=masks, methods=METHODS, replicates=range(8), seed=1,
+                               epsilon=1e-6, min_ratio=3.0)
+    with caplog.at_level(logging.INFO, logger="evolution.metrics.similarity_bootstrap"):
+        fast, _ = _fast(sentence, states, n_layers, masks, replicates=8, seed=1, epsilon=1e-6, min_ratio=3.0)
+    assert any("from their resampled rows" in r.getMessage() for r in caplog.records)
+    _assert_same(fast, ref)
+
+
+def test_estimates_equal_the_definition():
+    """The change estimates come from the same views as the replicates (spare directions kept
+    aside): equal to adjacent_change."""
+    from evolution.metrics.similarity import adjacent_change
+
+    sentence, states, n_layers, masks = _states(3)
+    _, estimates = _fast(sentence, states, n_layers, masks, replicates=2, seed=0, epsilon=1e-6, min_ratio=3.0)
+    for g in states:
+        ref, _ = adjacent_change(states[g][:n_layers[g]], masks, methods=METHODS, epsilon=1e-6, min_ratio=3.0,
+                                 name=g)
+        for m in METHODS:
+            np.testing.assert_allclose(estimates[g][m], np.asarray(ref[m]), rtol=0, atol=1e-12)
+
+
+def test_sentence_sums_against_a_loop():
+    """Per-replicate weighted cross-products, sums and row counts against weighting the rows."""
+    rng = np.random.default_rng(4)
+    group = rng.integers(0, 30, 400)
+    group[group == 7] = 8  # a sentence without rows
+    a, b = rng.normal(size=(400, 5)), rng.normal(size=(400, 3))
+    draws = sentence_draws(30, replicates=range(3, 7), seed=9)
+    counts = sentence_counts(draws)
+    sums = SentenceSums(group, n_groups=30, block_bytes=8 * 5 * 3 * 4)  # blocks of 4 sentences
+    got, n = sums.centred(a, b, counts)
+    for r in range(4):
+        w = counts[r][group]
+        np.testing.assert_allclose(sums.products(a, b, counts)[r], (a * w[:, None]).T @ b, rtol=1e-12)
+        ma, mb = w @ a / w.sum(), w @ b / w.sum()
+        np.testing.assert_allclose(got[r], ((a - ma) * w[:, None]).T @ (b - mb), rtol=1e-10, atol=1e-10)
+        assert n[r] == w.sum()
+        idx = sums.resample_rows(draws[r])  # the drawn sentences' rows, in the order drawn
+        np.testing.assert_array_equal(idx, np.concatenate([np.flatnonzero(group == k) for k in draws[r]]))
+    with pytest.raises(ValueError, match="0..29"):
+        SentenceSums(np.array([0, 30]), n_groups=30)
