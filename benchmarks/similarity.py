@@ -1,29 +1,38 @@
-"""Wall time of the similarity analysis (PWCCA / CKA and their paired bootstrap over
-sentences) on the default run's text and models' size, with the bootstrap as one task
-(the layout before commit e578a3f) and in blocks of replicates (``BOOTSTRAP_BLOCK``), on
-the same local Dask cluster (the pipeline's, ``cluster: local``); the intervals of the two
-must be identical. Read the ratio: the machine sets the seconds.
+"""The similarity analysis's paired bootstrap against its point estimates, and against its
+definition, on the default run's text and models' size.
 
 The store is the extraction of ``configs/bible-heads.yaml``: the shipped base models of
-bible-full (6 layers, d = 128, as the default run's) on the test books (2,656 verses, all
-of which the default run's ``similarity: {sentences: 5000}`` takes) plus UD EWT test.
-It is made first when missing (``--stage extract``: no training, a few minutes).
+bible-full (6 layers, d = 128, as the default run's) on the test books (2,656 verses, all of
+which the default run's ``similarity: {sentences: 5000}`` takes) plus UD EWT test. It is made
+first when missing (``--stage extract``: no training, a minute or two).
 
-    python benchmarks/similarity.py [--replicates 20]
+Three measurements, each in this process on one core (the pipeline runs one unit per worker):
+
+* the analysis's units (``similarity_task`` and one ``change_task`` per model) without
+  replicates: the point estimates;
+* the same with ``--replicates`` (the default run's 20): the ratio to the estimates is the
+  bootstrap's cost (target: at most 3);
+* the definition, :func:`evolution.metrics.similarity.bootstrap_replicates` (resample the rows,
+  redo every SVD), for ``--check`` replicates: its seconds per replicate, and the largest
+  difference from the fast replicates of the same draws (target: 1e-8).
+
+    python benchmarks/similarity.py [--replicates 20] [--check 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # one core, as a worker
+    os.environ.setdefault(_v, "1")
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "bible-heads.yaml"
@@ -32,46 +41,80 @@ CONFIG = ROOT / "configs" / "bible-heads.yaml"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=20, help="similarity.bootstrap (the default run's: 20)")
+    parser.add_argument("--check", type=int, default=2, help="replicates computed by the definition too")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "scale" / "similarity.json",
                         help="where the measurements are written (JSON)")
     args = parser.parse_args(argv)
 
-    import evolution.analyses.similarity as similarity
-    import evolution.api as ev
+    from evolution import location
+    from evolution.analyses.base import save_arrays
+    from evolution.analyses.inputs import ModelSource, load_inputs
+    from evolution.analyses.similarity import _subsets, change_task, similarity_task
+    from evolution.api import open_store
     from evolution.config import load_config
-    from pipelines.cluster import dask_client
+    from evolution.metrics.plan import frequency_bins
+    from evolution.metrics.similarity import bootstrap_replicates
+    from evolution.store import read_rows
 
     cfg = load_config(CONFIG)
-    store = cfg.workdir / "reps.zarr"
-    if not store.is_dir():
+    store = str(cfg.workdir / "reps.zarr")
+    if not Path(store).is_dir():
         subprocess.run([sys.executable, "-m", "pipelines.run", str(CONFIG), "--stage", "extract", "--no-progress"],
                        check=True, cwd=ROOT)
     default = load_config(ROOT / "evolution.yaml").metrics
-    options = {**default.similarity.model_dump(), "bootstrap": args.replicates}
-    tokens = default.tokens.model_dump()
-    layouts = {"one task (before)": args.replicates, f"blocks of {similarity.BOOTSTRAP_BLOCK}": similarity.BOOTSTRAP_BLOCK}
-    rows, got = [], {}
-    with dask_client(cfg.cluster) as client:
-        workers = len(client.scheduler_info()["workers"])
-        for label, block in layouts.items():
-            similarity.BOOTSTRAP_BLOCK = block
-            reps = ev.open_store(store)
-            reps.cache = Path(tempfile.mkdtemp(prefix="similarity-bench-"))  # nothing cached: every task runs
-            t0 = time.perf_counter()
-            got[label] = ev.analyse(reps, {"similarity": options}, tokens=tokens, client=client)
-            seconds = time.perf_counter() - t0
-            shutil.rmtree(reps.cache, ignore_errors=True)
-            tasks = 1 + -(-args.replicates // block)
-            rows.append({"layout": label, "tasks": tasks, "seconds": round(seconds, 1)})
-            print(f"{label:>20}: {tasks:2d} task(s), {seconds:7.1f} s", flush=True)
-    first, second = (got[k] for k in layouts)
-    for group in ("similarity", "change", "change_equal"):
-        np.testing.assert_array_equal(first[group].interval.values, second[group].interval.values, err_msg=group)
-    ratio = rows[1]["seconds"] / rows[0]["seconds"]
-    print(f"blocks / one task: {ratio:.2f} of the time on {workers} worker(s); intervals identical")
-    record = {"date": time.strftime("%Y-%m-%d"), "workers": workers, "replicates": args.replicates,
-              "models": list(reps.specs), "n_occurrences": int(first["similarity"].attrs["n_occurrences"]),
-              "layouts": rows, "ratio": round(ratio, 3)}
+    reps = open_store(store)
+    names = list(reps.specs)
+    sources = [ModelSource(name=n, kind=reps.specs[n]["kind"], key=reps.keys[n], spec=reps.specs[n],
+                           objective=reps.specs[n].get("objective")) for n in names]
+    inputs = load_inputs(store=store, models=sources, config=default, seed=0, torch_threads=1,
+                         arrays_dir=location.inputs_dir(store), attrs={})
+    models = [inputs.models[n] for n in names]
+    first = models[0].plan.similarity_rows
+    shared = {"freq_rank": models[0].freq_rank[first], "sentence": models[0].coords["sentence"][first]}
+    arrays = save_arrays(inputs.arrays_dir, "similarity",
+                         {**{f"rows/{m.name}": m.plan.similarity_rows for m in models}, **shared})
+    bins, _ = frequency_bins(default.similarity.freq_bins, ranked_types=models[0].ranked_types,
+                             basis=models[0].frequency)
+    n_layers = {m.name: m.n_layers for m in models}
+
+    def analysis(replicates: int) -> tuple[float, dict, dict]:
+        scfg = default.similarity.model_copy(update={"bootstrap": replicates})
+        t0 = time.perf_counter()
+        est = similarity_task(store=store, models=names, n_layers=n_layers, arrays=arrays, similarity=scfg, seed=0)
+        change = {g: change_task(store=store, model=g, n_layers=n_layers[g], arrays=arrays, similarity=scfg,
+                                 bins=bins, seed=0) for g in names}
+        return time.perf_counter() - t0, est, change
+
+    t_est, _, _ = analysis(0)
+    print(f"point estimates: {t_est:.1f} s", flush=True)
+    t_boot, est, change = analysis(args.replicates)
+    print(f"with {args.replicates} replicates: {t_boot:.1f} s = {t_boot / t_est:.2f} x the estimates", flush=True)
+    record = {"date": time.strftime("%Y-%m-%d"), "models": names, "n_occurrences": int(len(first)),
+              "replicates": args.replicates, "estimates_s": round(t_est, 1), "with_replicates_s": round(t_boot, 1),
+              "ratio": round(t_boot / t_est, 2)}
+    if args.check:
+        every, _ = _subsets(shared["freq_rank"], bins=bins, similarity=default.similarity)
+        t0 = time.perf_counter()
+        ref = bootstrap_replicates(
+            read=lambda g, layer: np.asarray(read_rows(store, g, layer, inputs.models[g].plan.similarity_rows),
+                                             dtype=np.float64),
+            models=names, n_layers=n_layers, sentence=shared["sentence"], masks=every,
+            methods=default.similarity.methods, replicates=range(args.check), seed=0,
+            epsilon=default.similarity.epsilon, min_ratio=default.similarity.min_ratio)
+        per = (time.perf_counter() - t0) / args.check
+        diff = 0.0
+        for m in default.similarity.methods:
+            fast = np.asarray(est["replicates"]["between"][m])[:args.check]
+            diff = max(diff, float(np.nanmax(np.abs(fast - np.asarray(ref["between"][m])))))
+            for g in names:
+                fast = np.asarray(change[g]["replicates"][m])[:args.check]
+                slow = np.asarray(ref["change"][m][g])[:, :fast.shape[1]]
+                assert np.array_equal(np.isnan(fast), np.isnan(slow)), f"change {m} {g}: NaN pattern"
+                diff = max(diff, float(np.nanmax(np.abs(fast - slow))))
+        print(f"definition (resampled SVDs): {per:.1f} s per replicate, {per * args.replicates / t_est:.1f} x the "
+              f"estimates for {args.replicates}; largest difference from the fast replicates {diff:.2e}")
+        record.update(definition_s_per_replicate=round(per, 1), checked_replicates=args.check,
+                      max_difference=diff)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(f"-> {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")

@@ -202,18 +202,30 @@ def test_intervals_are_placed_around_the_estimates(run_dir):
         assert (low[ok] <= d[ok] + 1e-12).all() and (d[ok] <= high[ok] + 1e-12).all()
 
 
+def _repeated_correlations(x: np.ndarray, y: np.ndarray, *, min_ratio: float) -> bool:
+    """Whether two views' canonical correlations repeat a value (two within 1e-6): there PWCCA's
+    weights depend on an arbitrary basis of the repeated directions, so the definition is not
+    determined by the data to better than its rounding."""
+    rho = np.linalg.svd(View(x, min_ratio=min_ratio).basis_.T @ View(y, min_ratio=min_ratio).basis_,
+                        compute_uv=False)
+    return bool(len(rho) > 1 and np.min(-np.diff(rho)) < 1e-6)
+
+
 def test_the_runs_intervals_equal_resampled_svds_of_its_states(run_dir):
     """On the states the run stored: the intervals of the same-layer distances and of the change
     by frequency equal those of the definition (resample whole sentences, redo every SVD:
     ``bootstrap_replicates``, 8 replicates with the run's seed), summarised and placed around the
-    estimates by the same rule, within 1e-8. Except layer 0, where the two models' embeddings of
-    the toy corpus's few types span the same space: the canonical correlations are 1 repeated,
-    PWCCA depends on an arbitrary basis of the repeated directions (its weights are not invariant
-    there), and both float64 routes differ from a 40-digit computation of the definition by more
-    (about 6e-8 and 1.3e-7 on a distance of 3.0e-6, docs/decisions.md) than by 1e-7 from each other."""
+    estimates by the same rule, within 1e-8, wherever the definition is well posed. The toy run
+    compares few occurrences per dimension (min_ratio 2): in some resamples the canonical
+    correlations are 1 repeated, where PWCCA depends on an arbitrary basis of the repeated
+    directions (its weights are not invariant there): two float64 routes differ by up to 5e-4,
+    and on layer 0 both differ from a 40-digit computation of the definition (docs/decisions.md).
+    Such cells are found from the resamples' correlations and left out; half the cells or more
+    are not."""
     from evolution.analyses.base import load_arrays
     from evolution.analyses.similarity import _subsets
     from evolution.config import SimilarityConfig
+    from evolution.metrics.resample import SentenceSums, sentence_draws
     from evolution.metrics.results import open_metrics
     from evolution.metrics.similarity import bootstrap_replicates, summarise_replicates
     from evolution.store import read_rows
@@ -228,24 +240,40 @@ def test_the_runs_intervals_equal_resampled_svds_of_its_states(run_dir):
     bins = list(zip(change.rank_lo.values.tolist(), change.rank_hi.values.tolist()))
     every, split = _subsets(freq_rank, bins=bins, similarity=cfg)
     n_layers = {m: int(_store(run_dir, m).sizes["layer"]) for m in models}
-    ref = bootstrap_replicates(read=lambda g, layer: read_rows(str(run_dir / "reps.zarr"), g, layer, a[f"rows/{g}"]),
-                               models=models, n_layers=n_layers, sentence=a["sentence"], masks=every,
-                               methods=["pwcca", "cka"], replicates=range(8), seed=0, epsilon=cfg.epsilon,
-                               min_ratio=cfg.min_ratio)
+    states = {(g, layer): read_rows(str(run_dir / "reps.zarr"), g, layer, a[f"rows/{g}"]).astype(np.float64)
+              for g in models for layer in range(n_layers[g])}
+    ref = bootstrap_replicates(read=lambda g, layer: states[(g, layer)], sentence=a["sentence"], masks=every,
+                               models=models, n_layers=n_layers, methods=["pwcca", "cka"], replicates=range(8),
+                               seed=0, epsilon=cfg.epsilon, min_ratio=cfg.min_ratio)
+    group = np.unique(a["sentence"], return_inverse=True)[1]
+    sums = SentenceSums(group, n_groups=group.max() + 1)
+    picks = [sums.resample_rows(d) for d in sentence_draws(group.max() + 1, replicates=8, seed=0)]
+    L = max(n_layers.values())
+    posed_between = np.array([not any(_repeated_correlations(states[(models[0], layer)][idx],
+                                                             states[(models[1], layer)][idx], min_ratio=2)
+                                      for idx in picks) for layer in range(L)])
+    posed_change = {g: np.array([[not any(len(sel) >= 2 * states[(g, 0)].shape[1] and _repeated_correlations(
+        states[(g, layer)][sel], states[(g, layer + 1)][sel], min_ratio=2)
+        for sel in (idx[mask[idx]] for idx in picks)) for mask in every.values()] for layer in range(L - 1)])
+        for g in models}
     s = summarise_replicates([ref])
+    compared = posed = 0
     for m in ("pwcca", "cka"):
         bounds = np.asarray(s["between"][m])[:, 0]  # (layer, 2): the one pair
         est = sim.same_layer.sel(metric=m, model_a=models[0], model_b=models[1]).values
         expected = bounds + (est - np.asarray(s["between_mean"][m])[:, 0])[:, None]
         got = sim.interval.sel(metric=m, model_a=models[0], model_b=models[1]).values
-        np.testing.assert_allclose(got[1:], expected[1:], rtol=0, atol=1e-8)
-        np.testing.assert_allclose(got[0], expected[0], rtol=0, atol=1e-7)
+        ok = posed_between if m == "pwcca" else np.ones(L, bool)  # CKA has no such basis
+        np.testing.assert_allclose(got[ok], expected[ok], rtol=0, atol=1e-8)
+        compared, posed = compared + len(ok), posed + ok.sum()
         for g in models:
             bounds, means = np.asarray(s["change"][m][g]), np.asarray(s["change_mean"][m][g])
-            for group, cols in ((change, slice(0, split[0])), (equal, slice(split[0], None))):
-                est = group.distance.sel(metric=m, model=g).values
+            ok = posed_change[g] if m == "pwcca" else np.ones_like(posed_change[g])
+            for group_ds, cols in ((change, slice(0, split[0])), (equal, slice(split[0], None))):
+                est = group_ds.distance.sel(metric=m, model=g).values
                 expected = bounds[:, cols] + (est - means[:, cols])[..., None]
-                got = group.interval.sel(metric=m, model=g).values
+                got = group_ds.interval.sel(metric=m, model=g).values
                 np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
-                np.testing.assert_allclose(got, expected, rtol=0, atol=1e-8)
-                assert np.isfinite(got).sum() >= 4
+                np.testing.assert_allclose(got[ok[:, cols]], expected[ok[:, cols]], rtol=0, atol=1e-8)
+                compared, posed = compared + ok[:, cols].size, posed + ok[:, cols].sum()
+    assert posed >= 0.5 * compared, (posed, compared)

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["sentence_draws", "sentence_counts", "SentenceSums", "BLOCK_BYTES"]
+__all__ = ["sentence_draws", "sentence_counts", "SentenceSums", "BLOCK_BYTES", "PER_SENTENCE_ROWS"]
 
 #: Memory of one block of per-sentence products (bytes): the block's sentences x p x q x 8.
 BLOCK_BYTES = 64 << 20
+#: Mean rows per sentence from which :meth:`SentenceSums.products` forms per-sentence products
+#: (below, one product per replicate over the rows it draws is faster: ``benchmarks/similarity.py``)
+PER_SENTENCE_ROWS = 12
 
 
 def sentence_draws(n_sentences: int, *, replicates: range | int, seed: int) -> np.ndarray:
@@ -93,7 +96,9 @@ class SentenceSums:
         """(R, p): sum over rows of count(row's sentence) x a[row], for ``a`` (n, p)."""
         a = np.asarray(a, dtype=np.float64)
         per = np.zeros((self.n_groups, a.shape[1]))
-        np.add.at(per, self.group, a)
+        present = np.flatnonzero(self.size)
+        if len(present):
+            per[present] = np.add.reduceat(a[self._order], self._starts[present], axis=0)
         return np.atleast_2d(counts) @ per
 
     def _blocks(self, p: int, q: int):
@@ -112,19 +117,32 @@ class SentenceSums:
     def products(self, a: np.ndarray, b: np.ndarray | None, counts: np.ndarray) -> np.ndarray:
         """(R, p, q): sum over rows of count(row's sentence) x a[row]^T b[row] for ``a`` (n, p)
         and ``b`` (n, q) (None: ``a``), i.e. ``a^T diag(w_r) b`` with the replicate's row
-        weights w_r, formed per sentence once and contracted with every replicate."""
+        weights w_r. Where sentences hold at least :data:`PER_SENTENCE_ROWS` rows on average,
+        formed per sentence once and contracted with every replicate; else (a frequency bin
+        holds a few rows of each sentence, and per-sentence products would be mostly memory
+        traffic) one product per replicate over the rows it draws."""
         a = np.asarray(a, dtype=np.float64)
         b = a if b is None else np.asarray(b, dtype=np.float64)
         counts = np.atleast_2d(np.asarray(counts, dtype=np.float64))
+        present = int((self.size > 0).sum())
+        if present and self.n >= PER_SENTENCE_ROWS * present:
+            return self._per_sentence(a, b, counts)
+        out = np.empty((counts.shape[0], a.shape[1], b.shape[1]))
+        for r, w in enumerate(counts[:, self.group]):
+            drawn = np.flatnonzero(w)
+            out[r] = (a[drawn] * w[drawn, None]).T @ (b[drawn] if b is not a else a[drawn])
+        return out
+
+    def _per_sentence(self, a: np.ndarray, b: np.ndarray, counts: np.ndarray) -> np.ndarray:
         p, q = a.shape[1], b.shape[1]
         out = np.zeros((counts.shape[0], p * q))
         for block, rows, pad in self._blocks(p, q):
             xa = a[rows]
             xa[pad] = 0.0
-            xb = xa if b is a else b[rows]
-            if b is not a:
-                xb[pad] = 0.0
-            per = np.matmul(xa.transpose(0, 2, 1), xb)  # (m, p, q): one product per sentence
+            xa = np.ascontiguousarray(xa.transpose(0, 2, 1))  # (m, p, T): BLAS for every sentence
+            xb = b[rows]
+            xb[pad] = 0.0
+            per = np.matmul(xa, xb)  # (m, p, q): one product per sentence
             out += counts[:, block] @ per.reshape(len(block), p * q)
         return out.reshape(-1, p, q)
 

@@ -39,8 +39,8 @@ class View:
     name : str
         For error messages.
     margin : float
-        Also keep the directions above ``margin`` x ``epsilon`` (at most 1) in the
-        ``*_all_`` attributes.
+        Also keep the directions above ``margin`` (at most 1) x the smallest kept singular
+        value in the ``*_all_`` attributes.
 
     Attributes
     ----------
@@ -50,8 +50,9 @@ class View:
     singular_ : (r,) the kept singular values
     gram_norm_ : ||x^T x||_F, for CKA
     basis_all_, singular_all_, coords_all_ : the same with the directions whose singular value
-        is above ``margin`` x ``epsilon`` x the largest (``margin`` < 1: spare directions, which
-        a bootstrap replicate may keep: :mod:`evolution.metrics.similarity_bootstrap`)
+        is above ``margin`` x the smallest kept one (``margin`` < 1: spare directions, which a
+        bootstrap replicate may keep or which move its kept ones:
+        :mod:`evolution.metrics.similarity_bootstrap`)
 
     Only the (n, r) basis is kept per occurrence, not x itself: comparing many
     views (every layer of every model) holds half the memory.
@@ -73,7 +74,7 @@ class View:
         keep = s > epsilon * top
         if not keep.any():
             raise ValueError(f"{name}: the representations are constant over occurrences")
-        spare = s > min(margin, 1.0) * epsilon * top  # a prefix of the sorted s, as keep is
+        spare = s >= min(margin, 1.0) * s[keep][-1]  # a prefix of the sorted s, as keep is
         self.rank = int(keep.sum())
         self.basis_all_ = u[:, spare]
         self.singular_all_ = s[spare]

@@ -11,23 +11,23 @@ replicate needs
 
 * G = Q^T W Q - N m m^T (r, r) and the cross terms Qa^T W Qb - N ma mb^T: per-sentence
   products contracted with the replicate's counts (:class:`~evolution.metrics.resample.SentenceSums`),
-* the replicate's singular values: those of S G S (its (d, d) scatter in the basis V), so its
-  rank cut-off is the definition's (directions above ``epsilon`` x the largest);
-* a Cholesky factor G = L L^T, which makes Q~ L^-T an orthonormal basis of the replicate
-  (Q~: Q centred about the replicate's mean, under the weights): its canonical correlations
-  are the singular values of L_a^-1 G_ab L_b^-T, and its coordinates of the data are
-  L^T S V^T (the PWCCA weights);
-* CKA from ||S_a G_ab S_b||_F and ||S G S||_F.
+* a Cholesky factor G = L L^T, which makes Q~ L^-T an orthonormal basis of the resample
+  (Q~: Q centred about the replicate's mean, under the weights), in which the resample is
+  B V^T with B = L^T S: the SVD of the small B gives the resample's singular values, hence
+  the definition's rank cut-off (skipped where a bound shows every direction kept), and its
+  basis and coordinates (the PWCCA weights) (:func:`whiten`);
+* the canonical correlations from the two bases' product L_a^-1 G_ab L_b^-T, and CKA from the
+  same product and ||S G S||_F.
 
 Working in the basis Q rather than on the raw states keeps G near the identity (its
 condition is that of the resample, not the square of the data's), so the replicates equal
 the definition's to float64 rounding (``tests/test_similarity_bootstrap.py``: within 1e-8).
 
-Directions: the view keeps spare directions down to :data:`MARGIN` x ``epsilon``
-(``View(margin=...)``); a replicate whose cut-off would drop one of them, or whose G is
-singular (a direction carried by sentences it did not draw), is computed by the definition
-(an SVD of its resampled rows), as are the pairs it is in. A direction below the margin in
-the full data is taken to stay below ``epsilon`` in every replicate.
+Directions: the view keeps spare directions down to :data:`MARGIN` x its smallest kept
+singular value (``View(margin=...)``), which a replicate keeps or drops by its own cut-off; a
+direction below the margin in the full data is too small to move a replicate's kept ones. A replicate
+whose G is singular (a direction carried only by sentences it did not draw) is computed by the
+definition (an SVD of its resampled rows), as are the pairs it is in.
 """
 
 from __future__ import annotations
@@ -46,48 +46,64 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["MARGIN", "Whitened", "whiten", "replicate_similarity", "between_replicates", "change_with_replicates"]
 
-#: Spare directions: a view keeps those above MARGIN x epsilon x its largest singular value.
-MARGIN = 1e-2
+#: Spare directions: a view keeps those above MARGIN x its smallest kept singular value s_k. A
+#: direction of singular value s left out of the basis moves a resample's kept subspace by about
+#: (s / s_k)^2 (it enters the resample's scatter squared), so below this margin by less than 1e-10.
+#: Measured on the shipped models' states: post-LayerNorm layers keep every direction down to
+#: about 1e-2 of the largest and hold one near 3e-8 (the LayerNorm's hyperplane in float32),
+#: which stays out; layer 0 of the frequent-token bins keeps directions near 1e-6 beside float32
+#: rounding near 1e-8, which must come in (leaving it out moved PWCCA by 1e-7).
+MARGIN = 1e-5
 
 
 @dataclass
 class Whitened:
-    """One view in one replicate: ``linv`` (r, r) = L^-1 with G = L L^T, ``coords`` (r, d)
-    = L^T S V^T (the centred resample in the orthonormal basis Q~ L^-T), ``singular`` (r,)
-    the full data's S and ``norm`` = ||S G S||_F (= ||X~^T W X~||_F, CKA's normaliser)."""
+    """One view in one replicate, in an orthonormal basis of the directions the replicate keeps:
+    ``left`` (r, k) maps the view's basis Q (centred under the replicate's weights) to it
+    (basis = Q~ left), ``coords`` (k, d) is the resample in that basis (the definition's
+    ``coords_`` up to a rotation), ``gram`` (k, k) = coords coords^T and ``norm`` =
+    ||X~^T W X~||_F (CKA's normaliser)."""
 
-    linv: np.ndarray
+    left: np.ndarray
     coords: np.ndarray
-    singular: np.ndarray
+    gram: np.ndarray
     norm: float
 
 
 def whiten(view: View, gram: np.ndarray, *, epsilon: float) -> Whitened | None:
     """:class:`Whitened` from the replicate's centred weighted Gram ``gram`` (r, r) of
-    ``view.basis_all_``, or None where the replicate's rank cut-off (singular values above
-    ``epsilon`` x its largest, as :class:`~evolution.metrics.similarity.View`) drops a
-    direction or ``gram`` is singular: then the definition must compute it."""
+    ``view.basis_all_``, keeping the directions whose singular value in the resample is above
+    ``epsilon`` x its largest (the cut-off of :class:`~evolution.metrics.similarity.View`);
+    None where ``gram`` is singular (a direction carried only by sentences the replicate did
+    not draw): then the definition must compute it.
+
+    With G = L L^T, the resample is X~ = (Q~ L^-T) B V^T with B = L^T S (r, r) and Q~ L^-T
+    orthonormal, so the SVD of B gives the resample's singular values (to the same absolute
+    precision as an SVD of its rows) and its basis. That SVD is skipped where a bound shows that
+    every direction is kept: lambda_min(G) s_min^2 > epsilon^2 lambda_max(G) s_max^2, with
+    lambda_min(G) >= 1 / ||L^-1||_F^2 and lambda_max(G) <= trace(G); then the basis is Q~ L^-T."""
     s = view.singular_all_
     try:
         chol = np.linalg.cholesky(gram)
     except np.linalg.LinAlgError:
         return None
     linv = solve_triangular(chol, np.eye(len(s)), lower=True)
-    scatter = s[:, None] * gram * s[None, :]  # the replicate's (d, d) scatter in the basis V
-    # every direction kept when lambda_min(G) s_min^2 > epsilon^2 lambda_max(G) s_max^2, with
-    # lambda_min(G) >= 1 / ||L^-1||_F^2 and lambda_max(G) <= trace(G); else the eigenvalues decide
-    if 1.0 / np.sum(linv ** 2) * s[-1] ** 2 <= epsilon ** 2 * np.trace(gram) * s[0] ** 2:
-        lam = np.linalg.eigvalsh(scatter)
-        if not (lam > epsilon ** 2 * lam[-1]).all():
-            return None
-    return Whitened(linv=linv, coords=chol.T @ view.coords_all_, singular=s, norm=float(np.linalg.norm(scatter)))
+    norm = float(np.linalg.norm(s[:, None] * gram * s[None, :]))  # the scatter S G S in the basis V
+    if 1.0 / np.sum(linv ** 2) * s[-1] ** 2 > epsilon ** 2 * np.trace(gram) * s[0] ** 2:
+        coords = chol.T @ view.coords_all_
+        return Whitened(left=linv.T, coords=coords, gram=coords @ coords.T, norm=norm)
+    u, sigma, _ = np.linalg.svd(chol.T * s[None, :])
+    keep = sigma > epsilon * sigma[0]
+    u = u[:, keep]
+    coords = (u.T @ chol.T) @ view.coords_all_
+    return Whitened(left=linv.T @ u, coords=coords, gram=np.diag(sigma[keep] ** 2), norm=norm)
 
 
 def replicate_similarity(a: Whitened, b: Whitened, gram_ab: np.ndarray) -> tuple[float, float, float]:
     """``(pwcca(a, b), pwcca(b, a), cka)`` of one replicate from the centred weighted cross
     term ``gram_ab`` (r_a, r_b) of the two views' bases."""
-    m_ab = a.linv @ gram_ab @ b.linv.T
-    cross = np.linalg.norm(a.singular[:, None] * gram_ab * b.singular[None, :]) ** 2
+    m_ab = a.left.T @ gram_ab @ b.left  # the product of the two orthonormal bases
+    cross = float(np.sum((a.gram @ m_ab) * (m_ab @ b.gram)))  # ||coords_a^T M coords_b||_F^2
     return similarities(m_ab, a.coords, b.coords, cross=cross, norm_a=a.norm, norm_b=b.norm)
 
 
