@@ -49,6 +49,7 @@ import zarr
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "STORE_VERSION",
     "hidden_path",
     "attention_path",
     "open_hidden",
@@ -68,6 +69,11 @@ __all__ = [
     "create_hidden_group",
     "create_attention_group",
 ]
+
+#: Bumped when the store layout gains something, so that older groups are redone (2: annotation
+#: labels as token coordinates; 3: train_rank; 4: text coordinates as Zarr v3 strings,
+#: portable_strings). Part of every extraction key (the pipeline's and the API's).
+STORE_VERSION = 4
 
 DIMS_HIDDEN = ("layer", "token", "feature")
 DIMS_ATTENTION = ("sentence", "layer", "head", "query", "key")

@@ -2,7 +2,7 @@
 model and between models (Voita et al. 2019, section 4, figures 3-4).
 
 Between models, the pairs are drawn as groups by what the two models differ in
-(:func:`~evolution.analyses.similarity.pair_kind`: two seeds of one objective, two
+(:func:`~evolution.analyses.pair_kinds.pair_kind`: two seeds of one objective, two
 objectives sharing their initial weights, two objectives across initialisations, one model
 with token dropout): per layer the mean over the pairs of a kind, with their minimum-maximum
 range as a band (:func:`kind_bands`); and the three objective pairs of the base models
@@ -48,9 +48,9 @@ def same_layer(ds: xr.Dataset, metric: str) -> xr.DataArray:
 
 def pair_kinds(ds: xr.Dataset) -> dict[tuple[str, str], str]:
     """What each pair of models (a before b in the group's order) differs in: the ``pair``
-    coordinate, or :func:`~evolution.analyses.similarity.pair_kind` of the group's attributes
+    coordinate, or :func:`~evolution.analyses.pair_kinds.pair_kind` of the group's attributes
     (``objectives``, ``runs``) for stores written before it."""
-    from evolution.analyses.similarity import pair_kind
+    from evolution.analyses.pair_kinds import pair_kind
 
     models = [str(m) for m in ds.model_a.values]
     out = {}

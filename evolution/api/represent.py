@@ -105,7 +105,7 @@ def represent(models: Model | Sequence[Model] | Mapping[str, Model], sentences: 
     from evolution.corpus.text import Corpus
     from evolution.extract import extract_to_store
     from evolution.provenance import config_hash, tree_hash, versions
-    from pipelines.stages.extract import STORE_VERSION
+    from evolution.store import STORE_VERSION
 
     sentences = [sentences] if isinstance(sentences, str) else [str(s).strip() for s in sentences]
     if not sentences or not all(sentences):

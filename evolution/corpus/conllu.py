@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from evolution.corpus.text import CorpusError
+from evolution.labels import NO_LABEL, label_codes  # the codes of the store's annotation strings
 
 __all__ = ["TreebankSentence", "EMBEDDED", "read_conllu", "resolve_treebank", "annotation_columns", "label_codes",
            "NO_LABEL", "ANNOTATION_COLUMNS"]
@@ -33,8 +34,6 @@ __all__ = ["TreebankSentence", "EMBEDDED", "read_conllu", "resolve_treebank", "a
 #: Treebanks shipped with the package (``corpus.annotated`` accepts these names).
 EMBEDDED = {"ud-ewt-dev": "en_ewt-ud-dev.conllu.gz", "ud-ewt-test": "en_ewt-ud-test.conllu.gz"}
 
-#: Code of "no annotation" (tokens of the main text); never equal to a label.
-NO_LABEL = -1
 
 
 @dataclass(frozen=True)
@@ -180,14 +179,4 @@ def annotation_columns(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
     heads = np.array([h for s in sentences for h in s["head"]], dtype=np.int32)
     out["head"] = np.full(len(ok), -1, dtype=np.int32)
     out["head"][ok] = heads[flat_index]
-    return out
-
-
-def label_codes(labels: np.ndarray) -> np.ndarray:
-    """Int codes (n,) of string labels: the index in their sorted set, :data:`NO_LABEL` for ``""``."""
-    labels = np.asarray(labels, dtype=object)
-    present = labels != ""
-    vocab = {v: i for i, v in enumerate(sorted(set(labels[present].tolist())))}
-    out = np.full(len(labels), NO_LABEL, dtype=np.int64)
-    out[present] = [vocab[v] for v in labels[present]]
     return out

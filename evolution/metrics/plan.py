@@ -102,12 +102,12 @@ def text_parts(*, sentence: np.ndarray, token_id: np.ndarray, freq_rank: np.ndar
     its first sentence (-1 or ``labels`` None: all is main text). Returns
     ``primary`` (n,) bool, the main text's rows; ``annotation`` (None or label
     codes (n,) per name: ``pos`` = PTB tag, ``deprel``, ``upos``;
-    :data:`~evolution.corpus.conllu.NO_LABEL` off the annotated text); and
+    :data:`~evolution.labels.NO_LABEL` off the annotated text); and
     ``freq_rank`` counted on the main text only (the given ranks when nothing
     is annotated; 0 on annotated rows). Pass the store's ``train_rank`` as
     ``freq_rank`` to rank by the training split: it is kept (0 on annotated rows).
     """
-    from evolution.corpus.conllu import label_codes
+    from evolution.labels import label_codes
     from evolution.tokens import frequency_ranks
 
     sentence = np.asarray(sentence)
@@ -159,7 +159,7 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
     ``primary`` (n,) bool marks the rows of the main text (default: all);
     every metric but the syntactic neighbour rates uses only those.
     ``annotation`` maps ``pos`` and ``deprel`` to per-row label codes
-    (:data:`evolution.corpus.conllu.NO_LABEL` where a row is not annotated);
+    (:data:`evolution.labels.NO_LABEL` where a row is not annotated);
     with it, ``plan.syntax`` holds the annotated rows of the most frequent
     types for :func:`~evolution.metrics.neighbors.within_type_measures`.
     ``label_strings`` are the store's annotation strings (``upos``, ``deprel``, ...), for
@@ -171,7 +171,7 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
     main = np.flatnonzero(np.ones(len(token_id), bool) if primary is None else np.asarray(primary, bool))
     plan = OccurrencePlan()
     if annotation is not None:
-        from evolution.corpus.conllu import NO_LABEL
+        from evolution.labels import NO_LABEL
 
         plan.annotated_rows = np.flatnonzero(np.asarray(annotation["pos"]) != NO_LABEL)
     sel = cfg.tokens

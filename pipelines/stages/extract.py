@@ -9,6 +9,7 @@ from pathlib import Path
 
 from evolution.config import ModelConfig, resolved_dict
 from evolution.provenance import config_hash, file_hash, tree_hash, versions
+from evolution.store import STORE_VERSION  # the layout's version, part of every extraction key
 from pipelines.stages.base import Context, Stage
 from pipelines.stages.corpus import CorpusStage
 from pipelines.stages.train import TrainStage
@@ -16,10 +17,6 @@ from pipelines.stages.train import TrainStage
 logger = logging.getLogger(__name__)
 
 __all__ = ["ExtractStage", "STORE_VERSION"]
-
-#: Bumped when the store layout gains something, so that older groups are redone
-#: (2: annotation labels as token coordinates).
-STORE_VERSION = 4  # 3: train_rank; 4: text coordinates as Zarr v3 strings (portable_strings)
 
 
 class ExtractStage(Stage):

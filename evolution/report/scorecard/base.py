@@ -212,7 +212,7 @@ class Run:
         return (float(iv[0]), float(iv[1])) if np.isfinite(iv).all() else None
 
     def pair_kind(self, a: str, b: str) -> str:
-        from evolution.analyses.similarity import pair_kind
+        from evolution.analyses.pair_kinds import pair_kind
 
         return pair_kind(a, b, objectives=self.objectives, runs=self.runs)
 
