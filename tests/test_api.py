@@ -86,24 +86,6 @@ def test_in_memory_representations_feed_every_analysis(reps):
     assert np.allclose(np.diag(d.values), 0, atol=1e-6)  # a layer against itself
 
 
-def test_similarity_intervals_do_not_depend_on_the_bootstrap_blocks(reps, monkeypatch):
-    """The replicates run in blocks (one task each, spread over the workers): 7 replicates in
-    blocks of 3 give the intervals of one block of all 7 (itself tested against a plain loop
-    in test_metrics), and the intervals say how many replicates they rest on."""
-    import evolution.analyses.similarity as similarity
-
-    options = {"similarity": {"sentences": len(SENTENCES), "bootstrap": 7, "min_ratio": 1.0, "equal_bins": 3,
-                              "freq_bins": [1, 5, 20, 1000]}}
-    got = {}
-    for block in (100, 3):
-        monkeypatch.setattr(similarity, "BOOTSTRAP_BLOCK", block)
-        got[block] = ev.analyse(reps, options, models=["bert"])
-    for group in ("change", "change_equal"):
-        one, many = got[100][group].interval, got[3][group].interval
-        assert np.isfinite(one.values).sum() > 4 and "7 paired replicates" in one.attrs["long_name"]
-        np.testing.assert_array_equal(many.values, one.values, err_msg=group)
-
-
 def test_views_are_one_self_contained_page(model_specs, tmp_path):
     bert = ev.load(model_specs["bert"]["path"], name="bert")
     page = ev.head_view(bert, "the cat sat on the mat")

@@ -89,6 +89,11 @@ class _Adapter:
                     h[block + 1:, b, t] += self.effect(u) * self.delta[u, v, block + 1:]
         return h
 
+    def masked_key_states(self, inputs, *, base, masked):  # the adapters' default: from forward_masked_keys
+        from evolution.models.base import Adapter
+
+        return Adapter.masked_key_states(self, inputs, base=base, masked=masked)
+
 
 def _corpus(n_sent=70, seed=2):
     rng = np.random.default_rng(seed)

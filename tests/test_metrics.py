@@ -232,6 +232,11 @@ class _FakeAdapter:
             h[block + 1, b] += scale * rng.normal(size=h[block + 1, b].shape)
         return h
 
+    def masked_key_states(self, inputs, *, base, masked):  # the adapters' default: from forward_masked_keys
+        from evolution.models.base import Adapter
+
+        return Adapter.masked_key_states(self, inputs, base=base, masked=masked)
+
 
 def test_token_influence_is_zero_without_effect_and_ranks_a_known_effect():
     from evolution.metrics.influence import sample_influencers, token_influence

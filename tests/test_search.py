@@ -44,3 +44,32 @@ def test_sklearn_kmeans_recovers_separated_clusters(no_faiss):
     labels = search.kmeans(x, k=4, niter=20, seed=1, max_points_per_centroid=50)  # trained on a 200-row sample
     # one cluster per true group: the partition equals the truth up to renaming
     assert len(set(zip(truth.tolist(), labels.tolist()))) == 4
+
+
+@pytest.mark.parametrize("with_faiss", [True, False])
+def test_kmeans_plusplus_seeds_find_small_clusters(with_faiss, monkeypatch):
+    """Twelve well-separated clusters of very unequal sizes (8 to 800 rows): Lloyd from k-means++
+    seeds finds each one, for every seed, as scikit-learn's Lloyd does; from centroids drawn
+    uniformly among the rows (faiss's own seeding, the k-means before 2026-11-26) the small
+    clusters share a centroid with a large one, and the partition is wrong for most seeds."""
+    if with_faiss:
+        faiss = pytest.importorskip("faiss")
+    else:
+        monkeypatch.setattr(search, "faiss_or_none", lambda: None)
+    rng = np.random.default_rng(7)
+    sizes = [800, 600, 400, 300, 200, 120, 60, 40, 20, 12, 10, 8]
+    centres = rng.normal(size=(12, 8)) * 40
+    truth = np.repeat(np.arange(12), sizes)
+    x = (centres[truth] + rng.normal(size=(len(truth), 8))).astype(np.float32)
+    for seed in range(5):
+        labels = search.kmeans(x, k=12, niter=20, seed=seed)
+        assert len(set(zip(truth.tolist(), labels.tolist()))) == 12, seed  # the truth up to renaming
+    np.testing.assert_array_equal(search.kmeans(x, k=12, niter=20, seed=3), search.kmeans(x, k=12, niter=20, seed=3))
+    if with_faiss:
+        wrong = 0
+        for seed in range(5):
+            km = faiss.Kmeans(8, 12, niter=20, seed=seed, min_points_per_centroid=1)
+            km.train(x)
+            labels = km.index.search(x, 1)[1].ravel()
+            wrong += len(set(zip(truth.tolist(), labels.tolist()))) != 12
+        assert wrong >= 3

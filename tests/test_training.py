@@ -246,6 +246,12 @@ def test_masked_key_changes_only_what_attends_to_it(trained):
         base = adapter.forward([inp])[0][:, 0]
         masked = adapter.forward_masked_keys([inp], masked=[(block, i)])[:, 0]
         np.testing.assert_array_equal(base[:block + 1], masked[:block + 1])  # input and block 0 output
+        # one block run from its unmasked input states gives the whole stack's layer, for every block
+        rows = [(b, p) for b in range(adapter.num_layers) for p in (1, i, len(inp) - 1)]
+        whole = adapter.forward_masked_keys([inp] * len(rows), masked=rows)
+        alone = adapter.masked_key_states(inp, base=base, masked=rows)
+        np.testing.assert_allclose(alone, np.stack([whole[b + 1, r] for r, (b, _) in enumerate(rows)]),
+                                   rtol=0, atol=1e-5)
         changed = np.abs(masked[block + 1] - base[block + 1]).max(axis=-1) > 1e-6
         if o == "lm":
             assert not changed[:i].any() and changed[i + 1:].all()

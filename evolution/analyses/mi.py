@@ -115,7 +115,7 @@ def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: lis
 
 class MI(Analysis):
     name = "mi"
-    version = 2  # 2: intervals over sentences, per-restart seeds, nested type subsets
+    version = 3  # 2: intervals over sentences, per-restart seeds, nested type subsets; 3: k-means++ seeds
     layout = 3  # 2: mi_mean, mi_sd, mi_corrected; 3: fractions of H(X), intervals, group mi_types
     section = "mi"
 

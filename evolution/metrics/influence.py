@@ -21,8 +21,10 @@ summed per sentence once (:func:`replicate_scatters`, :func:`similarity_from_mom
 two (d, d) eigendecompositions and one SVD per (layer, bin) instead of two SVDs of
 the (rows, d) views.
 
-Batching: one forward pass per sentence holds every (sampled position,
-layer) pair of that sentence and bin as a row, each row masking one key at one block.
+Batching: the sentence runs once unmasked; then every (sampled position, layer n) pair of
+that sentence and bin is a row that runs block n alone from the unmasked layer n - 1 states,
+with its key hidden (:meth:`~evolution.models.base.Adapter.masked_key_states`: the blocks
+below are unchanged by the mask and those above are not read), not the whole stack.
 """
 
 from __future__ import annotations
@@ -186,12 +188,11 @@ def token_influence(adapter, *, content_ids: dict[int, Sequence[int]], samples: 
             rows = [(pos, n) for pos in positions for n in range(1, L + 1)]
             for start in range(0, len(rows), max_rows):
                 chunk = rows[start:start + max_rows]
-                hidden = adapter.forward_masked_keys([inp] * len(chunk),
-                                                     masked=[(n - 1, off + pos) for pos, n in chunk])
+                hidden = adapter.masked_key_states(inp, base=base, masked=[(n - 1, off + pos) for pos, n in chunk])
                 for r, (pos, n) in enumerate(chunk):
                     others = [off + j for j in range(len(ids)) if j != pos]
                     normal[n].append(base[n, others])
-                    masked[n].append(hidden[n, r, others])
+                    masked[n].append(hidden[r, others])
                     cluster[n].append(np.full(len(others), index[s]))
                     count[n - 1, b] += 1
         for n in range(1, L + 1):

@@ -210,6 +210,17 @@ class Adapter(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot mask attention keys per layer; token influence "
                                   "needs this project's trained models (models[].kind: trained)")
 
+    def masked_key_states(self, inputs: Sequence[int], *, base: np.ndarray, masked: Sequence[tuple[int, int]]
+                          ) -> np.ndarray:
+        """The states ``(B, T, d)`` of layer ``block + 1`` for row ``b`` with ``masked[b] = (block,
+        position)``: the output of block ``block`` (0-based) when ``position`` is hidden from its
+        attention keys, for one input sentence ``inputs``; ``base`` ``(L + 1, T, d)`` its unmasked
+        states. What token influence reads of :meth:`forward_masked_keys` (the blocks below are
+        unchanged by the mask, those above are not read); adapters that can run one block from its
+        input states do only that."""
+        hidden = self.forward_masked_keys([inputs] * len(masked), masked=masked)
+        return np.stack([hidden[block + 1, b] for b, (block, _) in enumerate(masked)])
+
     def describe(self) -> dict:
         """Attributes recorded with every extracted array."""
         return {

@@ -157,6 +157,30 @@ class FairseqAdapter(Adapter):
             key_mask.setdefault(block, torch.zeros(ids.shape, dtype=torch.bool, device=ids.device))[b, position] = True
         return self.forward(inputs, key_mask=key_mask)[0]
 
+    def masked_key_states(self, inputs: Sequence[int], *, base: np.ndarray, masked: Sequence[tuple[int, int]]
+                          ) -> np.ndarray:
+        """One block per row, from the unmasked input states of that block (``base``): the
+        stack's own loop (:class:`~evolution.nets.encoder.SharedEncoder`) below the block gives
+        those states unchanged, so running it again is not needed."""
+        import torch
+
+        if not self.supports_key_masking:
+            return super().masked_key_states(inputs, base=base, masked=masked)
+        stack, t = self._stack, len(inputs)
+        out = np.empty((len(masked), t, base.shape[-1]), dtype=np.float32)
+        future = (torch.triu(torch.ones(t, t, device=self.device), diagonal=1) if stack.causal else None)
+        with torch.inference_mode():
+            for block in sorted({b for b, _ in masked}):
+                rows = [r for r, (b, _) in enumerate(masked) if b == block]
+                keys = torch.zeros((len(rows), t), dtype=torch.bool, device=self.device)
+                for k, r in enumerate(rows):
+                    keys[k, masked[r][1]] = True
+                x = torch.as_tensor(base[block], device=self.device)[:, None, :].expand(t, len(rows), -1)
+                y = stack.layers[block](x.contiguous(), encoder_padding_mask=keys, attn_mask=future)
+                y = y[0] if isinstance(y, tuple) else y
+                out[rows] = y.transpose(0, 1).float().cpu().numpy()
+        return out
+
     def tokenize(self, sentence: str) -> Tokenized:
         pieces = self._spm.encode(sentence, out_type=str) if self._spm is not None else sentence.split()
         ids = [self.dictionary.index(p) for p in pieces]
