@@ -1,7 +1,8 @@
-"""Token influence against plain loops: the moment route of PWCCA / CKA against the
-views themselves, the bootstrap over sentences redone by a loop that masks one key at a
-time and recomputes the distance, the bins' sizes counted directly, and the stored
-group's intervals per (model, layer, bin)."""
+"""Token influence against plain loops: the bootstrap over sentences redone by a loop that
+masks one key at a time and recomputes the distance from the resampled views, the bins'
+sizes counted directly, and the stored group's intervals per (model, layer, bin). (Its
+replicates' route, from weighted cross-products, is tested against the resampled views in
+test_similarity_bootstrap.py.)"""
 
 from __future__ import annotations
 
@@ -10,51 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from evolution.metrics.influence import (
-    bin_occurrences,
-    replicate_scatters,
-    sample_influencers,
-    similarity_from_moments,
-    token_influence,
-)
+from evolution.metrics.influence import bin_occurrences, sample_influencers, token_influence
 from evolution.metrics.similarity import View, cka, pwcca
-
-
-def _scatter(x, y):
-    x, y = x - x.mean(0), y - y.mean(0)
-    return x.T @ x, y.T @ y, x.T @ y
-
-
-@pytest.mark.parametrize("dead", [False, True])
-def test_similarity_from_moments_equals_the_views(dead):
-    """PWCCA (both directions) and CKA from the scatter matrices equal the SVD-of-views
-    functions, also with a dead unit and a duplicated one (rank deficiency)."""
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(400, 6))
-    y = x[:, :4] @ rng.normal(size=(4, 6)) + rng.normal(size=(400, 6)) * 0.7
-    if dead:
-        x[:, 5] = 0.0
-        y[:, 2] = y[:, 1]
-    sxx, syy, sxy = _scatter(x, y)
-    assert similarity_from_moments(sxx, syy, sxy, method="pwcca") == pytest.approx(pwcca(View(x), View(y)), abs=1e-9)
-    assert similarity_from_moments(syy, sxx, sxy.T, method="pwcca") == pytest.approx(pwcca(View(y), View(x)),
-                                                                                      abs=1e-9)
-    assert similarity_from_moments(sxx, syy, sxy, method="cka") == pytest.approx(cka(View(x), View(y)), abs=1e-12)
-
-
-def test_replicate_scatters_equal_the_repeated_rows():
-    """Weights per cluster = the rows of that cluster repeated that many times."""
-    rng = np.random.default_rng(1)
-    cluster = rng.integers(0, 7, size=90)
-    cluster[cluster == 3] = 4  # an empty cluster
-    x, y = rng.normal(size=(90, 3)) + 5.0, rng.normal(size=(90, 3)) - 2.0
-    weights = np.array([[1, 1, 1, 1, 1, 1, 1], [0, 2, 1, 5, 0, 3, 1], [3, 0, 0, 0, 1, 0, 2]], dtype=float)
-    n, sxx, syy, sxy = replicate_scatters(x, y, cluster=cluster, weights=weights, block=2)
-    for r, w in enumerate(weights):
-        rows = np.concatenate([np.flatnonzero(cluster == c).repeat(int(w[c])) for c in range(7)])
-        assert n[r] == len(rows)
-        for got, want in zip((sxx[r], syy[r], sxy[r]), _scatter(x[rows], y[rows])):
-            np.testing.assert_allclose(got, want, atol=1e-9)
 
 
 class _Adapter:

@@ -292,10 +292,10 @@ def test_two_level_kmeans_recovers_separated_blobs_like_flat():
     flat = kmeans_labels(x, k=40, niter=20, seed=0)
     assert len(np.unique(two)) <= 40 and two.min() == 0
     h = mutual_information(labels, labels)
-    # k-means with k = number of blobs stops in local minima (flat: 88% of H here); two-level must
-    # not be worse than flat by more than 2% of H(X)
-    assert mutual_information(labels, two) >= 0.9 * h
-    assert mutual_information(labels, two) >= mutual_information(labels, flat) - 0.02 * h
+    # flat k-means from k-means++ seeds finds the 40 blobs (from faiss's random seeds it stopped in
+    # local minima at 88% of H); two-level splits within coarse cells, which costs a little
+    assert mutual_information(labels, flat) >= 0.99 * h
+    assert mutual_information(labels, two) >= 0.95 * h
     np.testing.assert_array_equal(two, two_level_kmeans_labels(x, k=40, niter=20, seed=0))  # deterministic
 
 

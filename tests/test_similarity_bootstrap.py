@@ -13,7 +13,7 @@ import pytest
 
 from evolution.metrics.resample import SentenceSums, sentence_counts, sentence_draws
 from evolution.metrics.similarity import View, bootstrap_replicates, summarise_replicates
-from evolution.metrics.similarity_bootstrap import MARGIN, between_replicates, change_with_replicates
+from evolution.metrics.similarity_bootstrap import MARGIN, between_replicates, change_with_replicates, pair_with_replicates
 
 TOLERANCE = 1e-8
 METHODS = ["pwcca", "cka"]
@@ -156,3 +156,33 @@ def test_sentence_sums_against_a_loop():
         np.testing.assert_array_equal(idx, np.concatenate([np.flatnonzero(group == k) for k in draws[r]]))
     with pytest.raises(ValueError, match="0..29"):
         SentenceSums(np.array([0, 30]), n_groups=30)
+
+
+@pytest.mark.parametrize("dead", [False, True])
+def test_one_pair_and_its_replicates_equal_the_resampled_views(dead):
+    """Token influence's route (two views of the same rows): the estimate and every replicate's
+    PWCCA both ways and CKA equal the definition on the resampled rows, also with a dead and a
+    duplicated unit; a replicate below min_ratio x d rows is NaN."""
+    from evolution.metrics.similarity import pair_similarity
+
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(40), rng.integers(4, 16, 40))
+    x = rng.normal(size=(len(group), 6))
+    y = x[:, :4] @ rng.normal(size=(4, 6)) + rng.normal(size=(len(group), 6)) * 0.7
+    if dead:
+        x[:, 5] = 0.0
+        y[:, 2] = y[:, 1]
+    draws = sentence_draws(40, replicates=10, seed=4)
+    min_ratio = len(group) / 6 * 0.99  # the full rows pass; resamples with fewer rows do not
+    est, reps = pair_with_replicates(x, y, group=group, draws=draws, epsilon=1e-6, min_ratio=min_ratio)
+    np.testing.assert_allclose(est, pair_similarity(View(x, min_ratio=min_ratio), View(y, min_ratio=min_ratio)),
+                               rtol=0, atol=1e-12)
+    sums = SentenceSums(group, n_groups=40)
+    for r in range(10):
+        idx = sums.resample_rows(draws[r])
+        if len(idx) < min_ratio * 6:
+            assert np.isnan(reps[r]).all()
+            continue
+        want = pair_similarity(View(x[idx], min_ratio=min_ratio), View(y[idx], min_ratio=min_ratio))
+        np.testing.assert_allclose(reps[r], want, rtol=0, atol=TOLERANCE)
+    assert np.isnan(reps[:, 0]).any() and np.isfinite(reps[:, 0]).any()

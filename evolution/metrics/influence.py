@@ -16,10 +16,11 @@ with replacement from the S sentences of all samples
 :func:`evolution.metrics.neighbors.sentence_draws`), the same for every bin and
 layer (and every model masking the same occurrences); each bin's rows of a drawn
 sentence count as often as it is drawn, and the distance is computed again on
-them. The PWCCA / CKA of a replicate come from the views' (d, d) cross-products,
-summed per sentence once (:func:`replicate_scatters`, :func:`similarity_from_moments`), so a replicate costs
-two (d, d) eigendecompositions and one SVD per (layer, bin) instead of two SVDs of
-the (rows, d) views.
+them. The PWCCA / CKA of a replicate come from the views' weighted cross-products,
+summed per sentence once, in the basis of each view's SVD
+(:func:`~evolution.metrics.similarity_bootstrap.pair_with_replicates`, the similarity
+bootstrap's route), so a replicate costs two small Cholesky factors and one SVD per
+(layer, bin) instead of two SVDs of the (rows, d) views.
 
 Batching: the sentence runs once unmasked; then every (sampled position, layer n) pair of
 that sentence and bin is a row that runs block n alone from the unmasked layer n - 1 states,
@@ -34,8 +35,9 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["sample_influencers", "bin_occurrences", "token_influence", "similarity_from_moments",
-           "replicate_scatters"]
+from evolution.metrics.similarity_bootstrap import pair_with_replicates
+
+__all__ = ["sample_influencers", "bin_occurrences", "token_influence"]
 
 
 def _eligible(sentence: np.ndarray, min_length: int) -> np.ndarray:
@@ -64,75 +66,6 @@ def bin_occurrences(*, sentence: np.ndarray, freq_rank: np.ndarray, bins: Sequen
     least ``min_length`` tokens): a bin with fewer than ``max_per_bin`` is taken whole."""
     ok = _eligible(sentence, min_length)
     return [int((ok & (freq_rank >= lo) & (freq_rank < hi)).sum()) for lo, hi in bins]
-
-
-def replicate_scatters(x: np.ndarray, y: np.ndarray, *, cluster: np.ndarray, weights: np.ndarray,
-                       block: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Centred scatter matrices of two views (n, d) when the rows of cluster c count
-    ``weights[r, c]`` times in replicate r: returns n (R,), Sxx, Syy, Sxy (R, d, d).
-
-    ``cluster`` (n,) each row's cluster in ``0..S-1``, ``weights`` (R, S). The per-cluster
-    cross-products are formed ``block`` clusters at a time and contracted with the
-    weights, so memory is O(R d^2 + block d^2) and the cost O(n d^2 + R S d^2), not the
-    O(R n d^2) of weighting the rows of every replicate.
-    """
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    x, y = x - x.mean(0), y - y.mean(0)  # scatter is shift-invariant: centre once for accuracy
-    weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    n_rep, n_clusters = weights.shape
-    d = x.shape[1]
-    count = np.bincount(cluster, minlength=n_clusters).astype(np.float64)
-    sx, sy = np.zeros((n_clusters, d)), np.zeros((n_clusters, d))
-    np.add.at(sx, cluster, x)
-    np.add.at(sy, cluster, y)
-    n = weights @ count
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mx, my = (weights @ sx) / n[:, None], (weights @ sy) / n[:, None]
-    acc = {k: np.zeros((n_rep, d * d)) for k in ("xx", "yy", "xy")}
-    order = np.argsort(cluster, kind="stable")
-    bounds = np.searchsorted(cluster[order], np.arange(n_clusters + 1))
-    filled = np.flatnonzero(count)
-    for start in range(0, len(filled), block):
-        cs = filled[start:start + block]
-        parts = [(x[order[bounds[c]:bounds[c + 1]]], y[order[bounds[c]:bounds[c + 1]]]) for c in cs]
-        for key, pick in (("xx", lambda a, b: a.T @ a), ("yy", lambda a, b: b.T @ b), ("xy", lambda a, b: a.T @ b)):
-            acc[key] += weights[:, cs] @ np.stack([pick(a, b).ravel() for a, b in parts])
-    outer = lambda u, v: np.einsum("ri,rj->rij", u, v) * n[:, None, None]  # noqa: E731
-    return (n, acc["xx"].reshape(n_rep, d, d) - outer(mx, mx), acc["yy"].reshape(n_rep, d, d) - outer(my, my),
-            acc["xy"].reshape(n_rep, d, d) - outer(mx, my))
-
-
-def _whitening(s: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
-    """(W, C): W (d, r) = V L^-1/2 and C (r, d) = L^1/2 V^T on the eigen-directions of the
-    scatter ``s`` with L > epsilon^2 max(L) (singular values above epsilon x the largest,
-    as :class:`~evolution.metrics.similarity.View` keeps)."""
-    lam, v = np.linalg.eigh(s)
-    top = lam.max() if lam.size and lam.max() > 0 else 0.0
-    if top <= 0:
-        raise ValueError("the representations are constant over occurrences")
-    keep = lam > epsilon ** 2 * top
-    lam, v = lam[keep], v[:, keep]
-    return v / np.sqrt(lam), np.sqrt(lam)[:, None] * v.T
-
-
-def similarity_from_moments(sxx: np.ndarray, syy: np.ndarray, sxy: np.ndarray, *, method: str,
-                            epsilon: float = 1e-6) -> float:
-    """PWCCA(x, y) (weights from x) or linear CKA of two views from their centred scatter
-    matrices Sxx = X^T X, Syy, Sxy = X^T Y (X, Y centred): equal to
-    :func:`~evolution.metrics.similarity.pwcca` / :func:`~evolution.metrics.similarity.cka`
-    of the views themselves. With Q_x = X W_x (orthonormal), Q_x^T Q_y = W_x^T Sxy W_y; its
-    SVD U diag(rho) V^T gives the canonical correlations, and x's coordinates in Q_x are
-    C_x = L^1/2 V^T, so the PWCCA weights are alpha = |U^T C_x| summed over dimensions."""
-    if method == "cka":
-        return float(np.clip(np.sum(sxy ** 2) / (np.linalg.norm(sxx) * np.linalg.norm(syy)), 0.0, 1.0))
-    if method != "pwcca":
-        raise ValueError(f"method must be 'pwcca' or 'cka', not {method!r}")
-    wx, cx = _whitening(sxx, epsilon)
-    wy, _ = _whitening(syy, epsilon)
-    u, rho, _ = np.linalg.svd(wx.T @ sxy @ wy, full_matrices=False)
-    m = len(rho)
-    alpha = np.abs(u[:, :m].T @ cx).sum(axis=1)
-    return float(np.clip((alpha * np.clip(rho, 0, 1)).sum() / alpha.sum(), 0.0, 1.0))
 
 
 def token_influence(adapter, *, content_ids: dict[int, Sequence[int]], samples: list[tuple[int, int, int]],
@@ -166,9 +99,9 @@ def token_influence(adapter, *, content_ids: dict[int, Sequence[int]], samples: 
     index = {s: i for i, s in enumerate(universe)}
     draws = None
     if bootstrap:
-        from evolution.metrics.neighbors import sentence_draws
+        from evolution.metrics.resample import sentence_draws
 
-        draws = sentence_draws(len(universe), n_boot=bootstrap, seed=seed)  # (B, S)
+        draws = sentence_draws(len(universe), replicates=bootstrap, seed=seed)  # (B, S)
     sentences = [len({s for s, _, b in samples if b == k}) for k in range(n_bins)]
     notes = []
     for b in range(n_bins):
@@ -203,19 +136,16 @@ def token_influence(adapter, *, content_ids: dict[int, Sequence[int]], samples: 
                     notes.append(f"influence bin {b}: {len(x)} rows < {min_ratio:g} x d = {min_ratio * d:g}; "
                                  "left as NaN")
                 continue
-            weights = np.ones((1, len(universe)))
-            if draws is not None:
-                weights = np.concatenate([weights, draws])
-            size, sxx, syy, sxy = replicate_scatters(x, y, cluster=g, weights=weights)
+            est, reps = pair_with_replicates(x, y, group=g, draws=draws, epsilon=epsilon, min_ratio=min_ratio)
             for m in methods:
-                values = np.array([similarity_from_moments(sxx[r], syy[r], sxy[r], method=m, epsilon=epsilon)
-                                   if size[r] >= min_ratio * d else np.nan for r in range(len(weights))])
-                distance[m][n - 1, b] = 1.0 - values[0]
+                pick = 0 if m == "pwcca" else 2  # PWCCA weights from the unmasked view
+                distance[m][n - 1, b] = 1.0 - est[pick]
                 if draws is not None:
-                    replicates[m][:, n - 1, b] = 1.0 - values[1:]
-            if draws is not None and n == 1 and (size[1:] < min_ratio * d).any():
-                notes.append(f"influence bin {b}: {int((size[1:] < min_ratio * d).sum())} of {bootstrap} "
-                             f"resamples have fewer than {min_ratio:g} x d rows (left out of the interval)")
+                    replicates[m][:, n - 1, b] = 1.0 - reps[:, pick]
+            short = 0 if reps is None else int(np.isnan(reps[:, 0]).sum())
+            if n == 1 and short:
+                notes.append(f"influence bin {b}: {short} of {bootstrap} resamples have fewer than {min_ratio:g} x d "
+                             "rows (left out of the interval)")
     out = {"distance": {m: v.tolist() for m, v in distance.items()}, "rows": n_rows.tolist(),
            "samples": count.tolist(), "sentences": sentences, "notes": notes}
     if bootstrap:

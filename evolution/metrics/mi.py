@@ -192,23 +192,32 @@ def _refine_within_cells(x: np.ndarray, labels: np.ndarray, *, cells: np.ndarray
     return new
 
 
+class _Table:
+    """The contingency table of two code arrays ``x``, ``c`` (n,), built once: each occurrence's
+    cell among the observed (x, c) pairs, so that a bootstrap replicate's table is one weighted
+    count over the occurrences (O(n)), not over every possible pair (nx x nc: a million cells
+    for the MLM's fed tokens against 300 clusters)."""
+
+    def __init__(self, x: np.ndarray, c: np.ndarray):
+        nx, nc = int(x.max()) + 1, int(c.max()) + 1
+        joint, cell = np.unique(x * nc + c, return_inverse=True)  # ascending codes, as a dense table's cells
+        self.x, self.c, self.cell = x, c, cell.ravel()
+        self.xi, self.ci, self.nx, self.nc = joint // nc, joint % nc, nx, nc
+
+    def mi(self, weights: np.ndarray | None = None) -> float:
+        pxy = np.bincount(self.cell, weights=weights, minlength=len(self.xi))
+        keep = pxy > 0
+        pxy, xi, ci = pxy[keep], self.xi[keep], self.ci[keep]
+        px = np.bincount(self.x, weights=weights, minlength=self.nx)
+        pc = np.bincount(self.c, weights=weights, minlength=self.nc)
+        total = pxy.sum()
+        return float(max(0.0, (pxy / total * (np.log(pxy * total) - np.log(px[xi]) - np.log(pc[ci]))).sum()))
+
+
 def _weighted_mi(x: np.ndarray, c: np.ndarray, weights: np.ndarray | None = None) -> float:
     """I(X; C) in nats of the code arrays ``x``, ``c`` (n,) with occurrence ``weights`` (n,)
     (a bootstrap's multiplicities; None: all 1), from the weighted contingency table."""
-    nx, nc = int(x.max()) + 1, int(c.max()) + 1
-    if nx * nc <= 1 << 22:  # dense table (<= 32 MB): one bincount
-        pxy = np.bincount(x * nc + c, weights=weights, minlength=nx * nc)
-        cells = np.flatnonzero(pxy)
-        pxy, xi, ci = pxy[cells], cells // nc, cells % nc
-    else:
-        joint, cell = np.unique(x * nc + c, return_inverse=True)
-        pxy, xi, ci = np.bincount(cell.ravel(), weights=weights, minlength=len(joint)), joint // nc, joint % nc
-        keep = pxy > 0
-        pxy, xi, ci = pxy[keep], xi[keep], ci[keep]
-    px = np.bincount(x, weights=weights, minlength=nx)
-    pc = np.bincount(c, weights=weights, minlength=nc)
-    total = pxy.sum()
-    return float(max(0.0, (pxy / total * (np.log(pxy * total) - np.log(px[xi]) - np.log(pc[ci]))).sum()))
+    return _Table(x, c).mi(weights)
 
 
 def _weighted_entropy(x: np.ndarray, weights: np.ndarray) -> float:
@@ -237,10 +246,11 @@ def bootstrap_mi(labels: np.ndarray, clusterings: list[np.ndarray], sentence: np
     group = np.unique(np.asarray(sentence), return_inverse=True)[1].ravel()
     n_groups = int(group.max()) + 1 if len(group) else 0
     out = {"mi": np.empty((replicates, len(cs))), "shuffled": np.empty(replicates), "entropy": np.empty(replicates)}
+    tables = [_Table(x, c) for c in cs]  # the same cells in every replicate: built once
     for b in range(replicates):
         rng = np.random.default_rng([seed, b])
         w = np.bincount(rng.integers(0, n_groups, n_groups), minlength=n_groups)[group].astype(np.float64)
-        out["mi"][b] = [_weighted_mi(x, c, w) for c in cs]
+        out["mi"][b] = [t.mi(w) for t in tables]
         out["shuffled"][b] = _weighted_mi(x[rng.permutation(len(x))], cs[0], w)
         out["entropy"][b] = _weighted_entropy(x, w)
     return out

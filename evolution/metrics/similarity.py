@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["pair_similarity", "similarities", "View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO",
+__all__ = ["pair_similarity", "similarities", "thin_svd", "GRAM_SHARE", "View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO",
            "equal_size_bins", "bin_sizes", "adjacent_change", "bootstrap_distances", "bootstrap_replicates",
            "summarise_replicates", "centre_intervals"]
 
@@ -69,16 +69,17 @@ class View:
                              f"{min_ratio:g} x d = {int(np.ceil(min_ratio * d))} (use more sentences, or "
                              "lower metrics.similarity.min_ratio knowingly)")
         self.name = name
-        u, s, vt = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)
+        xc = x - x.mean(axis=0)
+        u, s, _ = thin_svd(xc)
         top = s[0] if len(s) and s[0] > 0 else 1.0
         keep = s > epsilon * top
         if not keep.any():
             raise ValueError(f"{name}: the representations are constant over occurrences")
         spare = s >= min(margin, 1.0) * s[keep][-1]  # a prefix of the sorted s, as keep is
         self.rank = int(keep.sum())
-        self.basis_all_ = u[:, spare]
+        self.basis_all_ = np.ascontiguousarray(u[:, spare])
         self.singular_all_ = s[spare]
-        self.coords_all_ = s[spare, None] * vt[spare]
+        self.coords_all_ = self.basis_all_.T @ xc  # = S V^T of the SVD: x in the basis
         self.gram_norm_ = float(np.sqrt((s ** 4).sum()))  # ||X^T X||_F = sqrt(sum sigma^4)
 
     @property
@@ -96,6 +97,43 @@ class View:
     @property
     def n(self) -> int:
         return self.basis_.shape[0]
+
+
+#: :func:`thin_svd` takes the directions above this share of the largest singular value from the
+#: eigendecomposition of x^T x (a singular value s there is accurate to about 1e-16 (s_max / s)^2
+#: relative, 1e-10 at this share) and the rest from an SVD of x projected onto them.
+GRAM_SHARE = 1e-3
+
+
+def thin_svd(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``u`` (n, k), ``s`` (k,) descending, ``vt`` (k, d) with x = u diag(s) vt: the thin SVD of a
+    tall (n, d) matrix from its (d, d) Gram, k <= d. For n >= 4 d the Gram x^T x (one GEMM) gives
+    the directions above :data:`GRAM_SHARE` of the largest, u = x v / s; the remaining ones come
+    from an exact SVD of x's projection onto them, with the large directions' part removed first
+    (so the two sets stay orthogonal to rounding). About 10x less time than LAPACK's SVD of the
+    rows at n = 74k, d = 128 (one GEMM instead of Householder reflections), and equal to it to
+    1e-10 in singular values, subspaces and PWCCA (``tests/test_similarity_bootstrap.py``).
+    Directions with a zero singular value may be left out (k < d)."""
+    n, d = x.shape
+    if n < 4 * d:
+        return np.linalg.svd(x, full_matrices=False)
+    lam, v = np.linalg.eigh(x.T @ x)
+    lam, v = lam[::-1], v[:, ::-1]
+    if lam[0] <= 0:
+        return np.linalg.svd(x, full_matrices=False)
+    k = int((lam > (GRAM_SHARE ** 2) * lam[0]).sum())  # a prefix: lam descends
+    s_big = np.sqrt(lam[:k])
+    u_big = (x @ v[:, :k]) / s_big
+    if k == d:
+        return u_big, s_big, v.T
+    rest = x @ v[:, k:]
+    rest -= u_big @ (u_big.T @ rest)  # what the large directions left there (eigh's rounding)
+    u_small, s_small, w = np.linalg.svd(rest, full_matrices=False)
+    u = np.hstack([u_big, u_small])
+    s = np.concatenate([s_big, s_small])
+    vt = np.vstack([v[:, :k].T, w @ v[:, k:].T])
+    order = np.argsort(-s, kind="stable")
+    return u[:, order], s[order], vt[order]
 
 
 def _check(a: View, b: View) -> None:

@@ -44,7 +44,8 @@ from evolution.metrics.similarity import View, pair_similarity, similarities
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MARGIN", "Whitened", "whiten", "replicate_similarity", "between_replicates", "change_with_replicates"]
+__all__ = ["MARGIN", "Whitened", "whiten", "replicate_similarity", "between_replicates", "change_with_replicates",
+           "pair_with_replicates"]
 
 #: Spare directions: a view keeps those above MARGIN x its smallest kept singular value s_k. A
 #: direction of singular value s left out of the basis moves a resample's kept subspace by about
@@ -140,13 +141,17 @@ def between_replicates(views: dict[int, dict[str, View]], *, sums: SentenceSums,
         if len(names) < 2:
             continue
         bases = [per_model[g].basis_all_ for g in names]
-        edges = np.cumsum([0] + [q.shape[1] for q in bases])
-        span = {g: slice(edges[i], edges[i + 1]) for i, g in enumerate(names)}
-        gram, _ = sums.centred(np.hstack(bases), None, counts)  # (R, sum r, sum r): every block at once
+        blocks = {}  # (a, b) -> (R, r_a, r_b): the upper triangle of blocks, each model against itself and those after
+        for i, g in enumerate(names):
+            rest = np.hstack(bases[i:])
+            gram, _ = sums.centred(bases[i], rest, counts)
+            edges = np.cumsum([0] + [q.shape[1] for q in bases[i:]])
+            for j, h in enumerate(names[i:]):
+                blocks[(g, h)] = gram[:, :, edges[j]:edges[j + 1]]
         for r in range(n_rep):
-            white = {g: whiten(per_model[g], gram[r, span[g], span[g]], epsilon=epsilon) for g in names}
+            white = {g: whiten(per_model[g], blocks[(g, g)][r], epsilon=epsilon) for g in names}
             for p, (a, b) in enumerate(pairs):
-                if a not in span or b not in span:
+                if a not in per_model or b not in per_model:
                     continue
                 d = max(per_model[a].coords_all_.shape[1], per_model[b].coords_all_.shape[1])
                 if rows[r] < min_ratio * d:
@@ -157,7 +162,8 @@ def between_replicates(views: dict[int, dict[str, View]], *, sums: SentenceSums,
                     values = _definition(states(a, layer)[idx], states(b, layer)[idx], epsilon=epsilon,
                                          min_ratio=min_ratio)
                 else:
-                    values = replicate_similarity(white[a], white[b], gram[r, span[a], span[b]])
+                    cross = blocks[(a, b)][r] if (a, b) in blocks else blocks[(b, a)][r].T
+                    values = replicate_similarity(white[a], white[b], cross)
                 for m, v in _distances(values, methods).items():
                     out[m][r, layer, p] = v
     if fallbacks:
@@ -228,3 +234,32 @@ def change_with_replicates(states: list[np.ndarray], masks: dict[str, np.ndarray
     if fallbacks:
         logger.info("change %s: %d replicate layer pair(s) computed from their resampled rows", name, fallbacks)
     return {"estimate": estimate, "replicates": replicates, "notes": notes}
+
+
+def pair_with_replicates(x: np.ndarray, y: np.ndarray, *, group: np.ndarray, draws: np.ndarray | None,
+                         epsilon: float, min_ratio: float) -> tuple[tuple[float, float, float], np.ndarray | None]:
+    """``(pwcca(x, y), pwcca(y, x), cka)`` of two views of the same rows (n, d), and the same
+    for each replicate of ``draws`` (R, S) over the rows' sentences ``group`` (n,) in
+    ``0 .. S - 1``: (R, 3), NaN where a resample has fewer than ``min_ratio`` x d rows (None
+    without ``draws``). As :func:`between_replicates` for one pair (token influence)."""
+    vx = View(x, epsilon=epsilon, min_ratio=min_ratio, margin=MARGIN if draws is not None else 1.0)
+    vy = View(y, epsilon=epsilon, min_ratio=min_ratio, margin=MARGIN if draws is not None else 1.0)
+    estimate = pair_similarity(vx, vy)
+    if draws is None:
+        return estimate, None
+    sums = SentenceSums(group, n_groups=draws.shape[1])
+    counts = sentence_counts(draws, sums.n_groups)
+    rows = sums.rows(counts)
+    rx = vx.basis_all_.shape[1]
+    gram, _ = sums.centred(np.hstack([vx.basis_all_, vy.basis_all_]), None, counts)
+    out = np.full((len(draws), 3), np.nan)
+    for r in range(len(draws)):
+        if rows[r] < min_ratio * max(x.shape[1], y.shape[1]):
+            continue
+        wx, wy = whiten(vx, gram[r, :rx, :rx], epsilon=epsilon), whiten(vy, gram[r, rx:, rx:], epsilon=epsilon)
+        if wx is None or wy is None:
+            idx = sums.resample_rows(draws[r])
+            out[r] = _definition(x[idx], y[idx], epsilon=epsilon, min_ratio=min_ratio)
+        else:
+            out[r] = replicate_similarity(wx, wy, gram[r, :rx, rx:])
+    return estimate, out
