@@ -128,6 +128,9 @@ class HeadsConfig(_Section):
                                                  "dependency analysis")
     score: str | None = Field(None, description="treebank on which the picked head is scored (e.g. ud-ewt-test)")
     max_sentences: int | None = Field(None, ge=1, description="use only the first N sentences of each treebank")
+    sentences: int | None = Field(None, ge=1, description="the per-head statistics over the first N analysed "
+                                                          "sentences only (they re-run every model with its "
+                                                          "attention maps); null: every sentence")
     word_rule: Literal["mean", "first"] = Field(
         "mean", description="attention from a word: mean over its pieces (Clark et al.), or its first piece "
                             "(the released attention-analysis code)")

@@ -146,14 +146,17 @@ class SentenceSums:
             out += counts[:, block] @ per.reshape(len(block), p * q)
         return out.reshape(-1, p, q)
 
-    def centred(self, a: np.ndarray, b: np.ndarray | None, counts: np.ndarray,
-                sums: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def centred(self, a: np.ndarray, b: np.ndarray | None, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The replicates' centred cross-products (R, p, q), each about its own weighted means
-        (``a^T W b - N mean_a mean_b^T``), and their rows N (R,). ``sums``: the
-        :meth:`sums` of ``a`` and ``b`` where already known."""
-        counts = np.atleast_2d(np.asarray(counts, dtype=np.float64))
-        n = self.rows(counts)
-        sa, sb = sums if sums is not None else (self.sums(a, counts), self.sums(a if b is None else b, counts))
+        (``a^T W b - N mean_a mean_b^T``), and their rows N (R,): one :meth:`products` of
+        ``[a, 1]`` and ``[b, 1]``, whose last row and column are the weighted sums and N."""
+        a = np.asarray(a, dtype=np.float64)
+        ones = np.ones((len(a), 1))
+        a1 = np.hstack([a, ones])
+        b1 = a1 if b is None else np.hstack([np.asarray(b, dtype=np.float64), ones])
+        full = self.products(a1, None if b is None else b1, counts)
+        p, q = a1.shape[1] - 1, b1.shape[1] - 1
+        n = full[:, p, q]
         with np.errstate(invalid="ignore", divide="ignore"):
-            outer = np.einsum("ri,rj->rij", sa, sb) / n[:, None, None]
-        return self.products(a, b, counts) - outer, n
+            outer = np.einsum("ri,rj->rij", full[:, :p, q], full[:, p, :q]) / n[:, None, None]
+        return full[:, :p, :q] - outer, n

@@ -65,7 +65,7 @@ def nearest(base: np.ndarray, queries: np.ndarray, k: int, *, block: int = 4096)
 
 #: k-means++ seeds its centroids on a sample of this many rows per cluster (at least
 #: :data:`INIT_MIN_ROWS`): Lloyd's iterations then run on the training rows from them.
-INIT_ROWS_PER_CLUSTER = 16
+INIT_ROWS_PER_CLUSTER = 8
 INIT_MIN_ROWS = 2000
 
 

@@ -251,15 +251,16 @@ def pair_with_replicates(x: np.ndarray, y: np.ndarray, *, group: np.ndarray, dra
     counts = sentence_counts(draws, sums.n_groups)
     rows = sums.rows(counts)
     rx = vx.basis_all_.shape[1]
-    gram, _ = sums.centred(np.hstack([vx.basis_all_, vy.basis_all_]), None, counts)
+    gx, _ = sums.centred(vx.basis_all_, np.hstack([vx.basis_all_, vy.basis_all_]), counts)  # G_xx, G_xy
+    gy, _ = sums.centred(vy.basis_all_, None, counts)
     out = np.full((len(draws), 3), np.nan)
     for r in range(len(draws)):
         if rows[r] < min_ratio * max(x.shape[1], y.shape[1]):
             continue
-        wx, wy = whiten(vx, gram[r, :rx, :rx], epsilon=epsilon), whiten(vy, gram[r, rx:, rx:], epsilon=epsilon)
+        wx, wy = whiten(vx, gx[r, :, :rx], epsilon=epsilon), whiten(vy, gy[r], epsilon=epsilon)
         if wx is None or wy is None:
             idx = sums.resample_rows(draws[r])
             out[r] = _definition(x[idx], y[idx], epsilon=epsilon, min_ratio=min_ratio)
         else:
-            out[r] = replicate_similarity(wx, wy, gram[r, :rx, rx:])
+            out[r] = replicate_similarity(wx, wy, gx[r, :, rx:])
     return estimate, out

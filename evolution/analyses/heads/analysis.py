@@ -50,8 +50,9 @@ class Heads(Analysis):
             units.append(Unit(m.name, heads_task,
                               dict(store=inputs.store, model=m.name, spec=m.spec, causal=m.objective == "lm",
                                    max_batch_tokens=inputs.max_batch_tokens, punctuation=hcfg.punctuation,
-                                   torch_threads=inputs.torch_threads),
-                              key={"model": m.key, "causal": m.objective == "lm", "punctuation": hcfg.punctuation}))
+                                   torch_threads=inputs.torch_threads, sentences=hcfg.sentences),
+                              key={"model": m.key, "causal": m.objective == "lm", "punctuation": hcfg.punctuation,
+                                   **({"sentences": hcfg.sentences} if hcfg.sentences else {})}))
         if inputs.targets is not None:
             digest = inputs.targets.digest
             text = None

@@ -53,7 +53,7 @@ def maxima_per_key(alpha: np.ndarray, *, queries: np.ndarray) -> np.ndarray:
 
 
 def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_tokens: int,
-               punctuation: str = "clark", torch_threads: int = 1) -> dict[str, Any]:
+               punctuation: str = "clark", torch_threads: int = 1, sentences: int | None = None) -> dict[str, Any]:
     """Per-head sums over every sentence of the analysis set, streamed: the model re-runs on
     the stored token ids (truncation included) in batches and no map is kept. Also the
     Spearman correlation of ||f(x)|| and of the attention a token receives with its
@@ -63,7 +63,8 @@ def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_to
     store's ``annotated_from``: the annotated treebank analysed beside it is another
     domain). Frequency: the training-split counts (``train_count``) where the store has
     them, else the store's ``freq_rank``. ``punctuation``: the rule of
-    :func:`~evolution.metrics.heads.is_punctuation` (``metrics.heads.punctuation``)."""
+    :func:`~evolution.metrics.heads.is_punctuation` (``metrics.heads.punctuation``);
+    ``sentences``: the first N sentences of the store only (``metrics.heads.sentences``)."""
     import torch
     from scipy.stats import spearmanr
 
@@ -81,7 +82,7 @@ def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_to
     # Spearman needs a rank that grows with rarity: minus the count, or freq_rank (1 = most frequent)
     rank = -train_count if train_count is not None else reps["freq_rank"].values
     annotated_from = int(reps.attrs.get("annotated_from", -1))
-    sentences = sorted(rows_of)
+    sentences = sorted(rows_of)[:sentences]  # None: all
     inputs = [adapter.build_input(token_id[rows_of[s]].tolist()) for s in sentences]
     n_prefix, n_suffix = adapter.content_offset, len(adapter.suffix)
     has_norms = adapter.supports_norms
