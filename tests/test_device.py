@@ -67,3 +67,69 @@ def test_the_same_numbers_on_cpu_and_gpu(model_specs, name):
         np.testing.assert_allclose(a_gpu[:, t, :, :n, :n], a_cpu[:, t, :, :n, :n], atol=TOLERANCE)
     for k in n_cpu:
         np.testing.assert_allclose(np.nan_to_num(n_gpu[k]), np.nan_to_num(n_cpu[k]), atol=TOLERANCE)
+
+
+# --- the metrics' products (metrics.device, evolution.metrics.backend) -------------------------------------------
+
+def _metric_numbers(device: str) -> dict:
+    """The dense-arithmetic results of the analyses on fixed random data, computed on ``device``:
+    views (thin SVD), a pair's PWCCA / CKA, the similarity bootstrap's replicates of one model's
+    change by subset, k-means and exact nearest neighbours."""
+    from evolution.metrics import backend
+    from evolution.metrics.mi import mutual_information
+    from evolution.metrics.resample import sentence_draws
+    from evolution.metrics.search import kmeans, nearest
+    from evolution.metrics.similarity import View, pair_similarity
+    from evolution.metrics.similarity_bootstrap import change_with_replicates
+
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(120), rng.integers(10, 40, 120))
+    n, d = len(group), 24
+    x = rng.normal(size=(n, d)) * np.logspace(0, -4, d)
+    states = [x, np.tanh(x @ rng.normal(size=(d, d))) + 0.1 * rng.normal(size=(n, d))]
+    masks = {"half": rng.random(n) < 0.5, "all": np.ones(n, bool)}
+    centres = rng.normal(size=(30, 8)) * 6
+    labels = rng.integers(0, 30, 4000)
+    points = (centres[labels] + rng.normal(size=(4000, 8))).astype(np.float32)
+    with backend.use(device):
+        pair = pair_similarity(View(states[0]), View(states[1]))
+        change = change_with_replicates(states, masks, group=group, draws=sentence_draws(120, replicates=5, seed=1),
+                                        methods=["pwcca", "cka"], epsilon=1e-6, min_ratio=10, name="x")
+        clusters = kmeans(points, k=30, niter=20, seed=2)
+        dist, idx = nearest(points, points[:300], 5)
+    return {"pair": np.array(pair), "change": np.asarray(change["replicates"]["pwcca"]),
+            "change_cka": np.asarray(change["replicates"]["cka"]), "mi": mutual_information(labels, clusters),
+            "dist": dist, "idx": idx, "h": mutual_information(labels, labels)}
+
+
+def _assert_close(got: dict, want: dict) -> None:
+    """Float64 products to 1e-9; k-means: the same MI within 1% (another implementation of the
+    same Lloyd iterations from the same seeds); neighbours: the same distances to float32 rounding."""
+    for key in ("pair", "change", "change_cka"):
+        np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-9, err_msg=key)
+    assert abs(got["mi"] - want["mi"]) <= 0.01 * want["h"]
+    np.testing.assert_allclose(got["dist"], want["dist"], rtol=1e-4, atol=1e-3)
+    assert (got["idx"][:, 0] == want["idx"][:, 0]).mean() > 0.99
+
+
+def test_the_metrics_torch_route_equals_numpy_on_the_cpu():
+    """The torch code path (what runs on a GPU) on the CPU: the same numbers as NumPy's."""
+    _assert_close(_metric_numbers("torch:cpu"), _metric_numbers("cpu"))
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA device visible to torch on this machine (a CPU build or no GPU): "
+                                     "the CPU / GPU comparison runs where one is present")
+def test_the_metrics_on_the_gpu_equal_the_cpu():
+    _assert_close(_metric_numbers("cuda"), _metric_numbers("cpu"))
+
+
+def test_a_metrics_device_that_is_not_there_is_refused(tmp_path, corpus_file, model_specs):
+    from conftest import write_config
+    from evolution.config import ConfigError, load_config
+
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"]], workdir=tmp_path / "w")
+    text = cfg.read_text()
+    cfg.write_text(text.replace("metrics:\n", "metrics:\n  device: gpu\n", 1) if "metrics:\n" in text
+                   else text + "metrics:\n  device: gpu\n")
+    with pytest.raises(ConfigError, match="metrics.device"):
+        load_config(cfg)

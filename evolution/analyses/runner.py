@@ -45,9 +45,10 @@ class _ThreadRecords(logging.Handler):
                                  "created": record.created, "process": record.process})
 
 
-def logged(fn: Callable[..., dict], **kwargs) -> dict[str, Any]:
+def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict[str, Any]:
     """``{"result": fn(**kwargs), "logs": [...], "time": {...}}``: the unit's result, its log
-    records and its cost (what runs on a worker): ``wall`` and ``cpu`` seconds (the worker
+    records and its cost (what runs on a worker), its products on ``device`` (``metrics.device``:
+    :mod:`evolution.metrics.backend`): ``wall`` and ``cpu`` seconds (the worker
     process's user + system time, so BLAS or torch threads count), ``start`` (epoch seconds)
     and ``worker`` (host:pid)."""
     import resource
@@ -71,7 +72,9 @@ def logged(fn: Callable[..., dict], **kwargs) -> dict[str, Any]:
         # a distributed worker secedes it and queues its pieces behind every other unit, and the
         # worker runs another unit beside it on the same core (seen: the head map, 8 s alone,
         # took 695 s of wall time in the default run at commit 90eba53)
-        with dask.config.set(scheduler="synchronous"):
+        from evolution.metrics import backend
+
+        with dask.config.set(scheduler="synchronous"), backend.use(device):
             result = fn(**kwargs)
     finally:
         for lg, level in zip(loggers, levels):
@@ -145,7 +148,8 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
             if f.is_file() and not force:
                 results[a.name][u.name] = json.loads(f.read_text(encoding="utf-8"))
                 continue
-            todo.append(dask.delayed(logged, pure=True)(u.fn, **u.kwargs, dask_key_name=f"{a.name}-{u.name}"))
+            todo.append(dask.delayed(logged, pure=True)(u.fn, device=inputs.config.device, **u.kwargs,
+                                                        dask_key_name=f"{a.name}-{u.name}"))
             where.append((a.name, u.name, f))
     n_cached = sum(len(r) for r in results.values())
     logger.info("metrics: %d task(s) to compute, %d cached%s", len(todo), n_cached,

@@ -238,7 +238,7 @@ class MetricsConfig(_Section):
     """Which metrics the ``metrics`` stage computes, and how. A section set
     to ``null`` is skipped."""
 
-    added_later = ("trajectory", "reuse")
+    added_later = ("trajectory", "reuse", "device")
 
     tokens: Annotated[TokenSelection, Field(default_factory=TokenSelection)]
     mi: MIConfig | None = Field(default_factory=MIConfig)
@@ -258,6 +258,10 @@ class MetricsConfig(_Section):
                                                        "is copied instead of computed")
     store: str | None = Field(None, description="Zarr store path or fsspec URL of the metrics (s3://...; credentials "
                                                 "from the environment); default <workdir>/metrics.zarr")
+    device: str | None = Field(None, pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+                               description="where the analyses' dense products, SVDs, k-means and nearest neighbours "
+                                           "run: cpu (null), auto, cuda, cuda:N (torch); the same numbers to float "
+                                           "rounding, so not part of any result's key")
 
     @field_validator("store", mode="before")
     @classmethod

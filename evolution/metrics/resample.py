@@ -23,7 +23,7 @@ import numpy as np
 __all__ = ["sentence_draws", "sentence_counts", "SentenceSums", "BLOCK_BYTES", "PER_SENTENCE_ROWS"]
 
 #: Memory of one block of per-sentence products (bytes): the block's sentences x p x q x 8.
-BLOCK_BYTES = 64 << 20
+BLOCK_BYTES = 16 << 20
 #: Mean rows per sentence from which :meth:`SentenceSums.products` forms per-sentence products
 #: (below, one product per replicate over the rows it draws is faster: ``benchmarks/similarity.py``)
 PER_SENTENCE_ROWS = 12
@@ -127,22 +127,25 @@ class SentenceSums:
         present = int((self.size > 0).sum())
         if present and self.n >= PER_SENTENCE_ROWS * present:
             return self._per_sentence(a, b, counts)
+        from evolution.metrics import backend
+
         out = np.empty((counts.shape[0], a.shape[1], b.shape[1]))
         for r, w in enumerate(counts[:, self.group]):
             drawn = np.flatnonzero(w)
-            out[r] = (a[drawn] * w[drawn, None]).T @ (b[drawn] if b is not a else a[drawn])
+            out[r] = backend.tmatmul(a[drawn] * w[drawn, None], b[drawn] if b is not a else a[drawn])
         return out
 
     def _per_sentence(self, a: np.ndarray, b: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        from evolution.metrics import backend
+
         p, q = a.shape[1], b.shape[1]
         out = np.zeros((counts.shape[0], p * q))
         for block, rows, pad in self._blocks(p, q):
             xa = a[rows]
             xa[pad] = 0.0
-            xa = np.ascontiguousarray(xa.transpose(0, 2, 1))  # (m, p, T): BLAS for every sentence
             xb = b[rows]
             xb[pad] = 0.0
-            per = np.matmul(xa, xb)  # (m, p, q): one product per sentence
+            per = backend.batched_tmatmul(xa, xb)  # (m, p, q): one product per sentence
             out += counts[:, block] @ per.reshape(len(block), p * q)
         return out.reshape(-1, p, q)
 

@@ -41,8 +41,12 @@ def backend() -> str:
 def nearest(base: np.ndarray, queries: np.ndarray, k: int, *, block: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Squared Euclidean distances and indices (n_queries, k) of each query's ``k`` nearest rows
     of ``base`` (exact; ascending distance, ties by smaller index)."""
+    from evolution.metrics import backend
+
     base = np.ascontiguousarray(base, dtype=np.float32)
     queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if backend.on_torch():
+        return backend.nearest(base, queries, k)
     faiss = faiss_or_none()
     if faiss is not None:
         index = faiss.IndexFlatL2(base.shape[1])
@@ -90,9 +94,17 @@ def kmeans(x: np.ndarray, *, k: int, niter: int, seed: int, max_points_per_centr
     """Cluster index (n,) of each row: Lloyd's k-means (faiss, or scikit-learn) from k-means++
     seeds (:func:`kmeans_plusplus_init`), trained on at most ``max_points_per_centroid * k``
     sampled rows, then every row assigned to its nearest centroid."""
+    from evolution.metrics import backend
+
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, d = x.shape
     init = kmeans_plusplus_init(x, k=k, seed=seed)
+    if backend.on_torch():  # Lloyd's iterations on the device, from the same seeds and training sample
+        rng = np.random.default_rng(seed)
+        sample = x if n <= max_points_per_centroid * k else x[np.sort(rng.choice(n, max_points_per_centroid * k,
+                                                                                  replace=False))]
+        centroids = backend.lloyd(sample, init, niter=niter, seed=seed)
+        return backend.nearest(centroids, x, 1)[1].ravel()
     faiss = faiss_or_none()
     if faiss is not None:
         km = faiss.Kmeans(d, k, niter=niter, seed=seed, verbose=False, spherical=False,

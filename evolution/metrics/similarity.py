@@ -68,6 +68,8 @@ class View:
             raise ValueError(f"{name}: {n} occurrences for {d} dimensions; PWCCA/CKA need at least "
                              f"{min_ratio:g} x d = {int(np.ceil(min_ratio * d))} (use more sentences, or "
                              "lower metrics.similarity.min_ratio knowingly)")
+        from evolution.metrics import backend
+
         self.name = name
         xc = x - x.mean(axis=0)
         u, s, _ = thin_svd(xc)
@@ -79,7 +81,7 @@ class View:
         self.rank = int(keep.sum())
         self.basis_all_ = np.ascontiguousarray(u[:, spare])
         self.singular_all_ = s[spare]
-        self.coords_all_ = self.basis_all_.T @ xc  # = S V^T of the SVD: x in the basis
+        self.coords_all_ = backend.tmatmul(self.basis_all_, xc)  # = S V^T of the SVD: x in the basis
         self.gram_norm_ = float(np.sqrt((s ** 4).sum()))  # ||X^T X||_F = sqrt(sum sigma^4)
 
     @property
@@ -114,20 +116,22 @@ def thin_svd(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rows at n = 74k, d = 128 (one GEMM instead of Householder reflections), and equal to it to
     1e-10 in singular values, subspaces and PWCCA (``tests/test_similarity_bootstrap.py``).
     Directions with a zero singular value may be left out (k < d)."""
+    from evolution.metrics import backend
+
     n, d = x.shape
     if n < 4 * d:
         return np.linalg.svd(x, full_matrices=False)
-    lam, v = np.linalg.eigh(x.T @ x)
-    lam, v = lam[::-1], v[:, ::-1]
+    lam, v = backend.eigh(backend.tmatmul(x))
+    lam, v = lam[::-1], np.ascontiguousarray(v[:, ::-1])
     if lam[0] <= 0:
         return np.linalg.svd(x, full_matrices=False)
     k = int((lam > (GRAM_SHARE ** 2) * lam[0]).sum())  # a prefix: lam descends
     s_big = np.sqrt(lam[:k])
-    u_big = (x @ v[:, :k]) / s_big
+    u_big = backend.matmul(x, v[:, :k]) / s_big
     if k == d:
         return u_big, s_big, v.T
-    rest = x @ v[:, k:]
-    rest -= u_big @ (u_big.T @ rest)  # what the large directions left there (eigh's rounding)
+    rest = backend.matmul(x, v[:, k:])
+    rest -= backend.matmul(u_big, backend.tmatmul(u_big, rest))  # what the large directions left there
     u_small, s_small, w = np.linalg.svd(rest, full_matrices=False)
     u = np.hstack([u_big, u_small])
     s = np.concatenate([s_big, s_small])
@@ -169,8 +173,10 @@ def pair_similarity(a: View, b: View) -> tuple[float, float, float]:
     """``(pwcca(a, b), pwcca(b, a), cka(a, b))`` from one (r_a, r_b) product of the bases
     and one SVD: M = Qa^T Qb = U S V^T gives a's canonical directions (U), b's (V), the
     correlations (S) and, with the singular values, CKA. Equal to the three calls."""
+    from evolution.metrics import backend
+
     _check(a, b)
-    m_ab = a.basis_.T @ b.basis_
+    m_ab = backend.tmatmul(a.basis_, b.basis_)
     cross = np.linalg.norm(a.singular_[:, None] * m_ab * b.singular_[None, :]) ** 2
     return similarities(m_ab, a.coords_, b.coords_, cross=cross, norm_a=a.gram_norm_, norm_b=b.gram_norm_)
 

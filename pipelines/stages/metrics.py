@@ -44,8 +44,9 @@ class MetricsStage(Stage):
 
     @staticmethod
     def _config_of(metrics) -> dict:
-        """A ``metrics`` section for a key, without ``store`` (:meth:`~evolution.config.base._Section.keyed`)."""
-        return {k: v for k, v in metrics.keyed().items() if k != "store"}
+        """A ``metrics`` section for a key, without ``store`` and ``device`` (where the metrics go and run
+        is not what they are; :meth:`~evolution.config.base._Section.keyed`)."""
+        return {k: v for k, v in metrics.keyed().items() if k not in ("store", "device")}
 
     def fingerprint(self, ctx: Context) -> str:
         """What ``metrics.zarr`` depends on: the metrics config, the analyses' versions,
@@ -112,6 +113,14 @@ class MetricsStage(Stage):
             return
         t0 = time.perf_counter()
         cfg = ctx.config
+        if cfg.metrics.device:
+            from evolution.config import ConfigError
+            from evolution.models.device import resolve_device
+
+            try:
+                logger.info("metrics: dense products on %s (metrics.device)", resolve_device(cfg.metrics.device))
+            except ValueError as exc:
+                raise ConfigError(f"metrics.device: {exc}") from None
         inputs = self.inputs(ctx, models=cfg.models, metrics=cfg.metrics)
         datasets = run_analyses(enabled(cfg.metrics), inputs, cache=self.cache(ctx), client=ctx.client,
                                 progress=ctx.progress, force=self.name in ctx.force, reuse=cfg.metrics.reuse or (),
