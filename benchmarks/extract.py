@@ -82,6 +82,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+#: where the models run, in the bare loops and the pipeline alike (``--device``; extract.device)
+DEVICE = "cpu"
+
 
 def make_corpus(path: Path, n_tokens: int, words: list[str], seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
@@ -98,7 +101,7 @@ def write_config(path: Path, *, corpus: Path, model: Path, data: Path, workdir: 
     path.write_text(f"""workdir: {workdir}
 cluster: {cluster}
 corpus: {{path: {corpus}}}
-extract: {{chunk_tokens: 4096, task_chunks: {task_chunks}}}
+extract: {{chunk_tokens: 4096, task_chunks: {task_chunks}, device: {DEVICE}}}
 models:
   - {{name: mt, kind: fairseq, path: {model}, data: {data}}}
 """, encoding="utf-8")
@@ -114,7 +117,7 @@ def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool
     from evolution.models import load_adapter
 
     torch.set_num_threads(threads)
-    adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data)})
+    adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data), "device": DEVICE})
     sentences = corpus.read_text(encoding="utf-8").splitlines()
     inputs = [adapter.build_input(adapter.tokenize(s).ids) for s in sentences]
     n_specials = len(adapter.prefix) + len(adapter.suffix)
@@ -164,7 +167,7 @@ def heads_cost(model: Path, data: Path, corpus: Path, *, threads: int, max_batch
     from evolution.models import load_adapter
 
     torch.set_num_threads(threads)
-    adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data)})
+    adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data), "device": DEVICE})
     sentences = corpus.read_text(encoding="utf-8").splitlines()
     toks = [adapter.tokenize(s) for s in sentences]
     inputs = [adapter.build_input(t.ids) for t in toks]
@@ -206,7 +209,7 @@ def batch_cost(model: Path, data: Path, *, reps: int = 7) -> dict:
     from evolution.models import load_adapter
 
     torch.set_num_threads(1)
-    adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data)})
+    adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data), "device": DEVICE})
     token = adapter.build_input(adapter.tokenize("the").ids)[0]
     rows = []
     for t in (8, 16, 32, 64, 128):
@@ -330,7 +333,10 @@ def main() -> None:
     p.add_argument("--discard-writes", action="store_true", help="workers do not store hidden (diagnostic)")
     p.add_argument("--write-cost", action="store_true", help="CPU of writing the states' bytes, without Zarr")
     p.add_argument("--padding", action="store_true", help="batching cost over unpadded tokens, by plan")
+    p.add_argument("--device", default="cpu", help="where models run: cpu (default), cuda, cuda:N (both sides)")
     args = p.parse_args()
+    global DEVICE
+    DEVICE = args.device
 
     from evolution.models.random_init import vocabulary_of
 
@@ -388,7 +394,7 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
 
         corpus = tmp / "padding.txt"
         make_corpus(corpus, args.tokens, words)
-        adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data)})
+        adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data), "device": DEVICE})
         lengths = [len(adapter.build_input(adapter.tokenize(s).ids))
                    for s in corpus.read_text(encoding="utf-8").splitlines()]
         print(f"\ncost of the batches over the {sum(lengths):,} unpadded tokens of 8-60 word lines "
