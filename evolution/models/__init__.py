@@ -12,7 +12,8 @@ from functools import lru_cache
 
 from evolution.models.base import Adapter, ModelLoadError, Tokenized
 
-__all__ = ["Adapter", "ModelLoadError", "Tokenized", "load_adapter", "cached_adapter", "model_identity"]
+__all__ = ["Adapter", "ModelLoadError", "Tokenized", "load_adapter", "cached_adapter", "fairseq_adapter",
+           "model_identity"]
 
 
 def load_adapter(spec: dict) -> Adapter:
@@ -30,10 +31,31 @@ def load_adapter(spec: dict) -> Adapter:
         return FairseqAdapter(spec["path"], data=spec["data"], sentencepiece=spec.get("sentencepiece"),
                               name=spec.get("name"), objective=spec.get("objective"), device=device)
     if kind == "shipped":
-        from evolution.models.shipped import ShippedAdapter
+        from evolution.models.plain import PlainAdapter
 
-        return ShippedAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"), device=device)
+        return PlainAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"), device=device)
     raise ModelLoadError(f"unknown model kind {kind!r}; use huggingface, fairseq or shipped")
+
+
+def fairseq_adapter(spec: dict, *, cached: bool = True) -> Adapter:
+    """The adapter for ``spec`` built from fairseq's classes, for the analyses that need them
+    (LRP relevance patches fairseq's attention; pruning trains): a shipped model through
+    :class:`~evolution.models.shipped.ShippedAdapter`, other kinds as :func:`load_adapter`
+    (``cached``: loaded at most once per process). Needs fairseq: ``pip install 'evolution[train]'``."""
+    if spec["kind"] != "shipped":
+        return cached_adapter(spec) if cached else load_adapter(spec)
+    if cached:
+        return _cached_fairseq(json.dumps(spec, sort_keys=True))
+    return _cached_fairseq.__wrapped__(json.dumps(spec, sort_keys=True))
+
+
+@lru_cache(maxsize=4)
+def _cached_fairseq(spec_json: str) -> Adapter:
+    from evolution.models.shipped import ShippedAdapter
+
+    spec = json.loads(spec_json)
+    return ShippedAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"),
+                          device=spec.get("device"))
 
 
 @lru_cache(maxsize=4)

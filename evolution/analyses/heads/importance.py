@@ -53,7 +53,7 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
 
     from evolution.metrics.importance import importance, mask_gradients, objective_items, unavailable
     from evolution.metrics.relevance import head_relevance
-    from evolution.models import cached_adapter
+    from evolution.models import cached_adapter, fairseq_adapter
     from evolution.store import open_representations
 
     torch.set_num_threads(torch_threads)
@@ -87,8 +87,9 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
         "importance_seconds": round(time.perf_counter() - t0, 2)}
     if relevance and adapter.objective == "mt":
         t0 = time.perf_counter()
-        # LRP's rules run on the CPU (evolution/nets/lrp.py); the mask gradients above ran on the spec's device
-        cpu = adapter if adapter.device == "cpu" else cached_adapter({**spec, "device": "cpu"})
+        # LRP's rules patch fairseq's attention and run on the CPU (evolution/nets/lrp.py); the mask
+        # gradients above ran on the spec's device, through the plain network for a shipped model
+        cpu = fairseq_adapter({**spec, "device": "cpu"})
         rel = head_relevance(cpu, items, attentions=attentions, max_batch_tokens=max_batch_tokens, per_step=True)
         out.update(steps=rel["steps"], relevance={a: v.tolist() for a, v in rel["relevance"].items()},
                    relevance_sem={a: _sem(v) for a, v in rel["per_step"].items()},

@@ -57,12 +57,12 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
     ``scratch_updates`` train the kept layout from scratch and translate again."""
     import torch
 
-    from evolution.models import load_adapter
+    from evolution.models import fairseq_adapter
     from evolution.training import evaluate, pruning
 
     torch.set_num_threads(torch_threads)
     spec = {**spec, "device": "cpu"}  # pruning fine-tunes and trains on the CPU (docs/heads.md)
-    adapter = load_adapter(spec)  # not the cached one: fine-tuning changes its weights
+    adapter = fairseq_adapter(spec, cached=False)  # fairseq's classes train; not the cached one: fine-tuning changes it
     t = load_texts(texts)
     src, tgt = _pairs(t["train_source"].split("\n"), t["train_target"].split("\n"))
     refs = t["test_target"].split("\n")
@@ -102,7 +102,7 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
     out = {"kept": run["kept"], "prob_open": run["prob_open"], **score(kept), "prune_seconds": run["seconds"],
            "history": run["history"]}
     if scratch_updates:
-        adapter = load_adapter(spec)
+        adapter = fairseq_adapter(spec, cached=False)
         scratch = from_scratch(adapter, kept)
         s = score(kept)
         out.update(bleu_scratch=s["bleu"], chrf_scratch=s["chrf"], scratch_seconds=scratch["seconds"])
