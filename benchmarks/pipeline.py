@@ -226,7 +226,11 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
     store = str(workdir / "reps.zarr")
     reps = open_store(store)
     names = [m.name for m in cfg.models]
-    sources = [ModelSource(name=n, kind=reps.specs[n]["kind"], key=reps.keys[n], spec=reps.specs[n],
+    specs = {m.name: {"name": m.name, "kind": m.kind, "path": str(m.path), "objective": m.objective,
+                      "data": None if m.data is None else str(m.data),
+                      "sentencepiece": None if m.sentencepiece is None else str(m.sentencepiece)}
+             for m in cfg.models}  # from the config: a store outside the repository records no usable path
+    sources = [ModelSource(name=n, kind=specs[n]["kind"], key=reps.keys[n], spec=specs[n],
                            objective=reps.specs[n].get("objective")) for n in names]
     inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed, torch_threads=1,
                          arrays_dir=location.inputs_dir(store), attrs={})
@@ -237,8 +241,8 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
         m = inputs.models[n]
         sent = np.unique(m.coords["sentence"])[:200]
         ids = [m.coords["token_id"][m.coords["sentence"] == s].tolist() for s in sent]
-        rates["forward"][n] = forward_rate(reps.specs[n], ids, attention=False)
-        rates["forward_attention"][n] = forward_rate(reps.specs[n], ids, attention=True)
+        rates["forward"][n] = forward_rate(specs[n], ids, attention=False)
+        rates["forward_attention"][n] = forward_rate(specs[n], ids, attention=True)
     rates["tsne"] = tsne_reference(inputs, units.get("tsne", []))
     floor, basis = floors(inputs, units, rates)
     per = defaultdict(lambda: {"units": 0, "seconds": 0.0, "cpu": 0.0})
