@@ -22,10 +22,11 @@ neighbors       exact kNN: n^2 d per layer (float32), the main and the annotated
 similarity      the estimates' products: every pair of views n d_a d_b and each view's SVD
                 (about 2 n d^2, float64); the bootstrap: per replicate one weighted pass over
                 the occurrences of each product it needs, or per-sentence sums once plus
-                replicates x sentences x d^2 where that is less
+                replicates x sentences x d^2 where that is less; and one (d, d) SVD per pair
+                of views compared, in the estimates and in each replicate (at its measured time)
 change_pos      one SVD (2 n d^2) per layer and POS group, and the adjacent products
 influence       one block per (sample, layer) row (tokens / L of a full pass) plus one
-                unmasked pass per sampled sentence
+                unmasked pass per sampled sentence; one (d, d) SVD per (layer, bin) and replicate
 heads           forward passes with attention maps over every sentence (statistics,
                 decoder, dependency units); the head map's Jensen-Shannon terms at the
                 machine's measured rate of NumPy's log
@@ -67,6 +68,16 @@ def gemm_rate(dtype, n: int = 4096, d: int = 384) -> float:
         a.T @ a
         best = min(best, time.perf_counter() - t0)
     return n * d * d / best
+
+
+def svd_seconds(d: int) -> float:
+    """Seconds of one (d, d) SVD with its vectors (the canonical correlations of a pair of views)."""
+    m = np.random.default_rng(0).normal(size=(d, d))
+    np.linalg.svd(m)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        np.linalg.svd(m)
+    return (time.perf_counter() - t0) / 20
 
 
 def log_rate() -> float:
@@ -140,15 +151,19 @@ def floors(inputs, units: dict[str, list], rates: dict) -> tuple[dict[str, float
                     width = sum(inputs.models[g].d_model for g in kw["models"])
                     layers = max(kw["n_layers"].values())
                     boot = layers * min(R * n, n + R * n_sent) * width ** 2 / 2 if R else 0
-                    out[name] += (pairs + boot) / g64
+                    m = len(kw["models"])
+                    small = (len(ds) * (len(ds) + 1) / 2 + R * layers * m * (m - 1) / 2) * rates["svd"](max(ds))
+                    out[name] += (pairs + boot) / g64 + small
                 else:  # one model's change per bin: an SVD per (bin, layer), the adjacent products
                     d, L = inputs.models[kw["model"]].d_model, kw["n_layers"]
                     n = len(a[f"rows/{kw['model']}"])
                     kinds = 1 + bool(s.equal_bins)
+                    bins = len(kw["bins"]) - 1 + (s.equal_bins or 0)
                     est = kinds * L * (2 * n * d * d) + kinds * (L - 1) * n * d * d
                     boot = kinds * (2 * L - 1) * min(R * n, n + R * n_sent) * d * d if R else 0
-                    out[name] += (est + boot) / g64
-                basis[name] = "view SVDs + pair products + one weighted pass per replicate (float64 GEMM)"
+                    out[name] += (est + boot) / g64 + (1 + R) * (L - 1) * bins * rates["svd"](d)
+                basis[name] = ("view SVDs + pair products + one weighted pass per replicate (float64 GEMM) + one "
+                               "(d, d) SVD per pair and replicate")
             elif name == "change_pos":
                 a = load_arrays(kw["arrays"])
                 d = inputs.models[kw["model"]].d_model
@@ -158,8 +173,12 @@ def floors(inputs, units: dict[str, list], rates: dict) -> tuple[dict[str, float
                 m = inputs.models[kw["spec"]["name"]]
                 lengths = {int(k): len(v) for k, v in kw["content_ids"].items()}
                 rows = sum(lengths[s] for s, _, _ in kw["samples"])  # L rows of one block each = one full pass
-                out[name] += (rows + sum(lengths.values())) / rates["forward"][m.name]
-                basis[name] = "one block per masked row + one pass per sentence (forward rate)"
+                cfg_i = cfg.influence
+                pools = m.n_layers * len(cfg_i.freq_bins) - m.n_layers  # (layer, bin) pools
+                out[name] += (rows + sum(lengths.values())) / rates["forward"][m.name] + \
+                    pools * (1 + cfg_i.bootstrap) * rates["svd"](m.d_model)
+                basis[name] = ("one block per masked row + one pass per sentence (forward rate) + one (d, d) SVD "
+                               "per (layer, bin) and replicate")
             elif name == "heads":
                 fn = u.fn.__name__
                 if fn in ("heads_task", "decoder_task"):
@@ -213,7 +232,6 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
     from evolution.api import open_store
     from evolution import location
     from evolution.config import load_config
-    from evolution.models import cached_adapter  # noqa: F401  (imported before timing)
 
     if run:
         subprocess.run([sys.executable, "-m", "pipelines.run", str(config), "--workdir", str(workdir), "--force",
@@ -235,8 +253,9 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
     inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed, torch_threads=1,
                          arrays_dir=location.inputs_dir(store), attrs={})
     units = {a.name: a.units(inputs) for a in enabled(cfg.metrics)}
+    svd = {}
     rates = {"gemm64": gemm_rate(np.float64), "gemm32": gemm_rate(np.float32), "log": log_rate(),
-             "forward": {}, "forward_attention": {}}
+             "svd": lambda d: svd.setdefault(d, svd_seconds(d)), "forward": {}, "forward_attention": {}}
     for n in names:
         m = inputs.models[n]
         sent = np.unique(m.coords["sentence"])[:200]
@@ -260,21 +279,55 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
                       "floor": None if f is None else round(f, 1),
                       "ratio": None if not f else round(p["seconds"] / f, 2), "floor_basis": basis.get(name, "")})
     return {"config": config.name, "stage_s": round(stage, 1), "unit_s": round(total, 1),
-            "rates": {"gemm64_gmacs": round(rates["gemm64"] / 1e9, 1), "gemm32_gmacs": round(rates["gemm32"] / 1e9, 1),
+            "rates": {"svd_ms": {d: round(1e3 * v, 2) for d, v in svd.items()},
+                      "gemm64_gmacs": round(rates["gemm64"] / 1e9, 1), "gemm32_gmacs": round(rates["gemm32"] / 1e9, 1),
                       "log_per_s": round(rates["log"]), "forward_tokens_s": {k: round(v) for k, v in rates["forward"].items()},
                       "forward_attention_tokens_s": {k: round(v) for k, v in rates["forward_attention"].items()}},
             "table": table}
 
 
+def aggregate(path: Path) -> dict[str, dict]:
+    """Per analysis: units, seconds and CPU seconds of a ``profile.jsonl`` (every run in it; a unit
+    recorded twice counts once, its last record), for ``--before``."""
+    last = {}
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line)
+        last[(r["analysis"], r["unit"])] = r
+    out = defaultdict(lambda: {"units": 0, "seconds": 0.0, "cpu": 0.0})
+    for (analysis, _), r in last.items():
+        out[analysis]["units"] += 1
+        out[analysis]["seconds"] += r["wall"]
+        out[analysis]["cpu"] += r["cpu"]
+    return dict(out)
+
+
+def with_before(result: dict, before: dict[str, dict], *, stage_s: float | None) -> dict:
+    """``result``'s table with the ``before`` seconds and ratio against the same floors."""
+    for row in result["table"]:
+        b = before.get(row["analysis"])
+        if b is not None:
+            row["before_seconds"] = round(b["seconds"], 1)
+            row["before_ratio"] = round(b["seconds"] / row["floor"], 1) if row["floor"] else None
+    result["before_stage_s"] = stage_s
+    return result
+
+
 def show(result: dict) -> None:
     print(f"\n{result['config']}: metrics stage {result['stage_s']} s wall, {result['unit_s']} s in units; "
           f"rates {result['rates']}")
-    print(f"{'analysis':>12} {'units':>5} {'seconds':>8} {'CPU s':>8} {'share':>6} {'floor s':>8} {'ratio':>6}  floor")
+    before = any("before_seconds" in r for r in result["table"])
+    print(f"{'analysis':>12} {'units':>5} {'seconds':>8} {'CPU s':>8} {'share':>6} {'floor s':>8} {'ratio':>6}"
+          + (f" {'before':>8} {'b.ratio':>7}" if before else "") + "  floor")
+    if before:
+        print(f"  before: metrics stage {result.get('before_stage_s')} s; columns 'before' and 'b.ratio': the same "
+              "units at the earlier commit, against the same floors")
     for r in result["table"]:
         floor = "" if r["floor"] is None else f"{r['floor']:8.1f}"
         ratio = "" if r["ratio"] is None else f"{r['ratio']:6.1f}"
+        extra = f" {r.get('before_seconds', float('nan')):8.1f} {r.get('before_ratio') or float('nan'):7.1f}" \
+            if before else ""
         print(f"{r['analysis']:>12} {r['units']:>5} {r['seconds']:8.1f} {r['cpu']:8.1f} {100 * r['share']:5.1f}% "
-              f"{floor:>8} {ratio:>6}  {r['floor_basis']}")
+              f"{floor:>8} {ratio:>6}{extra}  {r['floor_basis']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,10 +336,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "profile", help="workdirs, one per config")
     parser.add_argument("--no-run", action="store_true", help="read the last profile of each workdir only")
     parser.add_argument("--json", type=Path, default=None, help="write the tables here")
+    parser.add_argument("--before", type=Path, nargs="*", default=[],
+                        help="a profile.jsonl per config from an earlier commit, shown beside (same order)")
+    parser.add_argument("--before-stage", type=float, nargs="*", default=[], help="their stages' wall seconds")
     args = parser.parse_args(argv)
     results = []
-    for config in args.configs:
+    for i, config in enumerate(args.configs):
         result = profile(config.resolve(), args.out / config.stem, run=not args.no_run)
+        if i < len(args.before):
+            result = with_before(result, aggregate(args.before[i]),
+                                 stage_s=args.before_stage[i] if i < len(args.before_stage) else None)
         show(result)
         results.append(result)
     if args.json:
