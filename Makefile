@@ -95,7 +95,7 @@ bench-kmeans: setup
 	$(PY) benchmarks/kmeans.py runs/default --before --out results/scale/kmeans.json
 
 # The GPU checks in one script of at most 8 minutes (tests/test_device.py, extraction against a bare GPU loop,
-# configs/minilm-paper.yaml on the GPU): results/gpu/gpu-check.json. Exits 2 where no GPU is visible.
+# configs/minilm-paper.yaml on the GPU): `gpu-check.json` in `results/gpu/`. Exits 2 where no GPU is visible.
 gpu-check: setup data/minilm/all-MiniLM-L6-v2/config.json
 	$(PY) benchmarks/gpu_check.py
 

@@ -10,10 +10,10 @@ On a machine where torch sees a CUDA device it runs, each step under its own tim
    metric with its intervals) with the models and the metrics on the GPU
    (``extract.device`` and ``metrics.device``: cuda): seconds per stage.
 
-and writes what it measured to ``results/gpu/gpu-check.json`` (device, each step's seconds,
+and writes what it measured to ``gpu-check.json`` in ``results/gpu/`` (device, each step's seconds,
 exit status and the last lines it printed). Without a GPU it says so and exits with 2.
 
-    python benchmarks/gpu_check.py [--budget 480] [--out results/gpu/gpu-check.json]
+    python benchmarks/gpu_check.py [--budget 480] [--out FILE]
 """
 
 from __future__ import annotations

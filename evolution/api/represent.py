@@ -30,9 +30,11 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Representations(Mapping):
     """The extracted models of one store, by name: ``reps["bert"]`` is that model's dataset
-    (:func:`evolution.store.open_representations`), ``reps.attention("bert")`` its attention
-    maps and Kobayashi norms. ``store`` is where they live (``memory://...`` for
-    :func:`represent`'s default); ``cache`` where analysis results are cached."""
+    (:func:`evolution.store.open_representations`; loaded into memory when the store is
+    :func:`represent`'s own in-memory one, so that it outlives this object),
+    ``reps.attention("bert")`` its attention maps and Kobayashi norms. ``store`` is where they
+    live (``memory://...`` for :func:`represent`'s default); ``cache`` where analysis results
+    are cached."""
 
     store: str
     specs: dict[str, dict[str, Any]]
@@ -65,7 +67,9 @@ class Representations(Mapping):
 
         if name not in self.specs:
             raise KeyError(f"no model {name!r} here; these are {list(self.specs)}")
-        return open_representations(self.store, name)
+        ds = open_representations(self.store, name)
+        # an in-memory store goes with this object: hand out a copy that outlives it
+        return ds.load() if self.owned[0] else ds
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.specs)
@@ -77,7 +81,10 @@ class Representations(Mapping):
         """The attention group of ``name`` (attention, value_norm, weighted_norm, summed_norm), or None."""
         from evolution.store import has_attention, open_attention
 
-        return open_attention(self.store, name) if has_attention(self.store, name) else None
+        if not has_attention(self.store, name):
+            return None
+        ds = open_attention(self.store, name)
+        return ds.load() if self.owned[0] else ds
 
     def models(self) -> list[Model]:
         return [Model(name=n, spec=s) for n, s in self.specs.items()]
