@@ -58,8 +58,10 @@ def viewed(tmp_path_factory, model_specs, pieces_spec):
     assert f'<a href="views.html">Attention views</a> (Vig 2019: head, model and neuron view of corpus sentences ' \
            f'0, 3, {n}, {n + 1};' in report
     page = shutil.copy(tmp / "w" / "report" / "views.html", tmp / "views.html")  # later tests rerun the report
-    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page.read_text(),
-                                re.S).group(1).replace("<\\/", "</"))
+    from evolution.report.views import unpack_payload
+
+    data = unpack_payload(json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>',
+                                               page.read_text(), re.S).group(1).replace("<\\/", "</")))
     return {"cfg": cfg, "tmp": tmp, "page": Path(page), "data": data, "n": n,
             "store": str(tmp / "w" / "reps.zarr"), "specs": {**model_specs, "pieces": pieces_spec}}
 
@@ -195,8 +197,9 @@ def test_neuron_view_queries_and_keys_give_the_stored_attention(viewed):
             ids = att.input_id.sel(sentence=s).values[:t].tolist()
             q, k = (np.asarray(item["neuron"][x], dtype=np.float64) for x in ("q", "k"))
             ref_q, ref_k = adapter.forward_qk([ids])
-            np.testing.assert_allclose(q, ref_q[:, 0], atol=6e-4)
-            np.testing.assert_allclose(k, ref_k[:, 0], atol=6e-4)
+            # the page holds float16: rounding to nearest is within 2**-11 of the value
+            np.testing.assert_allclose(q, ref_q[:, 0], rtol=2**-11, atol=1e-5)
+            np.testing.assert_allclose(k, ref_k[:, 0], rtol=2**-11, atol=1e-5)
             stored = att.attention.sel(sentence=s).values[:, :, :t, :t].astype(np.float64)
 
             def softmax(scores):
@@ -227,9 +230,11 @@ def test_views_of_chosen_models_only(viewed):
     text = cfg.read_text().replace("sentences: [0, 99]", f"sentences: [0, 3, {n}, {n + 1}]")
     cfg.write_text(text.replace("top_k: 3}", "top_k: 3, models: [gpt2, translation]}"))
     run(cfg, progress=False)
+    from evolution.report.views import unpack_payload
+
     page = (viewed["tmp"] / "w" / "report" / "views.html").read_text()
-    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page,
-                                re.S).group(1).replace("<\\/", "</"))
+    data = unpack_payload(json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page,
+                                               re.S).group(1).replace("<\\/", "</")))
     assert [m["name"] for m in data["models"]] == ["translation", "gpt2"]  # in the config's model order
     full = {m["name"]: m for m in viewed["data"]["models"]}
     assert data["models"][1] == full["gpt2"] and data["models"][0] == full["translation"]
@@ -277,3 +282,66 @@ def test_page_draws_every_head_and_layer_in_chromium(viewed, tmp_path):
     subprocess.run(common + [f"--screenshot={shot}", "--window-size=1200,1400", page.as_uri()], capture_output=True,
                    timeout=120)
     assert shot.is_file() and shot.stat().st_size > 10_000
+
+
+def test_decoder_and_cross_attention_of_a_translation_model(viewed, model_specs):
+    """A translation model's views carry its decoder's self-attention and its attention over the
+    source, on its greedy translation: the top-k edges of the adapter's own decoder maps."""
+    from evolution.models import cached_adapter
+
+    data = viewed["data"]
+    m = data["models"][0]
+    assert m["name"] == "translation" and all("decoder" not in it for it in data["models"][1]["sentences"])
+    adapter = cached_adapter(model_specs["translation"])
+    item = m["sentences"][0]
+    dec = item["decoder"]
+    source = item["levels"]["subword"]["tokens"]
+    assert dec["tokens"][0] == "</s>" and dec["layers"] == len(dec["self"]) == len(dec["cross"])
+    ids = [adapter.dictionary.index(t) for t in source]
+    target = adapter.translate([ids], max_len_a=1.5, max_len_b=10)[0]
+    assert dec["tokens"] == adapter.pieces(adapter.build_decoder_input(target))
+    own, cross = adapter.forward_decoder([ids], [adapter.build_decoder_input(target)])
+    for layer in range(dec["layers"]):
+        for h in range(m["heads"]):
+            _check_edges(dec["self"][layer][h], own[layer, 0, h], data["top_k"])
+            _check_edges(dec["cross"][layer][h], cross[layer, 0, h], data["top_k"])
+            assert all(k < len(source) for _, k, _ in dec["cross"][layer][h])
+            assert all(k <= q for q, k, _ in dec["self"][layer][h])  # causal
+
+
+def test_a_long_sentence_page_stays_small_and_tall_enough(model_specs):
+    """A 150-token sentence: the page under 1 MB (packed edges, float16 queries and keys), and
+    the inline frame tall enough for its tokens (no scroll bar inside the frame)."""
+    import evolution.api as ev
+    from conftest import WORDS
+
+    model = ev.load(model_specs["translation"]["path"], data=model_specs["translation"]["data"],
+                    name="translation")
+    sentence = " ".join(WORDS[i % len(WORDS)] for i in range(149))[:600]
+    page = ev.views(model, sentence)
+    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page.html, re.S)
+                      .group(1).replace("<\\/", "</"))  # packed: its tokens are plain lists
+    tokens = len(data["models"][0]["sentences"][0]["levels"]["subword"]["tokens"])
+    assert tokens >= 30
+    assert len(page.html.encode()) < 1_000_000 * tokens / 150
+    assert page.height >= 16 * tokens
+    assert ev.views(model, sentence, height=500).height == 500
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium")
+def test_the_cross_attention_view_draws_target_against_source_in_chromium(viewed, tmp_path):
+    """``#attention=cross``: the head view's left column is the translation's tokens, its right
+    column the source's, and its lines join them (the page decodes its packed edges)."""
+    page = viewed["page"]
+    item = viewed["data"]["models"][0]["sentences"][0]
+    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+              f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    out = subprocess.run(common + ["--dump-dom", page.as_uri() + "#model=translation&attention=cross"],
+                         capture_output=True, text=True, timeout=120)
+    dom = out.stdout
+    assert 'data-ready="1"' in dom, out.stderr[-2000:]
+    head = dom.split('id="headview"', 1)[1].split("</svg>", 1)[0]
+    assert head.count('class="tok"') == len(item["decoder"]["tokens"]) + len(item["levels"]["subword"]["tokens"])
+    assert head.count('class="edge"') > 0
+    assert "decoder over the source" in dom

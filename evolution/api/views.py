@@ -36,9 +36,12 @@ class ViewPage:
 
 def views(models: Model | Sequence[Model] | Representations, sentences: str | Sequence[str] | None = None, *,
           top_k: int = 8, neuron: bool = True, word_rule: str = "mean", only: str | None = None,
-          title: str = "attention views") -> ViewPage:
+          title: str = "attention views", height: int | None = None) -> ViewPage:
     """The head, model and neuron views of ``sentences`` for ``models`` (or of the first
-    sentences stored with attention in existing :class:`Representations`)."""
+    sentences stored with attention in existing :class:`Representations`); translation models
+    also their decoder's self-attention and its attention over the source, on their greedy
+    translation. ``height``: of the inline frame in pixels (default: tall enough for the
+    longest sentence's tokens, so that the notebook scrolls, not the frame)."""
     from evolution.report.views import views_data, views_html
 
     if isinstance(models, Representations):
@@ -51,7 +54,19 @@ def views(models: Model | Sequence[Model] | Representations, sentences: str | Se
         reps = represent(models, sentences, attention=True, norms=True)
         which = list(range(len(sentences)))
     data = views_data(reps.store, reps.specs, sentences=which, top_k=top_k, neuron=neuron, word_rule=word_rule)
-    return ViewPage(views_html(data, title=title, only=only), height=560 if only else 1100)
+    return ViewPage(views_html(data, title=title, only=only), height=height or _height(data, only))
+
+
+def _height(data: dict, only: str | None) -> int:
+    """Pixels that show the head view's two columns of the longest sentence (16 per token), the
+    model view (84 per layer) and the neuron view (15 per key) without a scroll bar of the frame."""
+    tokens = max((len(v["tokens"]) for m in data["models"] for it in m["sentences"] for v in it["levels"].values()),
+                 default=10)
+    tokens = max([tokens] + [len(it["decoder"]["tokens"]) for m in data["models"] for it in m["sentences"]
+                             if "decoder" in it])
+    layers = max((m["layers"] for m in data["models"]), default=6)
+    parts = {"head": 16 * tokens + 140, "model": 84 * layers + 90, "neuron": 15 * tokens + 120}
+    return 160 + (parts[only] if only else sum(parts.values()))
 
 
 def head_view(models, sentence: str, **kwargs) -> ViewPage:

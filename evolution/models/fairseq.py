@@ -286,6 +286,23 @@ class FairseqAdapter(Adapter):
         ``prev_output_tokens``: the output at position i predicts y_{i+1}, the last one ``</s>``)."""
         return [self._task.target_dictionary.eos(), *ids]
 
+    def translate(self, sources: Sequence[Sequence[int]], *, max_len_a: float = 0.0, max_len_b: int = 200
+                  ) -> list[list[int]]:
+        """Greedy translations (target ids without ``</s>``) of model inputs ``sources``: fairseq's
+        ``SequenceGenerator`` with beam 1."""
+        import torch
+        from fairseq.sequence_generator import SequenceGenerator
+
+        if not self.supports_decoder:
+            raise ValueError(f"{self.name}: only a translation model translates")
+        ids, _, lengths = self._pad(sources)
+        generator = SequenceGenerator([self._model], self._task.target_dictionary, beam_size=1,
+                                      max_len_a=max_len_a, max_len_b=max_len_b)
+        sample = {"net_input": {"src_tokens": ids, "src_lengths": torch.as_tensor(lengths, device=ids.device)}}
+        with torch.inference_mode():
+            hyps = generator.generate([self._model], sample)
+        return [h[0]["tokens"].tolist()[:-1] for h in hyps]
+
     def forward_decoder(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
                         ) -> tuple[np.ndarray, np.ndarray]:
         import torch

@@ -34,7 +34,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["views_data", "views_html", "write_views"]
+__all__ = ["views_data", "views_html", "write_views", "unpack_payload"]
 
 
 def _edges(maps: np.ndarray, top_k: int) -> list:
@@ -60,12 +60,15 @@ def _row_normalised(w: np.ndarray) -> np.ndarray:
 
 
 def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] | None = None, top_k: int = 8,
-               neuron: bool = True, word_rule: str = "mean") -> dict[str, Any]:
+               neuron: bool = True, word_rule: str = "mean", decoder: bool = True) -> dict[str, Any]:
     """The page's data: per model and sentence, tokens and top-k edges for every
     (level, weight), and queries / keys ``(L, H, T, d_head)`` for the neuron view.
 
     ``specs`` maps model names to adapter specs (for token strings and the neuron view);
-    ``sentences`` None: the first 3 sentences every model has stored; ``word_rule`` how
+    ``sentences`` None: the first 3 sentences every model has stored; ``decoder``: for
+    translation models also the decoder's self-attention and its attention over the source
+    (``item["decoder"]``: the tokens of the model's greedy translation, ``</s>`` first as the
+    decoder reads them, and top-k edges of both, subword level, alpha); ``word_rule`` how
     attention from a word is formed (module docstring; :func:`evolution.metrics.heads.word_attention`). Raises
     ``ValueError`` naming the model and the sentences that are stored when a
     requested sentence was not extracted with attention.
@@ -115,11 +118,25 @@ def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] |
             item: dict[str, Any] = {"sentence": s, "levels": levels}
             if neuron and adapter.supports_norms:
                 q, kk = adapter.forward_qk([ids])
-                item["neuron"] = {"q": np.round(q[:, 0], 3).tolist(), "k": np.round(kk[:, 0], 3).tolist()}
+                # float16, as the page carries them (views_html), so that data and page agree exactly
+                item["neuron"] = {"q": q[:, 0].astype(np.float16).astype(float).tolist(),
+                                  "k": kk[:, 0].astype(np.float16).astype(float).tolist()}
+            if decoder and getattr(adapter, "supports_decoder", False) and hasattr(adapter, "translate"):
+                item["decoder"] = _decoder_view(adapter, ids, top_k)
             items.append(item)
         models.append({"name": name, "layers": int(att.sizes["layer"]), "heads": int(att.sizes["head"]),
                        "sentences": items})
     return {"models": models, "top_k": top_k, "word_rule": word_rule}
+
+
+def _decoder_view(adapter, ids: list[int], top_k: int) -> dict[str, Any]:
+    """The decoder attention of one source sentence over the model's greedy translation: tokens
+    (the decoder's input, ``</s> y1 .. ym``), ``self`` and ``cross`` top-k edges per layer and head."""
+    target = adapter.translate([ids], max_len_a=1.5, max_len_b=10)[0][:max(1, adapter.max_target_tokens - 1)]
+    dec = adapter.build_decoder_input(target)
+    own, cross = adapter.forward_decoder([ids], [dec])  # (L, 1, H, T, T), (L, 1, H, T, S)
+    return {"tokens": adapter.pieces(dec), "layers": int(own.shape[0]),
+            "self": _edges(_row_normalised(own[:, 0]), top_k), "cross": _edges(_row_normalised(cross[:, 0]), top_k)}
 
 
 def _join(pieces: list[str], idx: np.ndarray) -> str:
@@ -137,7 +154,7 @@ def views_html(data: dict[str, Any], *, title: str = "attention views", only: st
     """The page as one self-contained HTML string (data inlined as JSON; ``</`` escaped so the
     data cannot end the script): what :func:`write_views` writes and notebooks display.
     ``only``: ``head``, ``model`` or ``neuron`` shows that view alone."""
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    payload = json.dumps(_compact(data), separators=(",", ":")).replace("</", "<\\/")
     rule = _WORD_RULES.get(data.get("word_rule", "mean"), "")
     page = _PAGE.replace("%TITLE%", html.escape(title)).replace("%WORDRULE%", rule).replace("%DATA%", payload)
     if only is not None:
@@ -146,6 +163,85 @@ def views_html(data: dict[str, Any], *, title: str = "attention views", only: st
         hide = ",".join(f"#panel-{p}" for p in ("head", "model", "neuron") if p != only)
         page = page.replace("</style>", f"{hide}{{display:none}}</style>", 1)
     return page
+
+
+_EDGE = np.dtype([("q", "<u2"), ("k", "<u2"), ("w", "<u2")])
+
+
+def _pack_edges(edges: list) -> str:
+    """One head's ``[[query, key, weight], ...]`` as base64 of 6 bytes an edge: query, key and
+    the weight in 1/65535 (uint16, little-endian)."""
+    import base64
+
+    a = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
+    out = np.zeros(len(a), dtype=_EDGE)
+    out["q"], out["k"] = a[:, 0], a[:, 1]
+    out["w"] = np.clip(np.round(a[:, 2] * 65535), 0, 65535)
+    return base64.b64encode(out.tobytes()).decode("ascii")
+
+
+def unpack_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of the page's packing (:func:`_compact`): edges as ``[query, key, weight]``
+    lists (weights to 1/65535), queries and keys as nested lists of their float16 values. For
+    reading a written page's data back (tests, notebooks)."""
+    import base64
+
+    def edges(b64: str) -> list:
+        a = np.frombuffer(base64.b64decode(b64), dtype=_EDGE)
+        return [[int(q), int(k), float(w) / 65535] for q, k, w in a]
+
+    def half(x: dict) -> list:
+        return np.frombuffer(base64.b64decode(x["f16"]), dtype="<f2").astype(float).reshape(x["shape"]).tolist()
+
+    out = {**payload, "models": []}
+    for m in payload["models"]:
+        items = []
+        for it in m["sentences"]:
+            it = dict(it)
+            it["levels"] = {lv: {"tokens": v["tokens"], "edges": {w: [[edges(h) for h in layer] for layer in e]
+                                                                  for w, e in v["edges"].items()}}
+                            for lv, v in it["levels"].items()}
+            if "neuron" in it:
+                it["neuron"] = {x: half(it["neuron"][x]) for x in ("q", "k")}
+            if "decoder" in it:
+                d = it["decoder"]
+                it["decoder"] = {**d, "self": [[edges(h) for h in layer] for layer in d["self"]],
+                                 "cross": [[edges(h) for h in layer] for layer in d["cross"]]}
+            items.append(it)
+        out["models"].append({**m, "sentences": items})
+    return out
+
+
+def _pack_half(x) -> dict[str, Any]:
+    """An array as ``{"shape": ..., "f16": base64 of its float16 values}``."""
+    import base64
+
+    a = np.asarray(x, dtype=np.float16)
+    return {"shape": list(a.shape), "f16": base64.b64encode(a.astype("<f2").tobytes()).decode("ascii")}
+
+
+def _compact(data: dict[str, Any]) -> dict[str, Any]:
+    """The page's payload: :func:`views_data` with every head's edges packed (:func:`_pack_edges`)
+    and the neuron view's queries and keys as float16 (:func:`_pack_half`): a 150-token
+    sentence of a 6-layer, 4-head model takes about a fifth of its JSON lists."""
+    out = {**data, "models": []}
+    for m in data["models"]:
+        items = []
+        for it in m["sentences"]:
+            it = dict(it)
+            it["levels"] = {lv: {"tokens": v["tokens"],
+                                 "edges": {w: [[_pack_edges(h) for h in layer] for layer in e]
+                                           for w, e in v["edges"].items()}}
+                            for lv, v in it["levels"].items()}
+            if "neuron" in it:
+                it["neuron"] = {x: _pack_half(it["neuron"][x]) for x in ("q", "k")}
+            if "decoder" in it:
+                d = it["decoder"]
+                it["decoder"] = {**d, "self": [[_pack_edges(h) for h in layer] for layer in d["self"]],
+                                 "cross": [[_pack_edges(h) for h in layer] for layer in d["cross"]]}
+            items.append(it)
+        out["models"].append({**m, "sentences": items})
+    return out
 
 
 def write_views(path: str | Path, data: dict[str, Any], *, title: str = "attention views") -> Path:
@@ -177,6 +273,8 @@ table.neuron{border-collapse:collapse;font:11px monospace} table.neuron td{paddi
 <h1>%TITLE%</h1>
 <p>Vig (2019) views of stored attention. Weights: attention <i>alpha</i>, or <i>||alpha f(x)||</i> (Kobayashi et al.
 2020) normalised per query; each query keeps its strongest edges only. Lines run from a query (left) to a key (right).
+Translation models also show the decoder's self-attention and its attention over the source, on the model's own
+greedy translation.
 %WORDRULE%</p>
 <div id="controls"></div>
 <div class="panel" id="panel-head"><h2>Head view</h2><div id="headctl"></div><svg id="headview"></svg></div>
@@ -190,7 +288,33 @@ const DATA = JSON.parse(document.getElementById("data").textContent);
 const COLORS = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f","#bcbd22","#17becf",
                 "#393b79","#637939","#8c6d31","#843c39","#7b4173","#3182bd"];
 const SVG = "http://www.w3.org/2000/svg";
-const state = {model: 0, sentence: 0, level: "word", weight: "alpha", layer: 0, heads: null, neuronHead: 0, query: 0};
+const state = {model: 0, sentence: 0, attention: "encoder", level: "word", weight: "alpha", layer: 0, heads: null,
+               neuronHead: 0, query: 0};
+const CACHE = new Map();
+function bytes(b64) { const s = atob(b64), out = new Uint8Array(s.length); for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i); return out; }
+function unpackEdges(b64) {  // 6 bytes an edge: query, key, weight in 1/65535 (uint16, little-endian)
+  if (CACHE.has(b64)) return CACHE.get(b64);
+  const b = bytes(b64), out = [];
+  for (let i = 0; i + 5 < b.length; i += 6) out.push([b[i] | (b[i + 1] << 8), b[i + 2] | (b[i + 3] << 8), (b[i + 4] | (b[i + 5] << 8)) / 65535]);
+  CACHE.set(b64, out); return out;
+}
+function half(h) {  // IEEE 754 binary16 -> number
+  const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, f = h & 0x3ff;
+  if (e === 0) return s * Math.pow(2, -14) * (f / 1024);
+  if (e === 31) return f ? NaN : s * Infinity;
+  return s * Math.pow(2, e - 15) * (1 + f / 1024);
+}
+function unpackHalf(x) {  // {shape: [L, H, T, d], f16} -> nested arrays
+  if (CACHE.has(x)) return CACHE.get(x);
+  const b = bytes(x.f16), flat = new Array(b.length / 2);
+  for (let i = 0; i < flat.length; i++) flat[i] = half(b[2 * i] | (b[2 * i + 1] << 8));
+  function nest(shape, off) {
+    if (shape.length === 1) return flat.slice(off, off + shape[0]);
+    const size = shape.slice(1).reduce((a, c) => a * c, 1);
+    return Array.from({length: shape[0]}, (_, i) => nest(shape.slice(1), off + i * size));
+  }
+  const out = nest(x.shape, 0); CACHE.set(x, out); return out;
+}
 function el(tag, attrs, parent, ns) {
   const e = ns ? document.createElementNS(SVG, tag) : document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
@@ -207,21 +331,33 @@ function select(label, options, value, onchange, parent) {
 function model() { return DATA.models[state.model]; }
 function item() { return model().sentences[state.sentence]; }
 function level() { return item().levels[state.level]; }
-function edges(layer, head) { const e = level().edges[state.weight] || level().edges.alpha; return e[layer][head]; }
+function edges(layer, head) { const e = level().edges[state.weight] || level().edges.alpha; return unpackEdges(e[layer][head]); }
+function view() {  // the shown attention type: query tokens (left), key tokens (right), layers, edges of a (layer, head)
+  const it = item(), d = it.decoder;
+  if (state.attention === "encoder" || !d) return {q: level().tokens, k: level().tokens, layers: model().layers, edges: edges};
+  const own = state.attention === "decoder";
+  return {q: d.tokens, k: own ? d.tokens : it.levels.subword.tokens, layers: d.layers,
+          edges: (l, h) => unpackEdges((own ? d.self : d.cross)[l][h])};
+}
 function controls() {
   const c = document.getElementById("controls"); c.innerHTML = "";
   select("model", DATA.models.map((m, i) => [i, m.name]), state.model, v => { state.model = +v; state.sentence = 0; state.heads = null; state.layer = 0; state.neuronHead = 0; state.query = 0; draw(); }, c);
   select("sentence", model().sentences.map((s, i) => [i, "corpus sentence " + s.sentence]), state.sentence, v => { state.sentence = +v; state.query = 0; draw(); }, c);
+  if (item().decoder) select("attention", [["encoder", "encoder self-attention"], ["decoder", "decoder self-attention (its greedy translation)"], ["cross", "decoder over the source (encoder-decoder)"]],
+                              state.attention, v => { state.attention = v; state.layer = 0; draw(); }, c);
+  else state.attention = "encoder";
+  if (state.attention !== "encoder") { state.level = "subword"; state.weight = "alpha"; }
   select("level", [["word", "word"], ["subword", "subword"]], state.level, v => { state.level = v; state.query = 0; draw(); }, c);
   const weights = Object.keys(level().edges).map(w => [w, w === "alpha" ? "alpha" : "||alpha f(x)||"]);
   if (!level().edges[state.weight]) state.weight = "alpha";
   select("weight", weights, state.weight, v => { state.weight = v; draw(); }, c);
 }
 function headView() {
-  const m = model(), toks = level().tokens, ctl = document.getElementById("headctl");
+  const m = model(), v = view(), ctl = document.getElementById("headctl");
   if (state.heads === null) state.heads = Array.from({length: m.heads}, (_, h) => h);
+  if (state.layer >= v.layers) state.layer = 0;
   ctl.innerHTML = "";
-  select("layer", Array.from({length: m.layers}, (_, l) => [l, "layer " + (l + 1)]), state.layer, v => { state.layer = +v; draw(); }, ctl);
+  select("layer", Array.from({length: v.layers}, (_, l) => [l, "layer " + (l + 1)]), state.layer, x => { state.layer = +x; draw(); }, ctl);
   for (let h = 0; h < m.heads; h++) {
     const l = el("label", {style: "color:" + COLORS[h % COLORS.length]}, ctl);
     const cb = el("input", {type: "checkbox", class: "headbox"}, l); cb.checked = state.heads.includes(h);
@@ -229,18 +365,18 @@ function headView() {
     l.appendChild(document.createTextNode("head " + h));
   }
   const svg = document.getElementById("headview"); svg.innerHTML = "";
-  const rowH = 16, width = 520, height = rowH * toks.length + 10;
+  const rowH = 16, width = 520, height = rowH * Math.max(v.q.length, v.k.length) + 10;
   svg.setAttribute("width", width); svg.setAttribute("height", height);
   const lines = el("g", {}, svg, true);
-  const left = [], right = [];
-  toks.forEach((t, i) => {
+  const left = [];
+  v.q.forEach((t, i) => {
     const a = el("text", {x: 150, y: 12 + i * rowH, "text-anchor": "end", class: "tok"}, svg, true); a.textContent = t;
-    const b = el("text", {x: 370, y: 12 + i * rowH, class: "tok"}, svg, true); b.textContent = t;
-    left.push(a); right.push(b);
+    left.push(a);
   });
+  v.k.forEach((t, i) => { el("text", {x: 370, y: 12 + i * rowH, class: "tok"}, svg, true).textContent = t; });
   function drawLines(only) {
     lines.innerHTML = "";
-    for (const h of state.heads) for (const [q, k, w] of edges(state.layer, h)) {
+    for (const h of state.heads) for (const [q, k, w] of v.edges(state.layer, h)) {
       if (only !== undefined && q !== only) continue;
       el("line", {x1: 155, y1: 8 + q * rowH, x2: 365, y2: 8 + k * rowH, stroke: COLORS[h % COLORS.length],
                   "stroke-opacity": Math.min(1, w), "stroke-width": 2, class: "edge"}, lines, true);
@@ -250,14 +386,14 @@ function headView() {
   drawLines();
 }
 function modelView() {
-  const m = model(), n = level().tokens.length, box = document.getElementById("modelview"); box.innerHTML = "";
-  const size = 80, step = size / Math.max(n, 1);
-  for (let l = 0; l < m.layers; l++) {
+  const m = model(), v = view(), box = document.getElementById("modelview"); box.innerHTML = "";
+  const size = 80, stepQ = size / Math.max(v.q.length, 1), stepK = size / Math.max(v.k.length, 1);
+  for (let l = 0; l < v.layers; l++) {
     const row = el("div", {}, box); const lab = el("span", {class: "rowlab"}, row); lab.textContent = "L" + (l + 1);
     for (let h = 0; h < m.heads; h++) {
       const svg = el("svg", {width: size, height: size, class: "thumb", "data-layer": l + 1, "data-head": h}, row, true);
-      for (const [q, k, w] of edges(l, h))
-        el("line", {x1: 4, y1: (q + .5) * step, x2: size - 4, y2: (k + .5) * step, stroke: COLORS[h % COLORS.length], "stroke-opacity": Math.min(1, w), "stroke-width": 1}, svg, true);
+      for (const [q, k, w] of v.edges(l, h))
+        el("line", {x1: 4, y1: (q + .5) * stepQ, x2: size - 4, y2: (k + .5) * stepK, stroke: COLORS[h % COLORS.length], "stroke-opacity": Math.min(1, w), "stroke-width": 1}, svg, true);
       svg.onclick = () => { state.layer = l; state.heads = [h]; state.neuronHead = h; draw(); };
     }
   }
@@ -273,7 +409,9 @@ function neuronView() {
   select("head", Array.from({length: m.heads}, (_, h) => [h, "head " + h]), state.neuronHead, v => { state.neuronHead = +v; draw(); }, ctl);
   if (state.query >= toks.length) state.query = 0;
   select("query", toks.map((t, i) => [i, i + ": " + t]), state.query, v => { state.query = +v; draw(); }, ctl);
-  const q = it.neuron.q[state.layer][state.neuronHead][state.query], K = it.neuron.k[state.layer][state.neuronHead];
+  if (state.layer >= m.layers) state.layer = 0;
+  const Q = unpackHalf(it.neuron.q), KK = unpackHalf(it.neuron.k);
+  const q = Q[state.layer][state.neuronHead][state.query], K = KK[state.layer][state.neuronHead];
   const d = q.length, scores = K.map(k => k.reduce((s, x, i) => s + x * q[i], 0) / Math.sqrt(d));
   const mx = Math.max(...scores), ex = scores.map(s => Math.exp(s - mx)), z = ex.reduce((a, b) => a + b, 0);
   const scale = Math.max(...q.map(Math.abs), ...K.flat().map(Math.abs), 1e-6);
@@ -291,6 +429,13 @@ function neuronView() {
   });
 }
 function draw() { controls(); headView(); modelView(); neuronView(); document.body.dataset.ready = "1"; }
+// an initial state from the address: #model=mt&attention=cross&layer=2&sentence=1 (names or numbers)
+for (const [k, v] of new URLSearchParams(location.hash.slice(1))) {
+  if (k === "model") { const i = DATA.models.findIndex(m => m.name === v); if (i >= 0) state.model = i; }
+  else if (k === "layer") state.layer = Math.max(0, (+v || 1) - 1);
+  else if (k === "sentence") state.sentence = +v || 0;
+  else if (k in state) state[k] = v;
+}
 draw();
 </script></body></html>
 """
