@@ -4,8 +4,8 @@ two have the same sections.
 
 Every section has an anchor (``id``) and the table of contents links to them; text is
 left-aligned, only numeric columns are right-aligned; a table longer than :data:`FOLD`
-rows shows its first rows and folds the rest into a ``<details>`` element (in Markdown:
-a note and the CSV); a table whose values are one constant is one sentence; every
+rows shows its first rows and folds the rest into a ``<details>`` element (in Markdown
+too, which code hosts render folded: every row is in both pages); a table whose values are one constant is one sentence; every
 figure links to itself at full size and is shown at its natural size at most (never
 upscaled), shrunk to the column's width when wider.
 """
@@ -198,9 +198,10 @@ def _table_md(t: Table) -> list[str]:
     if t.constant:
         return [_anchor(t.id), "", f"**{t.heading}**: {t.constant}" + (f" {t.caption}" if t.caption else ""), ""]
     out = [_anchor(t.id), "", f"#### {t.heading}", ""] + _md_rows(t.rows[:FOLD + 1]) + [""]
-    if t.n_rows > FOLD:
-        out += [f"*{FOLD} of {t.n_rows} rows shown; every row: [{t.csv}]({t.csv}) and report.html.*"
-                if t.csv else f"*{FOLD} of {t.n_rows} rows shown; every row: report.html.*", ""]
+    if t.n_rows > FOLD:  # every row is in the page: the rest in a <details> that code hosts render folded
+        out += [f"<details><summary>Show the other {t.n_rows - FOLD} of {t.n_rows} rows"
+                + (f" (also in [{t.csv}]({t.csv}))" if t.csv else "") + "</summary>", ""]
+        out += _md_rows([t.rows[0]] + t.rows[FOLD + 1:]) + ["", "</details>", ""]
     if t.caption:
         out += [t.caption, ""]
     return out

@@ -192,7 +192,8 @@ def _notes_block(notes: list[str]) -> Raw:
     if len(notes) > FOLD:
         block += (f"<details><summary>Show the other {len(notes) - FOLD} of {len(notes)} notes</summary>"
                   f"<ul>{items(notes[FOLD:])}</ul></details>")
-        md += ["", f"*{FOLD} of {len(notes)} notes shown; every note: report.html.*"]
+        md += ["", f"<details><summary>Show the other {len(notes) - FOLD} of {len(notes)} notes</summary>", ""]
+        md += [f"- {n}" for n in notes[FOLD:]] + ["", "</details>"]
     return Raw(block, md)
 
 
