@@ -53,7 +53,8 @@ def _holding() -> dict:
     importance = np.array([[0.90, 0.20, 0.25], [0.21, 0.91, 0.26], [0.30, 0.31, 0.32], [0.22, 0.27, 0.92]])
     one = {
         "sink": _by_rank(list(range(7, 13)), 0.4, 0.02),  # upper heads highest; layer means 0.62 and 0.56
-        "entropy_share": _by_rank(list(range(1, 7)), 0.5, 0.03),  # lower heads broadest
+        # lower heads broadest, layer 1's the broadest of all (C2 and its earlier rule, the halves, hold)
+        "entropy_share": _by_rank(list(range(1, 7)), 0.5, 0.03)[[1, 0, 2, 3]],
         "confidence": confidence, "role": role,
         "norm_ratio": 0.3 + 0.02 * np.arange(L * H).reshape(L, H),  # the sinks' norm share / weight share
         "layer_norm_ratio": np.full(L, 0.5),
@@ -326,15 +327,15 @@ def test_a_model_with_fewer_layers_is_split_on_its_own_layers(tmp_path):
     d["mlm"]["layers"] = 2
     v = _verdicts(tmp_path, d)
     mlm = _line(v["C2"], "mlm")
-    assert "(layers 1)" in mlm and "(layers 2)" in mlm
-    assert "(layers 1-2)" in _line(v["C2"], "lm")
+    assert "(layer 1)" in mlm and "(layers 2)" in mlm
+    assert "(layers 2-4)" in _line(v["C2"], "lm")
 
 
 # ------------------------------------------------------------------- C1, C2: halves, share, test level
 
 
 @pytest.mark.parametrize("ranks, verdict", [([12, 11, 10, 9, 7, 1], HOLDS), ([12, 11, 10, 9, 6, 1], NA)])
-def test_c1_c2_at_the_level_of_the_test(tmp_path, ranks, verdict):
+def test_c1_and_c2s_earlier_rule_at_the_level_of_the_test(tmp_path, ranks, verdict):
     """U = 29 of 36 gives p = 0.047, U = 28 p = 0.066 (6 upper against 6 lower heads)."""
     d = _holding()
     for x in d.values():
@@ -343,10 +344,64 @@ def test_c1_c2_at_the_level_of_the_test(tmp_path, ranks, verdict):
         x["entropy_share"] = _by_rank(lower_ranks, 0.5, 0.03)  # the same ranks, the lower half above
     v = _verdicts(tmp_path, d)
     ref = _exact_mw(_by_rank(ranks, 0, 1)[2:].ravel(), _by_rank(ranks, 0, 1)[:2].ravel())[1]
-    for label in ("C1", "C2"):
-        assert v[label].verdict == verdict, (label, v[label].why)
+    for label, verdict_of in (("C1", lambda f: f.verdict), ("C2 earlier", lambda f: f.earlier["verdict"])):
+        f = v[label.split()[0]] if label == "C1" else v["C2"]
+        measured = f.measured if label == "C1" else f.earlier["measured"]
+        assert verdict_of(f) == verdict, (label, f.why)
         for m in MODELS:
-            assert _p(v[label].measured, m) == pytest.approx(ref, abs=6e-4)
+            assert _p(measured, m) == pytest.approx(ref, abs=6e-4)
+
+
+def _first_layer(first: list[int], second: list[int]) -> np.ndarray:
+    """(L, H) entropy shares: layer 1's heads take the pooled ranks ``first`` (1 = smallest of
+    12), layer 2's ``second``, layers 3-4 the others; value = 0.3 + 0.05 x rank."""
+    rest = sorted(set(range(1, 13)) - set(first) - set(second), reverse=True)
+    return 0.3 + 0.05 * np.array([sorted(first), sorted(second), rest[:3], rest[3:]], float)
+
+
+@pytest.mark.parametrize("first, verdict", [([12, 11, 7], HOLDS), ([12, 11, 5], NA)])
+def test_c2_at_the_level_of_the_test(tmp_path, first, verdict):
+    """Layer 1's 3 heads against the other 9: ranks 12, 11, 7 give the exact p = 7/220 = 0.032,
+    ranks 12, 11, 5 give 16/220 = 0.073 (checked by enumerating every assignment)."""
+    d = _holding()
+    second = sorted(set(range(1, 13)) - set(first), reverse=True)[:3]
+    for x in d.values():
+        x["entropy_share"] = _first_layer(first, second)
+    v = _verdicts(tmp_path, d)
+    share = _first_layer(first, second)
+    a, ref = _exact_mw(share[0], share[1:].ravel())
+    assert (ref < 0.05) == (verdict == HOLDS)
+    assert v["C2"].verdict == verdict, v["C2"].why
+    for m in MODELS:
+        assert _p(v["C2"].measured, m) == pytest.approx(ref, abs=6e-4)  # printed to 3 decimals
+        assert f"A = {a:.2f}" in _line(v["C2"], m)
+
+
+def test_c2_reads_the_first_layer_where_the_halves_disagree(tmp_path):
+    """MiniLM's shape: layer 1 the broadest, layer 2 the narrowest (its heads on [CLS]): C2
+    holds, the earlier rule (lower half against upper half, A = 0.5) does not. The other way
+    round, a broad layer 2 above a narrow layer 1 (A = 12 / 27 = 0.44): the halves hold (U = 30
+    of 36), C2 does not."""
+    d = _holding()
+    for x in d.values():
+        x["entropy_share"] = _first_layer([10, 11, 12], [1, 2, 3])
+    v = _verdicts(tmp_path, d)["C2"]
+    assert v.verdict == HOLDS and v.earlier["verdict"] == FAILS
+    assert "lower half of the layers above the upper half" in v.earlier["rule"]
+    assert "the heads of the first layer above the heads of every other layer" in v.rule
+    d = _holding()
+    for x in d.values():
+        x["entropy_share"] = _first_layer([5, 6, 7], [10, 11, 12])
+    v = _verdicts(tmp_path, d)["C2"]
+    assert v.verdict == FAILS and v.earlier["verdict"] == HOLDS
+    assert all("A = 0.44" in _line(v, m) for m in MODELS)
+
+
+def test_the_earlier_rule_is_in_head_verdicts_json_beside_c2_only(tmp_path):
+    v = _verdicts(tmp_path)
+    d = v["C2"].as_dict()
+    assert d["earlier"]["verdict"] == HOLDS and set(d["earlier"]) == {"claim", "rule", "verdict", "why", "measured"}
+    assert all("earlier" not in f.as_dict() for k, f in v.items() if k != "C2")
 
 
 @pytest.mark.parametrize("top, verdict", [(0.49, FAILS), (0.51, HOLDS)])

@@ -58,10 +58,9 @@ def viewed(tmp_path_factory, model_specs, pieces_spec):
     assert f'<a href="views.html">Attention views</a> (Vig 2019: head, model and neuron view of corpus sentences ' \
            f'0, 3, {n}, {n + 1};' in report
     page = shutil.copy(tmp / "w" / "report" / "views.html", tmp / "views.html")  # later tests rerun the report
-    from evolution.report.views import unpack_payload
+    from evolution.report.views import read_payload
 
-    data = unpack_payload(json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>',
-                                               page.read_text(), re.S).group(1).replace("<\\/", "</")))
+    data = read_payload(page)
     return {"cfg": cfg, "tmp": tmp, "page": Path(page), "data": data, "n": n,
             "store": str(tmp / "w" / "reps.zarr"), "specs": {**model_specs, "pieces": pieces_spec}}
 

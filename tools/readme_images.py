@@ -42,9 +42,12 @@ def scorecard(out: Path) -> Path:
     table.auto_set_font_size(False)
     table.set_fontsize(7.5)
     for (r, c), cell in table.get_celld().items():
+        cell.PAD = 0.01
         if r == 0:
             cell.set_text_props(weight="bold")
             continue
+        cell.get_text().set_horizontalalignment("left")
+        cell._loc = "left"
         lines = cells[r - 1][1].count("\n") + 1
         cell.set_height(0.18 * lines / height + 0.04 / height)
         if c == 2:

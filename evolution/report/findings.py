@@ -85,11 +85,18 @@ def scorecard_html(findings, figures: dict[str, str], *, title: str = "claim (Vo
         if details:
             measured += '<ul class="details">' + "".join(f"<li>{html.escape(d)}</li>" for d in details) + "</ul>"
         verdict = _badge(f.verdict) + (f"<br><small>{html.escape(f.why)}</small>" if f.why else "")
+        if getattr(f, "earlier", None):
+            verdict += f"<br><small>{html.escape(_earlier(f.earlier))}</small>"
         out.append(f'<tr class="{"part" if part else "claim"}" id="{row_id}-{html.escape(_label(f))}">'
                    f'<td>{label}</td><td>{claim}</td><td>{html.escape(getattr(f, "paper", "") or "-")}</td>'
                    f'<td>{measured}</td><td class="verdict-cell">{verdict}</td></tr>')
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def _earlier(e: dict) -> str:
+    """The verdict of a claim's earlier rule, as printed beside the current one."""
+    return f"Earlier rule ({e['rule']}): {e['verdict']}" + (f" ({e['why']})" if e.get("why") else "")
 
 
 def _cell(text: str) -> str:
@@ -110,5 +117,7 @@ def scorecard_md(findings, figures: dict[str, str], *, title: str = "claim (Voit
             measured += "<br><small>" + "; ".join(_cell(d) for d in details) + "</small>"
         claim = _cell(f.claim) + (f"<br><small>Rule: {_cell(f.rule)}</small>" if f.rule else "")
         verdict = f.verdict + (f" ({_cell(f.why)})" if f.why else "")
+        if getattr(f, "earlier", None):
+            verdict += f"<br><small>{_cell(_earlier(f.earlier))}</small>"
         lines.append(f"| {label} | {claim} | {_cell(getattr(f, 'paper', '') or '-')} | {measured} | {verdict} |")
     return lines

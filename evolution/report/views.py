@@ -34,7 +34,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["views_data", "views_html", "write_views", "unpack_payload"]
+__all__ = ["views_data", "views_html", "write_views", "unpack_payload", "read_payload"]
 
 
 def _edges(maps: np.ndarray, top_k: int) -> list:
@@ -180,17 +180,33 @@ def _pack_edges(edges: list) -> str:
     return base64.b64encode(out.tobytes()).decode("ascii")
 
 
+def read_payload(path: str | Path) -> dict[str, Any]:
+    """The data of a written views page (``views.html``), unpacked (:func:`unpack_payload`)."""
+    import re
+
+    text = Path(path).read_text(encoding="utf-8")
+    found = re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
+    if found is None:
+        raise ValueError(f"{path}: not a views page (no data script); write one with write_views()")
+    return unpack_payload(json.loads(found.group(1).replace("<\\/", "</")))
+
+
 def unpack_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """The inverse of the page's packing (:func:`_compact`): edges as ``[query, key, weight]``
     lists (weights to 1/65535), queries and keys as nested lists of their float16 values. For
-    reading a written page's data back (tests, notebooks)."""
+    reading a written page's data back (tests, notebooks). A page written before the packing
+    (lists already) is returned as it is."""
     import base64
 
-    def edges(b64: str) -> list:
+    def edges(b64) -> list:
+        if not isinstance(b64, str):
+            return b64
         a = np.frombuffer(base64.b64decode(b64), dtype=_EDGE)
         return [[int(q), int(k), float(w) / 65535] for q, k, w in a]
 
-    def half(x: dict) -> list:
+    def half(x) -> list:
+        if not isinstance(x, dict):
+            return x
         return np.frombuffer(base64.b64decode(x["f16"]), dtype="<f2").astype(float).reshape(x["shape"]).tolist()
 
     out = {**payload, "models": []}

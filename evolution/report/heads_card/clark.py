@@ -3,12 +3,16 @@ read off the ``heads`` and ``heads_dependency`` groups.
 
 * C1 (sec. 3, fig. 2): attention concentrates on the sink tokens in the middle and upper
   layers: over half of BERT-base's attention in layers 6-10 goes to [SEP];
-* C2 (sec. 3, fig. 4): some heads attend broadly, especially in the lower layers;
+* C2 (sec. 3, fig. 4): some heads attend broadly, especially in the lower layers: the
+  lowest layer's heads are the broad ones (BERT-base's layer 1; the earlier rule, the lower
+  half of the layers against the upper half, is kept beside it as ``earlier``);
 * C3 (sec. 4.2, table 1): no head does syntax well overall, but particular heads find
   particular dependency relations far better than a fixed-offset baseline.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -16,7 +20,7 @@ from evolution.report.heads_card.base import (ALPHA, NOT_SIGNIFICANT, SINKS, Hea
                                               rank_greater, span, verdict)
 from evolution.report.scorecard.base import FAILS, HOLDS, NA, Finding, fmt
 
-__all__ = ["claim_sinks_upper", "claim_broad_lower", "claim_dependency_heads", "SINK_SHARE", "DEPENDENCY_MARGIN",
+__all__ = ["claim_sinks_upper", "claim_broad_lower", "claim_broad_lower_halves", "claim_dependency_heads", "SINK_SHARE", "DEPENDENCY_MARGIN",
            "SE_FACTOR", "MIN_ARCS"]
 
 #: C1: a layer "concentrates" on the sinks when they get at least this share of its attention
@@ -87,7 +91,53 @@ def claim_sinks_upper(run: HeadRun) -> Finding:
     return verdict("C1", claim, rule, outcomes, left_out, **args)
 
 
+def _entropy_share(run: HeadRun, m: str) -> np.ndarray:
+    """(layer, head) entropy of each head as a share of the uniform attention's."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return run.measure(m, "entropy") / run.measure(m, "uniform_entropy")
+
+
 def claim_broad_lower(run: HeadRun) -> Finding:
+    claim = "Attention is broadest in the lowest layer."
+    rule = ("per model, each head's entropy as a share of the uniform attention's (heads/value entropy / "
+            "uniform_entropy): the heads of the first layer above the heads of every other layer (one-sided "
+            f"Mann-Whitney over heads, p < {ALPHA:g}; Clark et al.: BERT-base's layer-1 heads attend most broadly); "
+            "every model with the numbers")
+    args = dict(paper=PAPER["C2"], figure="heads_entropy")
+    if run.heads is None:
+        return verdict("C2", claim, rule, [], {}, missing="no heads group in this run", **args)
+    if not run.has_measures("entropy", "uniform_entropy"):
+        return verdict("C2", claim, rule, [], {}, missing="the heads group has no entropy and uniform_entropy",
+                       **args)
+    outcomes, left_out = [], {}
+    row = {int(x): i for i, x in enumerate(run.heads.layer.values)}
+    for m in run.models():
+        layers = run.layers(m)
+        if len(layers) < 2:
+            left_out[m] = "fewer than 2 layers"
+            continue
+        share = _entropy_share(run, m)
+        first = share[row[layers[0]]]
+        rest = np.concatenate([share[row[x]] for x in layers[1:]])
+        first, rest = first[np.isfinite(first)], rest[np.isfinite(rest)]
+        a, p = rank_greater(first, rest)
+        means = [float(np.nanmean(share[row[x]])) for x in layers]
+        text = (f"entropy {fmt(first.mean())} of uniform (layer {layers[0]}) vs {fmt(rest.mean())} (layers "
+                f"{span(layers[1:])}); layer means {', '.join(fmt(x) for x in means)}; A = {fmt(a)}, p = {pfmt(p)}")
+        short = f"{fmt(first.mean())} vs {fmt(rest.mean())} of uniform, p = {pfmt(p)}"
+        if a <= 0.5:
+            outcomes.append(Outcome(m, FAILS, text, "the first layer's heads are not the broader ones", short))
+        else:
+            outcomes.append(Outcome(m, HOLDS if p < ALPHA else NA, text, "" if p < ALPHA else NOT_SIGNIFICANT, short))
+    found = verdict("C2", claim, rule, outcomes, left_out, **args)
+    old = claim_broad_lower_halves(run)
+    return replace(found, earlier={k: getattr(old, k) for k in ("claim", "rule", "verdict", "why", "measured")})
+
+
+def claim_broad_lower_halves(run: HeadRun) -> Finding:
+    """C2 under its rule until 2026-11-26: the lower half of the layers against the upper half
+    (kept beside the verdict for comparison; a model whose layers 2-L/2 are narrow fails it
+    although its first layer is its broadest)."""
     claim = "Attention is broader in the lower layers than in the upper ones."
     rule = ("per model, each head's entropy as a share of the uniform attention's (heads/value entropy / "
             "uniform_entropy): the lower half of the layers above the upper half (one-sided Mann-Whitney over heads, "
@@ -105,8 +155,7 @@ def claim_broad_lower(run: HeadRun) -> Finding:
         if len(layers) < 2:
             left_out[m] = "fewer than 2 layers"
             continue
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = run.measure(m, "entropy") / run.measure(m, "uniform_entropy")
+        share = _entropy_share(run, m)
         lower, upper = halves(layers)
         lo = np.concatenate([share[row[x]] for x in lower])
         hi = np.concatenate([share[row[x]] for x in upper])

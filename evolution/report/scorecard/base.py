@@ -57,6 +57,9 @@ class Finding:
     figure: str = ""
     details: tuple[str, ...] = ()
     part: str = ""
+    #: the same claim under an earlier rule, kept beside the verdict for comparison (its
+    #: ``rule``, ``verdict``, ``why``, ``measured``); omitted from :meth:`as_dict` when None
+    earlier: dict | None = None
 
     @property
     def label(self) -> str:
@@ -65,6 +68,8 @@ class Finding:
     def as_dict(self) -> dict:
         d = asdict(self)
         d["details"] = list(self.details)
+        if d["earlier"] is None:
+            del d["earlier"]
         return d
 
 
