@@ -53,3 +53,36 @@ def test_no_committed_result_names_a_machine_path():
         for m in set(ABSOLUTE.findall(text)):
             offenders.append(f"{rel}: {m}")
     assert not offenders, "\n".join(sorted(offenders)[:40])
+
+
+def _docs_blocks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_blocks", REPO / "tools" / "docs_blocks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_docs_blocks_that_quote_committed_results_are_what_the_results_give():
+    """README, docs/metrics.md and docs/heads.md quote the committed scorecard and head verdicts
+    through generated blocks: a recompute that changes a number makes this fail until
+    `python tools/docs_blocks.py` rewrites them."""
+    assert _docs_blocks().stale() == []
+
+
+def test_the_summary_sentence_counts_the_verdicts(tmp_path):
+    """On a made-up report: claims 1-3, 5 and 8 of 12 hold (11b not counted), 2 of 3 head checks."""
+    import json
+
+    mod = _docs_blocks()
+    card = [{"number": n, "part": "", "claim": "c", "verdict": "holds" if n in (1, 2, 3, 5, 8) else "does not hold",
+             "measured": ""} for n in range(1, 13)]
+    card.insert(11, {"number": 11, "part": "b", "claim": "c", "verdict": "holds", "measured": ""})
+    heads = [{"number": x, "claim": "c", "verdict": v, "why": ""} for x, v in
+             (("C1", "holds"), ("C2", "not measurable here"), ("K1", "holds"))]
+    (tmp_path / "scorecard.json").write_text(json.dumps(card))
+    (tmp_path / "head_verdicts.json").write_text(json.dumps(heads))
+    assert mod.summary_sentence(tmp_path) == ("5 of the paper's 12 claims hold (claims 1-3, 5 and 8), and 2 of the 3 "
+                                              "head-paper checks hold (2 hold, 1 cannot be measured on these models).")
+    assert mod._ranges(["1", "2", "4", "5", "6", "9"]) == "1, 2, 4-6 and 9"

@@ -144,7 +144,7 @@ def claim_frequent_change_more(run: Run) -> list[Finding]:
     name, ds = _change_group(run)
 
     def out(measured, verdict, why="", details=(), part="", c=claim, r=rule):
-        return Finding(11, c, r, measured, verdict, why, paper=str(PAPER[11]) if not part else "",
+        return Finding(11, c, r, measured, verdict, why, paper=str(PAPER[f"11{part}" if part else 11]),
                        figure=f"{name}_pwcca" if name else "change_pwcca", details=details, part=part)
 
     if ds is None:

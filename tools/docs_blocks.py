@@ -1,0 +1,130 @@
+"""The blocks of the docs that quote committed results, written from those results, so that a
+recompute cannot leave stale numbers behind. A block sits between two markers in a Markdown file:
+
+    <!-- generated: NAME (python tools/docs_blocks.py) -->
+    ...
+    <!-- end: NAME -->
+
+    python tools/docs_blocks.py           # rewrite every block from the committed artefacts
+    python tools/docs_blocks.py --check   # exit 1, naming the stale blocks, when any differs
+
+``tests/test_docs.py`` runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIBLE_FULL = ROOT / "results" / "bible-full" / "report"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def scorecard_table(report: Path = BIBLE_FULL) -> str:
+    """The committed scorecard as a table: claim, verdict, the numbers it read (``measured``)."""
+    rows = ["| # | claim | verdict | numbers (`report/scorecard.json`, measured) |", "|---|---|---|---|"]
+    for c in json.loads((report / "scorecard.json").read_text(encoding="utf-8")):
+        label = f"{c['number']}{c.get('part') or ''}"
+        rows.append(f"| {label} | {_cell(c['claim'])} | {c['verdict']} | {_cell(c['measured'])} |")
+    return "\n".join(rows)
+
+
+def head_verdict_table(report: Path = BIBLE_FULL) -> str:
+    """The committed head verdicts: claim, verdict, why, and the earlier rule's verdict where kept."""
+    rows = ["| # | claim | verdict | why (`report/head_verdicts.json`) |", "|---|---|---|---|"]
+    for c in json.loads((report / "head_verdicts.json").read_text(encoding="utf-8")):
+        why = c["why"] or "-"
+        if c.get("earlier"):
+            why += f"; under the earlier rule ({c['earlier']['claim']}): {c['earlier']['verdict']}"
+        rows.append(f"| {c['number']} | {_cell(c['claim'])} | {c['verdict']} | {_cell(why)} |")
+    return "\n".join(rows)
+
+
+def _count(findings: list[dict]) -> Counter:
+    return Counter(c["verdict"] for c in findings)
+
+
+def summary_sentence(report: Path = BIBLE_FULL) -> str:
+    """How many of the paper's 12 claims (11b apart) and of the head verdicts hold."""
+    card = json.loads((report / "scorecard.json").read_text(encoding="utf-8"))
+    twelve = [c for c in card if not c.get("part")]
+    held = [str(c["number"]) for c in twelve if c["verdict"] == "holds"]
+    heads = json.loads((report / "head_verdicts.json").read_text(encoding="utf-8"))
+    n = _count(heads)
+    parts = [f"{n[v]} {w}" for v, w in (("holds", "hold"), ("does not hold", "do not hold"),
+                                         ("not measurable here", "cannot be measured on these models")) if n[v]]
+    return (f"{len(held)} of the paper's {len(twelve)} claims hold (claims {_ranges(held)}), and "
+            f"{n['holds'] if n['holds'] else 'none'} of the {len(heads)} head-paper checks "
+            f"{'hold' if n['holds'] != 1 else 'holds'} ({', '.join(parts)}).")
+
+
+def _ranges(numbers: list[str]) -> str:
+    """"1-7, 9 and 11" from ["1", ..., "7", "9", "11"]."""
+    xs = sorted(int(x) for x in numbers)
+    runs: list[list[int]] = []
+    for x in xs:
+        if runs and x == runs[-1][-1] + 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    text = [f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs]
+    return ", ".join(text[:-1]) + " and " + text[-1] if len(text) > 1 else text[0]
+
+
+#: block name -> (file, function writing its text)
+BLOCKS = {
+    "scorecard-bible-full": ("docs/metrics.md", scorecard_table),
+    "head-verdicts-bible-full": ("docs/heads.md", head_verdict_table),
+    "summary-bible-full": ("README.md", summary_sentence),
+}
+
+
+def _pattern(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- generated: {re.escape(name)} \(python tools/docs_blocks.py\) -->\n)(.*?)"
+                      rf"(\n<!-- end: {re.escape(name)} -->)", re.S)
+
+
+def render(name: str) -> tuple[Path, str, str]:
+    """(file, its current text, its text with the block ``name`` rewritten)."""
+    rel, make = BLOCKS[name]
+    path = ROOT / rel
+    text = path.read_text(encoding="utf-8")
+    pattern = _pattern(name)
+    if not pattern.search(text):
+        raise ValueError(f"{rel}: no block {name!r}; add the markers '<!-- generated: {name} (python "
+                         f"tools/docs_blocks.py) -->' and '<!-- end: {name} -->'")
+    return path, text, pattern.sub(lambda m: m.group(1) + make() + m.group(3), text, count=1)
+
+
+def stale() -> list[str]:
+    """The names of the blocks whose text differs from what the artefacts give."""
+    return [name for name in BLOCKS if (lambda r: r[1] != r[2])(render(name))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only say which blocks are stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        names = stale()
+        for name in names:
+            print(f"stale: {name} in {BLOCKS[name][0]}; run python tools/docs_blocks.py")
+        return 1 if names else 0
+    for name in BLOCKS:
+        path, old, new = render(name)
+        if new != old:
+            path.write_text(new, encoding="utf-8")
+            print(f"rewrote {name} in {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
