@@ -126,3 +126,30 @@ def test_represent_releases_its_memory_and_folders(bert):
         cache = reps.cache
         assert cache.is_dir() and stores() != known
     assert not cache.exists() and stores() == known
+
+
+@pytest.mark.parametrize("tokens, words", [
+    ({"top": 3, "min_count": 2}, ["the", "on", "red"]),  # the 3 most frequent: 27, 15 and 15 occurrences
+    ({"top": 100, "min_count": 10}, ["the", "on", "red", "cat", "mat", "dog", "blue"]),  # >= 10 occurrences
+])
+def test_tokens_selects_the_types_that_mi_and_neighbours_analyse(bert, tokens, words):
+    """``tokens=`` is the config's token selection, not the API's default (the 100 most frequent
+    types with >= 5 occurrences: all 13 words of the test sentences, 150 occurrences). Counted by
+    hand on the sentences (3 copies of 8): the 27, on 15, red 15, cat / mat / dog / blue 12 each,
+    sat / a / and 9, ran / to / was 6. MI's occurrences and H(X), and the neighbour queries, must
+    be those of the selected words only."""
+    from collections import Counter
+
+    words_count = Counter(w for s in SENTENCES for w in s.split())
+    assert sorted(words_count.values(), reverse=True) == [27, 15, 15, 12, 12, 12, 12, 9, 9, 9, 6, 6, 6]
+    with ev.represent(bert, SENTENCES) as reps:
+        pieces = Counter(reps["bert"].token_str.values.tolist())
+        assert pieces == words_count  # the tiny BERT's vocabulary is the words: one piece per word
+        counts = np.array([words_count[w] for w in words], dtype=float)
+        p = counts / counts.sum()
+        mi = ev.mi(reps, tokens=tokens, k=4, restarts=1, bootstrap=0)
+        n = mi.n.sel(model="bert", target="input").values
+        assert n.tolist() == [counts.sum()] * len(n), n  # every layer: the selected words' occurrences
+        assert float(mi.entropy.sel(model="bert", target="input")) == pytest.approx(-(p * np.log(p)).sum(), rel=1e-9)
+        nb = ev.neighbors(reps, tokens=tokens, k=3, bootstrap=0)
+        assert int(nb.queries.sel(model="bert", measure="same_token")) == counts.sum()

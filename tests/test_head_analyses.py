@@ -103,10 +103,23 @@ def test_probes_group_and_right_branching_against_a_plain_loop(trained, stage):
         data[split], _ = _probe_sentences(a, read_conllu(resolve_treebank(name), max_sentences=30),
                                           max_batch_tokens=trained["cfg"].extract.max_batch_tokens)
     assert len(data["test"]) == len(test) and len(data["train"]) != len(data["test"])
-    assert int(ds.sentences.sel(model="lm", split="train")) == len(data["train"])  # fitted on dev, not on test
+    # fitted on dev (less its held-out share, the default 0.1), not on test
+    held = round(0.1 * len(data["train"]))
+    assert int(ds.sentences.sel(model="lm", split="held_out")) == held
+    assert int(ds.sentences.sel(model="lm", split="train")) == len(data["train"]) - held
+    from evolution.metrics.probes import split_held_out
+
+    fit, held_out = split_held_out(data["train"], 0.1, seed=trained["cfg"].seed)
     for kind in ("attention", "attention_words"):
-        direct = uas(fit_probe(data["train"], kind=kind, epochs=1, seed=trained["cfg"].seed), data["test"])
-        assert float(ds.uas.sel(model="lm", probe=kind)) == pytest.approx(direct, abs=1e-12), kind
+        probe = fit_probe(fit, kind=kind, epochs=50, seed=trained["cfg"].seed, shuffle=True, held_out=held_out,
+                          patience=3)
+        assert float(ds.uas.sel(model="lm", probe=kind)) == pytest.approx(uas(probe, data["test"]), abs=1e-12), kind
+        # the stored learning curve is the probe's, up to the epoch it stopped at; the kept epoch is its best
+        n = len(probe.curve)
+        np.testing.assert_allclose(ds.curve_uas.sel(model="lm", probe=kind).values[:n], [c[2] for c in probe.curve])
+        assert np.isnan(ds.curve_uas.sel(model="lm", probe=kind).values[n:]).all()
+        assert int(ds.best_epoch.sel(model="lm", probe=kind)) == probe.best_epoch
+    assert np.isnan(ds.curve_uas.sel(probe="right_branching")).all()
 
 
 def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(trained, tmp_path):

@@ -512,6 +512,29 @@ def test_v1_counts_rare_token_heads_from_the_stated_share(tmp_path):
     assert "rare-token" not in _line(f, "mt") and "2 head(s) with a role" in _line(f, "mt")
 
 
+def test_v1_a_head_whose_rare_token_share_is_nan_has_no_rare_token_role(tmp_path):
+    """A NaN share (the head's rarest token was never measured) is no evidence of a rare-token
+    head: with one head of mt at NaN, mt still has 3 heads with a role (1 positional, 1 syntactic,
+    1 rare-token) against 9 without, and its p is the exact Mann-Whitney p of that split."""
+    d = _holding()
+    path = tmp_path / "nan"
+    path.mkdir()
+    ds = _heads(d)
+    nan_head = (2, 0)  # layer 3, head 0: no role, confidence 0.26
+    assert not d["mt"]["role"][nan_head]
+    share = ds.rare_token_share.values.copy()
+    share[MODELS.index("mt"), nan_head[0], nan_head[1]] = np.nan
+    ds["rare_token_share"] = (("model", "layer", "head"), share)
+    write_metrics(path / "m.zarr", {"heads": ds}, fingerprint="test")
+    f = {x.label: x for x in head_verdicts(path / "m.zarr")}["V1"]
+    line = _line(f, "mt")
+    assert "3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token)" in line, line
+    assert " vs 9 without " in line, line
+    conf = d["mt"]["confidence"]
+    ref = _exact_mw(conf[d["mt"]["role"]], conf[~d["mt"]["role"]])[1]
+    assert _p(f.measured, "mt") == pytest.approx(ref, abs=6e-4)
+
+
 def test_v2_reads_lrp_relevance_where_stored_else_importance_normalised_per_layer(tmp_path):
     d = _holding()
     d["mt"]["importance"] = np.where(d["mt"]["role"], 0.01, 0.5)  # mask importance says the opposite for MT

@@ -234,3 +234,28 @@ def test_batches_of_each_epoch_follow_their_own_generator():
         assert sorted(i for b in got for i in b) == list(range(len(items)))
         assert all(max(items[i].length for i in b) * len(b) <= 64 or len(b) == 1 for b in got)
     assert epoch(0) != epoch(1)
+
+
+def test_the_from_scratch_control_starts_from_a_fresh_initialisation_not_the_pretrained_weights(trained, tmp_path):
+    """train_with_heads re-initialises the model before training (Voita et al. 2019, sec. 6: the
+    control that trains the pruned architecture from scratch). With 0 updates its weights are the
+    starting point: every LayerNorm at PyTorch's initialisation (weight 1, bias 0), which the
+    trained checkpoint's are not, and no weight matrix equal to the checkpoint's."""
+    pretrained = _mt(trained)
+    before = {k: v.detach().clone() for k, v in pretrained._model.state_dict().items()}
+    norms = [m for m in pretrained._model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and not all(torch.equal(m.weight, torch.ones_like(m.weight)) and
+                             torch.equal(m.bias, torch.zeros_like(m.bias)) for m in norms)  # the premise
+    a = _mt(trained)
+    items = pruning.training_items(a, SOURCES, TARGETS)
+    layout = {att: np.ones((len(a.output_projections(att)), a.attention_modules(att)[0].num_heads))
+              for att in a.attention_types}
+    pruning.train_with_heads(a, items, directory=tmp_path / "scratch", layout=layout, updates=0, max_tokens=200,
+                             seed=3, progress=False)
+    same = [k for k, v in a._model.state_dict().items()
+            if v.dim() >= 2 and v.is_floating_point() and torch.equal(v, before[k])]
+    assert same == [], f"the from-scratch run starts from the pretrained {same}"
+    for name, m in a._model.named_modules():
+        if isinstance(m, torch.nn.LayerNorm):
+            assert torch.equal(m.weight, torch.ones_like(m.weight)), f"{name}.weight is not a fresh LayerNorm's 1"
+            assert torch.equal(m.bias, torch.zeros_like(m.bias)), f"{name}.bias is not a fresh LayerNorm's 0"

@@ -7,6 +7,8 @@ seed replicate that fails while the base model holds)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -29,11 +31,12 @@ def _replicates(model: str) -> list[str]:
 
 
 def _mi(curves: dict[tuple[str, str], list[float]], *, sd: float = 0.01, sentence_sd: float = 0.0,
-        shuffled: float | dict = 0.1, entropy: float = H) -> xr.Dataset:
+        shuffled: float | dict = 0.1, entropy: float = H, layers: int = L) -> xr.Dataset:
     """MI per (model, target): ``curves`` give mi_mean; the two restarts sit at mean -/+ sd/sqrt(2)
-    (so their ddof=1 sd is ``sd``); the corrected MI's sentence interval is mean -/+ Z sentence_sd."""
+    (so their ddof=1 sd is ``sd``); the corrected MI's sentence interval is mean -/+ Z sentence_sd.
+    ``layers``: the number of layers of the curves (default :data:`L`)."""
     targets = ["input", "output", "masked_input"]
-    shape = (len(MODELS), L, len(targets))
+    shape = (len(MODELS), layers, len(targets))
     mi = np.full(shape + (2,), np.nan)
     shuf = np.full(shape, np.nan)
     for (model, target), c in curves.items():
@@ -56,7 +59,7 @@ def _mi(curves: dict[tuple[str, str], list[float]], *, sd: float = 0.01, sentenc
                        "k": (("model", "layer", "target"), np.full(shape, 30.0)),
                        "n": (("model", "layer", "target"), np.full(shape, 3000.0)),
                        "entropy": (("model", "target"), np.full((len(MODELS), 3), entropy))},
-                      coords={"model": MODELS, "layer": np.arange(L), "target": targets, "restart": [0, 1],
+                      coords={"model": MODELS, "layer": np.arange(layers), "target": targets, "restart": [0, 1],
                               "bound": ["low", "high"]})
 
 
@@ -473,6 +476,89 @@ def test_rare_influence_needs_the_rare_bin_to_peak_at_layer_1(tmp_path):
     assert by["12"].verdict == FAILS, (by["12"].verdict, by["12"].why)
     assert "mt: the rare bin's influence peaks at layer 2" in by["12"].why
     assert "most influential" not in by["12"].why and "overlap" not in by["12"].why
+
+
+# --- each rule at its own boundary, against the answer worked out by hand ------------------------------
+
+def test_claim_1_top_layer_equal_to_layer_2_is_no_fall(tmp_path):
+    """Claim 1 on its boundary: no restart spread and no sentence interval, so 2 combined sd is 0
+    and the rule asks the top layer to be strictly below layer 2. Here it is equal to it (3.5 and
+    3.5, the same float): the LM's MI does not fall, so the claim does not hold. Counting a
+    difference *equal* to the threshold (>= instead of >) would let it hold."""
+    mi = _mi({("lm", "input"): [3.9, 3.7, 3.5, 3.5]}, sd=0.0)
+    by = _card(tmp_path, _with(mi=mi))
+    assert by["1"].verdict == FAILS, (by["1"].verdict, by["1"].why)
+    assert "the top layer is not below layer 2" in by["1"].why
+
+
+def test_claim_1_a_flat_step_is_no_rise(tmp_path):
+    """Claim 1 on its other boundary: five layers, no spread (2 combined sd = 0); the LM's MI falls
+    from layer 2 (3.5) to the top (3.0) and is flat from layer 2 to 3 (3.5, 3.5). A flat step does
+    not rise by more than 2 combined sd, so the claim holds; counting a step equal to the
+    threshold as a rise (>= instead of >) would report a rise at layer 3 and fail it."""
+    mi = _mi({("lm", "input"): [3.9, 3.7, 3.5, 3.5, 3.0]}, sd=0.0, layers=5)
+    by = _card(tmp_path, _with(mi=mi))
+    assert by["1"].verdict == HOLDS, (by["1"].verdict, by["1"].why)
+    assert "rises" not in by["1"].why
+    assert "top 0.72 H" in by["1"].measured  # layer 4: 3.0 minus the control 0.1, over H = 4
+
+
+@pytest.mark.parametrize("curve, layer", [([3.9, 3.1, 3.9, 3.9], 1), ([3.9, 3.9, 3.1, 3.9], 2)])
+def test_claim_2_finds_the_minimum_of_the_middle_layers(tmp_path, curve, layer):
+    """The MLM's MI(input) dips at one middle layer only (3.1, 3.0 after the control = 0.75 H) and
+    is 3.9 at layer 0, the other middle layer and the top: the minimum over the middle layers is at
+    ``layer``, below both ends by far more than 2 combined sd, so the claim holds. A minimum
+    located one layer off lands on a layer equal to an end (3.9) and would fail it."""
+    by = _card(tmp_path, _with(mi=_mi({**PAPER_MI, ("mlm", "input"): curve})))
+    assert by["2"].verdict == HOLDS, (by["2"].verdict, by["2"].why, by["2"].measured)
+    for replicate in ("mlm", "mlm-seed1"):
+        assert re.search(rf"(^|; ){replicate}: layer 0 0\.95 H [^,]*, minimum 0\.75 H \([^)]*\) at layer {layer},",
+                         by["2"].measured), by["2"].measured
+
+
+def test_claim_9_reads_the_interval_of_each_named_pair(tmp_path):
+    """Claim 9's intervals are those of the base models' LM-MT and MT-MLM pairs: LM-MT 0.6 and
+    MT-MLM 0.3 with half-width 0.02 give [0.58, 0.62] vs [0.28, 0.32], apart: holds. The third
+    pair, LM-MLM at 0.59 ([0.57, 0.61]), overlaps LM-MT, and the seed replicates' pairs sit
+    elsewhere (LM-MT 0.7, MT-MLM 0.2): reading any other pair's interval prints other numbers (and
+    for LM-MLM in MT-MLM's place turns the verdict into "not measurable")."""
+    pairs = {"seed": 0.1, frozenset({"lm", "mt"}): 0.6, frozenset({"mt", "mlm"}): 0.3,
+             frozenset({"lm", "mlm"}): 0.59}
+    overrides = {}
+    for layer in range(L):
+        for lm in ("lm", "lm-seed1"):
+            for mt in ("mt", "mt-seed1"):
+                if (lm, mt) != ("lm", "mt"):
+                    overrides[(frozenset({lm, mt}), layer)] = 0.7
+        for mt in ("mt", "mt-seed1"):
+            for mlm in ("mlm", "mlm-seed1"):
+                if (mt, mlm) != ("mt", "mlm"):
+                    overrides[(frozenset({mt, mlm}), layer)] = 0.2
+    by = _card(tmp_path, _with(similarity=_similarity(pairs, half_width=0.02, overrides=overrides)))
+    f = by["9"]
+    assert "base models' 95% intervals [0.580, 0.620] vs [0.280, 0.320]" in f.measured, f.measured
+    assert f.verdict == HOLDS, (f.verdict, f.why)
+    assert "d(LM, MT) 0.600-0.700, d(MT, MLM) 0.200-0.300" in f.measured, f.measured
+
+
+@pytest.mark.parametrize("pair, distance, seeds, objectives", [
+    # one objective's seeds far apart (0.4), the others' close (0.1); objectives no closer than 0.3
+    (frozenset({"lm", "lm-seed1"}), 0.4, "0.400", "0.300"),
+    # seeds at 0.1; one pair of objectives (MT of seed 1, base LM) closer than that, at 0.05
+    (frozenset({"mt-seed1", "lm"}), 0.05, "0.100", "0.050"),
+])
+def test_claim_10_compares_the_farthest_seeds_with_the_closest_objectives(tmp_path, pair, distance, seeds,
+                                                                        objectives):
+    """Claim 10's rule: at every layer from 1 up, the *largest* distance between two seeds of one
+    objective below the *smallest* distance between two objectives. In both cases some seed pair
+    is closer than every objective pair, but the farthest seed pair is not: the claim does not
+    hold at layers 1-3. Taking the closest seed pair (or the farthest objectives) would let it
+    hold."""
+    overrides = {(pair, layer): distance for layer in range(L)}
+    by = _card(tmp_path, _with(similarity=_similarity(PAPER_PAIRS, overrides=overrides)))
+    f = by["10"]
+    assert f.verdict == FAILS and "fails at layer(s) [1, 2, 3]" in f.why, (f.verdict, f.why)
+    assert f"layer 1: seeds <= {seeds}, objectives >= {objectives}" in f.measured, f.measured
 
 
 @pytest.mark.parametrize("run", ["bible-full", "bible-paper"])

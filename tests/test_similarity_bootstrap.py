@@ -186,3 +186,61 @@ def test_one_pair_and_its_replicates_equal_the_resampled_views(dead):
         want = pair_similarity(View(x[idx], min_ratio=min_ratio), View(y[idx], min_ratio=min_ratio))
         np.testing.assert_allclose(reps[r], want, rtol=0, atol=TOLERANCE)
     assert np.isnan(reps[:, 0]).any() and np.isfinite(reps[:, 0]).any()
+
+
+def test_change_intervals_go_to_their_own_rank_bin_and_equal_size_bin():
+    """Two frequency-rank bins and three equal-size bins: one bootstrap computes both kinds side by
+    side, and the intervals are split back per kind. Ranks 1..90 appear 30 times each (in random
+    sentences), so the three equal-size bins are exactly ranks 1-30, 31-60, 61-90 and the rank
+    bins [1, 4) and [4, 91) hold 90 and 2,610 rows; layer n + 1 is layer n plus noise of sd
+    rank / 30, so the five bins change by clearly different amounts. Each bin's estimate is
+    computed here from its own mask by the definition (adjacent_change); each interval must
+    bracket its own bin's estimate and, at layer pair 0-1, no other bin's."""
+    from evolution.analyses.similarity import _subsets, with_intervals
+    from evolution.config import SimilarityConfig
+    from evolution.metrics.similarity import adjacent_change
+
+    rng = np.random.default_rng(11)
+    n_sentences, d, n_rep = 225, 4, 40
+    sentence = np.repeat(np.arange(n_sentences), 12)
+    rank = rng.permutation(np.repeat(np.arange(1, 91), len(sentence) // 90))
+    noise = rank / 30.0
+    states = [rng.normal(size=(len(sentence), d))]
+    for _ in range(2):
+        states.append(states[-1] + noise[:, None] * rng.normal(size=(len(sentence), d)))
+    rank_bins = [(1, 4), (4, 91)]
+    by_hand = {"change": [(rank >= lo) & (rank < hi) for lo, hi in rank_bins],
+               "change_equal": [(rank >= 1 + 30 * b) & (rank < 31 + 30 * b) for b in range(3)]}
+    truth = {kind: {m: np.asarray(v) for m, v in adjacent_change(states, dict(enumerate(masks)), methods=METHODS,
+                                                                  epsilon=1e-6, min_ratio=3.0, name="g")[0].items()}
+             for kind, masks in by_hand.items()}  # (layer pair, bin) per kind
+
+    every, split = _subsets(rank, bins=rank_bins, similarity=SimilarityConfig(equal_bins=3, min_ratio=3.0))
+    assert split == (2, 3)
+    for got, want in zip(every.values(), by_hand["change"] + by_hand["change_equal"]):
+        np.testing.assert_array_equal(got, want)
+    draws = sentence_draws(n_sentences, replicates=n_rep, seed=3)
+    got = change_with_replicates(states, every, group=sentence, draws=draws, methods=METHODS, epsilon=1e-6,
+                                 min_ratio=3.0, name="g")
+    layers = len(states)
+    estimate = {"views": [["g", layer] for layer in range(layers)],
+                "similarity": {m: np.eye(layers).tolist() for m in METHODS}, "bins": rank_bins,
+                "change": {m: {"g": got["estimate"][m][:, :2].tolist()} for m in METHODS},
+                "change_equal": {m: {"g": got["estimate"][m][:, 2:].tolist()} for m in METHODS},
+                "equal_sizes": {"n": [900, 900, 900]}}
+    block = {"first": 0, "replicates": n_rep, "pairs": [],
+             "between": {m: np.zeros((n_rep, layers, 0)) for m in METHODS},  # no pair of models here
+             "change": {m: {"g": got["replicates"][m]} for m in METHODS}}
+    interval = with_intervals(estimate, [block])["interval"]
+    for m in METHODS:
+        every_truth = np.concatenate([truth["change"][m], truth["change_equal"][m]], axis=1)
+        for kind, n_bins in (("change", 2), ("change_equal", 3)):
+            iv = np.asarray(interval[kind][m]["g"], dtype=float)
+            assert iv.shape == (layers - 1, n_bins, 2), (kind, m, iv.shape)
+            low, high = iv[..., 0], iv[..., 1]
+            inside = (low <= truth[kind][m]) & (truth[kind][m] <= high)
+            assert inside.all(), (kind, m, truth[kind][m], iv)
+            for b in range(n_bins):  # pair 0-1: the five bins apart, only the bin's own estimate inside
+                holds = (low[0, b] <= every_truth[0]) & (every_truth[0] <= high[0, b])
+                own = b if kind == "change" else 2 + b
+                assert np.flatnonzero(holds).tolist() == [own], (kind, m, b, iv[0, b], every_truth[0])

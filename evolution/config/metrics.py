@@ -174,7 +174,15 @@ class ProbesConfig(_Section):
     train: str = Field("ud-ewt-dev", description="treebank the probes are trained on (embedded name or CoNLL-U file)")
     test: str = Field("ud-ewt-test", description="treebank they are scored on")
     max_sentences: int | None = Field(None, ge=1, description="use only the first N sentences of each treebank")
-    epochs: int = Field(1, ge=1, description="passes over the training treebank (Clark et al.: 1)")
+    epochs: int = Field(50, ge=1, description="at most this many passes over the training treebank (Clark et al.: 1, "
+                                              "about 2,000 Adam steps, far from converged); with held_out > 0 "
+                                              "training stops earlier, when the held-out loss stops falling")
+    held_out: float = Field(0.1, ge=0, lt=1, description="share of the training treebank's sentences held out (drawn "
+                                                         "with the run's seed) for early stopping and the learning "
+                                                         "curve; 0: no early stopping, every epoch runs")
+    patience: int = Field(3, ge=1, description="epochs without a lower held-out loss before training stops; "
+                                               "the probe keeps its lowest-loss epoch")
+    shuffle: bool = Field(True, description="visit the sentences in a new random order every epoch")
 
     @field_validator("train", "test", mode="before")
     @classmethod

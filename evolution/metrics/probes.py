@@ -20,9 +20,11 @@ j = the j-th word, 1-based). ROOT's score from attention is built from the
 attention to the special tokens, with two scalars shared across maps:
 ``M_k[i, ROOT] = r_start M_k[i, first special] + r_end M_k[i, last special]``.
 Training: summed cross-entropy over the words of one sentence per step, Adam
-(lr 0.002), one epoch, glorot-uniform initialisation (TensorFlow 1's default,
-also for the scalars, whose fans are 1); prediction is the argmax. UAS leaves
-out words whose gold relation is ``punct``.
+(lr 0.002), glorot-uniform initialisation (TensorFlow 1's default, also for the
+scalars, whose fans are 1); prediction is the argmax. UAS leaves out words whose
+gold relation is ``punct``. The paper trains one epoch; :func:`fit_probe` with
+``held_out`` sentences trains until their loss stops falling (early stopping,
+the weights of the best epoch kept) and records the learning curve.
 
 Departures from the released code (clarkkev/attention-analysis b609cfc,
 Syntax_Analysis.ipynb, raw lines 464-588, ``class Probe``):
@@ -40,14 +42,14 @@ Syntax_Analysis.ipynb, raw lines 464-588, ``class Probe``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 import numpy as np
 import torch
 
 __all__ = ["ProbeSentence", "Probe", "word_level_attention", "word_level_embeddings", "distance_features",
-           "fit_probe", "right_branching", "uas", "KINDS", "N_DISTANCE_FEATURES"]
+           "fit_probe", "split_held_out", "right_branching", "uas", "KINDS", "N_DISTANCE_FEATURES"]
 
 KINDS = ("attention", "attention_words", "distance_words")
 N_DISTANCE_FEATURES = 8
@@ -210,10 +212,14 @@ def _inputs(s: ProbeSentence, kind: str):
 class Probe:
     """A fitted probe (:func:`fit_probe`). ``params``: its weights as NumPy arrays: ``map_weights``
     (2K,), first the K maps A then their transposes A^T; ``r_start``, ``r_end``; ``kernel`` (2d, 2K)
-    / (8 + 2d, hidden) and ``bias``; ``out_kernel``, ``out_bias`` (MLP)."""
+    / (8 + 2d, hidden) and ``bias``; ``out_kernel``, ``out_bias`` (MLP). With held-out sentences:
+    ``curve`` one ``(epoch, loss, uas)`` per epoch trained (held-out mean cross-entropy per word
+    and UAS), ``best_epoch`` the epoch whose weights the probe keeps (the lowest loss)."""
 
     kind: str
     net: _Net
+    curve: list[tuple[int, float, float]] = field(default_factory=list)
+    best_epoch: int | None = None
 
     @property
     def params(self) -> dict[str, np.ndarray]:
@@ -229,9 +235,37 @@ class Probe:
         return self.scores(sentence).argmax(axis=1)
 
 
+def split_held_out(sentences: Sequence[ProbeSentence], fraction: float, *, seed: int = 0
+                   ) -> tuple[list[ProbeSentence], list[ProbeSentence]]:
+    """(fit, held out): ``round(fraction * n)`` of the ``sentences`` (at least 1 when ``fraction``
+    > 0), drawn at random given ``seed``, held out; the rest in their order. ``fraction`` 0: all fit."""
+    sentences = list(sentences)
+    if not 0 <= fraction < 1:
+        raise ValueError(f"fraction must be in [0, 1), got {fraction}")
+    k = max(1, round(fraction * len(sentences))) if fraction > 0 else 0
+    if k >= len(sentences):
+        raise ValueError(f"holding out {k} of {len(sentences)} sentences leaves none to fit on")
+    held = set(np.random.default_rng(seed).permutation(len(sentences))[:k].tolist())
+    return ([s for i, s in enumerate(sentences) if i not in held], [s for i, s in enumerate(sentences) if i in held])
+
+
+def _held_out_score(net: _Net, sentences: Sequence[ProbeSentence], kind: str) -> tuple[float, float]:
+    """(mean cross-entropy per word, punctuation included as in training; UAS, punctuation excluded)."""
+    total = words = 0.0
+    preds = []
+    with torch.no_grad():
+        for s in sentences:
+            logits = net(*_inputs(s, kind))
+            total += float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(s.heads), reduction="sum"))
+            words += len(s.heads)
+            preds.append(logits.argmax(1).numpy())
+    return total / words, uas(preds, sentences)
+
+
 def fit_probe(sentences: Sequence[ProbeSentence], *, kind: Literal["attention", "attention_words", "distance_words"]
               = "attention", epochs: int = 1, lr: float = 0.002, transpose: bool = True, hidden: int = 256,
-              shuffle: bool = False, seed: int = 0) -> Probe:
+              shuffle: bool = False, seed: int = 0, held_out: Sequence[ProbeSentence] | None = None,
+              patience: int = 3) -> Probe:
     """Train a probe of Clark et al. (2019, section 5) on ``sentences`` (:class:`ProbeSentence`).
 
     One sentence per Adam step (``lr``), loss the cross-entropy of every word's
@@ -239,6 +273,12 @@ def fit_probe(sentences: Sequence[ProbeSentence], *, kind: Literal["attention", 
     sentence; ``epochs`` passes (the paper: 1) in the given order, or permuted
     per epoch (``shuffle``). ``transpose=False`` drops the A^T maps (Clark's
     ``include_transpose``); ``hidden`` the MLP width of ``distance_words``.
+
+    ``held_out`` (sentences not in ``sentences``; :func:`split_held_out`): early
+    stopping. After each epoch their mean loss per word and UAS are recorded
+    (:attr:`Probe.curve`); training stops after ``patience`` epochs without a
+    lower loss, or after ``epochs``, and the probe keeps the weights of its
+    lowest-loss epoch (:attr:`Probe.best_epoch`).
     Deterministic given ``seed`` (float64, one thread).
     """
     if kind not in KINDS:
@@ -246,23 +286,27 @@ def fit_probe(sentences: Sequence[ProbeSentence], *, kind: Literal["attention", 
     sentences = list(sentences)
     if not sentences:
         raise ValueError("no sentences")
+    if patience < 1:
+        raise ValueError(f"patience must be >= 1, got {patience}")
+    held_out = list(held_out) if held_out is not None else []
     needs_att, needs_emb = kind != "distance_words", kind != "attention"
-    if needs_att and any(s.attention is None for s in sentences):
+    if needs_att and any(s.attention is None for s in sentences + held_out):
         raise ValueError(f"kind {kind!r} needs every sentence's attention")
-    if needs_emb and any(s.embeddings is None for s in sentences):
+    if needs_emb and any(s.embeddings is None for s in sentences + held_out):
         raise ValueError(f"kind {kind!r} needs every sentence's embeddings")
-    n_maps = {s.attention.shape[0] for s in sentences} if needs_att else {0}
-    dims = {s.embeddings.shape[1] for s in sentences} if needs_emb else {0}
+    n_maps = {s.attention.shape[0] for s in sentences + held_out} if needs_att else {0}
+    dims = {s.embeddings.shape[1] for s in sentences + held_out} if needs_emb else {0}
     if len(n_maps) > 1 or len(dims) > 1:
         raise ValueError(f"sentences differ in the number of maps {n_maps} or the embedding size {dims}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    curve, best = [], (float("inf"), None, None)
     try:
         gen = torch.Generator().manual_seed(seed)
         net = _Net(kind, n_maps.pop(), dims.pop(), transpose, hidden, gen)
         opt = torch.optim.Adam(net.parameters(), lr=lr)
         rng = np.random.default_rng(seed)
-        for _ in range(epochs):
+        for epoch in range(1, epochs + 1):
             for idx in (rng.permutation(len(sentences)) if shuffle else range(len(sentences))):
                 s = sentences[idx]
                 logits = net(*_inputs(s, kind))
@@ -270,9 +314,18 @@ def fit_probe(sentences: Sequence[ProbeSentence], *, kind: Literal["attention", 
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+            if held_out:
+                loss, score = _held_out_score(net, held_out, kind)
+                curve.append((epoch, loss, score))
+                if loss < best[0]:
+                    best = (loss, epoch, {k: v.detach().clone() for k, v in net.state_dict().items()})
+                elif epoch - best[1] >= patience:
+                    break
+        if held_out:
+            net.load_state_dict(best[2])
     finally:
         torch.set_num_threads(threads)
-    return Probe(kind=kind, net=net)
+    return Probe(kind=kind, net=net, curve=curve, best_epoch=best[1])
 
 
 def right_branching(n: int) -> np.ndarray:

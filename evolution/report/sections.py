@@ -87,6 +87,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "heads_pruning_roles": ("heads-importance", "Roles of the heads that pruning keeps"),
     "heads_pruning_layers": ("heads-importance", "Heads kept per attention type and layer"),
     "heads_probes": ("heads-importance", "Attention parsing probes"),
+    "heads_probes_curve": ("heads-importance", "Parsing probes: learning curves"),
 }
 
 #: families of figures, one per metric or selection: prefix -> (subsection, title before the suffix)

@@ -6,7 +6,12 @@ the distance-plus-embeddings baseline (:mod:`evolution.metrics.probes`).
 Group ``heads_probes``: ``uas`` (model, probe) for ``attention`` (every head's
 attention in both directions), ``attention_words`` (plus the model's own
 layer-0 states averaged over each word's pieces, where the paper used frozen
-GloVe), ``distance_words`` and ``right_branching``; ``sentences`` (model, split).
+GloVe), ``distance_words`` and ``right_branching``; ``sentences`` (model, split:
+train = the sentences fitted on, held_out, test). Each probe (the baseline
+included) trains until the loss on ``metrics.probes.held_out`` of the training
+treebank stops falling; ``curve_uas`` and ``curve_loss`` (model, probe, epoch)
+hold its held-out UAS and mean loss per word after each epoch (NaN after it
+stopped, and for right branching), ``best_epoch`` (model, probe) the epoch kept.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ __all__ = ["HeadProbes", "probe_task", "PROBES"]
 
 PROBES = ("attention", "attention_words", "distance_words", "right_branching")
 SPLITS = ("train", "test")
+#: the sentence counts stored: fitted on, held out for early stopping (both from the train treebank), scored on
+COUNTS = ("train", "held_out", "test")
 
 
 def _probe_sentences(adapter, sentences, *, max_batch_tokens: int):
@@ -51,13 +58,15 @@ def _probe_sentences(adapter, sentences, *, max_batch_tokens: int):
 
 
 def probe_task(*, spec: dict, texts: str, train: str, test: str, max_sentences: int | None, epochs: int, seed: int,
-               max_batch_tokens: int, torch_threads: int = 1) -> dict[str, Any]:
+               max_batch_tokens: int, held_out: float = 0.0, patience: int = 3, shuffle: bool = False,
+               torch_threads: int = 1) -> dict[str, Any]:
     """UAS of each probe and baseline for one model (``texts``: the two treebanks saved by
-    :func:`~evolution.analyses.base.save_texts` under ``train`` / ``test``)."""
+    :func:`~evolution.analyses.base.save_texts` under ``train`` / ``test``), with each probe's
+    held-out learning curve."""
     import torch
 
     from evolution.corpus.conllu import read_conllu, resolve_treebank
-    from evolution.metrics.probes import fit_probe, right_branching, uas
+    from evolution.metrics.probes import fit_probe, right_branching, split_held_out, uas
     from evolution.models import cached_adapter
 
     torch.set_num_threads(torch_threads)
@@ -67,17 +76,27 @@ def probe_task(*, spec: dict, texts: str, train: str, test: str, max_sentences: 
     for split, name in (("train", train), ("test", test)):
         sentences = read_conllu(resolve_treebank(name), max_sentences=max_sentences, text=conllu[split])
         data[split], left_out[split] = _probe_sentences(adapter, sentences, max_batch_tokens=max_batch_tokens)
-    scores = {kind: uas(fit_probe(data["train"], kind=kind, epochs=epochs, seed=seed), data["test"])
-              for kind in PROBES[:3]}
+    fit, held = split_held_out(data["train"], held_out, seed=seed)
+    scores, curves = {}, {}
+    for kind in PROBES[:3]:
+        probe = fit_probe(fit, kind=kind, epochs=epochs, seed=seed, shuffle=shuffle, held_out=held or None,
+                          patience=patience)
+        scores[kind] = uas(probe, data["test"])
+        curves[kind] = {"loss": [c[1] for c in probe.curve], "uas": [c[2] for c in probe.curve],
+                        "best_epoch": probe.best_epoch}
     scores["right_branching"] = uas([right_branching(len(s.heads)) for s in data["test"]], data["test"])
     notes = [f"{spec['name']}: {n} sentence(s) of the {split} treebank left out (too long, or not aligned word "
              "by word)" for split, n in left_out.items() if n]
-    return {"uas": scores, "sentences": {split: len(v) for split, v in data.items()}, "notes": notes}
+    notes += [f"{spec['name']}: probe {kind} ran all {epochs} epochs without its held-out loss levelling off "
+              "(raise metrics.probes.epochs)" for kind, c in curves.items()
+              if held and len(c["loss"]) == epochs and c["best_epoch"] == epochs]
+    return {"uas": scores, "sentences": {"train": len(fit), "held_out": len(held), "test": len(data["test"])},
+            "curves": curves, "notes": notes}
 
 
 class HeadProbes(Analysis):
     name = "heads_probes"
-    version = 1
+    version = 2  # 2: early stopping on a held-out part of the training treebank, learning curves
     section = "probes"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -97,8 +116,10 @@ class HeadProbes(Analysis):
         return [Unit(m.name, probe_task,
                      dict(spec=m.spec, texts=saved, train=cfg.train, test=cfg.test, max_sentences=cfg.max_sentences,
                           epochs=cfg.epochs, seed=inputs.seed, max_batch_tokens=inputs.max_batch_tokens,
+                          held_out=cfg.held_out, patience=cfg.patience, shuffle=cfg.shuffle,
                           torch_threads=inputs.torch_threads),
                      key={"model": m.key, **key, "max_sentences": cfg.max_sentences, "epochs": cfg.epochs,
+                          "held_out": cfg.held_out, "patience": cfg.patience, "shuffle": cfg.shuffle,
                           "seed": inputs.seed})
                 for m in inputs.models.values()]
 
@@ -107,11 +128,29 @@ class HeadProbes(Analysis):
         if not models:
             return {}
         uas = np.array([[results[m]["uas"][p] for p in PROBES] for m in models], dtype=float)
-        sentences = np.array([[results[m]["sentences"][s] for s in SPLITS] for m in models])
+        sentences = np.array([[results[m]["sentences"].get(s, 0) for s in COUNTS] for m in models])
+        n_epochs = max([len(c["loss"]) for m in models for c in results[m].get("curves", {}).values()] + [0])
+        curve = {q: np.full((len(models), len(PROBES), n_epochs), np.nan) for q in ("uas", "loss")}
+        best = np.full((len(models), len(PROBES)), np.nan)
+        for i, m in enumerate(models):
+            for j, p in enumerate(PROBES):
+                c = results[m].get("curves", {}).get(p)
+                if c is None:
+                    continue
+                for q in ("uas", "loss"):
+                    curve[q][i, j, :len(c[q])] = c[q]
+                if c["best_epoch"] is not None:
+                    best[i, j] = c["best_epoch"]
+        dims = ("model", "probe", "epoch")
         ds = xr.Dataset({"uas": (("model", "probe"), uas, {"long_name": "unlabelled attachment score, punct excluded"}),
-                         "sentences": (("model", "split"), sentences)},
+                         "sentences": (("model", "split"), sentences),
+                         "curve_uas": (dims, curve["uas"], {"long_name": "held-out UAS after each epoch"}),
+                         "curve_loss": (dims, curve["loss"],
+                                        {"long_name": "held-out cross-entropy per word after each epoch"}),
+                         "best_epoch": (("model", "probe"), best, {"long_name": "the epoch whose weights the probe "
+                                                                                "keeps (lowest held-out loss)"})},
                         coords={"model": np.array(models, dtype=object), "probe": np.array(PROBES, dtype=object),
-                                "split": np.array(SPLITS, dtype=object)})
+                                "split": np.array(COUNTS, dtype=object), "epoch": np.arange(1, n_epochs + 1)})
         return {"heads_probes": ds}
 
     def tables(self, path):
@@ -120,10 +159,53 @@ class HeadProbes(Analysis):
         ds = open_group(path, "heads_probes")
         if ds is None:
             return []
-        rows = [["model", *[str(p).replace("_", " ") for p in ds.probe.values], "train / test sentences"]]
+        splits = [str(x) for x in ds.split.values]
+        rows = [["model", *[str(p).replace("_", " ") for p in ds.probe.values],
+                 " / ".join(x.replace("_", "-") for x in splits) + " sentences", "epochs kept"]]
         for m in ds.model.values:
+            kept = (" / ".join("-" if not np.isfinite(e) else str(int(e))
+                               for e in ds.best_epoch.sel(model=m).values[:3]) if "best_epoch" in ds else "1")
             rows.append([str(m), *[f"{float(ds.uas.sel(model=m, probe=p)):.3f}" for p in ds.probe.values],
-                         " / ".join(str(int(v)) for v in ds.sentences.sel(model=m).values)])
+                         " / ".join(str(int(v)) for v in ds.sentences.sel(model=m).values), kept])
         return [("Attention parsing probes (Clark et al. 2019, Table 3)", rows,
                  "UAS on the test treebank of probes trained on the train treebank, punctuation excluded. "
-                 "'attention words' adds the model's own layer-0 states where the paper used GloVe.")]
+                 "'attention words' adds the model's own layer-0 states where the paper used GloVe. Each probe "
+                 "(and the distance baseline) trains until its loss on the held-out part of the train treebank "
+                 "stops falling (metrics.probes.held_out, patience) and keeps its best epoch ('epochs kept': "
+                 "attention / attention words / distance words; figure 'Parsing probes: learning curves').")]
+
+
+def probe_curves(path):
+    """Held-out UAS of each probe after each epoch, one line per model, a dot at the epoch whose
+    weights the probe keeps (lowest held-out loss); None without learning curves."""
+    from evolution.analyses.plotting import WIDTH, concat, open_group, plt, tidy
+
+    ds = open_group(path, "heads_probes")
+    if ds is None or "curve_uas" not in ds or not ds.sizes.get("epoch") or not np.isfinite(ds.curve_uas).any():
+        return None
+    kinds = [p for p in PROBES[:3] if np.isfinite(ds.curve_uas.sel(probe=p)).any()]
+    pyplot = plt()
+    fig, axes = pyplot.subplots(1, len(kinds), figsize=(WIDTH, 3.0), squeeze=False, layout="constrained",
+                                sharey=True)
+    for ax, kind in zip(axes[0], kinds):
+        for m in ds.model.values:
+            y = ds.curve_uas.sel(model=m, probe=kind).values
+            line, = ax.plot(ds.epoch.values, y, label=str(m), lw=1.2)
+            best = float(ds.best_epoch.sel(model=m, probe=kind))
+            if np.isfinite(best):
+                ax.plot([best], [y[int(best) - 1]], "o", color=line.get_color(), ms=4)
+        ax.set_title(kind.replace("_", " "))
+        ax.set_xlabel("epoch")
+    axes[0][0].set_ylabel("held-out UAS")
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    frames = [tidy(ds.curve_uas, "held-out UAS"), tidy(ds.curve_loss, "held-out loss per word"),
+              tidy(ds.best_epoch, "best epoch")]
+    return fig, concat(frames)
+
+
+HeadProbes.figures = {
+    "heads_probes_curve": (probe_curves, "Learning curves of the parsing probes: UAS on the held-out part of the "
+                                         "training treebank after each epoch (metrics.probes.held_out), one line per "
+                                         "model; the dot marks the epoch whose weights the probe keeps (its lowest "
+                                         "held-out loss), after which training ran metrics.probes.patience epochs."),
+}
