@@ -210,21 +210,22 @@ def with_intervals(estimate: dict, blocks: list[dict]) -> dict:
                                                                 for m in methods}}
     iv = summarise_replicates(blocks)
     _centre(iv, sim={m: np.asarray(v, dtype=float) for m, v in estimate["similarity"].items()}, keys=keys,
-            change=change, n_layers=n_layers, split=(n_rank, n_equal))
+            change=change, n_layers=n_layers, bins={"change": n_rank, "change_equal": n_equal})
     return {**estimate, "interval": iv}
 
 
 def _centre(iv: dict, *, sim: dict[str, np.ndarray], keys: list[tuple[str, int]], change: dict,
-            n_layers: dict[str, int], split: tuple[int, int]) -> None:
+            n_layers: dict[str, int], bins: dict[str, int]) -> None:
     """Place the percentile intervals of :func:`bootstrap_distances` (``iv``, changed in
     place) around the estimates (:func:`~evolution.metrics.similarity.centre_intervals`):
     the same-layer distances from ``sim`` (views ``keys``) and the change of both kinds of
-    bin (``change[kind][method][model]``; ``split``: rank bins, equal-size bins), which
-    ``iv["change"]`` holds side by side; afterwards ``iv["change"]`` and
-    ``iv["change_equal"]`` hold them apart."""
+    bin (``change[kind][method][model]``; ``bins[kind]``: how many bins of that kind, ``change``
+    the rank bins, ``change_equal`` the equal-size ones), which ``iv["change"]`` holds side by
+    side, rank bins first; afterwards ``iv["change"]`` and ``iv["change_equal"]`` hold them apart."""
     view = {v: i for i, v in enumerate(keys)}
     L = max(n_layers.values())
-    subsets = sum(split)
+    kinds = ("change", "change_equal")  # the order of the replicates' columns
+    subsets = sum(bins[k] for k in kinds)
     centred: dict[str, dict] = {"change": {}, "change_equal": {}}
     for m in sim:
         est = np.full((L, len(iv["pairs"])), np.nan)
@@ -235,14 +236,14 @@ def _centre(iv: dict, *, sim: dict[str, np.ndarray], keys: list[tuple[str, int]]
         iv["between"][m] = centre_intervals(iv["between"][m], iv["between_mean"][m], est)
         for g, bounds in iv["change"][m].items():
             pairs = n_layers[g] - 1
-            full = np.concatenate([np.asarray(change[kind][m][g], dtype=float).reshape(pairs, n)
-                                   for kind, n in zip(("change", "change_equal"), split)], axis=1)
+            full = np.concatenate([np.asarray(change[kind][m][g], dtype=float).reshape(pairs, bins[kind])
+                                   for kind in kinds], axis=1)
             bounds = np.asarray(bounds, dtype=float).reshape(L - 1, subsets, 2)
             means = np.asarray(iv["change_mean"][m][g], dtype=float).reshape(L - 1, subsets)
             out = np.full(bounds.shape, np.nan)
             out[:pairs] = centre_intervals(bounds[:pairs], means[:pairs], full)
-            centred["change"].setdefault(m, {})[g] = out[:, :split[0]].tolist()
-            centred["change_equal"].setdefault(m, {})[g] = out[:, split[0]:].tolist()
+            centred["change"].setdefault(m, {})[g] = out[:, :bins["change"]].tolist()
+            centred["change_equal"].setdefault(m, {})[g] = out[:, bins["change"]:].tolist()
     iv.update(centred)
     del iv["between_mean"], iv["change_mean"]
 
