@@ -33,7 +33,7 @@ class CorpusStage(Stage):
             from evolution.corpus.sword import module_files
 
             return {m: tree_hash(module_files(c.sword_root, m)) for m in c.modules}
-        return {str(p): file_hash(p) for p in (c.path, c.target_path) if p is not None}
+        return {f: file_hash(getattr(c, f)) for f in ("path", "target_path") if getattr(c, f) is not None}
 
     def _annotated_inputs(self, ctx: Context) -> dict:
         from evolution.corpus.conllu import resolve_treebank
@@ -41,10 +41,20 @@ class CorpusStage(Stage):
         a = ctx.config.corpus.annotated
         return {} if a is None else {"annotated": file_hash(resolve_treebank(a))}
 
+    #: the corpus section's fields that name files: their content is in the key, where they are is not
+    #: (a clone of the project elsewhere, or another machine, finds the same keys)
+    LOCATIONS = ("sword_root", "path", "target_path", "annotated")
+
+    def _section(self, ctx: Context, fields=None) -> dict:
+        section = resolved_dict(ctx.config.corpus)
+        if fields is not None:
+            section = {k: v for k, v in section.items() if k in fields}
+        return {k: (None if k in self.LOCATIONS and v is not None else v) for k, v in section.items()}
+
     def key(self, ctx: Context) -> str:
         def compute():
-            section = resolved_dict(ctx.config.corpus)
-            return config_hash({"corpus": section, "inputs": {**self._inputs(ctx), **self._annotated_inputs(ctx)},
+            return config_hash({"corpus": self._section(ctx), "inputs": {**self._inputs(ctx),
+                                                                        **self._annotated_inputs(ctx)},
                                 "seed": ctx.config.seed})
         return ctx.memo("corpus.key", compute)
 
@@ -52,8 +62,9 @@ class CorpusStage(Stage):
         """Hash of what the training text depends on (not of what is analysed), so that
         analysing another split or adding annotated text reuses the trained models."""
         def compute():
-            section = {k: v for k, v in resolved_dict(ctx.config.corpus).items() if k not in self.ANALYSIS_FIELDS}
-            return config_hash({"corpus": section, "inputs": self._inputs(ctx), "seed": ctx.config.seed})
+            fields = [k for k in resolved_dict(ctx.config.corpus) if k not in self.ANALYSIS_FIELDS]
+            return config_hash({"corpus": self._section(ctx, fields), "inputs": self._inputs(ctx),
+                                "seed": ctx.config.seed})
         return ctx.memo("corpus.training_key", compute)
 
     def directory(self, ctx: Context) -> Path:

@@ -50,8 +50,11 @@ class ExtractStage(Stage):
                     inputs["training_text"] = training_text_hash(model.path)
             # where the store is is not what it holds: moving it (say, to object storage) keeps the keys
             extract = {**resolved_dict(ctx.config.extract), "store": None}
+            # nor where the model's files are: their content is in ``inputs``, so that a clone of the
+            # project elsewhere (or another machine) finds the same keys (and reuses committed units)
+            keyed = {k: (None if k in inputs else v) for k, v in model.keyed().items()}
             return config_hash({"corpus": CorpusStage().key(ctx), "extract": extract,
-                                "model": model.keyed(), "inputs": inputs, "store_version": STORE_VERSION})
+                                "model": keyed, "inputs": inputs, "store_version": STORE_VERSION})
         return ctx.memo(f"extract.key.{model.name}", compute)
 
     def training_text(self, ctx: Context, model: ModelConfig) -> Path | None:

@@ -44,9 +44,9 @@ class MetricsStage(Stage):
 
     @staticmethod
     def _config_of(metrics) -> dict:
-        """A ``metrics`` section for a key, without ``store`` and ``device`` (where the metrics go and run
-        is not what they are; :meth:`~evolution.config.base._Section.keyed`)."""
-        return {k: v for k, v in metrics.keyed().items() if k not in ("store", "device")}
+        """A ``metrics`` section for a key, without ``store``, ``device`` and ``reuse`` (where the metrics
+        go, run and may be copied from is not what they are; :meth:`~evolution.config.base._Section.keyed`)."""
+        return {k: v for k, v in metrics.keyed().items() if k not in ("store", "device", "reuse")}
 
     def fingerprint(self, ctx: Context) -> str:
         """What ``metrics.zarr`` depends on: the metrics config, the analyses' versions,
