@@ -71,6 +71,14 @@ def sized_config(config: Path, *, sentences: int, workdir: Path) -> Path:
         value = corpus.get(key)
         if isinstance(value, str) and (base / value).exists():
             corpus[key] = str((base / value).resolve())
+    for model in raw.get("models") or []:  # a model's files, too
+        for key in ("path", "data", "sentencepiece"):
+            value = model.get(key)
+            if isinstance(value, str) and (base / value).exists():
+                model[key] = str((base / value).resolve())
+    metrics = raw.get("metrics") or {}
+    if metrics.get("reuse"):
+        metrics["reuse"] = [str((base / r).resolve()) for r in metrics["reuse"]]
     corpus["max_sentences"] = sentences
     out = workdir / "scale.yaml"
     workdir.mkdir(parents=True, exist_ok=True)
