@@ -138,19 +138,25 @@ def _dependency(d: dict, drop=()) -> xr.Dataset:
     return ds.drop_vars([v for v in drop if v in ds])
 
 
-def _importance(d: dict) -> xr.Dataset:
-    """LRP relevance for the translation model only; mask importance for every model."""
+def _importance(d: dict, *, batch: bool = True) -> xr.Dataset:
+    """LRP relevance for the translation model only; mask importance for every model, per
+    sentence (``importance``) and, with ``batch``, per batch of 16 (``importance_batch``: a
+    model's own ``importance_batch`` where given, else the same numbers as per sentence)."""
     attentions = ["encoder_self", "decoder_self", "encoder_decoder"]
     imp = np.full((len(MODELS), 3, L, H), np.nan)
-    rel = np.full_like(imp, np.nan)
+    rel, per_batch = np.full_like(imp, np.nan), np.full_like(imp, np.nan)
     for i, m in enumerate(MODELS):
         imp[i, 0] = d[m]["importance"]
+        per_batch[i, 0] = d[m].get("importance_batch", d[m]["importance"])
         if m == "mt":
             rel[i, 0] = d[m]["relevance"]
     dims = ("model", "attention", "layer", "head")
-    return xr.Dataset({"importance": (dims, imp), "relevance": (dims, rel)},
-                      coords={"model": MODELS, "attention": attentions, "layer": np.arange(1, L + 1),
-                              "head": np.arange(H)})
+    ds = xr.Dataset({"importance": (dims, imp), "relevance": (dims, rel)},
+                    coords={"model": MODELS, "attention": attentions, "layer": np.arange(1, L + 1),
+                            "head": np.arange(H)})
+    if batch:
+        ds["importance_batch"] = (dims, per_batch, {"batch_size": 16})
+    return ds
 
 
 def _verdicts(tmp_path, d=None, *, groups=("heads", "heads_dependency", "heads_importance"), drop=(),
@@ -668,3 +674,75 @@ def test_the_committed_heads_run_has_importance_verdicts():
     assert "no heads_importance group" not in v["V2"].why and "mt:" in v["V2"].measured
     committed = json.loads((root / "report" / "head_verdicts.json").read_text(encoding="utf-8"))
     assert [f.as_dict() for f in v.values()] == committed
+
+
+# ------------------------------------------------------------------- V2 under the per-batch estimator
+
+
+_BATCH_HEAD = ("per-batch mask importance (batches of 16 sentences, abs of the batch loss's gradient, as Hugging "
+               "Face's run_bertology.py): ")
+# the LM's heads with a role below most of their layer-mates once each layer is divided by its l2 norm
+_REORDERED = np.array([[0.30, 0.50, 0.40], [0.45, 0.35, 0.60], [0.20, 0.55, 0.25], [0.50, 0.40, 0.33]])
+
+
+def _batch_line(f) -> str:
+    lines = [x for x in f.details if x.startswith("per-batch mask importance")]
+    assert len(lines) == 1, f.details
+    return lines[0]
+
+
+def _a_p(line: str, model: str) -> tuple[float, float]:
+    m = re.search(rf"(?:^|; ){model}: [a-z ]+ \(A = ([0-9.]+), p = ([0-9.e+-]+[0-9]);", line)
+    return float(m.group(1)), float(m.group(2))
+
+
+@pytest.mark.parametrize("per_batch_fails", [True, False])
+def test_v2_per_batch_line_gives_the_verdict_with_the_lms_per_batch_importance(tmp_path, per_batch_fails):
+    """The LM's per-sentence and per-batch importance disagree (one ranks the heads with a role
+    first in every layer, the other below most of their layer-mates): V2's verdict is the one
+    per sentence, and the per-batch line gives the verdict with the LM's per-batch outcome in its
+    place (the MLM's estimators agree; the MT reads LRP relevance and keeps its outcome). A and p
+    against the exact Mann-Whitney test on the layer-normalised per-batch numbers."""
+    d = _holding()
+    role = d["lm"]["role"]
+    if per_batch_fails:
+        d["lm"]["importance_batch"] = _REORDERED
+    else:
+        d["lm"]["importance_batch"] = d["lm"]["importance"]
+        d["lm"]["importance"] = _REORDERED
+    v = _verdicts(tmp_path, d)["V2"]
+    assert v.verdict == (HOLDS if per_batch_fails else FAILS), v.why
+    line = _batch_line(v)
+    assert line.startswith(_BATCH_HEAD + (FAILS if per_batch_fails else HOLDS) + "; "), line
+    lm_sentence, lm_batch = (HOLDS, FAILS) if per_batch_fails else (FAILS, HOLDS)
+    assert f"; lm: {lm_batch} (A = " in line and f"; per sentence: {lm_sentence}); mlm: {HOLDS} (A = " in line
+    assert line.endswith("; mt: reads LRP relevance (translation model), unaffected"), line
+    normalised = _REORDERED / np.sqrt((_REORDERED ** 2).sum(1, keepdims=True))
+    a, p = _exact_mw(normalised[role], normalised[~role])
+    assert (a, p) == (pytest.approx(2 / 9), pytest.approx(102 / 110))  # U = 6 of 27; 204 of the 220 rank sums >= 12
+    if per_batch_fails:
+        assert _a_p(line, "lm") == (pytest.approx(a, abs=0.005), pytest.approx(p, abs=6e-4))
+        assert "the heads with a role do not score higher on mask importance" not in v.why
+    else:  # the LM's per-sentence outcome fails on the reordered numbers; per batch it holds with the MLM's numbers
+        assert _p(v.measured, "lm") == pytest.approx(p, abs=6e-4)
+        assert _a_p(line, "lm") == _a_p(line, "mlm") == (1.0, pytest.approx(1 / 220, abs=6e-4))
+    # the main verdict is what the same store without the per-batch variable gives
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_metrics(plain / "m.zarr", {"heads": _heads(d), "heads_importance": _importance(d, batch=False)},
+                  fingerprint="test")
+    before = {f.label: f for f in head_verdicts(plain / "m.zarr")}["V2"]
+    assert not [x for x in before.details if x.startswith("per-batch")]
+    assert (before.verdict, before.why, before.measured, before.rule) == (v.verdict, v.why, v.measured, v.rule)
+    assert before.details == tuple(x for x in v.details if x != line)
+
+
+def test_v2_per_batch_line_leaves_out_a_model_without_per_batch_numbers(tmp_path):
+    """A unit computed before heads_importance version 3 (its per-batch numbers NaN in a new
+    group): the model is left out of the per-batch verdict with the reason, the others decide it."""
+    d = _holding()
+    d["mlm"]["importance_batch"] = np.full((L, H), np.nan)
+    line = _batch_line(_verdicts(tmp_path, d)["V2"])
+    assert line == (_BATCH_HEAD + f"{HOLDS}; lm: {HOLDS} (A = 1.00, p = 0.005; per sentence: {HOLDS}); mlm: left out "
+                    "(no per-batch importance stored (its unit predates heads_importance version 3)); mt: reads LRP "
+                    "relevance (translation model), unaffected")

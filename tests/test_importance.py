@@ -368,3 +368,115 @@ def test_sentence_losses_are_each_items_mean_nll_over_its_own_positions():
     logp = torch.log_softmax(logits, -1).numpy()
     expected = [np.mean([-logp[b, p, y] for p, y in zip(it.positions, it.labels)]) for b, it in enumerate(items)]
     np.testing.assert_allclose(sentence_losses(Stub(), items).numpy(), expected, rtol=1e-12)
+
+
+# -- the per-batch estimator (Hugging Face's run_bertology.py rule) beside Michel et al.'s eq. 2 --
+
+
+def test_batch_importance_against_a_plain_loop_with_a_shorter_last_batch():
+    """7 sentences with unequal token counts in batches of 3 (3, 3, 1): per batch, the gradient of
+    the batch's mean token NLL is the token-weighted mean of its sentences' gradients; the
+    importance is the mean over batches of its absolute value. With batches of 1 it is
+    importance(); with one batch of all, the absolute value of the token-weighted mean."""
+    from evolution.metrics.importance import BATCH_SIZE, batch_importance
+
+    rng = np.random.default_rng(4)
+    g = rng.normal(size=(7, 2, 3))
+    tokens = np.array([3, 9, 1, 5, 12, 2, 7])
+    expected = np.zeros((2, 3))
+    batches = [[0, 1, 2], [3, 4, 5], [6]]
+    for batch in batches:
+        for layer in range(2):
+            for h in range(3):
+                loss_gradient = sum(tokens[i] * g[i, layer, h] for i in batch) / sum(tokens[i] for i in batch)
+                expected[layer, h] += abs(loss_gradient) / len(batches)
+    np.testing.assert_allclose(batch_importance(g, tokens, batch_size=3), expected, rtol=1e-12)
+    np.testing.assert_allclose(batch_importance(g, tokens, batch_size=1), importance(g), rtol=1e-14)
+    np.testing.assert_allclose(batch_importance(g, tokens, batch_size=100),
+                               np.abs((g * tokens[:, None, None]).sum(0) / tokens.sum()), rtol=1e-12)
+    assert BATCH_SIZE == 16  # experiments/MT/prune_wmt.sh --batch-size 16
+    assert not np.allclose(batch_importance(g, tokens, batch_size=3), importance(g))
+    with pytest.raises(ValueError, match="one count per sentence"):
+        batch_importance(g, tokens[:-1])
+    with pytest.raises(ValueError, match="at least one predicted token"):
+        batch_importance(g, np.array([3, 0, 1, 5, 12, 2, 7]))
+
+
+def test_batch_importance_signs_cancel_within_a_batch_by_hand():
+    """Two sentences of 2 and 3 predicted tokens in one batch, two heads. Head 0: gradients +0.5
+    and -0.3, batch gradient (2 x 0.5 - 3 x 0.3) / 5 = 0.02 against 0.4 per sentence; head 1: +0.2
+    and +0.3 (same sign), (0.4 + 0.9) / 5 = 0.26 against 0.25. Per sentence head 0 ranks first, per
+    batch head 1."""
+    from evolution.metrics.importance import batch_importance
+
+    g = np.array([[[0.5, 0.2]], [[-0.3, 0.3]]])  # (N=2, L=1, H=2)
+    tokens = [2, 3]
+    np.testing.assert_allclose(importance(g), [[0.4, 0.25]], rtol=1e-14)
+    np.testing.assert_allclose(batch_importance(g, tokens, batch_size=16), [[0.02, 0.26]], rtol=1e-12)
+    np.testing.assert_allclose(batch_importance(g, tokens, batch_size=2), [[0.02, 0.26]], rtol=1e-12)
+    np.testing.assert_allclose(batch_importance(g, tokens, batch_size=1), [[0.4, 0.25]], rtol=1e-14)
+    np.testing.assert_allclose(normalize_by_layer(batch_importance(g, tokens)), [[0.02, 0.26]] / np.hypot(0.02, 0.26),
+                               rtol=1e-12)
+
+
+def test_heads_importance_group_stores_both_estimators_and_reads_units_without_the_per_batch_one(tmp_path):
+    """datasets(): a unit result with importance_batch (heads_importance version 3) stores it and its
+    per-layer l2 normalisation; one computed before (no such key) loads with NaN. The Spearman
+    table names each estimator and gives the per-batch rows only where they are stored."""
+    from types import SimpleNamespace
+
+    from scipy.stats import spearmanr
+
+    from evolution.analyses.heads.importance import HeadImportance
+    from evolution.metrics.results import write_metrics
+
+    per_sentence = [[0.4, 0.1, 0.3], [0.2, 0.6, 0.5]]
+    per_batch = [[0.1, 0.05, 0.3], [0.25, 0.2, 0.5]]
+    new = {"attentions": ["encoder_self"], "sentences": 20, "importance": {"encoder_self": per_sentence},
+           "importance_sem": {"encoder_self": [[0.01] * 3] * 2}, "importance_batch": {"encoder_self": per_batch},
+           "batch_size": 16}
+    old = {k: v for k, v in new.items() if k not in ("importance_batch", "batch_size")}
+    ds = HeadImportance().datasets(SimpleNamespace(names=["new", "old"]), {"new": new, "old": old})["heads_importance"]
+    enc = dict(attention="encoder_self")
+    np.testing.assert_allclose(ds.importance_batch.sel(model="new", **enc).values, per_batch)
+    rows = np.array(per_batch)
+    np.testing.assert_allclose(ds.importance_batch_normalized.sel(model="new", **enc).values,
+                               rows / np.sqrt((rows ** 2).sum(1, keepdims=True)), rtol=1e-12)
+    assert np.isnan(ds.importance_batch.sel(model="old")).all() and np.isnan(ds.importance_batch_normalized.sel(
+        model="old")).all()
+    np.testing.assert_allclose(ds.importance.sel(model="old", **enc).values, per_sentence)
+    assert np.isnan(ds.importance_batch.sel(model="new", attention="decoder_self")).all()
+    assert ds.importance_batch.attrs["batch_size"] == 16
+    assert ds.importance_batch.dims == ds.importance.dims == ds.importance_batch_normalized.dims
+    write_metrics(tmp_path / "m.zarr", {"heads_importance": ds}, fingerprint="test")
+    ((title, table, caption),) = HeadImportance().tables(tmp_path / "m.zarr")
+    both = ("mask importance per sentence (Michel et al. eq. 2) ~ mask importance per batch of 16 (Hugging Face's "
+            "run_bertology.py)")
+    assert table[1:] == [["new", both, f"{spearmanr(np.ravel(per_sentence), np.ravel(per_batch)).statistic:+.2f}",
+                          "6"]]
+    assert "per sentence" in caption and "per batch of 16" in caption and "importance_batch" in caption
+
+
+def test_metrics_stage_stores_the_per_batch_estimator_of_the_hf_models(hf_stage, hf_lm_specs):
+    """The stored importance_batch of the Hugging Face models is batch_importance of their
+    per-sentence gradients, weighted by each item's number of labels, in batches of 16."""
+    import xarray as xr
+
+    from evolution.config import load_config
+    from evolution.metrics.importance import batch_importance
+    from evolution.models import load_adapter
+    from evolution.store import open_representations
+
+    cfg = load_config(hf_stage)
+    ds = xr.open_zarr(str(cfg.workdir / "metrics.zarr"), group="heads_importance", consolidated=False).load()
+    for name in ("bert_mlm", "gpt2_lm"):
+        reps = open_representations(str(cfg.workdir / "reps.zarr"), name)
+        sentences = sorted(set(reps.sentence.values.tolist()))[:6]
+        ids = [reps.token_id.values[reps.sentence.values == s].tolist() for s in sentences]
+        a = load_adapter(hf_lm_specs[name])
+        items = [it for it in objective_items(a, ids, seed=cfg.seed) if it is not None]
+        grads = mask_gradients(a, items, attentions=a.attention_types)["encoder_self"]
+        stored = ds.importance_batch.sel(model=name, attention="encoder_self").values
+        np.testing.assert_allclose(stored, batch_importance(grads, [len(it.labels) for it in items], batch_size=16),
+                                   rtol=1e-5)
+        assert len({len(it.labels) for it in items}) > 1  # the weights matter

@@ -14,6 +14,20 @@ per sentence, before averaging: a head whose removal helps some sentences and
 hurts others is important. Michel et al. then normalise the scores of each
 layer by their l2 norm (:func:`normalize_by_layer`).
 
+Beside it, :func:`batch_importance` gives the per-batch estimator: the absolute
+value of the gradient of a *batch's* loss, averaged over batches of
+:data:`BATCH_SIZE` sentences, so that the signs of a batch's sentences cancel
+before the absolute value. It is the rule of Hugging Face's BERTology example
+(transformers, ``run_bertology.py``, ``compute_heads_importance``:
+``head_importance += head_mask.grad.abs()`` once per batch, the mask shared by
+the batch). Michel et al.'s own released code does not cancel across
+sentences: its MT ``prune.py`` (pmichel31415/fairseq, launched by
+``experiments/MT/prune_wmt.sh`` of pmichel31415/are-16-heads-really-better-than-1
+with ``--batch-size 16``; ``batch_head_importance``) and its BERT
+``calculate_head_importance`` (pmichel31415/pytorch-pretrained-BERT, branch
+``paul``, ``examples/classifier_eval.py``) take the absolute value of
+``context . dL/dcontext`` per sentence *and* query position before summing.
+
 Per-sentence gradients come from one backward pass per batch: every sentence
 gets its own copy of the mask (``(B, L, H)``), so the gradient of the summed
 losses with respect to copy b is sentence b's own gradient.
@@ -49,8 +63,20 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Item", "objective_items", "sentence_losses", "mask_gradients", "importance", "normalize_by_layer",
-           "unavailable", "head_count"]
+__all__ = ["Item", "objective_items", "sentence_losses", "mask_gradients", "importance", "batch_importance",
+           "normalize_by_layer", "unavailable", "head_count", "BATCH_SIZE", "ESTIMATORS"]
+
+#: sentences per batch of :func:`batch_importance`: the ``--batch-size 16`` with which
+#: ``experiments/MT/prune_wmt.sh`` (pmichel31415/are-16-heads-really-better-than-1) runs Michel
+#: et al.'s MT pruning (whose own estimator takes the absolute value per sentence and position,
+#: so that its batch size does not change its scores; see the module docstring)
+BATCH_SIZE = 16
+
+#: how reports name the two estimators, by the ``heads_importance`` variable that holds each
+ESTIMATORS = {
+    "importance": "mask importance per sentence (Michel et al. eq. 2)",
+    "importance_batch": f"mask importance per batch of {BATCH_SIZE} (Hugging Face's run_bertology.py)",
+}
 
 
 def unavailable(adapter) -> str | None:
@@ -204,6 +230,42 @@ def _frozen(model):
 def importance(gradients: np.ndarray) -> np.ndarray:
     """``(..., L, H)`` importance I_h = mean over sentences (axis 0) of |dL/dxi_h|."""
     return np.abs(np.asarray(gradients, dtype=np.float64)).mean(axis=0)
+
+
+def batch_importance(gradients: np.ndarray, tokens, *, batch_size: int = BATCH_SIZE) -> np.ndarray:
+    """``(..., L, H)`` per-batch importance from per-sentence gradients.
+
+    ``gradients``: ``(N, ..., L, H)`` per-sentence dL(x)/dxi (:func:`mask_gradients`), L(x)
+    sentence x's mean token NLL; ``tokens``: ``(N,)`` each sentence's number of predicted tokens
+    (``len(item.labels)``). The sentences form consecutive batches of ``batch_size`` in the
+    given order (the last one shorter when ``batch_size`` does not divide N). A batch's loss is
+    its mean token NLL over all of its tokens, so its gradient is the token-weighted mean of its
+    sentences' gradients, g_b = sum_x n_x dL(x)/dxi / sum_x n_x; the importance is the mean over
+    batches of |g_b|: the signs of a batch's sentences cancel before the absolute value.
+
+    This is the rule of Hugging Face's BERTology example (transformers, ``run_bertology.py``,
+    ``compute_heads_importance``: ``head_importance += head_mask.grad.abs()`` per batch, a
+    masked or causal LM's loss being the batch's mean token NLL; its division by the total
+    number of tokens is a constant factor, which :func:`normalize_by_layer` removes). Michel et
+    al.'s own released code (``prune.py`` of pmichel31415/fairseq, launched by
+    ``experiments/MT/prune_wmt.sh --batch-size 16``; ``classifier_eval.py`` of
+    pmichel31415/pytorch-pretrained-BERT) takes the absolute value per sentence and position
+    instead (module docstring). With ``batch_size=1`` this equals :func:`importance` (each
+    batch's gradient is its one sentence's).
+    """
+    g = np.asarray(gradients, dtype=np.float64)
+    n = np.asarray(tokens, dtype=np.float64)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    if n.shape != (len(g),):
+        raise ValueError(f"tokens must have shape ({len(g)},) (one count per sentence), not {n.shape}")
+    if not len(g) or (n <= 0).any():
+        raise ValueError("every sentence needs at least one predicted token, and there must be a sentence")
+    starts = np.arange(0, len(g), batch_size)
+    weights = n.reshape(-1, *([1] * (g.ndim - 1)))
+    sums = np.add.reduceat(g * weights, starts, axis=0)  # (batches, ..., L, H): sum_x n_x g_x per batch
+    counts = np.add.reduceat(n, starts).reshape(-1, *([1] * (g.ndim - 1)))
+    return np.abs(sums / counts).mean(axis=0)
 
 
 def normalize_by_layer(scores: np.ndarray) -> np.ndarray:

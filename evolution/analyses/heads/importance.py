@@ -10,13 +10,20 @@ Group ``heads_importance`` (dims ``model``, ``attention``, ``layer``, ``head``):
 * ``importance``: E_x |dL(x)/dxi_h| over sentences (:mod:`evolution.metrics.importance`),
   ``importance_sem`` its standard error over sentences, ``importance_normalized`` the
   per-layer l2-normalised scores Michel et al. prune by;
+* ``importance_batch``: the per-batch estimator, mean over consecutive batches of
+  :data:`~evolution.metrics.importance.BATCH_SIZE` (16) sentences of |dL(batch)/dxi_h|, the
+  batch's loss its mean token NLL (:func:`~evolution.metrics.importance.batch_importance`:
+  the rule of Hugging Face's run_bertology.py; attribute ``batch_size``), and
+  ``importance_batch_normalized`` its per-layer l2-normalised scores; NaN for unit results
+  computed before analysis version 3;
 * ``relevance``: the per-layer normalised LRP relevance of the top-1 logit, averaged over
   decoding steps (:mod:`evolution.metrics.relevance`), ``relevance_sem`` over steps;
 * ``sentences`` / ``steps`` (model): what was averaged.
 
 :func:`correlations` adds the Spearman correlations between relevance, importance and
 the heads group's confidence, per model (read from the store, so that any two runs'
-groups can be compared the same way).
+groups can be compared the same way), each estimator of mask importance named in the table
+(:data:`~evolution.metrics.importance.ESTIMATORS`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
 from evolution.analyses.plotting import WIDTH, concat, figure, open_group, plt, tidy
+from evolution.metrics.importance import BATCH_SIZE, ESTIMATORS
 from evolution.metrics.plan import rows_by_sentence
 
 __all__ = ["HeadImportance", "importance_task", "correlations", "importance_heatmaps"]
@@ -51,7 +59,7 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
     reference translations in ``text``, saved by :func:`~evolution.analyses.base.save_texts`)."""
     import torch
 
-    from evolution.metrics.importance import importance, mask_gradients, objective_items, unavailable
+    from evolution.metrics.importance import batch_importance, importance, mask_gradients, objective_items, unavailable
     from evolution.metrics.relevance import head_relevance
     from evolution.models import cached_adapter, fairseq_adapter
     from evolution.store import open_representations
@@ -80,10 +88,13 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
     attentions = adapter.attention_types
     t0 = time.perf_counter()
     grads = mask_gradients(adapter, items, attentions=attentions, max_batch_tokens=max_batch_tokens)
+    tokens = [len(it.labels) for it in items]  # each item's predicted tokens (metrics.importance.flat_positions)
     out: dict[str, Any] = {
         "attentions": list(attentions), "sentences": len(items),
         "importance": {a: importance(g).tolist() for a, g in grads.items()},
         "importance_sem": {a: _sem(np.abs(g)) for a, g in grads.items()},
+        "importance_batch": {a: batch_importance(g, tokens, batch_size=BATCH_SIZE).tolist() for a, g in grads.items()},
+        "batch_size": BATCH_SIZE,
         "importance_seconds": round(time.perf_counter() - t0, 2)}
     if relevance and adapter.objective == "mt":
         t0 = time.perf_counter()
@@ -99,7 +110,9 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
 
 class HeadImportance(Analysis):
     name = "heads_importance"
-    version = 2  # 2: Hugging Face BERT-like masked LMs and GPT-2 (1: fairseq models only)
+    # 3: the per-batch estimator importance_batch; 2: Hugging Face BERT-like masked LMs and GPT-2;
+    # 1: fairseq models only
+    version = 3
     section = "importance"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -126,25 +139,35 @@ class HeadImportance(Analysis):
         shapes = [np.shape(results[m]["importance"][a]) for m in models for a in results[m]["attentions"]]
         L, H = max(s[0] for s in shapes), max(s[1] for s in shapes)  # noqa: N806
         arrays = {v: np.full((len(models), len(ATTENTIONS), L, H), np.nan)
-                  for v in ("importance", "importance_sem", "relevance", "relevance_sem")}
+                  for v in ("importance", "importance_sem", "importance_batch", "relevance", "relevance_sem")}
         for i, m in enumerate(models):
             r = results[m]
             for a in r["attentions"]:
                 j = ATTENTIONS.index(a)
-                for v in arrays:
+                for v in arrays:  # a unit result without a variable (computed before it existed) leaves NaN
                     value = (r.get(v) or {}).get(a)
                     if value is not None:
                         value = np.asarray(value, dtype=float)
                         arrays[v][i, j, :value.shape[0], :value.shape[1]] = value
         from evolution.metrics.importance import normalize_by_layer
 
+        def normalized(x: np.ndarray) -> np.ndarray:
+            return normalize_by_layer(np.nan_to_num(x)) * np.where(np.isnan(x), np.nan, 1.0)
+
+        sizes = {results[m].get("batch_size") for m in models} - {None}
+        batch_size = sizes.pop() if len(sizes) == 1 else BATCH_SIZE
         dims = ("model", "attention", "layer", "head")
         ds = xr.Dataset(
-            {"importance": (dims, arrays["importance"], {"long_name": "E_x |dL/dxi_h| (Michel et al. 2019)"}),
+            {"importance": (dims, arrays["importance"], {"long_name": "E_x |dL/dxi_h| (Michel et al. 2019)",
+                                                         "estimator": ESTIMATORS["importance"]}),
              "importance_sem": (dims, arrays["importance_sem"], {"long_name": "standard error over sentences"}),
-             "importance_normalized": (dims, normalize_by_layer(np.nan_to_num(arrays["importance"])) *
-                                       np.where(np.isnan(arrays["importance"]), np.nan, 1.0),
+             "importance_normalized": (dims, normalized(arrays["importance"]),
                                        {"long_name": "importance / its l2 norm over the layer's heads"}),
+             "importance_batch": (dims, arrays["importance_batch"],
+                                  {"long_name": f"mean over batches of {batch_size} sentences of |dL(batch)/dxi_h|",
+                                   "estimator": ESTIMATORS["importance_batch"], "batch_size": int(batch_size)}),
+             "importance_batch_normalized": (dims, normalized(arrays["importance_batch"]),
+                                             {"long_name": "importance_batch / its l2 norm over the layer's heads"}),
              "relevance": (dims, arrays["relevance"],
                            {"long_name": "LRP relevance of the top-1 logit, share of the layer (Voita et al. 2019)"}),
              "relevance_sem": (dims, arrays["relevance_sem"], {"long_name": "standard error over decoding steps"}),
@@ -158,26 +181,35 @@ class HeadImportance(Analysis):
         corr = correlations(path)
         if corr is None:
             return []
+        names = {"relevance": "LRP relevance", "confidence": "confidence", **ESTIMATORS}
         rows = [["model", "pair", "Spearman rho", "heads"]]
         for m in corr.model.values:
-            for p in corr.pair.values:
+            for (a, b), p in zip(PAIRS, corr.pair.values):
                 rho = float(corr.rho.sel(model=m, pair=p))
                 if np.isfinite(rho):
-                    rows.append([str(m), str(p), f"{rho:+.2f}", str(int(corr.n.sel(model=m, pair=p)))])
+                    rows.append([str(m), f"{names[a]} ~ {names[b]}", f"{rho:+.2f}",
+                                 str(int(corr.n.sel(model=m, pair=p)))])
         return [("Which heads matter: Spearman correlations between importance, relevance and confidence", rows,
                  "Encoder self-attention heads of each model (Voita et al. ACL 2019: the heads LRP finds relevant "
-                 "are the confident ones; Michel et al. 2019: mask importance).")]
+                 "are the confident ones). Mask importance (Michel et al. 2019) under two estimators: per sentence, "
+                 "the mean over sentences of |dL(x)/dxi_h| (their eq. 2; variable importance), and per batch of "
+                 f"{BATCH_SIZE} consecutive sentences, the mean over batches of |dL(batch)/dxi_h|, whose sentences' "
+                 "signs cancel within a batch (Hugging Face's run_bertology.py; variable importance_batch; rows "
+                 "only where the store has it). Michel et al.'s released prune.py takes the absolute value per "
+                 "sentence and query position, so that no two sentences' signs cancel.")]
 
     figures = {}
 
 
-PAIRS = (("relevance", "confidence"), ("importance", "confidence"), ("relevance", "importance"))
+PAIRS = (("relevance", "confidence"), ("importance", "confidence"), ("relevance", "importance"),
+         ("importance_batch", "confidence"), ("relevance", "importance_batch"), ("importance", "importance_batch"))
 
 
 def correlations(path) -> xr.Dataset | None:
     """Spearman rho (model, pair) over the encoder self-attention heads between LRP relevance,
-    mask importance and confidence (the ``heads`` group's maximum attention weight), with the
-    number of heads ``n``; None when the store has no ``heads_importance`` group."""
+    mask importance per sentence (``importance``) and per batch (``importance_batch``, where
+    stored) and confidence (the ``heads`` group's maximum attention weight), with the number of
+    heads ``n``; None when the store has no ``heads_importance`` group."""
     from scipy.stats import spearmanr
 
     imp = open_group(path, "heads_importance")
@@ -188,8 +220,8 @@ def correlations(path) -> xr.Dataset | None:
     rho = np.full((len(models), len(PAIRS)), np.nan)
     n = np.zeros((len(models), len(PAIRS)), int)
     for i, m in enumerate(models):
-        values = {"relevance": imp.relevance.sel(model=m, attention="encoder_self").values.ravel(),
-                  "importance": imp.importance.sel(model=m, attention="encoder_self").values.ravel()}
+        values = {v: imp[v].sel(model=m, attention="encoder_self").values.ravel()
+                  for v in ("relevance", "importance", "importance_batch") if v in imp}  # a store before v3: no batch
         if heads is not None and m in heads.model.values:
             conf = heads.value.sel(model=m, measure="confidence").values.ravel()
             if conf.size == values["importance"].size:  # both padded to the same (layer, head) grid

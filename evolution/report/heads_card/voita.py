@@ -11,7 +11,11 @@ analysis counts the survivors' roles).
 * V1: the heads with a role are more confident than the heads without one;
 * V2: where head importance is stored, the heads with a role are the relevant ones: LRP
   relevance (translation models, Voita et al.'s measure), else Michel et al.'s (2019)
-  mask importance normalised per layer.
+  mask importance normalised per layer, per sentence (their eq. 2). Where the store also
+  holds the per-batch estimator (``importance_batch``, heads_importance version 3), a line
+  of the details (starting with :data:`BATCH_PREFIX`) gives the verdict with it in place of
+  the per-sentence one for the models that read mask importance (the translation models
+  read LRP relevance and keep their outcome); the verdict itself stays per sentence.
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ import numpy as np
 from evolution.report.heads_card.base import ALPHA, NOT_SIGNIFICANT, HeadRun, Outcome, pfmt, rank_greater, verdict
 from evolution.report.scorecard.base import FAILS, HOLDS, NA, Finding, fmt
 
-__all__ = ["claim_roles_confident", "claim_roles_relevant", "RARE_SHARE"]
+__all__ = ["claim_roles_confident", "claim_roles_relevant", "RARE_SHARE", "BATCH_PREFIX"]
 
 #: a rare-token head points to the sentence's rarest token in at least this share of sentences
 #: (the heads group's attribute ``rare_share`` where stored)
 RARE_SHARE = 0.2
+
+#: how V2's line on the per-batch estimator of mask importance begins
+#: (:func:`evolution.metrics.importance.batch_importance`)
+BATCH_PREFIX = "per-batch mask importance"
 
 PAPER = {
     "V1": "the most important and confident heads play consistent, often linguistically interpretable roles: "
@@ -98,32 +106,76 @@ def claim_roles_confident(run: HeadRun) -> Finding:
     return verdict("V1", claim, rule, outcomes, left_out, missing=missing, details=_version_note(run), **args)
 
 
+def _read(run: HeadRun, model: str, var: str) -> np.ndarray | None:
+    """(layer, head) of ``heads_importance/var`` for the model's encoder self-attention on the
+    heads group's grid; None where the store has no such numbers (absent, or all NaN)."""
+    imp = run.importance
+    if var not in imp or model not in imp.model.values or "encoder_self" not in imp.attention.values:
+        return None
+    grid = dict(layer=run.heads.layer.values, head=run.heads["head"].values)
+    v = imp[var].sel(model=model, attention="encoder_self").reindex(**grid).values.astype(float)
+    return v if np.isfinite(v).any() else None
+
+
+def _by_layer(raw: np.ndarray) -> np.ndarray:
+    """Michel et al.'s per-layer l2 normalisation, NaN kept."""
+    from evolution.metrics.importance import normalize_by_layer
+
+    return np.where(np.isnan(raw), np.nan, normalize_by_layer(np.nan_to_num(raw)))
+
+
 def _importance(run: HeadRun, model: str) -> tuple[np.ndarray, str] | str:
     """((layer, head) on the heads group's grid, its name) of the model's encoder
     self-attention: LRP relevance where stored, else mask importance normalised per layer;
     or the reason there is none."""
-    from evolution.metrics.importance import normalize_by_layer
-
     imp = run.importance
     if model not in imp.model.values:
         return "no importance stored"
     if "encoder_self" not in imp.attention.values:
         return "no encoder self-attention in heads_importance"
-    grid = dict(layer=run.heads.layer.values, head=run.heads["head"].values)
-
-    def read(var: str) -> np.ndarray | None:
-        if var not in imp:
-            return None
-        v = imp[var].sel(model=model, attention="encoder_self").reindex(**grid).values.astype(float)
-        return v if np.isfinite(v).any() else None
-
-    relevance = read("relevance")
+    relevance = _read(run, model, "relevance")
     if relevance is not None:
         return relevance, "LRP relevance"
-    raw = read("importance")
+    raw = _read(run, model, "importance")
     if raw is None:
         return "no importance stored"
-    return np.where(np.isnan(raw), np.nan, normalize_by_layer(np.nan_to_num(raw))), "mask importance"
+    return _by_layer(raw), "mask importance"
+
+
+def _per_batch(run: HeadRun, claim: str, rule: str, outcomes: list[Outcome], names: dict[str, str],
+               left_out: dict[str, str]) -> str | None:
+    """V2's line on the per-batch estimator (``importance_batch``, normalised per layer): the
+    verdict with each mask-importance model's per-batch outcome in place of its per-sentence
+    one (``outcomes``, read from ``names[model]``), the LRP outcomes kept; None when the store
+    has no per-batch importance (a heads_importance group before version 3)."""
+    imp = run.importance
+    if "importance_batch" not in imp:
+        return None
+    size = imp["importance_batch"].attrs.get("batch_size")
+    batches = f"batches of {int(size)} sentences, " if size is not None else ""
+    head = f"{BATCH_PREFIX} ({batches}abs of the batch loss's gradient, as Hugging Face's run_bertology.py)"
+    batch, gone, lrp, texts = [], dict(left_out), [], []
+    for o in outcomes:
+        if names[o.model] != "mask importance":
+            batch.append(o)
+            lrp.append(o.model)
+            continue
+        raw = _read(run, o.model, "importance_batch")
+        got = "no per-batch importance stored (its unit predates heads_importance version 3)" if raw is None \
+            else _with_roles(run, o.model, _by_layer(raw), BATCH_PREFIX)
+        if isinstance(got, str):
+            gone[o.model] = got
+            texts.append(f"{o.model}: left out ({got})")
+            continue
+        batch.append(got)
+        texts.append(f"{o.model}: {got.verdict} ({got.short}; per sentence: {o.verdict})")
+    b = verdict("V2", claim, rule, batch, gone)
+    if lrp:
+        texts.append(f"{', '.join(lrp)}: {'reads' if len(lrp) == 1 else 'read'} LRP relevance (translation "
+                     f"{'model' if len(lrp) == 1 else 'models'}), unaffected")
+    if not any(names[o.model] == "mask importance" for o in outcomes):
+        texts.append("no model reads mask importance")
+    return f"{head}: {b.verdict}; " + "; ".join(texts)
 
 
 def claim_roles_relevant(run: HeadRun) -> Finding:
@@ -140,7 +192,7 @@ def claim_roles_relevant(run: HeadRun) -> Finding:
                                                           "is off, or no model computes its own loss)", **args)
     if run.heads is None or not run.has_measures("entropy"):
         return verdict("V2", claim, rule, [], {}, missing="no heads group in this run (the roles)", **args)
-    outcomes, left_out, details = [], {}, list(_version_note(run))
+    outcomes, left_out, details, names = [], {}, list(_version_note(run)), {}
     for m in (str(x) for x in run.importance.model.values):
         if m not in run.models():
             left_out[m] = "not in the heads group"
@@ -155,6 +207,7 @@ def claim_roles_relevant(run: HeadRun) -> Finding:
             left_out[m] = outcome
             continue
         outcomes.append(outcome)
+        names[m] = name
         if "confidence" in run.heads.measure.values:
             conf = run.measure(m, "confidence")
             ok = np.isfinite(conf) & np.isfinite(values)
@@ -162,4 +215,7 @@ def claim_roles_relevant(run: HeadRun) -> Finding:
                 res = spearmanr(values[ok], conf[ok], alternative="greater")
                 details.append(f"{m}: Spearman({name}, confidence) {float(res.statistic):+.2f} over {int(ok.sum())} "
                                f"heads, one-sided p = {pfmt(float(res.pvalue))}")
+    line = _per_batch(run, claim, rule, outcomes, names, left_out)
+    if line is not None:
+        details.append(line)
     return verdict("V2", claim, rule, outcomes, left_out, details=tuple(details), **args)
