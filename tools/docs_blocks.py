@@ -48,6 +48,34 @@ def head_verdict_table(report: Path = BIBLE_FULL) -> str:
     return "\n".join(rows)
 
 
+PROBES_CSV = "tab-attention-parsing-probes-clark-et-al-2019-table-3.csv"
+SPEARMAN_CSV = "tab-which-heads-matter-spearman-correlations-between-importance-relevance-and-confidence.csv"
+
+
+def csv_table(path: Path) -> str:
+    """A report table's CSV as a Markdown table, as it is."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    return "\n".join(["| " + " | ".join(_cell(c) for c in rows[0]) + " |", "|" + "---|" * len(rows[0])]
+                     + ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]])
+
+
+def spearman_table(path: Path) -> str:
+    """The "Which heads matter" CSV (model, pair, rho, heads) as one row per model, one column per pair."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    pairs = list(dict.fromkeys(r["pair"] for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    value = {(r["model"], r["pair"]): r["Spearman rho"] for r in rows}
+    out = ["| model | " + " | ".join(_cell(p) for p in pairs) + " |", "|---|" + "---|" * len(pairs)]
+    out += [f"| {m} | " + " | ".join(value.get((m, p), "") for p in pairs) + " |" for m in models]
+    return "\n".join(out)
+
+
 def _count(findings: list[dict]) -> Counter:
     return Counter(c["verdict"] for c in findings)
 
@@ -84,6 +112,10 @@ BLOCKS = {
     "scorecard-bible-full": ("docs/metrics.md", scorecard_table),
     "head-verdicts-bible-full": ("docs/heads.md", head_verdict_table),
     "summary-bible-full": ("README.md", summary_sentence),
+    "probes-bible-full": ("results/bible-full/README.md", lambda: csv_table(BIBLE_FULL / PROBES_CSV)),
+    "importance-bible-full": ("results/bible-full/README.md", lambda: spearman_table(BIBLE_FULL / SPEARMAN_CSV)),
+    "probes-bible-heads": ("results/bible-heads/README.md",
+                           lambda: csv_table(ROOT / "results" / "bible-heads" / "report" / PROBES_CSV)),
 }
 
 
@@ -101,7 +133,7 @@ def render(name: str) -> tuple[Path, str, str]:
     if not pattern.search(text):
         raise ValueError(f"{rel}: no block {name!r}; add the markers '<!-- generated: {name} (python "
                          f"tools/docs_blocks.py) -->' and '<!-- end: {name} -->'")
-    return path, text, pattern.sub(lambda m: m.group(1) + make() + m.group(3), text, count=1)
+    return path, text, pattern.sub(lambda m: m.group(1) + "\n" + make() + "\n" + m.group(3), text, count=1)
 
 
 def stale() -> list[str]:
