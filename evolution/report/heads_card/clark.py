@@ -91,10 +91,25 @@ def claim_sinks_upper(run: HeadRun) -> Finding:
     return verdict("C1", claim, rule, outcomes, left_out, **args)
 
 
-def _entropy_share(run: HeadRun, m: str) -> np.ndarray:
-    """(layer, head) entropy of each head as a share of the uniform attention's."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return run.measure(m, "entropy") / run.measure(m, "uniform_entropy")
+def _entropy_missing(run: HeadRun) -> str:
+    """Why C2 cannot be read on this run ("" when it can)."""
+    if run.heads is None:
+        return "no heads group in this run"
+    if not run.has_measures("entropy", "uniform_entropy"):
+        return "the heads group has no entropy and uniform_entropy"
+    return ""
+
+
+def _entropy_models(run: HeadRun, left_out: dict[str, str]):
+    """(model, its layers, (layer, head) entropy as a share of the uniform attention's) for each
+    model with at least 2 layers; the others go to ``left_out`` with the reason."""
+    for m in run.models():
+        layers = run.layers(m)
+        if len(layers) < 2:
+            left_out[m] = "fewer than 2 layers"
+            continue
+        with np.errstate(invalid="ignore", divide="ignore"):
+            yield m, layers, run.measure(m, "entropy") / run.measure(m, "uniform_entropy")
 
 
 def claim_broad_lower(run: HeadRun) -> Finding:
@@ -104,19 +119,12 @@ def claim_broad_lower(run: HeadRun) -> Finding:
             f"Mann-Whitney over heads, p < {ALPHA:g}; Clark et al.: BERT-base's layer-1 heads attend most broadly); "
             "every model with the numbers")
     args = dict(paper=PAPER["C2"], figure="heads_entropy")
-    if run.heads is None:
-        return verdict("C2", claim, rule, [], {}, missing="no heads group in this run", **args)
-    if not run.has_measures("entropy", "uniform_entropy"):
-        return verdict("C2", claim, rule, [], {}, missing="the heads group has no entropy and uniform_entropy",
-                       **args)
+    missing = _entropy_missing(run)
+    if missing:
+        return verdict("C2", claim, rule, [], {}, missing=missing, **args)
     outcomes, left_out = [], {}
     row = {int(x): i for i, x in enumerate(run.heads.layer.values)}
-    for m in run.models():
-        layers = run.layers(m)
-        if len(layers) < 2:
-            left_out[m] = "fewer than 2 layers"
-            continue
-        share = _entropy_share(run, m)
+    for m, layers, share in _entropy_models(run, left_out):
         first = share[row[layers[0]]]
         rest = np.concatenate([share[row[x]] for x in layers[1:]])
         first, rest = first[np.isfinite(first)], rest[np.isfinite(rest)]
@@ -143,19 +151,12 @@ def claim_broad_lower_halves(run: HeadRun) -> Finding:
             "uniform_entropy): the lower half of the layers above the upper half (one-sided Mann-Whitney over heads, "
             f"p < {ALPHA:g}); every model with the numbers")
     args = dict(paper=PAPER["C2"], figure="heads_entropy")
-    if run.heads is None:
-        return verdict("C2", claim, rule, [], {}, missing="no heads group in this run", **args)
-    if not run.has_measures("entropy", "uniform_entropy"):
-        return verdict("C2", claim, rule, [], {}, missing="the heads group has no entropy and uniform_entropy",
-                       **args)
+    missing = _entropy_missing(run)
+    if missing:
+        return verdict("C2", claim, rule, [], {}, missing=missing, **args)
     outcomes, left_out = [], {}
     row = {int(x): i for i, x in enumerate(run.heads.layer.values)}
-    for m in run.models():
-        layers = run.layers(m)
-        if len(layers) < 2:
-            left_out[m] = "fewer than 2 layers"
-            continue
-        share = _entropy_share(run, m)
+    for m, layers, share in _entropy_models(run, left_out):
         lower, upper = halves(layers)
         lo = np.concatenate([share[row[x]] for x in lower])
         hi = np.concatenate([share[row[x]] for x in upper])
