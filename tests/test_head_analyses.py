@@ -257,3 +257,43 @@ def test_survivor_roles_count_kept_encoder_heads_by_role_on_a_synthetic_store(tm
     # run 0 keeps 5 heads: positional {L1H0}, syntactic {L1H0, L1H1}, rare {L1H2, L2H2}, other {L2H0}
     np.testing.assert_array_equal(roles.heads.sel(model="mt", run="encoder-0.1").values, [1, 2, 2, 1])
     np.testing.assert_array_equal(roles.heads.sel(model="mt", run="all-0.5").values, [0, 1, 0, 1])
+
+
+def test_the_probes_learning_curves_are_drawn_with_their_numbers(tmp_path):
+    """heads_probes with curves of unequal length (one probe stopped earlier): the report draws
+    heads_probes_curve and its CSV holds every epoch's held-out UAS, and the kept epochs, as
+    stored; a store without curves (version 1) draws no such figure."""
+    import pandas as pd
+
+    from evolution.analyses.heads.probes import HeadProbes
+    from evolution.metrics.results import write_metrics
+    from evolution.report.figures import draw_all
+
+    class _Inputs:
+        names = ["mt", "lm"]
+
+    curve = {"mt": {"attention": [0.20, 0.25, 0.24, 0.23], "attention_words": [0.30, 0.31],
+                    "distance_words": [0.4, 0.5, 0.45]},
+             "lm": {"attention": [0.22, 0.26, 0.27], "attention_words": [0.35, 0.41, 0.40],
+                    "distance_words": [0.5]}}
+    results = {m: {"uas": {"attention": 0.3, "attention_words": 0.4, "distance_words": 0.5, "right_branching": 0.3},
+                   "sentences": {"train": 90, "held_out": 10, "test": 50},
+                   "curves": {k: {"uas": v, "loss": [1.0 - x for x in v], "best_epoch": int(np.argmax(v)) + 1}
+                              for k, v in curve[m].items()}}
+               for m in ("mt", "lm")}
+    ds = HeadProbes().datasets(_Inputs(), results)["heads_probes"]
+    assert ds.sizes["epoch"] == 4 and np.isnan(ds.curve_uas.sel(model="lm", probe="attention", epoch=4))
+    write_metrics(tmp_path / "m.zarr", {"heads_probes": ds}, fingerprint="test")
+    drawn = {name for name, _, _ in draw_all(tmp_path / "m.zarr", tmp_path / "fig")}
+    assert "heads_probes_curve" in drawn
+    table = pd.read_csv(tmp_path / "fig" / "heads_probes_curve.csv")
+    uas = table[table.quantity == "held-out UAS"]
+    for m, probes in curve.items():
+        for p, values in probes.items():
+            got = uas[(uas.model == m) & (uas.probe == p)].sort_values("epoch").value.tolist()
+            assert got == pytest.approx(values), (m, p)
+    best = table[table.quantity == "best epoch"]
+    assert float(best[(best.model == "lm") & (best.probe == "attention_words")].value.iloc[0]) == 2
+    old = ds.drop_vars(["curve_uas", "curve_loss", "best_epoch"])
+    write_metrics(tmp_path / "old.zarr", {"heads_probes": old}, fingerprint="test")
+    assert "heads_probes_curve" not in {name for name, _, _ in draw_all(tmp_path / "old.zarr", tmp_path / "fig2")}

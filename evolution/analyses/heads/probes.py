@@ -22,6 +22,7 @@ import numpy as np
 import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
+from evolution.analyses.plotting import figure
 
 __all__ = ["HeadProbes", "probe_task", "PROBES"]
 
@@ -175,6 +176,7 @@ class HeadProbes(Analysis):
                  "attention / attention words / distance words; figure 'Parsing probes: learning curves').")]
 
 
+@figure
 def probe_curves(path):
     """Held-out UAS of each probe after each epoch, one line per model, a dot at the epoch whose
     weights the probe keeps (lowest held-out loss); None without learning curves."""
