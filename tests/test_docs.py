@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,3 +87,44 @@ def test_the_summary_sentence_counts_the_verdicts(tmp_path):
     assert mod.summary_sentence(tmp_path) == ("5 of the paper's 12 claims hold (claims 1-3, 5 and 8), and 2 of the 3 "
                                               "head-paper checks hold (2 hold, 1 cannot be measured on these models).")
     assert mod._ranges(["1", "2", "4", "5", "6", "9"]) == "1, 2, 4-6 and 9"
+
+
+#: docs/heads.md's bible-full table rows -> the rows of results/bible-full/heads_numbers.py they quote
+HEAD_ROWS = {
+    "mean entropy (uniform)": ("mean entropy", "uniform entropy"),
+    "confidence (`confidence_with_sink`)": ("confidence", "confidence_with_sink"),
+    "most positional head (share of maxima on one offset)": ("most positional head",),
+    "rare-token head: highest share of sentences": ("rare-token share, max",),
+    "obj, dependent -> head (dev-picked, on test; baseline 0.35)": ("obj dependent -> head (baseline 0.35)",),
+    "amod, dependent -> head (baseline 0.75)": ("amod dependent -> head (baseline 0.75)",),
+    "decoder self: entropy (uniform 2.52)": ("decoder self: entropy",),
+    "decoder self: confidence": ("decoder self: confidence",),
+    "decoder self: highest rare-token share": ("decoder self: highest rare-token share",),
+    "encoder-decoder: entropy (uniform 3.42)": ("encoder-decoder: entropy",),
+}
+
+
+def test_the_bible_full_head_tables_of_docs_heads_quote_the_committed_store():
+    """Every number in the per-model cells of docs/heads.md's bible-full head tables is what
+    results/bible-full/heads_numbers.py reads off the committed store for that row (as a
+    multiset, in the order the models come), so that a recompute cannot leave them stale."""
+    from collections import Counter
+
+    out = subprocess.run([sys.executable, str(REPO / "results" / "bible-full" / "heads_numbers.py")], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    script = {}
+    for line in out.splitlines():
+        label, _, rest = line.partition("\t")
+        script[label] = rest
+    number = re.compile(r"(?<![\w.])\d+\.\d+|(?<![\w.])\d+(?![\w.])")
+    text = (REPO / "docs" / "heads.md").read_text(encoding="utf-8")
+    seen = set()
+    for row in text.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if cells[0] not in HEAD_ROWS:
+            continue
+        seen.add(cells[0])
+        quoted = Counter(number.findall(" ".join(cells[1:])))
+        measured = Counter(number.findall(" ".join(script[label] for label in HEAD_ROWS[cells[0]])))
+        assert not quoted - measured, (cells[0], quoted - measured)
+    assert seen == set(HEAD_ROWS)
