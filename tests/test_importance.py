@@ -117,6 +117,9 @@ def test_importance_is_the_mean_of_absolute_gradients_and_layers_normalise_to_un
     np.testing.assert_allclose(importance(g), [[5 / 3, 2.0, 0.5]])
     scores = np.array([[3.0, 4.0], [0.0, 0.0], [1.0, 1.0]])
     np.testing.assert_allclose(normalize_by_layer(scores), [[0.6, 0.8], [0.0, 0.0], [2 ** -0.5, 2 ** -0.5]])
+    # a head the model does not have (NaN in a padded store) stays NaN and is left out of its layer's norm
+    padded = np.array([[3.0, np.nan, 4.0], [np.nan, np.nan, np.nan], [0.0, 2.0, np.nan]])
+    np.testing.assert_allclose(normalize_by_layer(padded), [[0.6, np.nan, 0.8], [np.nan] * 3, [0.0, 1.0, np.nan]])
 
 
 def test_gate_of_zero_equals_the_head_physically_removed(trained):

@@ -138,7 +138,12 @@ def render(name: str) -> tuple[Path, str, str]:
 
 def stale() -> list[str]:
     """The names of the blocks whose text differs from what the artefacts give."""
-    return [name for name in BLOCKS if (lambda r: r[1] != r[2])(render(name))]
+    out = []
+    for name in BLOCKS:
+        _, old, new = render(name)
+        if new != old:
+            out.append(name)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

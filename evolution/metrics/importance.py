@@ -270,7 +270,10 @@ def batch_importance(gradients: np.ndarray, tokens, *, batch_size: int = BATCH_S
 
 def normalize_by_layer(scores: np.ndarray) -> np.ndarray:
     """Michel et al.'s per-layer normalisation: each layer's scores divided by their l2 norm
-    over heads (``(..., L, H)``; a layer of zeros stays zero)."""
+    over heads (``(..., L, H)``; a layer of zeros stays zero). NaN (a head or layer the model
+    does not have, in a padded store) counts as 0 in the norm and stays NaN."""
     scores = np.asarray(scores, dtype=np.float64)
-    norm = np.sqrt((scores ** 2).sum(axis=-1, keepdims=True))
-    return np.divide(scores, norm, out=np.zeros_like(scores), where=norm > 0)
+    known = np.nan_to_num(scores)
+    norm = np.sqrt((known ** 2).sum(axis=-1, keepdims=True))
+    out = np.divide(known, norm, out=np.zeros_like(known), where=norm > 0)
+    return np.where(np.isnan(scores), np.nan, out)

@@ -45,7 +45,8 @@ logger = logging.getLogger(__name__)
 
 Objective = Literal["mt", "lm", "mlm"]
 
-__all__ = ["Adapter", "Tokenized", "ModelLoadError", "Objective", "word_ids_from_pieces", "attention_norms"]
+__all__ = ["Adapter", "Tokenized", "ModelLoadError", "Objective", "word_ids_from_pieces", "attention_norms",
+           "FairseqLayoutHeads"]
 
 
 class ModelLoadError(RuntimeError):
@@ -249,3 +250,35 @@ class Adapter(abc.ABC):
             ids[b, : len(x)] = torch.as_tensor(list(x), dtype=torch.long)
             mask[b, : len(x)] = 1
         return ids.to(self.device), mask.to(self.device), lengths
+
+
+class FairseqLayoutHeads:
+    """Head gates of a network laid out as fairseq's Transformer (each layer's ``self_attn``,
+    the decoder's ``encoder_attn``, each attention's ``out_proj``): fairseq's own classes
+    (:class:`~evolution.models.fairseq.FairseqAdapter`) and their plain PyTorch mirror
+    (:class:`~evolution.models.plain.PlainAdapter`). A subclass gives ``_encoder_layers()`` and
+    ``_decoder_layers()``, and ``supports_decoder``."""
+
+    #: the attention types a model may have (Voita et al. ACL 2019 prune all three)
+    ATTENTIONS = ("encoder_self", "decoder_self", "encoder_decoder")
+    #: the batch axis of the attention output projections' input (T, B, H * d_head), for per-sentence head gates
+    gate_batch_dim = 1
+
+    @property
+    def attention_types(self) -> tuple[str, ...]:
+        """``encoder_self`` (the analysed stack), and for translation models the decoder's two."""
+        return self.ATTENTIONS if self.supports_decoder else self.ATTENTIONS[:1]
+
+    def attention_modules(self, attention: str = "encoder_self") -> list:
+        """The attention module of each layer of one attention type."""
+        if attention not in self.attention_types:
+            raise ValueError(f"{self.name}: no {attention!r} attention; this model has {self.attention_types}")
+        if attention == "encoder_self":
+            return [layer.self_attn for layer in self._encoder_layers()]
+        return [layer.self_attn if attention == "decoder_self" else layer.encoder_attn
+                for layer in self._decoder_layers()]
+
+    def output_projections(self, attention: str = "encoder_self") -> list:
+        """Each layer's attention output projection, whose input is the concatenated heads
+        (:func:`evolution.nets.gates.head_gates`)."""
+        return [m.out_proj for m in self.attention_modules(attention)]

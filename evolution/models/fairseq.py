@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from evolution.models.base import Adapter, ModelLoadError, Tokenized, word_ids_from_pieces
+from evolution.models.base import Adapter, FairseqLayoutHeads, ModelLoadError, Tokenized, word_ids_from_pieces
 from evolution.nets.compat import capture_attention, enable_head_weights, import_fairseq, quiet, trusted_checkpoints
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ __all__ = ["FairseqAdapter"]
 _TASK_OBJECTIVE = {"translation": "mt", "language_modeling": "lm", "masked_lm": "mlm"}
 
 
-class FairseqAdapter(Adapter):
+class FairseqAdapter(FairseqLayoutHeads, Adapter):
     """Adapter for one fairseq checkpoint file.
 
     Parameters
@@ -221,29 +221,11 @@ class FairseqAdapter(Adapter):
         return (torch.stack([q for q, _ in qk]).float().cpu().numpy(),
                 torch.stack([k for _, k in qk]).float().cpu().numpy())
 
-    #: the attention types a model may have (Voita et al. ACL 2019 prune all three)
-    ATTENTIONS = ("encoder_self", "decoder_self", "encoder_decoder")
-    #: the batch axis of fairseq's attention tensors (T, B, d), for per-sentence head gates
-    gate_batch_dim = 1
+    def _encoder_layers(self) -> list:
+        return list(self._layers)
 
-    @property
-    def attention_types(self) -> tuple[str, ...]:
-        """``encoder_self`` (the analysed stack), and for translation models the decoder's two."""
-        return self.ATTENTIONS if self.supports_decoder else self.ATTENTIONS[:1]
-
-    def attention_modules(self, attention: str = "encoder_self") -> list:
-        """The ``MultiheadAttention`` of each layer of one attention type."""
-        if attention not in self.attention_types:
-            raise ValueError(f"{self.name}: no {attention!r} attention; this model has {self.attention_types}")
-        if attention == "encoder_self":
-            return [layer.self_attn for layer in self._layers]
-        layers = list(self._model.decoder.layers)
-        return [layer.self_attn if attention == "decoder_self" else layer.encoder_attn for layer in layers]
-
-    def output_projections(self, attention: str = "encoder_self") -> list:
-        """Each layer's attention output projection, whose input is the concatenated heads
-        (:func:`evolution.nets.gates.head_gates`)."""
-        return [m.out_proj for m in self.attention_modules(attention)]
+    def _decoder_layers(self) -> list:
+        return list(self._model.decoder.layers)
 
     def logits(self, inputs: Sequence[Sequence[int]], decoder_inputs: Sequence[Sequence[int]] | None = None):
         """Output logits ``(B, T, V)`` as a torch tensor with autograd on (the training objective's

@@ -12,18 +12,18 @@ patch fairseq's attention) and L0 pruning (it trains).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from evolution.models.base import Adapter, ModelLoadError, Tokenized, attention_norms, word_ids_from_pieces
+from evolution.models.base import (Adapter, FairseqLayoutHeads, ModelLoadError, Tokenized, attention_norms,
+                                    word_ids_from_pieces)
 
 __all__ = ["PlainAdapter"]
 
 
-class PlainAdapter(Adapter):
+class PlainAdapter(FairseqLayoutHeads, Adapter):
     """A shipped model directory, run by :mod:`evolution.nets.plain`.
 
     Parameters
@@ -38,9 +38,6 @@ class PlainAdapter(Adapter):
 
     supports_norms = True
     supports_key_masking = True
-    #: the batch axis of the attention output projections' input (T, B, H * d_head), for head gates
-    gate_batch_dim = 1
-    ATTENTIONS = ("encoder_self", "decoder_self", "encoder_decoder")
 
     def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None,
                  device: str | None = None):
@@ -49,27 +46,16 @@ class PlainAdapter(Adapter):
         from safetensors.torch import load_file
 
         from evolution.models.device import resolve_device
-        from evolution.models.shipped import META, WEIGHTS, shipped_vocabulary
+        from evolution.models.shipped import META, WEIGHTS, read_shipped
         from evolution.nets.plain import Dictionary, build
 
         self.path = Path(path)
-        meta_path = self.path / META
-        if not meta_path.is_file() or not (self.path / WEIGHTS).is_file():
-            raise ModelLoadError(f"{self.path} is not a shipped model directory: it needs {META} and {WEIGHTS} "
-                                 "(written by `python -m evolution.models.shipped`)")
-        try:
-            self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise ModelLoadError(f"{meta_path}: not valid JSON ({exc})") from exc
+        self.meta, vocab = read_shipped(self.path)
         self.device = resolve_device(device)
         self.name = name or self.path.name
         self.objective = objective or self.meta.get("objective")
         if self.objective not in ("mt", "lm", "mlm"):
-            raise ModelLoadError(f"{meta_path}: objective {self.objective!r} is not one of mt, lm, mlm")
-        vocab = shipped_vocabulary(self.path)
-        for f in ("dict.txt", "spm.model"):
-            if not (vocab / f).is_file():
-                raise ModelLoadError(f"{self.path}: the vocabulary file {vocab / f} named by {META} is missing")
+            raise ModelLoadError(f"{self.path / META}: objective {self.objective!r} is not one of mt, lm, mlm")
         self.dictionary = d = Dictionary(vocab / "dict.txt", mask=self.objective == "mlm")
         self._spm = spm.SentencePieceProcessor(model_file=str(vocab / "spm.model"))
         weights = load_file(str(self.path / WEIGHTS))
@@ -202,25 +188,11 @@ class PlainAdapter(Adapter):
                 self._torch.stack(dec["cross"]).float().cpu().numpy())
 
     # --- heads: gates and logits (head-mask importance) --------------------------------------------------
-    @property
-    def attention_types(self) -> tuple[str, ...]:
-        return self.ATTENTIONS if self.supports_decoder else self.ATTENTIONS[:1]
+    def _encoder_layers(self) -> list:
+        return list(self.net.encoder.layers)
 
-    def attention_modules(self, attention: str = "encoder_self") -> list:
-        if attention not in self.attention_types:
-            raise ValueError(f"{self.name}: no {attention!r} attention; this model has {self.attention_types}")
-        if attention == "encoder_self":
-            return [layer.self_attn for layer in self.net.encoder.layers]
-        return [layer.self_attn if attention == "decoder_self" else layer.encoder_attn
-                for layer in self.net.decoder.layers]
-
-    def output_projections(self, attention: str = "encoder_self") -> list:
-        return [m.out_proj for m in self.attention_modules(attention)]
-
-    @property
-    def _model(self):
-        """The network (what :func:`evolution.metrics.importance` freezes while it takes gradients)."""
-        return self.net
+    def _decoder_layers(self) -> list:
+        return list(self.net.decoder.layers)
 
     def logits(self, inputs: Sequence[Sequence[int]], decoder_inputs: Sequence[Sequence[int]] | None = None):
         """Output logits ``(B, T, V)`` with autograd on (the model stays in eval mode)."""

@@ -40,7 +40,7 @@ from evolution.provenance import file_hash
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ShippedAdapter", "pack", "pack_training", "run_spec", "scrub_sentencepiece", "shipped_vocabulary", "training_text_hash", "FORMAT"]
+__all__ = ["ShippedAdapter", "pack", "pack_training", "run_spec", "scrub_sentencepiece", "shipped_vocabulary", "training_text_hash", "read_shipped", "FORMAT"]
 
 #: version of the ``model.json`` layout
 FORMAT = 1
@@ -166,6 +166,29 @@ def shipped_summary(models: dict[str, str | Path]) -> dict | None:
     return {"runs": runs, "timings": timings, "evaluation": evaluation, "shipped": True}
 
 
+def read_shipped(path: str | Path) -> tuple[dict, Path]:
+    """``(model.json, the vocabulary directory)`` of a shipped model directory, checked: both
+    files there, valid JSON of this :data:`FORMAT`, the vocabulary's ``dict.txt`` and
+    ``spm.model`` present; :class:`ModelLoadError` naming the file otherwise. Both adapters of
+    ``kind: shipped`` (plain PyTorch and fairseq) read a directory through it."""
+    path = Path(path)
+    meta_path = path / META
+    if not meta_path.is_file() or not (path / WEIGHTS).is_file():
+        raise ModelLoadError(f"{path} is not a shipped model directory: it needs {META} and {WEIGHTS} "
+                             "(written by `python -m evolution.models.shipped`)")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ModelLoadError(f"{meta_path}: not valid JSON ({exc})") from exc
+    if meta.get("format") != FORMAT:
+        raise ModelLoadError(f"{meta_path}: format {meta.get('format')!r}, this version reads {FORMAT}")
+    vocab = (path / meta["vocabulary"]).resolve()
+    for f in ("dict.txt", "spm.model"):
+        if not (vocab / f).is_file():
+            raise ModelLoadError(f"{path}: the vocabulary file {vocab / f} named by {META} is missing")
+    return meta, vocab
+
+
 def shipped_vocabulary(path: str | Path) -> Path:
     """The vocabulary directory (``dict.txt``, ``spm.model``) that ``model.json`` names."""
     meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
@@ -282,20 +305,7 @@ class ShippedAdapter(FairseqAdapter):
     def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None,
                  device: str | None = None):
         path = Path(path)
-        meta_path = path / META
-        if not meta_path.is_file() or not (path / WEIGHTS).is_file():
-            raise ModelLoadError(f"{path} is not a shipped model directory: it needs {META} and {WEIGHTS} "
-                                 "(written by `python -m evolution.models.shipped`)")
-        try:
-            self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise ModelLoadError(f"{meta_path}: not valid JSON ({exc})") from exc
-        if self.meta.get("format") != FORMAT:
-            raise ModelLoadError(f"{meta_path}: format {self.meta.get('format')!r}, this version reads {FORMAT}")
-        vocab = shipped_vocabulary(path)
-        for f in ("dict.txt", "spm.model"):
-            if not (vocab / f).is_file():
-                raise ModelLoadError(f"{path}: the vocabulary file {vocab / f} named by {META} is missing")
+        self.meta, vocab = read_shipped(path)
         super().__init__(path, data=vocab, sentencepiece=vocab / "spm.model", name=name or path.name,
                          objective=objective or self.meta.get("objective"), device=device)
 

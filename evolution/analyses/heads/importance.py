@@ -149,10 +149,7 @@ class HeadImportance(Analysis):
                     if value is not None:
                         value = np.asarray(value, dtype=float)
                         arrays[v][i, j, :value.shape[0], :value.shape[1]] = value
-        from evolution.metrics.importance import normalize_by_layer
-
-        def normalized(x: np.ndarray) -> np.ndarray:
-            return normalize_by_layer(np.nan_to_num(x)) * np.where(np.isnan(x), np.nan, 1.0)
+        from evolution.metrics.importance import normalize_by_layer as normalized
 
         sizes = {results[m].get("batch_size") for m in models} - {None}
         batch_size = sizes.pop() if len(sizes) == 1 else BATCH_SIZE

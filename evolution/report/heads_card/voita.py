@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evolution.metrics.importance import normalize_by_layer
 from evolution.report.heads_card.base import ALPHA, NOT_SIGNIFICANT, HeadRun, Outcome, pfmt, rank_greater, verdict
 from evolution.report.scorecard.base import FAILS, HOLDS, NA, Finding, fmt
 
@@ -117,13 +118,6 @@ def _read(run: HeadRun, model: str, var: str) -> np.ndarray | None:
     return v if np.isfinite(v).any() else None
 
 
-def _by_layer(raw: np.ndarray) -> np.ndarray:
-    """Michel et al.'s per-layer l2 normalisation, NaN kept."""
-    from evolution.metrics.importance import normalize_by_layer
-
-    return np.where(np.isnan(raw), np.nan, normalize_by_layer(np.nan_to_num(raw)))
-
-
 def _importance(run: HeadRun, model: str) -> tuple[np.ndarray, str] | str:
     """((layer, head) on the heads group's grid, its name) of the model's encoder
     self-attention: LRP relevance where stored, else mask importance normalised per layer;
@@ -139,7 +133,7 @@ def _importance(run: HeadRun, model: str) -> tuple[np.ndarray, str] | str:
     raw = _read(run, model, "importance")
     if raw is None:
         return "no importance stored"
-    return _by_layer(raw), "mask importance"
+    return normalize_by_layer(raw), "mask importance"
 
 
 def _per_batch(run: HeadRun, claim: str, rule: str, outcomes: list[Outcome], names: dict[str, str],
@@ -162,7 +156,7 @@ def _per_batch(run: HeadRun, claim: str, rule: str, outcomes: list[Outcome], nam
             continue
         raw = _read(run, o.model, "importance_batch")
         got = "no per-batch importance stored (its unit predates heads_importance version 3)" if raw is None \
-            else _with_roles(run, o.model, _by_layer(raw), BATCH_PREFIX)
+            else _with_roles(run, o.model, normalize_by_layer(raw), BATCH_PREFIX)
         if isinstance(got, str):
             gone[o.model] = got
             texts.append(f"{o.model}: left out ({got})")
