@@ -21,6 +21,7 @@ Layout under the workdir::
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -31,10 +32,24 @@ from evolution.config import MetricsConfig, ModelConfig, TrainConfig, Trajectory
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["base_runs", "checkpoint_models", "snapshot_config", "first_holds", "collect", "FINAL"]
+__all__ = ["Row", "base_runs", "trained_rows", "series_rows", "checkpoint_models", "snapshot_config", "first_holds",
+           "head_roles", "collect", "FINAL"]
 
 #: the label of the final models' snapshot (the run's own ``metrics.zarr``)
 FINAL = "final"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the trajectory: a trained run's kept checkpoints (``label``: its objective) or a
+    checkpoint series (``label``: the series' name). ``members``: ``step -> model`` of the
+    snapshots; ``final``: the model the report analyses, at step ``final_step``."""
+
+    label: str
+    members: dict[int, ModelConfig]
+    final: ModelConfig
+    final_step: int
+    objective: str | None = None
 
 
 def base_runs(train: TrainConfig, seed: int) -> dict[str, str]:
@@ -43,14 +58,36 @@ def base_runs(train: TrainConfig, seed: int) -> dict[str, str]:
             if spec["seed"] == seed and spec["token_dropout"] == 0.0}
 
 
-def checkpoint_models(train: TrainConfig, seed: int) -> dict[int, list[ModelConfig]]:
-    """``update -> models`` of every kept checkpoint of the base runs, named ``<run>@<update>``
-    (``kind: trained`` with ``update``), by ascending update. An update that only some runs keep
-    (their totals differ) has only those."""
-    out: dict[int, list[ModelConfig]] = {}
+def trained_rows(train: TrainConfig | None, seed: int, models: Sequence[ModelConfig] = ()) -> list[Row]:
+    """The rows of the base runs' kept checkpoints (``train.checkpoints``), named ``<run>@<update>``
+    (``kind: trained`` with ``update``); the final model is the config's entry for the run where
+    ``models`` lists one."""
+    if train is None or train.checkpoints is None:
+        return []
+    listed = {m.run_name: m for m in models if m.kind == "trained" and m.update is None}
+    rows = []
     for objective, run in base_runs(train, seed).items():
-        for u in train.kept_updates(objective):
-            out.setdefault(u, []).append(ModelConfig(name=f"{run}@{u}", kind="trained", run=run, update=u))
+        members = {u: ModelConfig(name=f"{run}@{u}", kind="trained", run=run, update=u)
+                   for u in train.kept_updates(objective)}
+        rows.append(Row(objective, members, listed.get(run, ModelConfig(name=run, kind="trained")),
+                        getattr(train.updates, objective), objective))
+    return rows
+
+
+def series_rows(series: dict[str, list[ModelConfig]]) -> list[Row]:
+    """The rows of checkpoint series (:mod:`evolution.series`): every member but the last is a
+    snapshot's; the last is the final model."""
+    return [Row(name, {m.step: m for m in members[:-1]}, members[-1], members[-1].step, members[-1].objective)
+            for name, members in series.items()]
+
+
+def checkpoint_models(rows: Sequence[Row]) -> dict[int, list[ModelConfig]]:
+    """``step -> models`` of every snapshot, by ascending step. A step that only some rows have
+    (their totals or saving schedules differ) has only those."""
+    out: dict[int, list[ModelConfig]] = {}
+    for row in rows:
+        for u, m in row.members.items():
+            out.setdefault(u, []).append(m)
     return dict(sorted(out.items()))
 
 
@@ -84,79 +121,137 @@ def first_holds(verdicts: Sequence[str], updates: Sequence[int]) -> tuple[int | 
     return first, since
 
 
+#: the head roles followed over steps (the ``heads`` group's flags, as the pruning figures count them)
+ROLES = ("positional", "syntactic", "rare_token")
+
+
+def head_roles(flags: Sequence[np.ndarray | None], steps: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """When each head takes a role, and whether it keeps it. ``flags``: per step (ascending), a
+    (role, layer, head) bool array, or None where the step was not analysed (breaks nothing).
+    Returns ``first`` (role, layer, head): the first step with the flag (-1: never), and ``kept``:
+    the flag holds at every analysed step from ``first`` on (False where never taken)."""
+    known = [(f, u) for f, u in zip(flags, steps) if f is not None]
+    if not known:
+        raise ValueError("head_roles: no step has head flags")
+    stack = np.stack([f for f, _ in known])  # (step, role, layer, head)
+    has = stack.any(axis=0)
+    first_index = np.argmax(stack, axis=0)
+    first = np.where(has, np.asarray([u for _, u in known])[first_index], -1)
+    after = np.arange(len(known))[:, None, None, None] >= first_index[None]
+    kept = has & np.all(stack | ~after, axis=0)
+    return first, kept
+
+
 def _curve(ds: xr.Dataset | None, model: str, fn) -> np.ndarray | None:
     if ds is None or model not in ds["model"].values:
         return None
     return np.asarray(fn(ds.sel(model=model)), dtype=float)
 
 
-def collect(final: str | Path, snapshots: dict[int, str | Path], *, runs: dict[str, str], finals: dict[str, str],
-            totals: dict[str, int]) -> dict[str, xr.Dataset]:
-    """The groups of ``trajectory.zarr`` from the snapshot stores (``update -> metrics.zarr``) and
-    the final models' ``final`` store. ``runs``: ``objective -> base run`` (its checkpoints are
-    ``<run>@<update>``); ``finals``: ``objective ->`` its final model's name in ``final``;
-    ``totals``: ``objective -> the run's updates`` (where its final model sits on the
-    ``checkpoint`` axis).
+def _between(ds: xr.Dataset | None, a: str, b: str, methods: list[str]) -> np.ndarray | None:
+    """(metric, layer) distance between models ``a`` and ``b`` at the same layer (either order)."""
+    if ds is None or "same_layer" not in ds:
+        return None
+    names = set(ds["model_a"].values) & set(ds["model_b"].values)
+    if a not in names or b not in names:
+        return None
+    d = ds["same_layer"].reindex(metric=methods)
+    return np.fmax(d.sel(model_a=a, model_b=b).values, d.sel(model_a=b, model_b=a).values)
 
-    ``curves`` (objective, checkpoint, layer): ``mi_input`` (MI with the input token as a
-    fraction of H(X), mean over k-means restarts), ``same_token`` (the kNN same-token rate),
-    ``to_final`` (metric, ...; 0 at the final model by definition); NaN where an objective has no
-    checkpoint. ``verdicts`` (claim, snapshot): the scorecard of each snapshot, with the
-    snapshot's ``update`` (the final snapshot's is the largest total), and ``first`` /
-    ``since`` per claim (:func:`first_holds`; -1: never).
+
+def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequence[Row]) -> dict[str, xr.Dataset]:
+    """The groups of ``trajectory.zarr`` from the snapshot stores (``step -> metrics.zarr``) and the
+    final models' store ``final``, for ``rows`` (:func:`trained_rows`, :func:`series_rows`).
+
+    ``curves`` (series, checkpoint, layer): ``mi_input`` (MI with the input token as a fraction of
+    H(X), mean over k-means restarts), ``same_token`` (the kNN same-token rate), ``to_final``
+    (metric, ...; 0 at the final model by definition); NaN where a row has no checkpoint.
+    ``between`` (metric, pair, checkpoint, layer): the distance between two rows' models at the
+    same step and layer (the snapshot's similarity; at the final models, the report's), NaN where
+    either lacks the step. ``verdicts`` (claim, snapshot): the scorecard of each snapshot, with the
+    snapshot's ``update`` (the final snapshot's is the largest final step), and ``first`` /
+    ``since`` per claim (:func:`first_holds`; -1: never). ``roles`` (series, role, layer, head),
+    where the snapshots have head statistics: ``first`` and ``kept`` (:func:`head_roles`).
     """
+    from itertools import combinations
+
     from evolution.analyses.base import strings
+    from evolution.analyses.heads.pruning_figures import head_role_flags
     from evolution.analyses.plotting import open_group
     from evolution.report.scorecard import scorecard
 
-    objectives = list(runs)
-    updates = sorted(set(snapshots) | set(totals.values()))
+    labels = [r.label for r in rows]
+    updates = sorted(set(snapshots) | {r.final_step for r in rows})
     stores = {**{u: str(p) for u, p in snapshots.items()}, FINAL: str(final)}
-    layers = 0
-    groups: dict = {}
-    for key, path in stores.items():
-        groups[key] = {g: open_group(path, g) for g in ("mi", "neighbors", "to_final")}
-        for ds in groups[key].values():
-            if ds is not None:
-                layers = max(layers, ds.sizes.get("layer", 0))
+    groups = {key: {g: open_group(path, g) for g in ("mi", "neighbors", "to_final", "similarity", "heads")}
+              for key, path in stores.items()}
+    layers = max([0, *(ds.sizes.get("layer", 0) for g in groups.values() for name, ds in g.items()
+                       if ds is not None and name != "heads")])
+
+    def where(row: Row):  # (store key, step, model name) of every model of a row, by step
+        out = [(u, u, m.name) for u, m in sorted(row.members.items()) if u in stores]
+        return out + [(FINAL, row.final_step, row.final.name)]
+
     methods = ["pwcca", "cka"]
-    mi = np.full((len(objectives), len(updates), layers), np.nan)
+    mi = np.full((len(rows), len(updates), layers), np.nan)
     same = np.full_like(mi, np.nan)
+    mi_iv, same_iv = np.full((*mi.shape, 2), np.nan), np.full((*mi.shape, 2), np.nan)
     dist = np.full((len(methods), *mi.shape), np.nan)
-    for o, objective in enumerate(objectives):
-        run = runs[objective]
-        for key in stores:
-            u = totals[objective] if key == FINAL else key
-            model = finals[objective] if key == FINAL else f"{run}@{u}"
-            t = updates.index(u)
-            g = groups[key]
+    for o, row in enumerate(rows):
+        for key, u, model in where(row):
+            t, g = updates.index(u), groups[key]
             m = _curve(g["mi"], model, lambda d: (d["mi_mean"] / d["entropy"]).sel(target="input"))
             if m is not None:
                 mi[o, t, :len(m)] = m
-            s = _curve(g["neighbors"], model, lambda d: d["value"].sel(measure="same_token"))
-            if s is not None:
-                same[o, t, :len(s)] = s
+            if g["mi"] is not None and "mi_mean_interval" in g["mi"]:
+                iv = _curve(g["mi"], model, lambda d: (d["mi_mean_interval"] / d["entropy"]).sel(target="input"))
+                if iv is not None:
+                    mi_iv[o, t, :len(iv)] = iv
+            v = _curve(g["neighbors"], model, lambda d: d["value"].sel(measure="same_token"))
+            if v is not None:
+                same[o, t, :len(v)] = v
+            if g["neighbors"] is not None and "interval" in g["neighbors"]:
+                iv = _curve(g["neighbors"], model, lambda d: d["interval"].sel(measure="same_token"))
+                if iv is not None:
+                    same_iv[o, t, :len(iv)] = iv
             if key == FINAL:
                 dist[:, o, t, :] = 0.0
             else:
                 d = _curve(g["to_final"], model, lambda d: d["distance"].reindex(metric=methods))
                 if d is not None:
                     dist[:, o, t, :d.shape[1]] = d
+    pairs = list(combinations(range(len(rows)), 2))
+    between = np.full((len(methods), len(pairs), len(updates), layers), np.nan)
+    for p, (i, j) in enumerate(pairs):
+        at_j = {u: (key, model) for key, u, model in where(rows[j])}
+        for key, u, model in where(rows[i]):
+            if u in at_j and at_j[u][0] == key:
+                d = _between(groups[key]["similarity"], model, at_j[u][1], methods)
+                if d is not None:
+                    between[:, p, updates.index(u), :d.shape[1]] = d
     curves = xr.Dataset(
-        {"mi_input": (("objective", "checkpoint", "layer"), mi, {"long_name": "MI with the input token / H(X)"}),
-         "same_token": (("objective", "checkpoint", "layer"), same, {"long_name": "kNN same-token rate"}),
-         "to_final": (("metric", "objective", "checkpoint", "layer"), dist,
-                      {"long_name": "distance to the same layer of the final model"})},
-        coords={"objective": strings(objectives), "checkpoint": np.array(updates), "layer": np.arange(layers),
-                "metric": strings(methods), "run": ("objective", strings(runs[o] for o in objectives)),
-                "final_update": ("objective", [totals[o] for o in objectives])})
-    labels = [str(u) for u in snapshots] + [FINAL]
+        {"mi_input": (("series", "checkpoint", "layer"), mi, {"long_name": "MI with the input token / H(X)"}),
+         "same_token": (("series", "checkpoint", "layer"), same, {"long_name": "kNN same-token rate"}),
+         "to_final": (("metric", "series", "checkpoint", "layer"), dist,
+                      {"long_name": "distance to the same layer of the final model"}),
+         "mi_input_interval": (("series", "checkpoint", "layer", "bound"), mi_iv,
+                               {"long_name": "95% bootstrap interval of mi_input (NaN: not computed)"}),
+         "same_token_interval": (("series", "checkpoint", "layer", "bound"), same_iv,
+                                 {"long_name": "95% bootstrap interval of same_token (NaN: not computed)"}),
+         "between": (("metric", "pair", "checkpoint", "layer"), between,
+                     {"long_name": "distance between two series' models at the same step and layer"})},
+        coords={"series": strings(labels), "checkpoint": np.array(updates), "layer": np.arange(layers),
+                "metric": strings(methods), "bound": strings(["low", "high"]), "pair": strings(f"{labels[i]} | {labels[j]}" for i, j in pairs),
+                "objective": ("series", strings(r.objective or "" for r in rows)),
+                "final_model": ("series", strings(r.final.name for r in rows)),
+                "final_update": ("series", [r.final_step for r in rows])})
+    snap_labels = [str(u) for u in snapshots] + [FINAL]
     cards = {str(u): scorecard(p) for u, p in snapshots.items()}
     cards[FINAL] = scorecard(final)
     claims = [f.label for f in cards[FINAL]]
-    verdict = np.array([[next((f.verdict for f in cards[s] if f.label == c), "") for s in labels] for c in claims],
-                       dtype=object).reshape(len(claims), len(labels))
-    snapshot_updates = [*snapshots, max(totals.values())]
+    verdict = np.array([[next((f.verdict for f in cards[s] if f.label == c), "") for s in snap_labels]
+                        for c in claims], dtype=object).reshape(len(claims), len(snap_labels))
+    snapshot_updates = [*snapshots, max(r.final_step for r in rows)]
     first, since = zip(*(first_holds(list(row), snapshot_updates) for row in verdict)) if claims else ((), ())
     verdicts = xr.Dataset(
         {"verdict": (("claim", "snapshot"), verdict),
@@ -164,6 +259,42 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, runs: dict[s
                    {"long_name": "first update at which the claim holds (-1: never)"}),
          "since": ("claim", np.array([-1 if s is None else s for s in since], dtype=int),
                    {"long_name": "update from which the claim holds at every later snapshot (-1: never)"})},
-        coords={"claim": strings(claims), "snapshot": strings(labels),
+        coords={"claim": strings(claims), "snapshot": strings(snap_labels),
                 "update": ("snapshot", np.array(snapshot_updates))})
-    return {"curves": curves, "verdicts": verdicts}
+    out = {"curves": curves, "verdicts": verdicts}
+    roles = _roles(rows, groups, where, head_role_flags)
+    if roles is not None:
+        out["roles"] = roles
+    return out
+
+
+def _roles(rows, groups, where, flags_of) -> xr.Dataset | None:
+    """The ``roles`` group of :func:`collect` (None where no snapshot has head statistics)."""
+    from evolution.analyses.base import strings
+
+    per_row = []
+    for row in rows:
+        flags, steps = [], []
+        for key, u, model in where(row):
+            heads = groups[key]["heads"]
+            ok = heads is not None and model in heads["model"].values
+            flags.append(np.stack(flags_of(heads, model)) if ok else None)
+            steps.append(u)
+        per_row.append(head_roles(flags, steps) if any(f is not None for f in flags) else None)
+    if all(r is None for r in per_row):
+        return None
+    L = max(r[0].shape[1] for r in per_row if r is not None)
+    H = max(r[0].shape[2] for r in per_row if r is not None)
+    first = np.full((len(rows), len(ROLES), L, H), -1, dtype=int)
+    kept = np.zeros(first.shape, dtype=bool)
+    for o, r in enumerate(per_row):
+        if r is not None:
+            first[o, :, :r[0].shape[1], :r[0].shape[2]] = r[0]
+            kept[o, :, :r[1].shape[1], :r[1].shape[2]] = r[1]
+    return xr.Dataset(
+        {"first": (("series", "role", "layer", "head"), first,
+                   {"long_name": "first step at which the head has the role (-1: never)"}),
+         "kept": (("series", "role", "layer", "head"), kept,
+                  {"long_name": "the head has the role at every analysed step from its first on"})},
+        coords={"series": strings(r.label for r in rows), "role": strings(ROLES), "layer": np.arange(L),
+                "head": np.arange(H)})

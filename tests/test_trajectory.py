@@ -117,16 +117,16 @@ def test_curves_place_each_snapshot_at_its_update_and_objective(trajectory):
     assert list(curves["checkpoint"].values) == [1, 2, 4, 6]  # kept updates and the finals (mt, lm: 4; mlm: 6)
     nb = open_group(stage.snapshot(trajectory, 1), "neighbors")
     for objective in ("mt", "lm", "mlm"):
-        np.testing.assert_allclose(curves["same_token"].sel(objective=objective, checkpoint=1),
+        np.testing.assert_allclose(curves["same_token"].sel(series=objective, checkpoint=1),
                                    nb["value"].sel(model=f"{objective}@1", measure="same_token"))
     final = open_group(MetricsStage().path(trajectory), "mi")
     expected = (final["mi_mean"] / final["entropy"]).sel(model="mlm", target="input")
-    np.testing.assert_allclose(curves["mi_input"].sel(objective="mlm", checkpoint=6), expected)
-    assert np.isnan(curves["mi_input"].sel(objective="mt", checkpoint=6)).all()  # mt has no update 6
-    assert np.isnan(curves["mi_input"].sel(objective="mt", checkpoint=4)).all() == False  # noqa: E712 (mt's final)
-    assert float(curves["to_final"].sel(objective="mlm", checkpoint=6).max()) == 0.0
+    np.testing.assert_allclose(curves["mi_input"].sel(series="mlm", checkpoint=6), expected)
+    assert np.isnan(curves["mi_input"].sel(series="mt", checkpoint=6)).all()  # mt has no update 6
+    assert np.isnan(curves["mi_input"].sel(series="mt", checkpoint=4)).all() == False  # noqa: E712 (mt's final)
+    assert float(curves["to_final"].sel(series="mlm", checkpoint=6).max()) == 0.0
     td = open_group(stage.snapshot(trajectory, 4), "to_final")
-    np.testing.assert_allclose(curves["to_final"].sel(objective="mlm", checkpoint=4, metric="cka"),
+    np.testing.assert_allclose(curves["to_final"].sel(series="mlm", checkpoint=4, metric="cka"),
                                td["distance"].sel(model="mlm@4", metric="cka"))
 
 
@@ -177,7 +177,7 @@ def test_a_new_checkpoint_computes_only_itself(trajectory, tmp_path):
     assert stage.pending(trajectory) == []
     shutil.rmtree(stage.snapshot(trajectory, 1))
     pending = stage.pending(trajectory)
-    assert len(pending) == 2 and "update 1 " in pending[0] and "curves" in pending[1]
+    assert len(pending) == 2 and "step 1 " in pending[0] and "curves" in pending[1]
 
 
 def test_curve_tick_labels_do_not_overprint_on_the_log_axis():

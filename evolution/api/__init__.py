@@ -8,6 +8,8 @@
 >>> ev.head_view(bert, "The cat sat on the mat")                   # inline in Jupyter, offline
 >>> ev.mi(reps), ev.neighbors(reps), ev.similarity(reps), ev.heads(reps)   # metrics.zarr groups
 >>> ev.plot.mi(ev.mi(reps), models=["mt"], layers=range(7), ax=None)      # one panel, returns the figure
+>>> pythia = ev.load_series("EleutherAI/pythia-70m", revisions=["step1000", "step143000"])  # a checkpoint series
+>>> traj = ev.trajectory(pythia, sentences)                            # the groups of trajectory.zarr
 
 Every function runs what the pipeline runs (extraction into a Zarr store, in memory here;
 the analyses' units and groups; the report's views and figures), so a dataset from here and
@@ -19,8 +21,9 @@ from evolution.api.analyses import (analyse, change, dependency_heads, heads, im
                                     probes, similarity)
 from evolution.api.model import Model, load
 from evolution.api.represent import Representations, open_store, represent
+from evolution.api.series import Series, load_series, trajectory
 from evolution.api.views import ViewPage, head_view, model_view, neuron_view, views
 
 __all__ = ["plot", "Model", "load", "Representations", "represent", "open_store", "analyse", "mi", "neighbors", "similarity",
            "change", "influence", "heads", "dependency_heads", "importance", "probes", "ViewPage", "views",
-           "head_view", "model_view", "neuron_view"]
+           "head_view", "model_view", "neuron_view", "Series", "load_series", "trajectory"]

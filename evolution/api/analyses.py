@@ -19,7 +19,7 @@ import xarray as xr
 
 from evolution.api.represent import Representations
 
-__all__ = ["analyse", "mi", "neighbors", "similarity", "change", "influence", "heads", "dependency_heads",
+__all__ = ["analyse", "inputs_of", "mi", "neighbors", "similarity", "change", "influence", "heads", "dependency_heads",
            "importance", "probes", "API_TOKENS"]
 
 logger = logging.getLogger(__name__)
@@ -29,18 +29,14 @@ API_TOKENS = {"top": 100, "min_count": 5}
 _SECTIONS = ("mi", "neighbors", "similarity", "tsne", "influence", "heads", "importance", "probes", "pruning")
 
 
-def analyse(reps: Representations, sections: dict[str, dict | None], *, tokens: dict | None = None, seed: int = 0,
-            models: list[str] | None = None, progress: bool = False, client=None) -> dict[str, xr.Dataset]:
-    """Run the analyses whose ``metrics`` config sections are given (others off) on ``reps`` and
-    return every group they write, by name (e.g. ``{"similarity": ..., "change": ...}``).
-    ``client``: a ``distributed.Client`` whose workers compute the analyses' tasks (as the
-    pipeline's metrics stage does; default: this process, one task after another)."""
+def inputs_of(reps: Representations, sections: dict[str, dict | None], *, tokens: dict | None = None,
+              seed: int = 0, models: list[str] | None = None):
+    """The analyses' :class:`~evolution.analyses.base.Inputs` for ``models`` of ``reps`` under the
+    ``metrics`` sections given (others off), and the validated ``MetricsConfig``."""
     from pydantic import ValidationError
 
     from evolution import location
-    from evolution.analyses import ANALYSES
     from evolution.analyses.inputs import ModelSource, load_inputs
-    from evolution.analyses.runner import run_analyses
     from evolution.config import ConfigError, MetricsConfig
 
     unknown = sorted(set(sections) - set(_SECTIONS))
@@ -66,6 +62,20 @@ def analyse(reps: Representations, sections: dict[str, dict | None], *, tokens: 
              "extract_keys": {n: reps.keys[n] for n in names}}
     inputs = load_inputs(store=reps.store, models=sources, config=config, seed=seed, torch_threads=1,
                          arrays_dir=location.inputs_dir(reps.store), attrs=attrs)
+    return inputs
+
+
+def analyse(reps: Representations, sections: dict[str, dict | None], *, tokens: dict | None = None, seed: int = 0,
+            models: list[str] | None = None, progress: bool = False, client=None) -> dict[str, xr.Dataset]:
+    """Run the analyses whose ``metrics`` config sections are given (others off) on ``reps`` and
+    return every group they write, by name (e.g. ``{"similarity": ..., "change": ...}``).
+    ``client``: a ``distributed.Client`` whose workers compute the analyses' tasks (as the
+    pipeline's metrics stage does; default: this process, one task after another)."""
+    from evolution.analyses import ANALYSES
+    from evolution.analyses.runner import run_analyses
+
+    inputs = inputs_of(reps, sections, tokens=tokens, seed=seed, models=models)
+    config = inputs.config
     if config.similarity is not None:
         _check_similarity(inputs, config.similarity)
     wanted = [a for a in ANALYSES if a.enabled(config)]

@@ -17,7 +17,7 @@ import xarray as xr
 
 from evolution.analyses.plotting import STYLES, plt
 
-__all__ = ["mi", "neighbors", "distances", "change", "influence", "heads", "report_figure"]
+__all__ = ["mi", "neighbors", "distances", "change", "influence", "heads", "trajectory", "report_figure"]
 
 
 def _axes(ax):
@@ -171,6 +171,46 @@ def heads(ds: xr.Dataset, *, model: str, measure: str = "confidence", layers: Se
     ax.set(xlabel="head", ylabel="layer", title=f"{model}: {measure}", xticks=range(v.sizes["head"]),
            yticks=range(v.sizes["layer"]), yticklabels=[int(x) for x in v.layer.values])
     fig.colorbar(im, ax=ax, label=f"{measure} (scale: the data's range)")
+    return fig
+
+
+def trajectory(curves: xr.Dataset, var: str = "to_final", *, series: str | None = None, pair: str | None = None,
+               metric: str = "pwcca", layers: Sequence[int] | None = None, ax=None):
+    """A metric of the trajectory's ``curves`` group against training steps, one line per layer
+    (log step axis; symlog when step 0 is there): ``mi_input``, ``same_token``, ``to_final``
+    (``metric``: pwcca or cka) for one ``series``, or ``between`` for one ``pair`` of series.
+    The 95% bootstrap interval is shaded where it was computed (``intervals=True``)."""
+    from evolution.report.trajectory import _by_series, _step_axis
+
+    curves = _by_series(curves)
+    if var not in ("mi_input", "same_token", "to_final", "between"):
+        raise KeyError(f"var={var!r}: one of mi_input, same_token, to_final, between")
+    dim, which = ("pair", pair) if var == "between" else ("series", series)
+    have = [str(v) for v in curves[dim].values]
+    which = which if which is not None else (have[0] if have else None)
+    if which not in have:
+        raise KeyError(f"no {dim} {which!r} in these curves; they have {have}")
+    data = curves[var].sel({dim: which})
+    if "metric" in data.dims:
+        data = data.sel(metric=metric)
+    iv = curves.get(f"{var}_interval")
+    fig, ax = _axes(ax)
+    x = curves["checkpoint"].values
+    chosen = _layers(curves["layer"].values, layers)
+    cmap = plt().get_cmap("viridis")
+    for layer in chosen:
+        y = data.sel(layer=layer).values
+        ok = np.isfinite(y)
+        color = cmap(int(layer) / max(1, len(curves["layer"]) - 1))
+        ax.plot(x[ok], y[ok], marker="o", ms=3, color=color, label=f"layer {int(layer)}")
+        if iv is not None and dim == "series":
+            band = iv.sel(series=which, layer=layer).isel(checkpoint=np.nonzero(ok)[0])
+            _band(ax, x[ok], band, color)
+    _step_axis(ax, x)
+    label = {"to_final": f"{metric.upper()} distance to the final member", "between": f"{metric.upper()} distance "
+             "between the series", "mi_input": "MI with the input / H(X)", "same_token": "kNN same-token rate"}[var]
+    ax.set(xlabel="training step", ylabel=label, title=str(which))
+    ax.legend(fontsize=7)
     return fig
 
 

@@ -31,15 +31,30 @@ class ModelConfig(_Section):
       ``python -m evolution.models.shipped`` (``model.safetensors`` and
       ``model.json``; e.g. ``results/bible-full/models/mt``): a trained model
       loaded without unpickling, its vocabulary found through ``model.json``.
+
+    A **checkpoint series** (``docs/series.md``): ``revisions: [step1000, step2000, ...]`` with a
+    hub id as ``path`` (``kind: huggingface``; each revision resolved from the local cache, as a hub
+    id is), or ``checkpoints: <glob>`` of directories (``huggingface``, ``shipped``) or files
+    (``fairseq``), the step read from each name (the last number in it: ``step1000``,
+    ``checkpoint-500``, ``checkpoint_3_1200.pt``) or else from the checkpoint's own metadata. Each
+    member becomes a model named ``<name>@<step>`` (:mod:`evolution.series`); the last one is analysed
+    as the config's models are, the others by ``metrics.trajectory``.
     """
 
-    added_later = ("update",)
+    added_later = ("update", "revisions", "checkpoints", "series", "step", "revision")
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
     kind: Literal["trained", "huggingface", "fairseq", "shipped"]
     run: str | None = Field(None, description="trained: the training run (default: name)")
     update: int | None = Field(None, ge=1, description="trained: the checkpoint kept at this update "
                                                        "(train.checkpoints) instead of the final model")
+    revisions: list[str] | None = Field(None, min_length=1, description="huggingface: a series of hub revisions "
+                                                                       "of ``path`` (a hub id)")
+    checkpoints: str | None = Field(None, description="a series: a glob of checkpoint directories or files, "
+                                                      "relative to the config file")
+    series: str | None = Field(None, description="set on a series member: the series' name")
+    step: int | None = Field(None, ge=0, description="set on a series member: its training step")
+    revision: str | None = Field(None, description="set on a series member from ``revisions``: its hub revision")
     hub_id: str | None = Field(None, description="huggingface: the hub id that ``path`` was given as (set when "
                                                  "loading; ``path`` is then its snapshot in the local cache)")
     path: Path | None = None
@@ -55,12 +70,18 @@ class ModelConfig(_Section):
         (``bert-base-uncased``): resolved through the Hugging Face cache (:mod:`evolution.models.hub`)."""
         if not isinstance(data, dict) or data.get("kind") != "huggingface" or data.get("hub_id"):
             return data
-        raw = data.get("path")
-        if raw is None or Path(str(raw)).is_absolute():
-            return data
         from evolution.models.base import ModelLoadError
         from evolution.models.hub import looks_like_hub_id, resolve
 
+        raw = data.get("path")
+        if data.get("revisions") is not None:  # a series of hub revisions: resolved per member (evolution.series)
+            if raw is None or not looks_like_hub_id(str(raw)):
+                raise ValueError(f"model {data.get('name')!r}: 'revisions' needs a hub id as 'path' "
+                                 f"(e.g. EleutherAI/pythia-70m), got {raw!r}; for local directories use "
+                                 "'checkpoints: <glob>'")
+            return {**data, "hub_id": str(raw), "path": None}
+        if raw is None or Path(str(raw)).is_absolute():
+            return data
         if _resolve(raw, info).exists() or not looks_like_hub_id(str(raw)):
             return data
         try:
@@ -76,8 +97,15 @@ class ModelConfig(_Section):
             return None
         return _must_exist(_resolve(v, info), f"models[].{info.field_name}")
 
+    @field_validator("checkpoints", mode="before")
+    @classmethod
+    def _glob(cls, v: Any, info: ValidationInfo) -> str | None:
+        return None if v is None else str(_resolve(str(v), info))
+
     @model_validator(mode="after")
     def _kind_fields(self) -> "ModelConfig":
+        if self.revisions is not None or self.checkpoints is not None:
+            return self._series_fields()
         if self.kind == "trained":
             if self.path is not None or self.data is not None or self.sentencepiece is not None:
                 raise ValueError(f"model {self.name!r}: a trained model's files come from the train stage; "
@@ -109,6 +137,31 @@ class ModelConfig(_Section):
                 raise ValueError(f"model {self.name!r}: fairseq models need 'data', the directory "
                                  "with the dictionary (dict.txt or dict.<lang>.txt) used in training")
         return self
+
+    def _series_fields(self) -> "ModelConfig":
+        where = f"model {self.name!r}"
+        if "@" in self.name:
+            raise ValueError(f"{where}: a series' members are named <name>@<step>; give the series a name without '@'")
+        if self.revisions is not None and self.checkpoints is not None:
+            raise ValueError(f"{where}: give either 'revisions' (hub revisions) or 'checkpoints' (a glob), not both")
+        if self.kind == "trained":
+            raise ValueError(f"{where}: a trained run's checkpoints come from train.checkpoints and "
+                             "metrics.trajectory; remove 'revisions'/'checkpoints'")
+        if self.revisions is not None and self.kind != "huggingface":
+            raise ValueError(f"{where}: 'revisions' are Hugging Face hub revisions (kind: huggingface); "
+                             "for directories or files of other kinds use 'checkpoints: <glob>'")
+        if self.checkpoints is not None and self.path is not None:
+            raise ValueError(f"{where}: with 'checkpoints' each member's path comes from the glob; remove 'path'")
+        if self.kind == "fairseq" and self.data is None:
+            raise ValueError(f"{where}: fairseq checkpoints need 'data', the directory with the dictionary")
+        if len(set(self.revisions or [])) != len(self.revisions or []):
+            raise ValueError(f"{where}: a revision is listed twice in 'revisions'")
+        return self
+
+    @property
+    def is_series(self) -> bool:
+        """A series to expand (``revisions`` or ``checkpoints``), not one model."""
+        return self.revisions is not None or self.checkpoints is not None
 
     @property
     def run_name(self) -> str:

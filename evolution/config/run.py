@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from evolution.config.base import ConfigError, _Section, _resolve
 from evolution.config.cluster import ClusterConfig, _coerce_cluster
@@ -32,6 +32,8 @@ class EvolutionConfig(_Section):
     report: Annotated[ReportConfig, Field(default_factory=ReportConfig)]
     train: TrainConfig | None = Field(None, description="train MT/LM/MLM on the corpus (needs a parallel corpus)")
     models: list[ModelConfig] = Field(default_factory=list, description="default: every run of `train`")
+    #: ``series name -> its members by ascending step`` (:mod:`evolution.series`), set by validation
+    _series: dict[str, list[ModelConfig]] = PrivateAttr(default_factory=dict)
 
     @field_validator("workdir", mode="before")
     @classmethod
@@ -42,6 +44,28 @@ class EvolutionConfig(_Section):
     @classmethod
     def _cluster(cls, v: Any) -> Any:
         return _coerce_cluster(v)
+
+    @model_validator(mode="after")
+    def _expand_series(self) -> "EvolutionConfig":
+        """Each checkpoint series among ``models`` becomes its last member (the others are the
+        trajectory's, :meth:`series`)."""
+        from evolution.series import SeriesError, expand
+
+        if not any(m.is_series for m in self.models):
+            return self
+        models, series = [], {}
+        for i, m in enumerate(self.models):
+            if not m.is_series:
+                models.append(m)
+                continue
+            try:
+                series[m.name] = expand(m)
+            except SeriesError as exc:
+                raise ValueError(f"models.{i}: {exc}") from None
+            models.append(series[m.name][-1])
+        object.__setattr__(self, "models", models)
+        self._series = series
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> "EvolutionConfig":
@@ -73,9 +97,11 @@ class EvolutionConfig(_Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"models: names must be unique, {dupes} appear more than once")
-        if self.metrics.trajectory is not None and (self.train is None or self.train.checkpoints is None):
-            raise ValueError("metrics.trajectory analyses the checkpoints kept in training: add train.checkpoints "
-                             "(e.g. {first: 25, factor: 2}), or set metrics.trajectory: null")
+        if self.metrics.trajectory is not None and (self.train is None or self.train.checkpoints is None) \
+                and not self._series:
+            raise ValueError("metrics.trajectory analyses the checkpoints kept in training or a checkpoint series: "
+                             "add train.checkpoints (e.g. {first: 25, factor: 2}) or a model with 'revisions' or "
+                             "'checkpoints' (docs/series.md), or set metrics.trajectory: null")
         for key, listed in (("metrics.pruning.models", self.metrics.pruning and self.metrics.pruning.models),
                             ("report.views.models", self.report.views and self.report.views.models)):
             unknown = [n for n in listed or [] if n not in names]
@@ -108,6 +134,11 @@ class EvolutionConfig(_Section):
                 raise ValueError(f"metrics.store {metrics} overlaps {name} ({other}); writing the metrics "
                                  "replaces the whole metrics store, so give it a location of its own, e.g. "
                                  f"{location.join(location.parent(reps), 'metrics.zarr')}")
+
+    def series(self) -> dict[str, list[ModelConfig]]:
+        """``series name -> members by ascending step`` of the checkpoint series among ``models``
+        (``revisions`` / ``checkpoints``; :mod:`evolution.series`); the last member is in ``models``."""
+        return dict(self._series)
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:

@@ -41,6 +41,9 @@ def _spaced_labels(updates, *, min_gap: float = 0.1) -> list[str]:
     would overprint each other); the last update is always labelled."""
     labels, last = [], None
     for i, u in enumerate(updates):
+        if u <= 0:  # step 0 (the initial model) sits at the linear part of the symlog axis
+            labels.append(str(int(u)))
+            continue
         far = last is None or np.log10(u) - np.log10(last) >= min_gap
         if far and i < len(updates) - 1 and np.log10(updates[-1]) - np.log10(u) < min_gap:
             far = False  # leave room for the last label
@@ -49,17 +52,35 @@ def _spaced_labels(updates, *, min_gap: float = 0.1) -> list[str]:
     return labels
 
 
-def curve_grid(curves):
-    """Rows: MI with the input / H(X), kNN same-token rate, PWCCA distance to the final model;
-    columns: objectives; one line per layer, against training updates (log scale). The panels of a
-    row share their y axis, so that a change of 0.005 in one objective does not look like one of 0.8
-    in another."""
+def _step_axis(ax, x) -> None:
+    """Training steps on a log axis (symlog below the first positive step, so that step 0 shows)."""
     from matplotlib.ticker import NullFormatter
 
+    positive = x[x > 0]
+    if len(positive) < len(x) and len(positive):
+        ax.set_xscale("symlog", linthresh=float(positive.min()))
+    else:
+        ax.set_xscale("log")
+    ax.set_xticks(x, _spaced_labels(x))  # the kept steps themselves, not 2 x 10^0
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis="x", labelrotation=45 if len(x) > 5 else 0)
+
+
+def _by_series(ds):
+    """A ``curves`` group written before rows were series (dimension ``objective``), read as one."""
+    return ds.rename({"objective": "series"}) if "objective" in ds.dims else ds
+
+
+def curve_grid(curves):
+    """Rows: MI with the input / H(X), kNN same-token rate, PWCCA distance to the final model;
+    columns: the series (a trained objective's base run, or a checkpoint series); one line per
+    layer, against training steps (log scale). The panels of a row share their y axis, so that a
+    change of 0.005 in one series does not look like one of 0.8 in another."""
     from evolution.analyses.plotting import plt
 
+    curves = _by_series(curves)
     rows = [("mi_input", "MI(input) / H(X)"), ("same_token", "same-token rate"), ("to_final", "PWCCA to final")]
-    objectives = list(curves["objective"].values)
+    objectives = list(curves["series"].values)
     fig, axes = plt().subplots(len(rows), len(objectives), figsize=(3.2 * len(objectives), 2.4 * len(rows)),
                                sharex=True, sharey="row", squeeze=False)
     x = curves["checkpoint"].values
@@ -68,7 +89,7 @@ def curve_grid(curves):
     for r, (var, label) in enumerate(rows):
         for c, objective in enumerate(objectives):
             ax = axes[r, c]
-            data = curves[var].sel(objective=objective)
+            data = curves[var].sel(series=objective)
             if var == "to_final":
                 data = data.sel(metric="pwcca")
             for layer in layers:
@@ -76,21 +97,67 @@ def curve_grid(curves):
                 ok = np.isfinite(y)
                 ax.plot(x[ok], y[ok], marker="o", ms=3, color=cmap(layer / max(1, len(layers) - 1)),
                         label=f"layer {layer}")
-            ax.set_xscale("log")
-            ax.set_xticks(x, _spaced_labels(x))  # the kept updates themselves, not 2 x 10^0
+            _step_axis(ax, x)
             ax.ticklabel_format(axis="y", useOffset=False)  # 0.9996, not "+1" and -0.0004
-            ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.tick_params(axis="x", labelrotation=45 if len(x) > 5 else 0)
             if r == 0:
                 ax.set_title(objective)
             if c == 0:
                 ax.set_ylabel(label)
             if r == len(rows) - 1:
-                ax.set_xlabel("training updates")
+                ax.set_xlabel("training step")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))  # outside the panels
     fig.tight_layout()
     return fig
+
+
+def between_grid(curves):
+    """One panel per pair of series: the PWCCA distance between their models at the same step,
+    one line per layer (the snapshots' similarity; the last point is the final models'). None
+    without pairs measured at a common step."""
+    from evolution.analyses.plotting import plt
+
+    if "between" not in curves or curves.sizes.get("pair", 0) == 0:
+        return None
+    data = curves["between"].sel(metric="pwcca")
+    pairs = [p for p in curves["pair"].values if np.isfinite(data.sel(pair=p).values).any()]
+    if not pairs:
+        return None
+    x, layers = curves["checkpoint"].values, curves["layer"].values
+    cmap = plt().get_cmap("viridis")
+    fig, axes = plt().subplots(1, len(pairs), figsize=(3.4 * len(pairs), 2.8), sharey=True, squeeze=False)
+    for c, pair in enumerate(pairs):
+        ax = axes[0, c]
+        for layer in layers:
+            y = data.sel(pair=pair, layer=layer).values
+            ok = np.isfinite(y)
+            ax.plot(x[ok], y[ok], marker="o", ms=3, color=cmap(layer / max(1, len(layers) - 1)), label=f"layer {layer}")
+        _step_axis(ax, x)
+        ax.set(title=str(pair), xlabel="training step")
+        if c == 0:
+            ax.set_ylabel("PWCCA distance between series")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+def role_rows(roles) -> list[list[str]]:
+    """Rows (header first): every head that takes a role at some step, with the step it first has
+    it and whether it keeps it at every later analysed step; by series, role, first step."""
+    rows = [["series", "role", "layer", "head", "first step", "kept"]]
+    if roles is None:
+        return rows
+    found = []
+    for s in roles["series"].values:
+        for r in roles["role"].values:
+            first = roles["first"].sel(series=s, role=r).values
+            kept = roles["kept"].sel(series=s, role=r).values
+            for layer, head in zip(*np.nonzero(first >= 0)):
+                found.append((str(s), str(r), int(first[layer, head]), int(layer), int(head), bool(kept[layer, head])))
+    for s, r, first, layer, head, kept in sorted(found):
+        rows.append([s, r, str(layer), str(head), str(first), "yes" if kept else "no"])
+    return rows
 
 
 def first_holds_rows(verdicts, findings: list | None = None) -> list[list[str]]:
@@ -104,41 +171,66 @@ def first_holds_rows(verdicts, findings: list | None = None) -> list[list[str]]:
     return rows
 
 
+def _table(rows: list[list[str]], *, limit: int | None = None) -> str:
+    esc = html.escape
+    body = rows[1:] if limit is None else rows[1:limit + 1]
+    return ("<table><thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in rows[0]) + "</tr></thead><tbody>" +
+            "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in body) + "</tbody></table>")
+
+
+def _csv(path: Path, rows: list[list[str]]) -> None:
+    path.write_text("\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n", encoding="utf-8")
+
+
 def write_trajectory_page(path: str | Path, trajectory: str | Path, *, title: str, findings: list | None = None
                           ) -> Path:
-    """``trajectory.html`` at ``path``, its two figures (PNG) and ``trajectory-first.csv`` beside it."""
+    """``trajectory.html`` at ``path``, its figures (PNG) and ``trajectory-first.csv`` (and, with
+    head statistics, ``trajectory-roles.csv``) beside it."""
     from evolution.analyses.plotting import DPI, open_group, plt
 
     path = Path(path)
-    curves, verdicts = open_group(trajectory, "curves"), open_group(trajectory, "verdicts")
-    files = {}
-    for name, fig in (("trajectory-verdicts.png", verdict_grid(verdicts)), ("trajectory-curves.png",
-                                                                            curve_grid(curves))):
-        fig.savefig(path.parent / name, dpi=DPI, bbox_inches="tight")
-        plt().close(fig)
-        files[name] = name
+    curves, verdicts = _by_series(open_group(trajectory, "curves")), open_group(trajectory, "verdicts")
+    figures = {"trajectory-verdicts.png": verdict_grid(verdicts), "trajectory-curves.png": curve_grid(curves),
+               "trajectory-between.png": between_grid(curves)}
+    for name, fig in figures.items():
+        if fig is not None:
+            fig.savefig(path.parent / name, dpi=DPI, bbox_inches="tight")
+            plt().close(fig)
     rows = first_holds_rows(verdicts, findings)
-    (path.parent / "trajectory-first.csv").write_text("\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n",
-                                                      encoding="utf-8")
+    _csv(path.parent / "trajectory-first.csv", rows)
+    roles = role_rows(open_group(trajectory, "roles"))
     esc = html.escape
-    table = "<table><thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in rows[0]) + "</tr></thead><tbody>" + \
-        "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows[1:]) + "</tbody></table>"
+    between = "" if figures["trajectory-between.png"] is None else """<h2>Between series, at the same step</h2>
+<img src="trajectory-between.png" alt="distance between series">
+<p>The PWCCA distance between two series' models at the same step and layer (the snapshot's similarity between
+them; the last point is the final models'). Only steps that both series have are drawn.</p>"""
+    role_html = ""
+    if len(roles) > 1:
+        _csv(path.parent / "trajectory-roles.csv", roles)
+        more = f" (the first 60 of {len(roles) - 1})" if len(roles) > 61 else ""
+        role_html = f"""<h2>Head roles over training</h2>
+<p>Every head that is positional, syntactic or rare-token (the head statistics' flags, docs/heads.md) at some
+analysed step: the first step with the role, and whether it keeps it at every later step{esc(more)}.</p>
+{_table(roles, limit=60)}<p><a href="trajectory-roles.csv">trajectory-roles.csv</a></p>"""
     snaps = ", ".join(str(s) for s in verdicts["snapshot"].values)
+    series = ", ".join(str(s) for s in curves["series"].values)
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>body{{font-family:sans-serif;max-width:70em;margin:2em auto}}td,th{{border:1px solid #ccc;padding:.2em .5em}}
 table{{border-collapse:collapse}}img{{max-width:100%}}</style></head><body>
 <h1>{esc(title)}</h1>
-<p>The scorecard of <a href="report.html">the report</a> ruled on the checkpoints kept during training
-(snapshots {esc(snaps)}), each objective's base model at the same update; "final" is the report's
-own. A snapshot has no bootstrap intervals unless <code>metrics.trajectory.intervals</code> is set, so its
-verdicts compare point values. How they are made: docs/trajectory.md.</p>
-<h2>When each claim first holds</h2>{table}
+<p>The scorecard of <a href="report.html">the report</a> ruled on the checkpoints of each series ({esc(series)}:
+a trained objective's base run, or a checkpoint series of the config's models) at the same step (snapshots
+{esc(snaps)}); "final" is the report's own. A snapshot has no bootstrap intervals unless
+<code>metrics.trajectory.intervals</code> is set, so its verdicts compare point values. How they are made:
+docs/trajectory.md and docs/series.md.</p>
+<h2>When each claim first holds</h2>{_table(rows)}
 <p><a href="trajectory-first.csv">trajectory-first.csv</a></p>
-<h2>Verdict per checkpoint</h2><img src="{files['trajectory-verdicts.png']}" alt="verdict per checkpoint">
-<h2>Per layer, against training updates</h2><img src="{files['trajectory-curves.png']}" alt="curves">
+<h2>Verdict per checkpoint</h2><img src="trajectory-verdicts.png" alt="verdict per checkpoint">
+<h2>Per layer, against training steps</h2><img src="trajectory-curves.png" alt="curves">
 <p>MI with the input token as a fraction of H(X) (mean over k-means restarts), the kNN same-token rate, and the
 PWCCA distance of each layer to the same layer of the final model (0 there by definition).</p>
+{between}
+{role_html}
 </body></html>
 """, encoding="utf-8")
     return path
-

@@ -29,22 +29,26 @@ class TrajectoryStage(Stage):
     def snapshot(self, ctx: Context, update: int) -> Path:
         return ctx.workdir / "trajectory" / f"update-{update}" / "metrics.zarr"
 
-    def checkpoints(self, ctx: Context) -> dict:
-        from evolution.trajectory import checkpoint_models
+    def rows(self, ctx: Context) -> list:
+        """The trajectory's rows (:class:`evolution.trajectory.Row`): each objective's base run with
+        its kept checkpoints, and each checkpoint series of ``models``."""
+        from evolution.trajectory import series_rows, trained_rows
 
         cfg = ctx.config
         if cfg.metrics.trajectory is None:
-            return {}
-        return ctx.memo("trajectory.models", lambda: checkpoint_models(cfg.train, cfg.seed))
+            return []
+        return ctx.memo("trajectory.rows", lambda: [*trained_rows(cfg.train, cfg.seed, cfg.models),
+                                                    *series_rows(cfg.series())])
+
+    def checkpoints(self, ctx: Context) -> dict:
+        """``step -> models`` of every snapshot."""
+        from evolution.trajectory import checkpoint_models
+
+        return checkpoint_models(self.rows(ctx))
 
     def _finals(self, ctx: Context) -> dict:
-        """``objective -> ModelConfig`` of the base runs' final models (added where the config lists none)."""
-        from evolution.config import ModelConfig
-        from evolution.trajectory import base_runs
-
-        listed = {m.run_name: m for m in ctx.config.models if m.kind == "trained" and m.update is None}
-        return {o: listed.get(r, ModelConfig(name=r, kind="trained")) for o, r in
-                base_runs(ctx.config.train, ctx.config.seed).items()}
+        """``row label -> ModelConfig`` of the final models (a base run's added where the config lists none)."""
+        return {r.label: r.final for r in self.rows(ctx)}
 
     def _snapshot_key(self, ctx: Context, update: int) -> str:
         from evolution.analyses import enabled
@@ -53,7 +57,9 @@ class TrajectoryStage(Stage):
         cfg = ctx.config
         metrics = snapshot_config(cfg.metrics, cfg.metrics.trajectory)
         extract = ExtractStage()
-        models = [*self.checkpoints(ctx)[update], *self._finals(ctx).values()]
+        models = self.checkpoints(ctx)[update]
+        final_of = {m.name: r.final for r in self.rows(ctx) for m in r.members.values()}
+        models = [*models, *{final_of[m.name].name: final_of[m.name] for m in models}.values()]
         return config_hash({"metrics": MetricsStage()._config_of(metrics), "seed": cfg.seed,
                             "trajectory": cfg.metrics.trajectory.model_dump(mode="json"),
                             "analyses": {a.name: [a.version, a.layout] for a in enabled(metrics)},
@@ -66,7 +72,7 @@ class TrajectoryStage(Stage):
                 metrics_fingerprint(str(self.snapshot(ctx, u))) != self._snapshot_key(ctx, u)]
 
     def off(self, ctx: Context) -> str | None:
-        return None if self.checkpoints(ctx) else "off (metrics.trajectory off, or no kept checkpoints)"
+        return None if self.checkpoints(ctx) else "off (metrics.trajectory off, or no kept checkpoints or series)"
 
     def pending(self, ctx: Context) -> list[str]:
         from evolution.metrics.results import metrics_fingerprint
@@ -74,7 +80,7 @@ class TrajectoryStage(Stage):
         if self.off(ctx):
             return []
         todo = self._todo(ctx)
-        lines = [f"trajectory: checkpoint at update {u} ({', '.join(m.name for m in self.checkpoints(ctx)[u])}) "
+        lines = [f"trajectory: checkpoint at step {u} ({', '.join(m.name for m in self.checkpoints(ctx)[u])}) "
                  f"-> {self.snapshot(ctx, u)}" for u in todo]
         if todo or MetricsStage().pending(ctx) or metrics_fingerprint(str(self.path(ctx))) != self._key(ctx):
             lines.append(f"trajectory: curves and verdicts per checkpoint -> {self.path(ctx)}")
@@ -89,7 +95,7 @@ class TrajectoryStage(Stage):
         from evolution.analyses.runner import run_analyses
         from evolution.analyses.to_final import ToFinal
         from evolution.metrics.results import write_metrics
-        from evolution.trajectory import base_runs, collect, snapshot_config
+        from evolution.trajectory import collect, snapshot_config
 
         if not self.pending(ctx):
             if self.checkpoints(ctx):
@@ -101,34 +107,61 @@ class TrajectoryStage(Stage):
         cfg, metrics_stage = ctx.config, MetricsStage()
         trajectory = cfg.metrics.trajectory
         metrics = snapshot_config(cfg.metrics, trajectory)
-        finals = self._finals(ctx)
-        todo = self._todo(ctx)
-        objective = {n: spec["objective"] for n, spec in cfg.train.runs(cfg.seed).items()}
-        extra = [m for m in finals.values() if m.name not in {x.name for x in cfg.models}]
+        rows = self.rows(ctx)
+        final_of = {m.name: r.final.name for r in rows for m in r.members.values()}
+        finals = list(self._finals(ctx).values())
+        extra = [m for m in finals if m.name not in {x.name for x in cfg.models}]
         if extra:  # the final model of an objective that the config does not analyse itself
             ExtractStage().extract_models(ctx, extra)
-        for update in todo:
+        todo = self._todo(ctx)
+        for i, update in enumerate(todo):
             t0 = time.perf_counter()
             models = self.checkpoints(ctx)[update]
-            ExtractStage().extract_models(ctx, models)
+            self._extract_members(ctx, models, done=i, todo=len(todo))
             inputs = metrics_stage.inputs(ctx, models=models, metrics=metrics)
             datasets = run_analyses(enabled(metrics), inputs, cache=metrics_stage.cache(ctx), client=ctx.client,
                                     progress=ctx.progress, force=self.name in ctx.force)
-            pairs = metrics_stage.inputs(ctx, models=[*models, *finals.values()], metrics=metrics)
-            pairs.attrs["finals"] = {m.name: finals[objective[m.run_name]].name for m in models}
+            mine = [f for f in finals if f.name in {final_of[m.name] for m in models}]
+            pairs = metrics_stage.inputs(ctx, models=[*models, *mine], metrics=metrics)
+            pairs.attrs["finals"] = {m.name: final_of[m.name] for m in models}
             datasets.update(run_analyses([ToFinal(trajectory.methods)], pairs, cache=metrics_stage.cache(ctx),
                                          client=ctx.client, progress=ctx.progress, force=self.name in ctx.force))
             for ds in datasets.values():
                 ds.attrs["update"] = update
             write_metrics(str(self.snapshot(ctx, update)), datasets, fingerprint=self._snapshot_key(ctx, update))
-            logger.info("trajectory: update %d (%s) in %.1f s -> %s", update, ", ".join(m.name for m in models),
-                        time.perf_counter() - t0, self.snapshot(ctx, update))
-        runs = base_runs(cfg.train, cfg.seed)
-        totals = {o: getattr(cfg.train.updates, o) for o in runs}
+            logger.info("trajectory: step %d (%s) in %.1f s -> %s [%d of %d]", update,
+                        ", ".join(m.name for m in models), time.perf_counter() - t0, self.snapshot(ctx, update),
+                        i + 1, len(todo))
         groups = collect(metrics_stage.path(ctx), {u: self.snapshot(ctx, u) for u in self.checkpoints(ctx)},
-                         runs=runs, finals={o: finals[o].name for o in runs}, totals=totals)
+                         rows=rows)
+        provenance = {"trajectory": trajectory.model_dump(mode="json"), "seed": cfg.seed,
+                      "series": {r.label: {str(u): _origin(m) for u, m in [*r.members.items(), (r.final_step, r.final)]}
+                                 for r in rows if r.final.series is not None}}
+        if cfg.train is not None and cfg.train.checkpoints is not None:
+            provenance["checkpoints"] = cfg.train.checkpoints.model_dump(mode="json")
         for ds in groups.values():
-            ds.attrs.update({"trajectory": trajectory.model_dump(mode="json"), "seed": cfg.seed,
-                             "checkpoints": cfg.train.checkpoints.model_dump(mode="json")})
+            ds.attrs.update(provenance)
         write_metrics(str(self.path(ctx)), groups, fingerprint=self._key(ctx))
         logger.info("trajectory: %d checkpoints -> %s", len(self.checkpoints(ctx)), self.path(ctx))
+
+    def _extract_members(self, ctx: Context, models: list, *, done: int, todo: int) -> None:
+        """Extract ``models`` one at a time; a member that fails names itself and the fix, and the
+        members extracted before it stay in the store (each is a complete group of its own)."""
+        from evolution.models.base import ModelLoadError
+
+        for m in models:
+            try:
+                ExtractStage().extract_models(ctx, [m])
+            except Exception as exc:  # noqa: BLE001 - any loading or forward failure of one member
+                what = f"series {m.series!r}" if m.series else f"run {m.run_name!r}"
+                source = m.revision and f"revision {m.revision!r} of {m.hub_id}" or str(m.path or "its checkpoint")
+                raise ModelLoadError(
+                    f"trajectory: {what}, member {m.name} ({source}) cannot be extracted: {type(exc).__name__}: "
+                    f"{exc}. Fix or replace that checkpoint, or leave it out of the series ('revisions' / the "
+                    f"'checkpoints' glob); {done} snapshot(s) of this run and the members extracted so far stay in "
+                    "the store and are not recomputed.") from exc
+
+
+def _origin(m) -> str:
+    """Where a series member's weights come from: ``hub_id@revision`` or its path's name."""
+    return f"{m.hub_id}@{m.revision}" if m.revision else (Path(str(m.path)).name if m.path else m.name)

@@ -14,10 +14,23 @@ import xarray as xr
 from evolution.analyses.heads.importance import ATTENTIONS
 from evolution.analyses.plotting import figure, open_group
 
-__all__ = ["ROLES", "survivor_roles", "pruning_curve", "pruning_roles", "pruning_layers"]
+__all__ = ["ROLES", "head_role_flags", "survivor_roles", "pruning_curve", "pruning_roles", "pruning_layers"]
 
 #: the roles counted among the kept encoder heads (the ``heads`` group's flags); "other": none of the three
 ROLES = ("positional", "syntactic", "rare_token", "other")
+
+def head_role_flags(heads: xr.Dataset, model: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(positional, syntactic, rare_token)``, each (layer, head) bool, of ``model`` in the ``heads``
+    group: its positional flag, a syntactic flag for any relation, and a rare-token share of
+    sentences >= the group's ``rare_share`` attribute (0.2 where absent; a NaN share is no role)."""
+    h = heads.sel(model=model)
+    positional = h.positional.values.astype(bool)
+    syntactic = (h.syntactic.any("syntactic_relation").values.astype(bool) if "syntactic" in h
+                 else np.zeros_like(positional))
+    rare = (np.nan_to_num(h.rare_token_share.values, nan=-1.0) >= heads.attrs.get("rare_share", 0.2)
+            if "rare_token_share" in h else np.zeros_like(positional))
+    return positional, syntactic, rare
+
 
 def survivor_roles(path) -> xr.Dataset | None:
     """For each (model, run): how many kept encoder heads are positional, syntactic (any relation),
@@ -31,12 +44,7 @@ def survivor_roles(path) -> xr.Dataset | None:
     for i, m in enumerate(prune.model.values):
         if m not in heads.model.values:
             continue
-        h = heads.sel(model=m)
-        positional = h.positional.values.astype(bool)
-        syntactic = (h.syntactic.any("syntactic_relation").values.astype(bool) if "syntactic" in h
-                     else np.zeros_like(positional))
-        rare = (np.nan_to_num(h.rare_token_share.values) >= heads.attrs.get("rare_share", 0.2)
-                if "rare_token_share" in h else np.zeros_like(positional))
+        positional, syntactic, rare = head_role_flags(heads, m)
         for j, run in enumerate(prune.run.values):
             kept = prune.kept.sel(model=m, run=run, attention="encoder_self").values[:positional.shape[0],
                                                                                    :positional.shape[1]] == 1

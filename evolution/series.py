@@ -1,0 +1,151 @@
+"""Checkpoint series: one model family saved over training, as models (``docs/series.md``).
+
+Public checkpoint suites keep a model at many training steps: Pythia as hub revisions
+(``step0`` ... ``step143000``), MultiBERTs and most labs as directories of saved checkpoints. A
+``models:`` entry with ``revisions: [...]`` (a hub id as ``path``) or ``checkpoints: <glob>`` is
+such a series. :func:`expand` turns it into its *members*, ordinary :class:`ModelConfig` entries
+named ``<name>@<step>`` and ordered by step, each extracted and cached like any model (its cache
+key is its own files' content, so adding a step computes only that step).
+
+The step of a member is the last number in its revision or file name (``step1000``,
+``checkpoint-500``, ``checkpoint_3_1200.pt``: 1000, 500, 1200); a name without one (``final``,
+``checkpoint_best.pt``) takes the step its checkpoint records: ``global_step`` of the
+``trainer_state.json`` that transformers' Trainer writes beside the weights, ``update`` of a
+shipped model's ``model.json``, or ``num_updates`` of a fairseq checkpoint's optimizer history.
+
+The last member is analysed with the config's models (the report, with intervals); the earlier
+ones are the trajectory's snapshots (:mod:`evolution.trajectory`).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+from pathlib import Path
+
+from evolution.config.models import ModelConfig
+
+__all__ = ["expand", "member_name", "step_of_name", "recorded_step", "SeriesError"]
+
+_LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+
+
+class SeriesError(ValueError):
+    """A series that cannot be expanded; the message names the member and the fix."""
+
+
+def member_name(series: str, step: int) -> str:
+    """``<series>@<step>``, the model name of a series' member."""
+    return f"{series}@{int(step)}"
+
+
+def step_of_name(name: str) -> int | None:
+    """The last number in ``name`` without its file suffix (``step1000`` -> 1000,
+    ``checkpoint_3_1200.pt`` -> 1200); None if it has none."""
+    stem = Path(name).name
+    for suffix in (".pt", ".safetensors", ".bin"):
+        stem = stem.removesuffix(suffix)
+    m = _LAST_NUMBER.search(stem)
+    return int(m.group(1)) if m else None
+
+
+def recorded_step(path: str | Path, kind: str) -> int | None:
+    """The step a checkpoint records about itself (None if it records none): ``global_step`` of
+    ``trainer_state.json`` (Hugging Face), ``update`` of ``model.json`` (shipped), ``num_updates``
+    of the last optimizer-history entry (fairseq; loads the checkpoint on the CPU)."""
+    path = Path(path)
+    if kind in ("huggingface", "shipped"):
+        name, key = ("trainer_state.json", "global_step") if kind == "huggingface" else ("model.json", "update")
+        f = path / name
+        if f.is_file():
+            value = json.loads(f.read_text(encoding="utf-8")).get(key)
+            return int(value) if value is not None else None
+        return None
+    if kind == "fairseq" and path.is_file():
+        import torch
+
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        history = state.get("optimizer_history") or []
+        if history and history[-1].get("num_updates") is not None:
+            return int(history[-1]["num_updates"])
+    return None
+
+
+def _check_member(path: Path, kind: str, where: str) -> None:
+    if kind == "fairseq":
+        if not path.is_file():
+            raise SeriesError(f"{where}: a fairseq checkpoint is a file, {str(path)!r} is not")
+    elif not path.is_dir():
+        raise SeriesError(f"{where}: a {kind} checkpoint is a directory, {str(path)!r} is not; "
+                          "make the glob match the checkpoint directories")
+    elif kind == "huggingface" and not (path / "config.json").is_file():
+        raise SeriesError(f"{where}: {str(path)!r} has no config.json; save it with save_pretrained, or "
+                          "narrow the glob to the checkpoint directories")
+    elif kind == "shipped" and not (path / "model.json").is_file():
+        raise SeriesError(f"{where}: {str(path)!r} has no model.json (python -m evolution.models.shipped writes it)")
+
+
+def _members_from_revisions(spec: ModelConfig) -> dict[int, dict]:
+    from evolution.models.base import ModelLoadError
+    from evolution.models.hub import resolve
+
+    out: dict[int, dict] = {}
+    for rev in spec.revisions:
+        step = step_of_name(rev)
+        where = f"model {spec.name!r}, revision {rev!r}"
+        if step is None:
+            raise SeriesError(f"{where}: no step in the revision's name; name revisions by their step "
+                              "(Pythia's step1000), or save the checkpoints in directories and use 'checkpoints'")
+        if step in out:
+            raise SeriesError(f"{where}: step {step} is also revision {out[step]['revision']!r}; keep one of them")
+        try:
+            path = resolve(spec.hub_id, revision=rev)
+        except ModelLoadError as exc:
+            raise SeriesError(f"{where} (member {member_name(spec.name, step)}): {exc}") from None
+        out[step] = {"path": path, "revision": rev}
+    return out
+
+
+def _members_from_glob(spec: ModelConfig) -> dict[int, dict]:
+    paths = sorted(Path(p) for p in glob.glob(spec.checkpoints))
+    if not paths:
+        raise SeriesError(f"model {spec.name!r}: checkpoints {spec.checkpoints!r} matches nothing; fix the glob "
+                          "(relative to the config file's directory)")
+    out: dict[int, dict] = {}
+    for path in paths:
+        where = f"model {spec.name!r}, checkpoint {str(path)!r}"
+        _check_member(path, spec.kind, where)
+        step = step_of_name(path.name)
+        if step is None:
+            step = recorded_step(path, spec.kind)
+        if step is None:
+            raise SeriesError(f"{where}: neither its name nor its metadata gives a step; rename it with its step "
+                              "(checkpoint-500) or leave it out of the glob")
+        if step in out:
+            raise SeriesError(f"{where}: step {step} is also {str(out[step]['path'])!r}; keep one of them "
+                              "(narrow the glob)")
+        out[step] = {"path": path}
+    return out
+
+
+def expand(spec: ModelConfig) -> list[ModelConfig]:
+    """The members of the series ``spec`` (``revisions`` or ``checkpoints``), by ascending step,
+    each named ``<name>@<step>`` with ``series`` and ``step`` set (and ``revision`` for a hub
+    revision). A single member is refused: a series needs two steps to follow.
+
+    Raises
+    ------
+    SeriesError
+        A revision not in the cache, a glob matching nothing, a step that cannot be read or that
+        two members share; the message names the member and the fix.
+    """
+    if not spec.is_series:
+        raise SeriesError(f"model {spec.name!r} is not a series (it has neither 'revisions' nor 'checkpoints')")
+    found = _members_from_revisions(spec) if spec.revisions is not None else _members_from_glob(spec)
+    if len(found) < 2:
+        raise SeriesError(f"model {spec.name!r}: a series needs at least two checkpoints, found {len(found)}; "
+                          "for one model leave out 'revisions'/'checkpoints'")
+    base = spec.model_dump(exclude={"name", "revisions", "checkpoints", "path", "series", "step", "revision"})
+    return [ModelConfig(**{**base, **found[step], "name": member_name(spec.name, step), "series": spec.name,
+                           "step": step}) for step in sorted(found)]
