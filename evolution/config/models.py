@@ -68,6 +68,9 @@ class ModelConfig(_Section):
     def _hub_id(cls, data: Any, info: ValidationInfo) -> Any:
         """``kind: huggingface`` with a ``path`` that is no local directory but looks like a hub id
         (``bert-base-uncased``): resolved through the Hugging Face cache (:mod:`evolution.models.hub`)."""
+        if isinstance(data, dict) and data.get("revisions") is not None and data.get("kind") != "huggingface":
+            raise ValueError(f"model {data.get('name')!r}: 'revisions' are Hugging Face hub revisions (kind: "
+                             "huggingface); for directories or files of other kinds use 'checkpoints: <glob>'")
         if not isinstance(data, dict) or data.get("kind") != "huggingface" or data.get("hub_id"):
             return data
         from evolution.models.base import ModelLoadError
@@ -75,6 +78,9 @@ class ModelConfig(_Section):
 
         raw = data.get("path")
         if data.get("revisions") is not None:  # a series of hub revisions: resolved per member (evolution.series)
+            if data.get("checkpoints") is not None:
+                raise ValueError(f"model {data.get('name')!r}: give either 'revisions' (hub revisions) or "
+                                 "'checkpoints' (a glob), not both")
             if raw is None or not looks_like_hub_id(str(raw)):
                 raise ValueError(f"model {data.get('name')!r}: 'revisions' needs a hub id as 'path' "
                                  f"(e.g. EleutherAI/pythia-70m), got {raw!r}; for local directories use "
@@ -147,9 +153,6 @@ class ModelConfig(_Section):
         if self.kind == "trained":
             raise ValueError(f"{where}: a trained run's checkpoints come from train.checkpoints and "
                              "metrics.trajectory; remove 'revisions'/'checkpoints'")
-        if self.revisions is not None and self.kind != "huggingface":
-            raise ValueError(f"{where}: 'revisions' are Hugging Face hub revisions (kind: huggingface); "
-                             "for directories or files of other kinds use 'checkpoints: <glob>'")
         if self.checkpoints is not None and self.path is not None:
             raise ValueError(f"{where}: with 'checkpoints' each member's path comes from the glob; remove 'path'")
         if self.kind == "fairseq" and self.data is None:

@@ -33,19 +33,27 @@ def vocabulary_of(sentences: Iterable[str], *, max_size: int | None = None) -> l
     return words[:max_size] if max_size else words
 
 
-def _hf_tokenizer(words: list[str], arch: HFArch):
+#: every family's special tokens, in the order :func:`_hf_tokenizer` reserves them with ``shared_ids``
+SPECIALS = {"bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "gpt2": ["<pad>", "<unk>", "<|endoftext|>"],
+            "marian": ["<pad>", "<unk>", "</s>"], "t5": ["<pad>", "<unk>", "</s>"]}
+
+
+def _hf_tokenizer(words: list[str], arch: HFArch, *, shared_ids: bool = False):
+    """A word-level tokenizer over ``words`` after ``arch``'s special tokens; with ``shared_ids``
+    the ids of every family's specials are reserved first, so that a word has the same id in the
+    tokenizers of every family (models of two families then tokenise a text into the same ids)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    specials = {"bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-                "gpt2": ["<pad>", "<unk>", "<|endoftext|>"],
-                "marian": ["<pad>", "<unk>", "</s>"],
-                "t5": ["<pad>", "<unk>", "</s>"]}[arch]
-    vocab = {tok: i for i, tok in enumerate(specials + [w for w in words if w not in specials])}
-    unk = specials[1]
+    specials = SPECIALS[arch]
+    reserved = list(dict.fromkeys(t for f in SPECIALS.values() for t in f)) if shared_ids else specials
+    vocab = {tok: i for i, tok in enumerate(reserved + [w for w in words if w not in reserved])}
+    # with shared ids every family pads and marks unknown words as BERT does, so that an unknown
+    # word has one id in all of them
+    pad, unk = (SPECIALS["bert"][0], SPECIALS["bert"][1]) if shared_ids else (specials[0], specials[1])
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    kwargs = {"pad_token": specials[0], "unk_token": unk}
+    kwargs = {"pad_token": pad, "unk_token": unk}
     if arch == "bert":
         tok.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])

@@ -27,7 +27,7 @@ def verdict_grid(verdicts):
     ax.imshow(codes, cmap=ListedColormap(list(_COLOURS.values())), vmin=0, vmax=2, aspect="auto")
     ax.set_xticks(range(len(snaps)), [s if s == "final" else f"{s}" for s in snaps])
     ax.set_yticks(range(len(claims)), [f"claim {c}" for c in claims])
-    ax.set_xlabel("training updates (snapshot)")
+    ax.set_xlabel("training step (snapshot)")
     for i in range(len(claims)):
         for j in range(len(snaps)):
             ax.text(j, i, {0: "+", 1: "-", 2: ""}[int(codes[i, j])], ha="center", va="center", fontsize=8)
@@ -161,10 +161,10 @@ def role_rows(roles) -> list[list[str]]:
 
 
 def first_holds_rows(verdicts, findings: list | None = None) -> list[list[str]]:
-    """Rows (header first): claim, its text, the first update at which it holds, the update from
+    """Rows (header first): claim, its text, the first step at which it holds, the step from
     which it holds at every later snapshot."""
     text = {f.label: f.claim for f in findings or []}
-    rows = [["#", "claim", "first holds at update", "holds from update on"]]
+    rows = [["#", "claim", "first holds at step", "holds from step on"]]
     for c, first, since in zip(verdicts["claim"].values, verdicts["first"].values, verdicts["since"].values):
         rows.append([str(c), text.get(str(c), ""), "never" if first < 0 else str(int(first)),
                      "never" if since < 0 else str(int(since))])

@@ -1,0 +1,188 @@
+"""The trajectory over checkpoint series trained offline (:mod:`evolution.models.tiny_series`): a
+tiny GPT-2 and a tiny BERT trained from scratch on the shipped Genesis text, saved every 40 steps
+as the hub lays out revisions, analysed by the pipeline and by the API.
+
+What training must show, whatever the numbers of one run: the representations move most early and
+settle, so each layer's distance to the final member falls with the step, and the first members
+are far from the last."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+STEPS, EVERY = 120, 40
+SENTENCES = 300
+
+CONFIG = """workdir: run
+corpus: {{source: text, path: {text}, max_sentences: {n}}}
+extract: {{attention: {{sentences: 100}}}}
+models:
+  - {{name: gpt2, kind: huggingface, checkpoints: "{gpt2}"}}
+  - {{name: bert, kind: huggingface, checkpoints: "{bert}"}}
+metrics:
+  tokens: {{top: 50, min_count: 5}}
+  mi: {{k: 20, restarts: 2, bootstrap: 5}}
+  neighbors: {{k: 5, max_per_type: 50, bootstrap: 5}}
+  similarity: {{sentences: 250, bootstrap: 4, equal_bins: 0}}
+  tsne: null
+  influence: null
+  trajectory: {{}}
+report: {{views: null}}
+"""
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+    from evolution.models.tiny_series import GENESIS, train_series
+
+    root = tmp_path_factory.mktemp("series")
+    for arch in ("gpt2", "bert"):
+        train_series(root / "ckpt" / arch, arch=arch, steps=STEPS, every=EVERY, seed=0)
+    text = root / "genesis.txt"
+    shutil.copy(GENESIS, text)
+    return root
+
+
+def _write_config(root: Path, *, gpt2: str = "ckpt/gpt2/step*", bert: str = "ckpt/bert/step*") -> Path:
+    path = root / "series.yaml"
+    path.write_text(CONFIG.format(text="genesis.txt", n=SENTENCES, gpt2=gpt2, bert=bert), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(series):
+    from evolution.config import load_config
+    from pipelines.run import main
+    from pipelines.stages import Context
+
+    cfg = _write_config(series)
+    assert main([str(cfg), "--no-progress"]) == 0
+    return Context(config=load_config(cfg))
+
+
+def test_every_saved_step_is_a_member_and_the_last_is_the_analysed_model(run):
+    from pipelines.stages import TrajectoryStage
+
+    cfg = run.config
+    assert [m.name for m in cfg.models] == [f"gpt2@{STEPS}", f"bert@{STEPS}"]
+    assert {u: [m.name for m in ms] for u, ms in TrajectoryStage().checkpoints(run).items()} == {
+        u: [f"gpt2@{u}", f"bert@{u}"] for u in range(0, STEPS, EVERY)}
+
+
+def test_distance_to_the_final_member_falls_with_training(run):
+    """Each layer's PWCCA and CKA distance to the last member falls from step to step, starts far
+    (the random initialisation is not the trained model) and is 0 at the final member."""
+    from evolution.analyses.plotting import open_group
+    from pipelines.stages import TrajectoryStage
+
+    curves = open_group(TrajectoryStage().path(run), "curves")
+    assert list(curves["checkpoint"].values) == [0, 40, 80, 120]
+    assert list(curves["series"].values) == ["gpt2", "bert"]
+    for metric in ("pwcca", "cka"):
+        for s in ("gpt2", "bert"):
+            d = curves["to_final"].sel(metric=metric, series=s).values  # (checkpoint, layer)
+            assert np.all(np.diff(d, axis=0) < 0), (metric, s, d)
+            assert np.all(d[0] > 0.1) and np.all(d[-1] == 0.0), (metric, s, d)
+
+
+def test_curves_between_series_are_the_snapshots_similarity(run):
+    """``between`` at a step is the similarity group's same-layer distance of the two members in
+    that step's snapshot (and the report's at the final step); the two series are far apart."""
+    from evolution.analyses.plotting import open_group
+    from pipelines.stages import MetricsStage, TrajectoryStage
+
+    stage = TrajectoryStage()
+    curves = open_group(stage.path(run), "curves")
+    assert list(curves["pair"].values) == ["gpt2 | bert"]
+    for step, path, a, b in ((40, stage.snapshot(run, 40), "gpt2@40", "bert@40"),
+                             (STEPS, MetricsStage().path(run), f"gpt2@{STEPS}", f"bert@{STEPS}")):
+        sim = open_group(path, "similarity")["same_layer"].sel(metric="pwcca", model_a=a, model_b=b)
+        np.testing.assert_allclose(curves["between"].sel(metric="pwcca", pair="gpt2 | bert", checkpoint=step),
+                                   sim.values)
+    assert float(curves["between"].sel(metric="pwcca").min()) > 0.2  # an LM and an MLM from two inits
+
+
+def test_verdicts_roles_and_the_page(run):
+    from evolution.analyses.plotting import open_group
+    from pipelines.stages import ReportStage, TrajectoryStage
+
+    path = TrajectoryStage().path(run)
+    verdicts = open_group(path, "verdicts")
+    assert list(verdicts["snapshot"].values) == ["0", "40", "80", "final"]
+    assert list(verdicts["update"].values) == [0, 40, 80, STEPS]
+    roles = open_group(path, "roles")
+    assert roles is not None and list(roles["series"].values) == ["gpt2", "bert"]
+    assert set(verdicts.attrs["series"]["gpt2"]) == {"0", "40", "80", "120"}
+    page = (ReportStage().directory(run) / "trajectory.html").read_text(encoding="utf-8")
+    assert "trajectory-between.png" in page and "gpt2, bert" in page
+
+
+def test_a_new_step_computes_only_itself(run, series):
+    """A checkpoint saved between two others adds one snapshot: nothing else is pending."""
+    from evolution.config import load_config
+    from pipelines.stages import Context, ExtractStage, TrajectoryStage
+
+    shutil.copytree(series / "ckpt" / "gpt2" / "step80", series / "ckpt" / "gpt2" / "step100")
+    try:
+        ctx = Context(config=load_config(_write_config(series)))
+        pending = TrajectoryStage().pending(ctx)
+        assert len(pending) == 2 and "step 100 (gpt2@100)" in pending[0] and "curves" in pending[1], pending
+        assert [m.name for m in ExtractStage()._todo(ctx, TrajectoryStage().checkpoints(ctx)[100])] == ["gpt2@100"]
+        assert ExtractStage()._todo(ctx, TrajectoryStage().checkpoints(ctx)[80]) == []
+    finally:
+        shutil.rmtree(series / "ckpt" / "gpt2" / "step100")
+
+
+def test_a_member_that_fails_names_itself_and_the_others_stay(series, tmp_path):
+    """A corrupt checkpoint stops the trajectory with the member's name and the fix; the members
+    extracted before it stay complete in the store and are not extracted again."""
+    from evolution.config import load_config
+    from evolution.models.base import ModelLoadError
+    from evolution.store import group_is_complete
+    from pipelines.stages import STAGES, Context, ExtractStage, MetricsStage, TrajectoryStage
+
+    broken = tmp_path / "ckpt" / "gpt2"
+    shutil.copytree(series / "ckpt" / "gpt2", broken)
+    (broken / "step40" / "model.safetensors").write_bytes(b"not a safetensors file")
+    shutil.copy(series / "genesis.txt", tmp_path / "genesis.txt")
+    cfg = _write_config(tmp_path, gpt2="ckpt/gpt2/step*", bert=str(series / "ckpt" / "bert" / "step*"))
+    ctx = Context(config=load_config(cfg))
+    for stage in ("corpus", "extract", "metrics"):
+        STAGES[stage].run(ctx)
+    with pytest.raises(ModelLoadError, match=r"series 'gpt2', member gpt2@40 .*step40.*Fix or replace that checkpoint"):
+        TrajectoryStage().run(ctx)
+    store = ExtractStage().store(ctx)
+    members = {m.name: m for ms in ctx.config.series().values() for m in ms}
+    for name in ("gpt2@0", "bert@0", f"gpt2@{STEPS}"):
+        assert group_is_complete(store, name, ExtractStage().model_key(ctx, members[name])), name
+    assert ExtractStage()._todo(ctx, [members["gpt2@0"], members["bert@0"]]) == []
+    assert TrajectoryStage().snapshot(ctx, 0).exists() and not TrajectoryStage().snapshot(ctx, 40).exists()
+    assert Path(MetricsStage().path(ctx)).exists()
+
+
+def test_the_api_gives_the_pipelines_trajectory(run, series):
+    """ev.load_series + ev.trajectory on the corpus sentences and the config's settings: the same
+    distances to the final member and between the series as the pipeline's trajectory.zarr."""
+    import evolution.api as ev
+    from evolution.analyses.plotting import open_group
+    from evolution.corpus.text import read_text_corpus
+    from pipelines.stages import TrajectoryStage
+
+    gpt2 = ev.load_series(series / "ckpt" / "gpt2", checkpoints="step*", name="gpt2", device="cpu")
+    bert = ev.load_series(checkpoints=str(series / "ckpt" / "bert" / "step*"), name="bert", device="cpu")
+    assert gpt2.steps == [0, 40, 80, 120] and gpt2.final.name == "gpt2@120" and bert[40].name == "bert@40"
+    sentences = read_text_corpus(series / "genesis.txt", max_sentences=SENTENCES).sentences
+    cfg = run.config.metrics
+    traj = ev.trajectory([gpt2, bert], sentences, tokens=cfg.tokens.model_dump(),
+                         options={"mi": {"k": 20, "restarts": 2, "bootstrap": 5},
+                                  "neighbors": {"k": 5, "max_per_type": 50, "bootstrap": 5},
+                                  "similarity": {"sentences": 250, "bootstrap": 4, "equal_bins": 0}})
+    ref = open_group(TrajectoryStage().path(run), "curves")
+    for var in ("to_final", "between"):
+        np.testing.assert_allclose(traj["curves"][var].values, ref[var].values, atol=1e-6, err_msg=var)
+    fig = ev.plot.trajectory(traj["curves"], "to_final", series="bert")
+    assert len(fig.axes[0].lines) == 3  # one line per layer
