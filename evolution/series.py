@@ -26,7 +26,7 @@ from pathlib import Path
 
 from evolution.config.models import ModelConfig
 
-__all__ = ["expand", "member_name", "step_of_name", "recorded_step", "SeriesError"]
+__all__ = ["expand", "member_name", "step_of_name", "recorded_step", "same_weights", "SeriesError"]
 
 _LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
@@ -149,3 +149,31 @@ def expand(spec: ModelConfig) -> list[ModelConfig]:
     base = spec.model_dump(exclude={"name", "revisions", "checkpoints", "path", "series", "step", "revision"})
     return [ModelConfig(**{**base, **found[step], "name": member_name(spec.name, step), "series": spec.name,
                            "step": step}) for step in sorted(found)]
+
+
+def _weights_digest(m: ModelConfig) -> str:
+    """SHA-256 over the names and bytes of a member's weight files (a fairseq checkpoint: the file)."""
+    import hashlib
+
+    from evolution.provenance import file_hash
+
+    path = Path(m.path)
+    if path.is_file():
+        return file_hash(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".pt")):
+        h.update(f.name.encode())
+        h.update(file_hash(f).encode())
+    return h.hexdigest()
+
+
+def same_weights(members: list[ModelConfig]) -> list[list[str]]:
+    """Groups (of two or more, by step) of ``members`` whose weight files are byte-identical: two
+    steps that are one model. Public suites have served them (EleutherAI/pythia#205: 86 of
+    pythia-2.8b's 154 step revisions hold the final checkpoint's weights), and a trajectory through
+    them would show training standing still. File hashes are memoised, and the cache keys of the
+    extraction hash the same files, so this reads nothing twice."""
+    groups: dict[str, list[str]] = {}
+    for m in sorted(members, key=lambda m: m.step if m.step is not None else -1):
+        groups.setdefault(_weights_digest(m), []).append(m.name)
+    return [names for names in groups.values() if len(names) > 1]

@@ -123,3 +123,18 @@ def test_hub_revisions_resolve_from_the_local_cache_offline(tmp_path, monkeypatc
                                       "revisions: [step0, step9000]}"))
     with pytest.raises(ConfigError, match=r"revision 'main'.*no step in the revision's name"):
         load_config(_config(tmp_path, "  - {name: tiny, kind: huggingface, path: lab/tiny, revisions: [step0, main]}"))
+
+
+def test_steps_that_hold_the_same_weights_are_found(tmp_path):
+    """Two revisions serving one file (EleutherAI/pythia#205) are one model at two steps: found by
+    the weights' bytes, whatever the other files (trainer_state.json differs here)."""
+    from evolution.series import same_weights
+
+    root = _series_dirs(tmp_path, "ckpt", [0, 100, 200, 300])
+    for s in (200, 300):
+        shutil.copy(root / "checkpoint-100" / "model.safetensors", root / f"checkpoint-{s}" / "model.safetensors")
+        (root / f"checkpoint-{s}" / "trainer_state.json").write_text(json.dumps({"global_step": s}), encoding="utf-8")
+    members = load_config(_config(tmp_path, '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-*"}'
+                                  )).series()["g"]
+    assert same_weights(members) == [["g@100", "g@200", "g@300"]]
+    assert same_weights(members[:2]) == []

@@ -133,6 +133,8 @@ def test_a_new_step_computes_only_itself(run, series):
         assert len(pending) == 2 and "step 100 (gpt2@100)" in pending[0] and "curves" in pending[1], pending
         assert [m.name for m in ExtractStage()._todo(ctx, TrajectoryStage().checkpoints(ctx)[100])] == ["gpt2@100"]
         assert ExtractStage()._todo(ctx, TrajectoryStage().checkpoints(ctx)[80]) == []
+        # a copy is one model at two steps: the trajectory says so
+        assert TrajectoryStage()._same_weights(TrajectoryStage().rows(ctx)) == {"gpt2": [["gpt2@80", "gpt2@100"]]}
     finally:
         shutil.rmtree(series / "ckpt" / "gpt2" / "step100")
 

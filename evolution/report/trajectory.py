@@ -53,15 +53,20 @@ def _spaced_labels(updates, *, min_gap: float = 0.1) -> list[str]:
 
 
 def _step_axis(ax, x) -> None:
-    """Training steps on a log axis (symlog below the first positive step, so that step 0 shows)."""
+    """Training steps on a linear axis where they are evenly spaced (a checkpoint every N steps),
+    else on a log axis (symlog below the first positive step, so that step 0 shows)."""
     from matplotlib.ticker import NullFormatter
 
     positive = x[x > 0]
-    if len(positive) < len(x) and len(positive):
-        ax.set_xscale("symlog", linthresh=float(positive.min()))
-    else:
-        ax.set_xscale("log")
-    ax.set_xticks(x, _spaced_labels(x))  # the kept steps themselves, not 2 x 10^0
+    gaps = np.diff(np.asarray(x, dtype=float))
+    if len(gaps) > 1 and gaps.min() > 0 and gaps.max() <= 2 * gaps.min():  # saved every N steps: linear
+        ax.set_xticks(x, [str(int(u)) for u in x])
+    else:  # log-spaced (kept updates F, F R, F R^2, ...; Pythia's early steps)
+        if len(positive) < len(x) and len(positive):
+            ax.set_xscale("symlog", linthresh=float(positive.min()))
+        else:
+            ax.set_xscale("log")
+        ax.set_xticks(x, _spaced_labels(x))  # the kept steps themselves, not 2 x 10^0
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.tick_params(axis="x", labelrotation=45 if len(x) > 5 else 0)
 
@@ -212,6 +217,10 @@ them; the last point is the final models'). Only steps that both series have are
 <p>Every head that is positional, syntactic or rare-token (the head statistics' flags, docs/heads.md) at some
 analysed step: the first step with the role, and whether it keeps it at every later step{esc(more)}.</p>
 {_table(roles, limit=60)}<p><a href="trajectory-roles.csv">trajectory-roles.csv</a></p>"""
+    same = curves.attrs.get("same_weights") or {}
+    warning = "" if not same else "<p><b>Warning: some steps are one model.</b> " + "; ".join(
+        f"{esc(k)}: {esc(', '.join(g))} hold byte-identical weights" for k, groups in same.items() for g in groups) + \
+        ". Their points are the same model at different steps; check the checkpoint source.</p>"
     snaps = ", ".join(str(s) for s in verdicts["snapshot"].values)
     series = ", ".join(str(s) for s in curves["series"].values)
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>
@@ -223,6 +232,7 @@ a trained objective's base run, or a checkpoint series of the config's models) a
 {esc(snaps)}); "final" is the report's own. A snapshot has no bootstrap intervals unless
 <code>metrics.trajectory.intervals</code> is set, so its verdicts compare point values. How they are made:
 docs/trajectory.md and docs/series.md.</p>
+{warning}
 <h2>When each claim first holds</h2>{_table(rows)}
 <p><a href="trajectory-first.csv">trajectory-first.csv</a></p>
 <h2>Verdict per checkpoint</h2><img src="trajectory-verdicts.png" alt="verdict per checkpoint">

@@ -134,15 +134,38 @@ class TrajectoryStage(Stage):
                         i + 1, len(todo))
         groups = collect(metrics_stage.path(ctx), {u: self.snapshot(ctx, u) for u in self.checkpoints(ctx)},
                          rows=rows)
+        same = self._same_weights(rows)
         provenance = {"trajectory": trajectory.model_dump(mode="json"), "seed": cfg.seed,
                       "series": {r.label: {str(u): _origin(m) for u, m in [*r.members.items(), (r.final_step, r.final)]}
                                  for r in rows if r.final.series is not None}}
+        if same:
+            provenance["same_weights"] = same
         if cfg.train is not None and cfg.train.checkpoints is not None:
             provenance["checkpoints"] = cfg.train.checkpoints.model_dump(mode="json")
         for ds in groups.values():
             ds.attrs.update(provenance)
         write_metrics(str(self.path(ctx)), groups, fingerprint=self._key(ctx))
         logger.info("trajectory: %d checkpoints -> %s", len(self.checkpoints(ctx)), self.path(ctx))
+
+    @staticmethod
+    def _same_weights(rows: list) -> dict[str, list[list[str]]]:
+        """``series -> groups of members with byte-identical weights`` (:func:`evolution.series.same_weights`),
+        each logged as a warning: such steps are one model, and the trajectory stands still there."""
+        from evolution.series import same_weights
+
+        out = {}
+        for r in rows:
+            if r.final.series is None:
+                continue
+            groups = same_weights([*r.members.values(), r.final])
+            if groups:
+                out[r.label] = groups
+                for names in groups:
+                    logger.warning("trajectory: series %r: %s hold byte-identical weights, so they are one model "
+                                   "at different steps (the checkpoint source serves one file under several "
+                                   "names; check it, or leave the copies out of the series)", r.label,
+                                   ", ".join(names))
+        return out
 
     def _extract_members(self, ctx: Context, models: list, *, done: int, todo: int) -> None:
         """Extract ``models`` one at a time; a member that fails names itself and the fix, and the
