@@ -128,3 +128,33 @@ def test_the_bible_full_head_tables_of_docs_heads_quote_the_committed_store():
         measured = Counter(number.findall(" ".join(script[label] for label in HEAD_ROWS[cells[0]])))
         assert not quoted - measured, (cells[0], quoted - measured)
     assert seen == set(HEAD_ROWS)
+
+
+def test_docs_series_quotes_the_committed_tiny_series():
+    """docs/series.md's numbers on the offline fixture are those of results/tiny-series: the cost
+    ratios of cost.json, the distances to the final member at step 0 and between the series, and
+    the claims the two series make measurable."""
+    import json
+
+    import numpy as np
+    import xarray as xr
+
+    text = " ".join((REPO / "docs" / "series.md").read_text(encoding="utf-8").split())
+    cost = json.loads((REPO / "results" / "tiny-series" / "cost.json").read_text(encoding="utf-8"))
+    seconds = [s["seconds"] for s in cost["snapshots"].values()]
+    assert f"took {cost['final_pass_seconds']} s" in text
+    assert f"**{cost['per_checkpoint_ratio']:.2f} x that pass**" in text
+    assert f"took {min(seconds)}-{max(seconds)} s" in text and f"together took {cost['trajectory_ratio']:.2f} x" in text
+    store = REPO / "results" / "tiny-series" / "trajectory.zarr"
+    curves = xr.open_zarr(store, group="curves", consolidated=False)
+    d = curves["to_final"].sel(metric="pwcca", checkpoint=0)
+    g, b = d.sel(series="gpt2").values, d.sel(series="bert").values
+    assert f"from {g.min():.2f}-{g.max():.2f} (GPT-2) and {b.min():.2f}-{b.max():.2f} (BERT) at step 0" in text
+    assert np.all(np.diff(curves["to_final"].sel(metric="pwcca").values, axis=1) < 0)  # "falls at every step"
+    between = curves["between"].sel(metric="pwcca", pair="gpt2 | bert").values
+    assert f"at layer 0 falls from {between[0, 0]:.2f} to {between[-1, 0]:.2f}" in text
+    assert f"between {between[:, 1:].min():.2f} and {between[:, 1:].max():.2f}" in text
+    verdicts = xr.open_zarr(store, group="verdicts", consolidated=False)
+    measurable = [str(c) for c, row in zip(verdicts["claim"].values, verdicts["verdict"].values)
+                  if any(str(v) != "not measurable here" for v in row)]
+    assert f"make claims {', '.join(measurable[:-1])} and {measurable[-1]} measurable" in text

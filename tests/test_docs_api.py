@@ -31,3 +31,6 @@ def test_the_api_examples_run(monkeypatch):
     mi, reps = namespace["mi"], namespace["reps"]
     assert set(mi.model.values) == {"mt", "lm", "minilm"} and sorted(reps) == ["lm", "minilm", "mt"]
     assert (REPO / "runs" / "head_view.html").stat().st_size > 10_000
+    curves = namespace["traj"]["curves"]  # the series block: two series of 3 members, settling
+    assert list(curves["checkpoint"].values) == [0, 20, 40] and list(curves["series"].values) == ["gpt2", "bert"]
+    assert float(curves["to_final"].sel(metric="pwcca", checkpoint=0).min()) > 0.05

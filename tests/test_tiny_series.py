@@ -144,3 +144,6 @@ def test_the_command_line_trains_and_fills_a_hub_cache(tmp_path, capsys):
     refs = tmp_path / "hub" / "models--local--tiny-gpt2" / "refs"
     assert sorted(p.name for p in refs.iterdir()) == ["main", "step0", "step1", "step2"]
     assert "local/tiny-gpt2" in capsys.readouterr().out
+    # training again into the same directory replaces the series: no step of the first run stays
+    assert main([str(tmp_path / "out"), "--arch", "gpt2", "--steps", "2", "--every", "2"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["losses.json", "step0", "step2"]

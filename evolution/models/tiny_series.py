@@ -134,7 +134,8 @@ def train_series(out: str | Path, *, arch: Literal["gpt2", "bert"], steps: int =
     The same arguments give bit-identical weights (torch is seeded inside ``fork_rng``, so the
     caller's RNG state is left as it was). ``max_vocab`` words plus the special tokens.
 
-    Returns ``{step: out/step<step>}``; also writes ``out/losses.json`` (``steps`` floats).
+    Returns ``{step: out/step<step>}``; also writes ``out/losses.json`` (``steps`` floats). The
+    ``step<N>`` directories of an earlier call in ``out`` are removed first.
     """
     import torch
 
@@ -144,6 +145,11 @@ def train_series(out: str | Path, *, arch: Literal["gpt2", "bert"], steps: int =
         sentences = [ln.strip() for ln in GENESIS.read_text(encoding="utf-8").splitlines() if ln.strip()]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    stale = sorted(p for p in out.glob("step*") if p.is_dir() and p.name[4:].isdigit())
+    if stale:  # an earlier series here: replaced whole, so that no step of it joins this one
+        logger.info("%s: replacing the earlier series (%d steps)", out, len(stale))
+        for p in stale:
+            shutil.rmtree(p)
     rng = np.random.default_rng(seed)
     saved: dict[int, Path] = {}
     losses: list[float] = []
