@@ -10,7 +10,7 @@ key is its own files' content, so adding a step computes only that step).
 The step of a member is the last number in its revision or file name (``step1000``,
 ``checkpoint-500``, ``checkpoint_3_1200.pt``: 1000, 500, 1200); a name without one (``final``,
 ``checkpoint_best.pt``) takes the step its checkpoint records: ``global_step`` of the
-``trainer_state.json`` that transformers' Trainer writes beside the weights, ``update`` of a
+``trainer_state.json`` that transformers' Trainer writes beside the weights, ``updates`` of a
 shipped model's ``model.json``, or ``num_updates`` of a fairseq checkpoint's optimizer history.
 
 The last member is analysed with the config's models (the report, with intervals); the earlier
@@ -52,11 +52,11 @@ def step_of_name(name: str) -> int | None:
 
 def recorded_step(path: str | Path, kind: str) -> int | None:
     """The step a checkpoint records about itself (None if it records none): ``global_step`` of
-    ``trainer_state.json`` (Hugging Face), ``update`` of ``model.json`` (shipped), ``num_updates``
+    ``trainer_state.json`` (Hugging Face), ``updates`` of ``model.json`` (shipped), ``num_updates``
     of the last optimizer-history entry (fairseq; loads the checkpoint on the CPU)."""
     path = Path(path)
     if kind in ("huggingface", "shipped"):
-        name, key = ("trainer_state.json", "global_step") if kind == "huggingface" else ("model.json", "update")
+        name, key = ("trainer_state.json", "global_step") if kind == "huggingface" else ("model.json", "updates")
         f = path / name
         if f.is_file():
             value = json.loads(f.read_text(encoding="utf-8")).get(key)

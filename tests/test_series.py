@@ -138,3 +138,33 @@ def test_steps_that_hold_the_same_weights_are_found(tmp_path):
                                   )).series()["g"]
     assert same_weights(members) == [["g@100", "g@200", "g@300"]]
     assert same_weights(members[:2]) == []
+
+
+def test_fairseq_and_shipped_checkpoints_give_their_recorded_steps(tmp_path):
+    """A fairseq series from a glob of checkpoint files (fairseq-train's checkpoint_<epoch>_<update>.pt
+    and a checkpoint_best.pt whose step is its optimizer history's num_updates), and the update
+    count a shipped model records."""
+    import torch
+
+    from evolution.models.random_init import make_fairseq_model, vocabulary_of
+    from evolution.series import recorded_step
+
+    words = vocabulary_of(["in the beginning god created the heaven and the earth"])
+    ckpt, data = make_fairseq_model(tmp_path / "m", task="language_modeling", words=words)
+    runs = tmp_path / "ckpts"
+    runs.mkdir()
+    for name, updates in (("checkpoint_1_50.pt", 50), ("checkpoint_2_100.pt", 100), ("checkpoint_best.pt", 70)):
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)
+        state["optimizer_history"][-1]["num_updates"] = updates
+        torch.save(state, runs / name)
+    assert recorded_step(runs / "checkpoint_best.pt", "fairseq") == 70
+    (tmp_path / "t.txt").write_text("in the beginning god created the heaven and the earth\n", encoding="utf-8")
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(f"corpus: {{source: text, path: t.txt}}\nmodels:\n  - {{name: lm, kind: fairseq, "
+                        f"checkpoints: 'ckpts/checkpoint_*.pt', data: {data}}}\n", encoding="utf-8")
+    members = load_config(cfg_path).series()["lm"]
+    assert [(m.name, m.path.name, m.data) for m in members] == [
+        ("lm@50", "checkpoint_1_50.pt", data), ("lm@70", "checkpoint_best.pt", data),
+        ("lm@100", "checkpoint_2_100.pt", data)]
+    shipped = Path(__file__).resolve().parents[1] / "results" / "bible-full" / "models" / "mt"
+    assert recorded_step(shipped, "shipped") == json.loads((shipped / "model.json").read_text())["updates"]

@@ -188,3 +188,31 @@ def test_the_api_gives_the_pipelines_trajectory(run, series):
         np.testing.assert_allclose(traj["curves"][var].values, ref[var].values, atol=1e-6, err_msg=var)
     fig = ev.plot.trajectory(traj["curves"], "to_final", series="bert")
     assert len(fig.axes[0].lines) == 3  # one line per layer
+
+
+def test_intervals_per_step_only_where_asked(run, series, tmp_path):
+    """Without ``intervals`` a snapshot has point values (NaN intervals) and the final member its
+    bootstrap interval; with ``intervals=True`` each step's interval is its snapshot's, around
+    its value."""
+    import evolution.api as ev
+    from evolution.analyses.plotting import open_group
+    from evolution.corpus.text import read_text_corpus
+    from pipelines.stages import TrajectoryStage
+
+    ref = open_group(TrajectoryStage().path(run), "curves")["same_token_interval"].sel(series="gpt2")
+    assert np.isnan(ref.sel(checkpoint=40)).all() and np.isfinite(ref.sel(checkpoint=STEPS)).all()
+    gpt2 = ev.load_series(series / "ckpt" / "gpt2", checkpoints="step*", name="gpt2", device="cpu")
+    sentences = read_text_corpus(series / "genesis.txt", max_sentences=150).sentences
+    traj = ev.trajectory(gpt2, sentences, analyses=["mi", "neighbors"], intervals=True, workdir=tmp_path / "w",
+                         options={"mi": {"k": 10, "restarts": 1, "bootstrap": 5},
+                                  "neighbors": {"k": 5, "max_per_type": 50, "bootstrap": 5}})
+    curves = traj["curves"]
+    snap = open_group(tmp_path / "w" / "trajectory" / "update-40" / "metrics.zarr", "neighbors")
+    np.testing.assert_allclose(curves["same_token_interval"].sel(series="gpt2", checkpoint=40),
+                               snap["interval"].sel(model="gpt2@40", measure="same_token"))
+    mi = open_group(tmp_path / "w" / "trajectory" / "update-80" / "metrics.zarr", "mi").sel(model="gpt2@80")
+    np.testing.assert_allclose(curves["mi_input_interval"].sel(series="gpt2", checkpoint=80),
+                               (mi["mi_mean_interval"] / mi["entropy"]).sel(target="input"))
+    for var in ("same_token", "mi_input"):  # every step has its interval, and it has a width
+        iv = curves[f"{var}_interval"].sel(series="gpt2")
+        assert np.isfinite(iv).all() and (iv.sel(bound="high") > iv.sel(bound="low")).all(), var
