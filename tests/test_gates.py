@@ -64,3 +64,27 @@ def test_sampled_default_gates_are_exactly_0_and_1_as_often_as_the_closed_form_s
         p1 = _sigmoid(a - BETA * _logit((1 - LOW) / (HIGH - LOW)))
         assert zero[k] == pytest.approx(p0, abs=0.008), (a, zero[k], p0)
         assert one[k] == pytest.approx(p1, abs=0.008), (a, one[k], p1)
+
+
+def test_test_time_gates_from_a_pruning_result_are_the_gates_eval_values():
+    """The continuous test-time gate of the released code (``concrete_gate.py``: clip(sigmoid(log a)
+    (r - l) + l, 0, 1)) recovered from a run's stored P(open): equal to HardConcreteGate in eval mode
+    for log a spread over open, closed and clipped gates; heads pruned by the hard rule may keep
+    a small positive value, which the hard 0/1 layout zeroes."""
+    import torch
+
+    from evolution.nets.gates import HardConcreteGate
+    from evolution.training.pruning import kept_gates, test_time_gates
+
+    gate = HardConcreteGate(6)
+    with torch.no_grad():
+        gate.log_a.copy_(torch.tensor([-6.0, -2.2, -0.5, 0.0, 1.3, 5.0]))
+    gate.eval()
+    expected = gate().detach()
+    result = {"prob_open": {"encoder_self": gate.prob_open().detach().view(2, 3).tolist()},
+              "kept": {"encoder_self": gate.kept().view(2, 3).tolist()}}
+    got = test_time_gates(result)["encoder_self"].view(-1)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    assert got[0] == 0.0 and got[-1] == 1.0 and 0.0 < float(got[2]) < 1.0  # clipped low, clipped high, between
+    hard = kept_gates(result)["encoder_self"].view(-1)
+    assert float(hard[1]) == 0.0 and float(got[1]) > 0.0  # pruned by the hard rule, still partly open

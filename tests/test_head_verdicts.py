@@ -169,7 +169,8 @@ def _verdicts(tmp_path, d=None, *, groups=("heads", "heads_dependency", "heads_i
     if not datasets:  # a store of another analysis only
         datasets = {"other": xr.Dataset({"x": (("i",), np.arange(3.0))})}
     write_metrics(path, datasets, fingerprint="test")
-    return {f.label: f for f in head_verdicts(path)}
+    # V3 reads the pruning group, which none of these stores has (tests/test_pruning_verdict.py)
+    return {f.label: f for f in head_verdicts(path) if f.label != "V3"}
 
 
 def _part(text: str, model: str) -> str:
@@ -622,13 +623,13 @@ def test_the_report_shows_the_head_verdicts_with_their_summary(tmp_path, monkeyp
     write_metrics(path, {"heads": _heads(d)}, fingerprint="test")  # C3, V2: not measurable
     page = write_report(path, tmp_path / "report")
     html, md = page.read_text(), (tmp_path / "report" / "report.md").read_text()
-    assert "4 of 7 head verdicts hold" in html and "**4 of 7 head verdicts hold; 2 not measurable here; 1 do not " \
+    assert "4 of 8 head verdicts hold" in html and "**4 of 8 head verdicts hold; 3 not measurable here; 1 do not " \
                                                   "hold.**" in md
     # a heads-only store: no representation scorecard of twelve "not measurable" rows above them
     assert "claims hold" not in html and 'id="scorecard"' not in html and "Findings scorecard" not in md
     assert not (tmp_path / "report" / "scorecard.json").exists()
     rows = re.findall(r'<tr class="claim" id="verdict-([A-Z][0-9])">', html)
-    assert rows == ["C1", "C2", "C3", "V1", "V2", "K1", "K2"]
+    assert rows == ["C1", "C2", "C3", "V1", "V2", "V3", "K1", "K2"]
     assert html.index('id="heads"') < html.index('id="head-verdicts"') < html.index('id="verdict-C1"')
     anchor = re.search(r'<h4 id="([^"]+)">Attention and norms to special tokens', html).group(1)
     k2 = re.search(r'id="verdict-K2">(.*?)</tr>', html).group(1)
@@ -637,7 +638,7 @@ def test_the_report_shows_the_head_verdicts_with_their_summary(tmp_path, monkeyp
     assert "href=" not in c3.split("</td>")[0]  # no dependency figure on the page: no link
     card = json.loads((tmp_path / "report" / "head_verdicts.json").read_text())
     assert [(f["number"], f["verdict"]) for f in card] == [
-        ("C1", HOLDS), ("C2", HOLDS), ("C3", NA), ("V1", HOLDS), ("V2", NA), ("K1", HOLDS), ("K2", FAILS)]
+        ("C1", HOLDS), ("C2", HOLDS), ("C3", NA), ("V1", HOLDS), ("V2", NA), ("V3", NA), ("K1", HOLDS), ("K2", FAILS)]
 
 
 # ------------------------------------------------------------------- the committed stores
@@ -651,7 +652,7 @@ def test_the_committed_stores_get_verdicts_and_say_what_they_lack(run):
 
     root = Path(__file__).resolve().parents[1] / "results" / run
     v = {f.label: f for f in head_verdicts(root / "metrics.zarr")}
-    assert list(v) == ["C1", "C2", "C3", "V1", "V2", "K1", "K2"]
+    assert list(v) == ["C1", "C2", "C3", "V1", "V2", "V3", "K1", "K2"]
     assert all(f.verdict in (HOLDS, FAILS, NA) for f in v.values())
     if run == "bible-paper":
         assert v["V2"].verdict == NA and "no heads_importance group" in v["V2"].why
@@ -670,7 +671,7 @@ def test_the_committed_heads_run_has_importance_verdicts():
 
     root = Path(__file__).resolve().parents[1] / "results" / "bible-heads"
     v = {f.label: f for f in head_verdicts(root / "metrics.zarr")}
-    assert list(v) == ["C1", "C2", "C3", "V1", "V2", "K1", "K2"]
+    assert list(v) == ["C1", "C2", "C3", "V1", "V2", "V3", "K1", "K2"]
     assert "no heads_importance group" not in v["V2"].why and "mt:" in v["V2"].measured
     committed = json.loads((root / "report" / "head_verdicts.json").read_text(encoding="utf-8"))
     assert [f.as_dict() for f in v.values()] == committed

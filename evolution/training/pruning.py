@@ -31,6 +31,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Sequence
@@ -246,6 +247,23 @@ def kept_gates(result: dict) -> dict:
     import torch
 
     return {a: torch.as_tensor(k, dtype=torch.float32) for a, k in result["kept"].items()}
+
+
+def test_time_gates(result: dict, *, temperature: float = 0.33, stretch: float = 0.1) -> dict:
+    """``attention -> (L, H)`` float tensor of the gates' deterministic test-time values, as the
+    released code applies them (``concrete_gate.py``: ``clip(sigmoid(log_a) (r - l) + l, 0, 1)``
+    with ``(l, r) = (-stretch, 1 + stretch)``; :class:`evolution.nets.gates.HardConcreteGate` in
+    eval mode), recovered from a :func:`prune` result's ``prob_open`` = sigmoid(log_a - temperature
+    log(-l / r)). ``temperature`` and ``stretch``: the gates' (the defaults, as :func:`prune` uses)."""
+    import torch
+
+    low, high = -float(stretch), 1.0 + float(stretch)
+    out = {}
+    for a, p in result["prob_open"].items():
+        p = torch.as_tensor(p, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+        log_a = torch.log(p) - torch.log1p(-p) + temperature * math.log(-low / high)
+        out[a] = (torch.sigmoid(log_a) * (high - low) + low).clamp(0.0, 1.0).to(torch.float32)
+    return out
 
 
 def train_with_heads(adapter, items, *, directory: str | Path, layout: dict, updates: int, lr: float = 1e-3,

@@ -11,7 +11,10 @@ the model fine-tuned as long without gates (``metrics.pruning.control``): fine-t
 moves BLEU when the base model is not converged.
 
 Group ``heads_pruning``: ``bleu``, ``chrf``, ``bleu_scratch``, ``chrf_scratch`` (model,
-run); ``kept`` (model, run, attention, layer, head: 1 kept, 0 pruned, NaN absent);
+run); ``bleu_continuous``, ``chrf_continuous`` (model, run: the pruned model with each head scaled
+by its gate's deterministic test-time value, as the released code evaluates, beside the hard 0/1
+layout of ``bleu``; NaN for runs cached before they were added); ``kept`` (model, run, attention,
+layer, head: 1 kept, 0 pruned, NaN absent);
 ``lam``, ``scope`` (run); ``bleu_full``, ``chrf_full``, ``bleu_tuned``, ``chrf_tuned``,
 ``bleu_scratch_full``, ``chrf_scratch_full`` (model: every head trained from scratch by the same
 loop as the kept layouts, ``metrics.pruning.scratch_full``). :func:`survivor_roles`
@@ -101,6 +104,9 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
     kept = pruning.kept_gates(run)
     out = {"kept": run["kept"], "prob_open": run["prob_open"], **score(kept), "prune_seconds": run["seconds"],
            "history": run["history"]}
+    # the released code's own test-time model: every head scaled by its gate's deterministic value
+    continuous = score(pruning.test_time_gates(run))
+    out.update(bleu_continuous=continuous["bleu"], chrf_continuous=continuous["chrf"])
     if scratch_updates:
         adapter = fairseq_adapter(spec, cached=False)
         scratch = from_scratch(adapter, kept)
@@ -148,20 +154,21 @@ class HeadPruning(Analysis):
         root = location.join(location.parent(inputs.arrays_dir), "pruning")
         units = []
         for m in models:
+            seed = _seed_of(inputs, m.name)
             if cfg.scratch_updates and cfg.scratch_full:  # every head from scratch: the recipe's own control
                 key = {"model": model_identity(m.spec), "texts": digest, "lam": None, "scope": "scratch",
-                       "max_tokens": cfg.max_tokens, "seed": inputs.seed, "scratch": cfg.scratch_updates}
+                       "max_tokens": cfg.max_tokens, "seed": seed, "scratch": cfg.scratch_updates}
                 units.append(Unit(f"{m.name}-scratch", pruning_task,
                                   dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
                                        lam=None, scope="scratch", updates=cfg.updates, lr=cfg.lr, gate_lr=None,
-                                       max_tokens=cfg.max_tokens, seed=inputs.seed,
+                                       max_tokens=cfg.max_tokens, seed=seed,
                                        scratch_updates=cfg.scratch_updates, torch_threads=inputs.torch_threads),
                                   key=key))
             runs = ([(None, "full")] + ([(0.0, "tuned")] if cfg.control else [])
                     + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES])
             for lam, scope in runs:
                 key = {"model": model_identity(m.spec), "texts": digest, "lam": lam, "scope": scope, "updates": cfg.updates,
-                       "lr": cfg.lr, "max_tokens": cfg.max_tokens, "seed": inputs.seed,
+                       "lr": cfg.lr, "max_tokens": cfg.max_tokens, "seed": seed,
                        "scratch": cfg.scratch_updates if scope == "all" and (
                            cfg.scratch_lambdas is None or lam in cfg.scratch_lambdas) else None}
                 gated = scope in SCOPES
@@ -172,7 +179,7 @@ class HeadPruning(Analysis):
                                   dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
                                        lam=lam, scope=scope, updates=cfg.updates, lr=cfg.lr,
                                        gate_lr=cfg.gate_lr if gated else None, max_tokens=cfg.max_tokens,
-                                       seed=inputs.seed, scratch_updates=key["scratch"],
+                                       seed=seed, scratch_updates=key["scratch"],
                                        torch_threads=inputs.torch_threads),
                                   key=key))
         return units
@@ -193,7 +200,8 @@ class HeadPruning(Analysis):
         shape = [(np.shape(r["kept"][a])) for r in results.values() if "kept" in r for a in r["kept"]]
         L = max([s[0] for s in shape], default=1)  # noqa: N806
         H = max([s[1] for s in shape], default=1)  # noqa: N806
-        scores = {v: np.full((len(models), len(runs)), np.nan) for v in ("bleu", "chrf", "bleu_scratch", "chrf_scratch")}
+        scores = {v: np.full((len(models), len(runs)), np.nan)
+                  for v in ("bleu", "chrf", "bleu_scratch", "chrf_scratch", "bleu_continuous", "chrf_continuous")}
         kept = np.full((len(models), len(runs), len(ATTENTIONS), L, H), np.nan)
         for i, m in enumerate(models):
             for j, (lam, scope) in enumerate(runs):
@@ -250,6 +258,15 @@ class HeadPruning(Analysis):
                  "without gates (the reference for the pruned runs' BLEU); 'from scratch': the kept layout trained "
                  "from a fresh initialisation for metrics.pruning.scratch_updates; 'none, from scratch': every "
                  "head trained the same way (the from-scratch column's own reference).")]
+
+
+def _seed_of(inputs: Inputs, model: str) -> int:
+    """The seed of ``model``'s pruning and from-scratch runs: its own training seed where the run
+    records one (``mt-seed1``: 1; so that the runs of two seeds of a model draw independent batches,
+    gate noise and initialisations), else the config's (the keys of models at the config's seed
+    are unchanged)."""
+    seed = (inputs.attrs.get("runs") or {}).get(model, {}).get("seed")
+    return int(seed) if seed is not None else int(inputs.seed)
 
 
 def _analysed_sources(inputs: Inputs, n: int) -> list[str]:

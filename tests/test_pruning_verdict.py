@@ -1,0 +1,102 @@
+"""Verdict V3 (Voita et al. ACL 2019, sec. 6): pruned against the same layout from scratch, each
+arm against its own pipeline's unpruned reference, over seeds with a t interval; on synthetic
+``heads_pruning`` stores whose answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from evolution.metrics.results import write_metrics
+from evolution.report.scorecard.base import FAILS, HOLDS, NA
+
+
+def _store(tmp_path, *, pruned, scratch, tuned=20.0, scratch_full=19.0, models=("mt", "mt-seed1", "mt-seed2"),
+           runs=None, continuous=None, scratch_runs=("all-0.04", "all-0.06")):
+    """``pruned`` / ``scratch``: (model, run) BLEU of the two all-attention runs (lambdas 0.04 and
+    0.06); the references ``tuned`` (pruned arm) and ``scratch_full`` (from-scratch arm) per model."""
+    names = ["encoder-0.04", "all-0.04", "encoder-0.06", "all-0.06"]
+    n = len(models)
+    bleu = np.full((n, 4), 18.0)
+    bleu[:, [1, 3]] = pruned
+    bs = np.full((n, 4), np.nan)
+    for j, r in enumerate(names):
+        if r in scratch_runs:
+            bs[:, j] = np.asarray(scratch)[:, [1, 3].index(j)]
+    cont = np.full((n, 4), np.nan) if continuous is None else np.where(np.isnan(bs), np.nan, bleu + continuous)
+    ds = xr.Dataset({"bleu": (("model", "run"), bleu), "bleu_scratch": (("model", "run"), bs),
+                     "bleu_continuous": (("model", "run"), cont),
+                     "bleu_tuned": (("model",), np.broadcast_to(np.asarray(tuned, float), (n,)).copy()),
+                     "bleu_scratch_full": (("model",), np.broadcast_to(np.asarray(scratch_full, float), (n,)).copy()),
+                     "lam": (("run",), [0.04, 0.04, 0.06, 0.06]),
+                     "scope": (("run",), np.array(["encoder", "all", "encoder", "all"], dtype=object))},
+                    coords={"model": np.array(models, dtype=object), "run": np.array(names, dtype=object)})
+    ds.attrs["runs"] = runs or {}
+    path = tmp_path / "m.zarr"
+    write_metrics(path, {"heads_pruning": ds}, fingerprint="test")
+    return path
+
+
+def _v3(path):
+    from evolution.report.heads_card import head_verdicts
+
+    return next(f for f in head_verdicts(path) if f.label == "V3")
+
+
+def test_seed_interval_is_students_t():
+    from scipy.stats import t
+
+    from evolution.report.heads_card.pruning import seed_interval
+
+    d = np.array([0.4, 1.0, 0.7])
+    mean, low, high = seed_interval(d)
+    half = t.ppf(0.975, 2) * np.std(d, ddof=1) / np.sqrt(3)  # 4.303 x s / sqrt(3)
+    assert mean == pytest.approx(0.7) and low == pytest.approx(0.7 - half) and high == pytest.approx(0.7 + half)
+    assert np.isnan(seed_interval([0.5])[1])
+
+
+def test_pruned_keeping_more_than_scratch_at_every_lambda_holds(tmp_path):
+    """Pruned loses 0.4-0.6 against its tuned reference (20.0); scratch loses 1.0-1.3 against its
+    own (19.0): d = 0.4-0.9 per seed, interval above 0 at both lambdas."""
+    pruned = [[19.6, 19.5], [19.4, 19.5], [19.5, 19.6]]
+    scratch = [[18.0, 17.9], [17.9, 17.8], [18.0, 17.7]]
+    f = _v3(_store(tmp_path, pruned=pruned, scratch=scratch, continuous=0.3))
+    assert f.verdict == HOLDS, f.why
+    d = np.array(pruned)[:, 0] - 20.0 - (np.array(scratch)[:, 0] - 19.0)
+    assert f"d = {d.mean():+.2f}" in f.measured and "lambda 0.04" in f.measured and "lambda 0.06" in f.measured
+    assert any("continuous test-time gate" in x and "+0.30" in x for x in f.details)
+
+
+def test_the_arms_are_read_against_their_own_references(tmp_path):
+    """Raw BLEU says pruned (19.5) > scratch (19.2), but the from-scratch pipeline's reference is
+    lower (19.0 against 20.0): scratch gains 0.2, pruned loses 0.5, so the claim does not hold."""
+    pruned = [[19.5, 19.5]] * 3
+    scratch = [[19.2, 19.25], [19.2, 19.2], [19.15, 19.2]]
+    f = _v3(_store(tmp_path, pruned=pruned, scratch=scratch))
+    assert f.verdict == FAILS, f.why
+
+
+def test_a_positive_mean_whose_interval_reaches_zero_is_undecided(tmp_path):
+    """d = +1.5, -0.9, +0.3 at one lambda: mean 0.3, the t interval spans 0."""
+    pruned = [[20.5, 19.5], [18.1, 19.5], [19.3, 19.5]]
+    scratch = [[18.0, 18.0]] * 3
+    f = _v3(_store(tmp_path, pruned=pruned, scratch=scratch))
+    assert f.verdict == NA and "interval of d reaches 0" in f.why
+
+
+def test_fewer_than_three_seeds_or_no_scratch_layout_is_not_measurable(tmp_path):
+    two = _store(tmp_path / "a", pruned=[[19.6, 19.6]] * 2, scratch=[[18.0, 18.0]] * 2, models=("mt", "mt-seed1"))
+    f = _v3(two)
+    assert f.verdict == NA and "2 seed(s)" in f.why and "needs >= 3" in f.why
+    # a token-dropout model is no seed of the base recipe
+    tok = _store(tmp_path / "b", pruned=[[19.6, 19.6]] * 3, scratch=[[18.0, 18.0]] * 3,
+                 models=("mt", "mt-seed1", "mt-tokdrop"), runs={"mt-tokdrop": {"token_dropout": 0.1}})
+    f = _v3(tok)
+    assert f.verdict == NA and "mt-tokdrop (token dropout" in f.why
+    none = _store(tmp_path / "c", pruned=[[19.6, 19.6]] * 3, scratch=[[18.0, 18.0]] * 3, scratch_runs=())
+    assert "no lambda's layout trained from scratch" in _v3(none).why
+    no_ref = _store(tmp_path / "d", pruned=[[19.6, 19.6]] * 3, scratch=[[18.0, 18.0]] * 3,
+                    tuned=[20.0, np.nan, 20.0])
+    f = _v3(no_ref)
+    assert f.verdict == NA and "mt-seed1 (no gate-free fine-tuned reference" in f.why
