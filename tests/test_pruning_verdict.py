@@ -100,3 +100,16 @@ def test_fewer_than_three_seeds_or_no_scratch_layout_is_not_measurable(tmp_path)
                     tuned=[20.0, np.nan, 20.0])
     f = _v3(no_ref)
     assert f.verdict == NA and "mt-seed1 (no gate-free fine-tuned reference" in f.why
+
+
+def test_each_pruned_model_runs_under_its_own_training_seed():
+    """Three seeds of a model must draw independent batches, gate noise and from-scratch
+    initialisations: a model's pruning runs take its recorded training seed, and a model without
+    one the config's (so that the cache keys of runs at the config's seed do not change)."""
+    from types import SimpleNamespace
+
+    from evolution.analyses.heads.pruning import _seed_of
+
+    inputs = SimpleNamespace(seed=0, attrs={"runs": {"mt": {"seed": 0}, "mt-seed2": {"seed": 2, "objective": "mt"}}})
+    assert [_seed_of(inputs, m) for m in ("mt", "mt-seed2", "opus-mt")] == [0, 2, 0]
+    assert _seed_of(SimpleNamespace(seed=5, attrs={}), "mt-seed2") == 5

@@ -34,11 +34,14 @@ def rebuild(results: Path) -> Path:
     config = yaml.safe_load((results / "config.resolved.yaml").read_text(encoding="utf-8"))
     provenance = json.loads((report / "provenance.json").read_text(encoding="utf-8"))
     evaluation = results / "eval.json"
-    if evaluation.is_file():
+    shipped = {m["name"]: m["path"] for m in config["models"] if m["kind"] == "shipped"}
+    if shipped:  # as the pipeline's report stage: what the shipped models record (paths in the resolved
+        # config are relative to the workdir, runs/<name>: the same depth as results/<name>)
+        training = shipped_summary({name: (results / path).resolve() for name, path in shipped.items()})
+    elif evaluation.is_file():
         training = json.loads(evaluation.read_text(encoding="utf-8"))
-    else:  # paths in the resolved config are relative to the workdir, runs/<name>: the same depth
-        training = shipped_summary({m["name"]: (results / m["path"]).resolve()
-                                    for m in config["models"] if m["kind"] == "shipped"})
+    else:
+        training = {}
     links, pages = [], {}
     views = report / "views.html"
     if views.is_file():
