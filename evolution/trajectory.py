@@ -215,11 +215,14 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
                 if iv is not None:
                     same_iv[o, t, :len(iv)] = iv
             if key == FINAL:
-                dist[:, o, t, :] = 0.0
+                continue  # 0 at the final model's own layers, set below
             else:
                 d = _curve(g["to_final"], model, lambda d: d["distance"].reindex(metric=methods))
                 if d is not None:
                     dist[:, o, t, :d.shape[1]] = d
+    for o, row in enumerate(rows):  # the final model's distance to itself: 0 at the layers it has
+        own = np.isfinite(dist[:, o]).any(axis=(0, 1)) | np.isfinite(mi[o]).any(axis=0) | np.isfinite(same[o]).any(axis=0)
+        dist[:, o, updates.index(row.final_step), own] = 0.0
     pairs = list(combinations(range(len(rows)), 2))
     between = np.full((len(methods), len(pairs), len(updates), layers), np.nan)
     for p, (i, j) in enumerate(pairs):

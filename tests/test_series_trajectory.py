@@ -207,12 +207,12 @@ def test_intervals_per_step_only_where_asked(run, series, tmp_path):
                          options={"mi": {"k": 10, "restarts": 1, "bootstrap": 5},
                                   "neighbors": {"k": 5, "max_per_type": 50, "bootstrap": 5}})
     curves = traj["curves"]
+    for var in ("same_token", "mi_input"):  # every step has its interval, and it has a width
+        iv = curves[f"{var}_interval"].sel(series="gpt2")
+        assert np.isfinite(iv).all() and (iv.sel(bound="high") > iv.sel(bound="low")).all(), var
     snap = open_group(tmp_path / "w" / "trajectory" / "update-40" / "metrics.zarr", "neighbors")
     np.testing.assert_allclose(curves["same_token_interval"].sel(series="gpt2", checkpoint=40),
                                snap["interval"].sel(model="gpt2@40", measure="same_token"))
     mi = open_group(tmp_path / "w" / "trajectory" / "update-80" / "metrics.zarr", "mi").sel(model="gpt2@80")
     np.testing.assert_allclose(curves["mi_input_interval"].sel(series="gpt2", checkpoint=80),
                                (mi["mi_mean_interval"] / mi["entropy"]).sel(target="input"))
-    for var in ("same_token", "mi_input"):  # every step has its interval, and it has a width
-        iv = curves[f"{var}_interval"].sel(series="gpt2")
-        assert np.isfinite(iv).all() and (iv.sel(bound="high") > iv.sel(bound="low")).all(), var

@@ -59,7 +59,8 @@ def _step_axis(ax, x) -> None:
 
     positive = x[x > 0]
     gaps = np.diff(np.asarray(x, dtype=float))
-    if len(gaps) > 1 and gaps.min() > 0 and gaps.max() <= 2 * gaps.min():  # saved every N steps: linear
+    # saved every N steps (the last gap may be shorter: a final step off the grid): linear
+    if len(gaps) > 1 and gaps.min() > 0 and np.allclose(gaps[:-1], gaps[0], rtol=0.01) and gaps[-1] <= gaps[0] * 1.01:
         ax.set_xticks(x, [str(int(u)) for u in x])
     else:  # log-spaced (kept updates F, F R, F R^2, ...; Pythia's early steps)
         if len(positive) < len(x) and len(positive):
