@@ -192,6 +192,8 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
         out = [(u, u, m.name) for u, m in sorted(row.members.items()) if u in stores]
         return out + [(FINAL, row.final_step, row.final.name)]
 
+    # the objective each final model was analysed under (the store's provenance), where a row does not say
+    recorded = next((dict(ds.attrs.get("objectives") or {}) for ds in groups[FINAL].values() if ds is not None), {})
     methods = ["pwcca", "cka"]
     mi = np.full((len(rows), len(updates), layers), np.nan)
     same = np.full_like(mi, np.nan)
@@ -245,7 +247,7 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
                      {"long_name": "distance between two series' models at the same step and layer"})},
         coords={"series": strings(labels), "checkpoint": np.array(updates), "layer": np.arange(layers),
                 "metric": strings(methods), "bound": strings(["low", "high"]), "pair": strings(f"{labels[i]} | {labels[j]}" for i, j in pairs),
-                "objective": ("series", strings(r.objective or "" for r in rows)),
+                "objective": ("series", strings(r.objective or recorded.get(r.final.name, "") for r in rows)),
                 "final_model": ("series", strings(r.final.name for r in rows)),
                 "final_update": ("series", [r.final_step for r in rows])})
     snap_labels = [str(u) for u in snapshots] + [FINAL]

@@ -145,6 +145,8 @@ def test_docs_series_quotes_the_committed_tiny_series():
     assert f"took {cost['final_pass_seconds']} s" in text
     assert f"**{cost['per_checkpoint_ratio']:.2f} x that pass**" in text
     assert f"took {min(seconds)}-{max(seconds)} s" in text and f"together took {cost['trajectory_ratio']:.2f} x" in text
+    later = seconds[1:]
+    assert f"step 0, the stage's first, took {seconds[0]} s; the others {min(later)}-{max(later)} s" in text
     store = REPO / "results" / "tiny-series" / "trajectory.zarr"
     curves = xr.open_zarr(store, group="curves", consolidated=False)
     d = curves["to_final"].sel(metric="pwcca", checkpoint=0)
@@ -154,6 +156,11 @@ def test_docs_series_quotes_the_committed_tiny_series():
     between = curves["between"].sel(metric="pwcca", pair="gpt2 | bert").values
     assert f"at layer 0 falls from {between[0, 0]:.2f} to {between[-1, 0]:.2f}" in text
     assert f"between {between[:, 1:].min():.2f} and {between[:, 1:].max():.2f}" in text
+    seeds = curves["between"].sel(metric="pwcca", pair="gpt2 | gpt2-seed1")
+    closest = int(seeds.sel(layer=0).argmin())
+    assert (f"start {float(seeds[0].min()):.2f}-{float(seeds[0].max()):.2f} apart, are closest at step "
+            f"{int(seeds.checkpoint[closest])} ({float(seeds.sel(layer=0).min()):.2f} at layer 0)") in text
+    assert f"to {float(seeds[-1].min()):.2f}-{float(seeds[-1].max()):.2f} at step 800" in text
     verdicts = xr.open_zarr(store, group="verdicts", consolidated=False)
     measurable = [str(c) for c, row in zip(verdicts["claim"].values, verdicts["verdict"].values)
                   if any(str(v) != "not measurable here" for v in row)]

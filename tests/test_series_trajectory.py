@@ -82,6 +82,7 @@ def test_distance_to_the_final_member_falls_with_training(run):
     curves = open_group(TrajectoryStage().path(run), "curves")
     assert list(curves["checkpoint"].values) == [0, 40, 80, 120]
     assert list(curves["series"].values) == ["gpt2", "bert"]
+    assert list(curves["objective"].values) == ["lm", "mlm"]  # as the adapters inferred them for the final members
     for metric in ("pwcca", "cka"):
         for s in ("gpt2", "bert"):
             d = curves["to_final"].sel(metric=metric, series=s).values  # (checkpoint, layer)
