@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +148,34 @@ def test_the_command_line_trains_and_fills_a_hub_cache(tmp_path, capsys):
     # training again into the same directory replaces the series: no step of the first run stays
     assert main([str(tmp_path / "out"), "--arch", "gpt2", "--steps", "2", "--every", "2"]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["losses.json", "step0", "step2"]
+
+
+def test_a_pretraining_checkpoint_loads_as_the_bare_model_quietly_and_a_missing_weight_is_warned(
+        series, tmp_path, caplog, capfd):
+    """A BertForMaskedLM checkpoint read as the bare BertModel: its MLM head is unused and BERT's
+    pooler is absent, neither of which enters the hidden states, so no load table is printed and
+    the log says it in one line; a checkpoint that lacks an encoder weight is warned about, since
+    that weight is random."""
+    import logging
+
+    from safetensors.torch import load_file, save_file
+
+    from evolution.models.huggingface import HuggingFaceAdapter
+
+    caplog.set_level(logging.INFO, logger="evolution.models.huggingface")
+    src = series["bert"][max(series["bert"])]
+    HuggingFaceAdapter(src).model
+    out = capfd.readouterr()
+    assert "LOAD REPORT" not in out.out + out.err
+    assert any("not part of the bare model" in r.message for r in caplog.records)
+    assert not any(r.levelno >= logging.WARNING for r in caplog.records)
+    broken = tmp_path / "broken"
+    shutil.copytree(src, broken)
+    weights = load_file(str(broken / "model.safetensors"))
+    key = next(k for k in weights if "encoder.layer.1.attention.self.query.weight" in k)
+    del weights[key]
+    save_file(weights, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    caplog.clear()
+    HuggingFaceAdapter(broken).model
+    warned = [r.message for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "1 weights are not in the checkpoint" in warned[0] and "query.weight" in warned[0]

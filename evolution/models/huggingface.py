@@ -154,12 +154,28 @@ class HuggingFaceAdapter(Adapter):
         if self._model is None:
             import torch
             from transformers import AutoModel
+            from transformers.utils import logging as hf_logging
 
+            verbosity = hf_logging.get_verbosity()
+            # transformers' load report lists a pretraining head's weights as unexpected and BERT's pooler
+            # as missing when a *ForMaskedLM / *ForCausalLM checkpoint is loaded as the bare model: neither
+            # enters the hidden states or attention, so one line of the log says it instead of a table
+            hf_logging.set_verbosity_error()
             try:
-                model = AutoModel.from_pretrained(self.path, attn_implementation="eager", local_files_only=True,
-                                                  dtype=torch.float32)
+                model, info = AutoModel.from_pretrained(self.path, attn_implementation="eager", local_files_only=True,
+                                                        dtype=torch.float32, output_loading_info=True)
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(f"{self.path}: cannot load the Hugging Face weights: {exc}") from exc
+            finally:
+                hf_logging.set_verbosity(verbosity)
+            missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith("pooler."))
+            if missing:
+                logger.warning("%s: %d weights are not in the checkpoint and were initialised at random (e.g. %s); "
+                               "the hidden states are not the trained model's", self.name, len(missing), missing[0])
+            unused = len(info.get("unexpected_keys") or ())
+            if unused:
+                logger.info("%s: %d weights of the checkpoint (its pretraining head) are not part of the bare model "
+                            "analysed", self.name, unused)
             if self.is_encoder_decoder:
                 model = model.get_encoder()
             self._model = model.eval().to(self.device)
