@@ -165,3 +165,49 @@ def test_docs_series_quotes_the_committed_tiny_series():
     measurable = [str(c) for c, row in zip(verdicts["claim"].values, verdicts["verdict"].values)
                   if any(str(v) != "not measurable here" for v in row)]
     assert f"make claims {', '.join(measurable[:-1])} and {measurable[-1]} measurable" in text
+
+
+def test_the_bible_full_pruning_tables_and_sentences_quote_the_committed_store():
+    """results/bible-full/README.md's two pruning tables and the sentences that read them (each
+    arm against its own reference) are the committed heads_pruning group's numbers."""
+    import numpy as np
+    import xarray as xr
+
+    text = (REPO / "results" / "bible-full" / "README.md").read_text(encoding="utf-8")
+    ds = xr.open_zarr(REPO / "results" / "bible-full" / "metrics.zarr", group="heads_pruning",
+                      consolidated=False).sel(model="mt")
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) >= 4:
+            rows.setdefault(cells[0], []).append(cells)
+    f2 = "{:.2f}".format
+    full, tuned = rows["unpruned, not fine-tuned"], rows["0 (no gates, fine-tuned as long)"]
+    for table in (0, 1):
+        assert full[table][2:4] == [f2(float(ds.bleu_full)), f2(float(ds.chrf_full))]
+        assert tuned[table][2:4] == [f2(float(ds.bleu_tuned)), f2(float(ds.chrf_tuned))]
+    kept = ds.kept
+    for run in ds.run.values:
+        scope, lam = str(ds.scope.sel(run=run).values), f"{float(ds.lam.sel(run=run)):g}"
+        cells = rows[lam][0 if scope == "encoder" else 1]
+        counts = [int(np.nansum(kept.sel(run=run, attention=a))) for a in ("encoder_self", "decoder_self",
+                                                                          "encoder_decoder")]
+        assert cells[1] == (str(counts[0]) if scope == "encoder" else " / ".join(map(str, counts))), run
+        assert cells[2:4] == [f2(float(ds.bleu.sel(run=run))), f2(float(ds.chrf.sel(run=run)))], run
+        scratch = float(ds.bleu_scratch.sel(run=run))
+        if scope == "all":
+            assert cells[4] == (f2(scratch) if np.isfinite(scratch) else ""), run
+    every = rows["every head, from scratch (`pruning.scratch_full`)"][0]
+    assert every[4:6] == [f2(float(ds.bleu_scratch_full)), f2(float(ds.chrf_scratch_full))]
+    prose = " ".join(text.split())
+    runs = [r for r in ds.run.values if str(ds.scope.sel(run=r).values) == "all"
+            and np.isfinite(float(ds.bleu_scratch.sel(run=r)))]
+    pruned = [float(ds.bleu.sel(run=r)) for r in runs]
+    scratch = [float(ds.bleu_scratch.sel(run=r)) for r in runs]
+    heads = [int(np.nansum(kept.sel(run=r))) for r in runs]
+    assert (f"against their gate-free fine-tuning ({f2(float(ds.bleu_tuned))}): {f2(pruned[0])} and "
+            f"{f2(pruned[1])} with {heads[0]} and {heads[1]} of 48 heads, "
+            f"{pruned[0] - float(ds.bleu_tuned):+.2f} and {pruned[1] - float(ds.bleu_tuned):+.2f}") in prose
+    assert (f"every head trained by their loop ({f2(float(ds.bleu_scratch_full))}): {f2(scratch[0])} and "
+            f"{f2(scratch[1])}, {scratch[0] - float(ds.bleu_scratch_full):+.2f} and "
+            f"{scratch[1] - float(ds.bleu_scratch_full):+.2f}") in prose
