@@ -555,3 +555,12 @@ def test_a_shallower_series_is_at_distance_zero_only_at_its_own_layers(tmp_path)
     np.testing.assert_array_equal(curves["to_final"].sel(metric="cka", series="deep", checkpoint=20), [0.0] * 3)
     np.testing.assert_array_equal(curves["to_final"].sel(metric="pwcca", series="shallow", checkpoint=10),
                                   [0.4, 0.4, np.nan])
+
+
+def test_a_series_named_where_a_model_is_expected_points_to_its_last_member(tmp_path):
+    _series_dirs(tmp_path, "ckpt", [0, 50])
+    path = _config(tmp_path, '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-*"}')
+    path.write_text(path.read_text(encoding="utf-8") + "report: {views: {models: [g]}}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"report.views.models: no model named \['g'\].*g is a checkpoint series: "
+                                          r"name its last member, g@50"):
+        load_config(path)

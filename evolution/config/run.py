@@ -106,7 +106,9 @@ class EvolutionConfig(_Section):
                             ("report.views.models", self.report.views and self.report.views.models)):
             unknown = [n for n in listed or [] if n not in names]
             if unknown:
-                raise ValueError(f"{key}: no model named {unknown}; the models are {names}")
+                hint = "".join(f"; {n} is a checkpoint series: name its last member, {self._series[n][-1].name}"
+                               for n in unknown if n in self._series)
+                raise ValueError(f"{key}: no model named {unknown}; the models are {names}{hint}")
         if self.extract.max_batch_tokens < 2:
             raise ValueError("extract.max_batch_tokens must be at least 2")
         self._stores_apart()
