@@ -32,7 +32,8 @@ from evolution.config import MetricsConfig, ModelConfig, TrainConfig, Trajectory
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Row", "base_runs", "trained_rows", "series_rows", "checkpoint_models", "snapshot_config", "first_holds",
+__all__ = ["Row", "base_runs", "trained_rows", "series_rows", "checkpoint_models", "final_of", "snapshot_config",
+           "first_holds",
            "head_roles", "collect", "FINAL"]
 
 #: the label of the final models' snapshot (the run's own ``metrics.zarr``)
@@ -89,6 +90,11 @@ def checkpoint_models(rows: Sequence[Row]) -> dict[int, list[ModelConfig]]:
         for u, m in row.members.items():
             out.setdefault(u, []).append(m)
     return dict(sorted(out.items()))
+
+
+def final_of(rows: Sequence[Row]) -> dict[str, ModelConfig]:
+    """``member name -> the final model of its row``: what each snapshot model is compared with."""
+    return {m.name: r.final for r in rows for m in r.members.values()}
 
 
 def snapshot_config(metrics: MetricsConfig, trajectory: TrajectoryConfig) -> MetricsConfig:
@@ -199,31 +205,26 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
     same = np.full_like(mi, np.nan)
     mi_iv, same_iv = np.full((*mi.shape, 2), np.nan), np.full((*mi.shape, 2), np.nan)
     dist = np.full((len(methods), *mi.shape), np.nan)
+    # (group, variable, its curve, where it goes): a value per layer, or its interval per layer and bound
+    read = (("mi", "mi_mean", lambda d, v: (d[v] / d["entropy"]).sel(target="input"), mi),
+            ("mi", "mi_mean_interval", lambda d, v: (d[v] / d["entropy"]).sel(target="input"), mi_iv),
+            ("neighbors", "value", lambda d, v: d[v].sel(measure="same_token"), same),
+            ("neighbors", "interval", lambda d, v: d[v].sel(measure="same_token"), same_iv))
     for o, row in enumerate(rows):
         for key, u, model in where(row):
             t, g = updates.index(u), groups[key]
-            m = _curve(g["mi"], model, lambda d: (d["mi_mean"] / d["entropy"]).sel(target="input"))
-            if m is not None:
-                mi[o, t, :len(m)] = m
-            if g["mi"] is not None and "mi_mean_interval" in g["mi"]:
-                iv = _curve(g["mi"], model, lambda d: (d["mi_mean_interval"] / d["entropy"]).sel(target="input"))
-                if iv is not None:
-                    mi_iv[o, t, :len(iv)] = iv
-            v = _curve(g["neighbors"], model, lambda d: d["value"].sel(measure="same_token"))
-            if v is not None:
-                same[o, t, :len(v)] = v
-            if g["neighbors"] is not None and "interval" in g["neighbors"]:
-                iv = _curve(g["neighbors"], model, lambda d: d["interval"].sel(measure="same_token"))
-                if iv is not None:
-                    same_iv[o, t, :len(iv)] = iv
-            if key == FINAL:
-                continue  # 0 at the final model's own layers, set below
-            else:
+            for group, var, pick, out in read:
+                if g[group] is not None and var in g[group]:
+                    c = _curve(g[group], model, lambda d: pick(d, var))
+                    if c is not None:
+                        out[o, t, :len(c)] = c
+            if key != FINAL:  # the final model's own distance: 0 at its layers, set below
                 d = _curve(g["to_final"], model, lambda d: d["distance"].reindex(metric=methods))
                 if d is not None:
                     dist[:, o, t, :d.shape[1]] = d
     for o, row in enumerate(rows):  # the final model's distance to itself: 0 at the layers it has
-        own = np.isfinite(dist[:, o]).any(axis=(0, 1)) | np.isfinite(mi[o]).any(axis=0) | np.isfinite(same[o]).any(axis=0)
+        own = (np.isfinite(dist[:, o]).any(axis=(0, 1)) | np.isfinite(mi[o]).any(axis=0)
+               | np.isfinite(same[o]).any(axis=0))
         dist[:, o, updates.index(row.final_step), own] = 0.0
     pairs = list(combinations(range(len(rows)), 2))
     between = np.full((len(methods), len(pairs), len(updates), layers), np.nan)
@@ -246,7 +247,8 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
          "between": (("metric", "pair", "checkpoint", "layer"), between,
                      {"long_name": "distance between two series' models at the same step and layer"})},
         coords={"series": strings(labels), "checkpoint": np.array(updates), "layer": np.arange(layers),
-                "metric": strings(methods), "bound": strings(["low", "high"]), "pair": strings(f"{labels[i]} | {labels[j]}" for i, j in pairs),
+                "metric": strings(methods), "bound": strings(["low", "high"]),
+                "pair": strings(f"{labels[i]} | {labels[j]}" for i, j in pairs),
                 "objective": ("series", strings(r.objective or recorded.get(r.final.name, "") for r in rows)),
                 "final_model": ("series", strings(r.final.name for r in rows)),
                 "final_update": ("series", [r.final_step for r in rows])})

@@ -19,7 +19,7 @@ import xarray as xr
 
 from evolution.api.represent import Representations
 
-__all__ = ["analyse", "inputs_of", "mi", "neighbors", "similarity", "change", "influence", "heads", "dependency_heads",
+__all__ = ["analyse", "inputs_of", "metrics_config", "mi", "neighbors", "similarity", "change", "influence", "heads", "dependency_heads",
            "importance", "probes", "API_TOKENS"]
 
 logger = logging.getLogger(__name__)
@@ -29,14 +29,13 @@ API_TOKENS = {"top": 100, "min_count": 5}
 _SECTIONS = ("mi", "neighbors", "similarity", "tsne", "influence", "heads", "importance", "probes", "pruning")
 
 
-def inputs_of(reps: Representations, sections: dict[str, dict | None], *, tokens: dict | None = None,
-              seed: int = 0, models: list[str] | None = None):
-    """The analyses' :class:`~evolution.analyses.base.Inputs` for ``models`` of ``reps`` under the
-    ``metrics`` sections given (others off), and the validated ``MetricsConfig``."""
+def metrics_config(sections: dict[str, dict | None], *, tokens: dict | None = None):
+    """The validated ``MetricsConfig`` of the ``metrics`` sections given (others off) and the
+    token selection ``tokens`` (default :data:`API_TOKENS`)."""
+    from pathlib import Path
+
     from pydantic import ValidationError
 
-    from evolution import location
-    from evolution.analyses.inputs import ModelSource, load_inputs
     from evolution.config import ConfigError, MetricsConfig
 
     unknown = sorted(set(sections) - set(_SECTIONS))
@@ -46,11 +45,20 @@ def inputs_of(reps: Representations, sections: dict[str, dict | None], *, tokens
     raw.update({s: (o or {}) for s, o in sections.items()})
     raw["tokens"] = tokens or API_TOKENS
     try:
-        from pathlib import Path
-
-        config = MetricsConfig.model_validate(raw, context={"base_dir": Path.cwd()})
+        return MetricsConfig.model_validate(raw, context={"base_dir": Path.cwd()})
     except ValidationError as exc:
         raise ConfigError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+
+
+def inputs_of(reps: Representations, sections: dict[str, dict | None], *, tokens: dict | None = None,
+              seed: int = 0, models: list[str] | None = None):
+    """The analyses' :class:`~evolution.analyses.base.Inputs` for ``models`` of ``reps`` under the
+    ``metrics`` sections given (others off; :func:`metrics_config`), its ``config`` the validated
+    ``MetricsConfig``."""
+    from evolution import location
+    from evolution.analyses.inputs import ModelSource, load_inputs
+
+    config = metrics_config(sections, tokens=tokens)
     names = list(models) if models is not None else list(reps.specs)
     unknown_models = [n for n in names if n not in reps.specs]
     if unknown_models or not names:

@@ -180,7 +180,7 @@ def trajectory(curves: xr.Dataset, var: str = "to_final", *, series: str | None 
     (log step axis; symlog when step 0 is there): ``mi_input``, ``same_token``, ``to_final``
     (``metric``: pwcca or cka) for one ``series``, or ``between`` for one ``pair`` of series.
     The 95% bootstrap interval is shaded where it was computed (``intervals=True``)."""
-    from evolution.report.trajectory import _by_series, _step_axis
+    from evolution.report.trajectory import _by_series, layer_lines
 
     curves = _by_series(curves)
     if var not in ("mi_input", "same_token", "to_final", "between"):
@@ -196,17 +196,10 @@ def trajectory(curves: xr.Dataset, var: str = "to_final", *, series: str | None 
     iv = curves.get(f"{var}_interval")
     fig, ax = _axes(ax)
     x = curves["checkpoint"].values
-    chosen = _layers(curves["layer"].values, layers)
-    cmap = plt().get_cmap("viridis")
-    for layer in chosen:
-        y = data.sel(layer=layer).values
-        ok = np.isfinite(y)
-        color = cmap(int(layer) / max(1, len(curves["layer"]) - 1))
-        ax.plot(x[ok], y[ok], marker="o", ms=3, color=color, label=f"layer {int(layer)}")
-        if iv is not None and dim == "series":
-            band = iv.sel(series=which, layer=layer).isel(checkpoint=np.nonzero(ok)[0])
-            _band(ax, x[ok], band, color)
-    _step_axis(ax, x)
+    drawn = layer_lines(ax, x, data, _layers(curves["layer"].values, layers), n_layers=len(curves["layer"]))
+    if iv is not None and dim == "series":
+        for layer, (ok, color) in drawn.items():
+            _band(ax, x[ok], iv.sel(series=which, layer=layer).isel(checkpoint=np.nonzero(ok)[0]), color)
     label = {"to_final": f"{metric.upper()} distance to the final member", "between": f"{metric.upper()} distance "
              "between the series", "mi_input": "MI with the input / H(X)", "same_token": "kNN same-token rate"}[var]
     ax.set(xlabel="training step", ylabel=label, title=str(which))

@@ -120,13 +120,15 @@ def trajectory(series: Series | Sequence[Series], sentences: str | Sequence[str]
     config's ``metrics`` keys: ``{"mi": {"k": 50}}``). ``workdir`` keeps the representations,
     snapshot stores and cache there (default: a temporary directory, removed at the end).
     """
+    from pydantic import ValidationError
+
     from evolution.analyses.runner import run_analyses
     from evolution.analyses.to_final import ToFinal
-    from evolution.api.analyses import analyse, inputs_of
+    from evolution.api.analyses import analyse, inputs_of, metrics_config
     from evolution.api.represent import represent
-    from evolution.config import ModelConfig
+    from evolution.config import ConfigError, ModelConfig, TrajectoryConfig
     from evolution.metrics.results import write_metrics
-    from evolution.trajectory import Row, checkpoint_models, collect
+    from evolution.trajectory import Row, checkpoint_models, collect, final_of, snapshot_config
 
     group = [series] if isinstance(series, Series) else list(series)
     if not group or not all(isinstance(s, Series) for s in group):
@@ -138,9 +140,14 @@ def trajectory(series: Series | Sequence[Series], sentences: str | Sequence[str]
     unknown = sorted(set(options) - set(analyses))
     if unknown:
         raise ValueError(f"trajectory: options for {unknown}, which are not among analyses={list(analyses)}")
-    snapshot_sections = {a: {**options.get(a, {}), **({} if intervals or a == "heads" else {"bootstrap": 0})}
-                         for a in analyses}
+    try:
+        plan = TrajectoryConfig(analyses=list(analyses), intervals=intervals, methods=list(methods))
+    except ValidationError as exc:
+        raise ConfigError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
     final_sections = {a: options.get(a, {}) for a in analyses}
+    # a snapshot's sections as the pipeline's (evolution.trajectory.snapshot_config): no bootstrap unless intervals
+    snapshot = snapshot_config(metrics_config(final_sections, tokens=tokens), plan)
+    snapshot_sections = {a: getattr(snapshot, a).model_dump(mode="json") for a in analyses}
 
     def config_of(m: Model) -> ModelConfig:
         return ModelConfig.model_validate({k: v for k, v in m.spec.items() if k != "device"})
@@ -157,16 +164,15 @@ def trajectory(series: Series | Sequence[Series], sentences: str | Sequence[str]
         final_path = root / "metrics.zarr"
         write_metrics(str(final_path), analyse(reps, final_sections, models=[s.final.name for s in group], **kw),
                       fingerprint="api")
-        final_of = {m.name: r.final.name for r in rows for m in r.members.values()}
+        finals = final_of(rows)
         snapshots = {}
         for step, members in checkpoint_models(rows).items():
             names = [m.name for m in members]
             datasets = analyse(reps, snapshot_sections, models=names, **kw)
-            finals = sorted({final_of[n] for n in names})
-            inputs = inputs_of(reps, {"similarity": options.get("similarity", {})}, models=[*names, *finals],
-                               tokens=tokens, seed=seed)
-            inputs.attrs["finals"] = {n: final_of[n] for n in names}
-            datasets.update(run_analyses([ToFinal(list(methods))], inputs, cache=reps.cache, progress=progress))
+            inputs = inputs_of(reps, {"similarity": options.get("similarity", {})},
+                               models=[*names, *sorted({finals[n].name for n in names})], tokens=tokens, seed=seed)
+            inputs.attrs["finals"] = {n: finals[n].name for n in names}
+            datasets.update(run_analyses([ToFinal(plan.methods)], inputs, cache=reps.cache, progress=progress))
             for ds in datasets.values():
                 ds.attrs["update"] = step
             snapshots[step] = root / "trajectory" / f"update-{step}" / "metrics.zarr"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["verdict_grid", "curve_grid", "first_holds_rows", "write_trajectory_page"]
+__all__ = ["verdict_grid", "curve_grid", "layer_lines", "first_holds_rows", "write_trajectory_page"]
 
 _COLOURS = {"holds": "#4daf4a", "does not hold": "#e41a1c", "not measurable here": "#dddddd"}
 
@@ -72,6 +72,24 @@ def _step_axis(ax, x) -> None:
     ax.tick_params(axis="x", labelrotation=45 if len(x) > 5 else 0)
 
 
+def layer_lines(ax, x, data, layers, *, n_layers: int) -> dict:
+    """One line per layer of ``data`` (checkpoint, layer) against the steps ``x`` on a step axis
+    (:func:`_step_axis`), coloured by depth out of ``n_layers``, NaN steps left out. Returns
+    ``layer -> (the steps drawn as a bool mask, its colour)``."""
+    from evolution.analyses.plotting import plt
+
+    cmap = plt().get_cmap("viridis")
+    drawn = {}
+    for layer in layers:
+        y = data.sel(layer=layer).values
+        ok = np.isfinite(y)
+        color = cmap(int(layer) / max(1, n_layers - 1))
+        ax.plot(x[ok], y[ok], marker="o", ms=3, color=color, label=f"layer {int(layer)}")
+        drawn[layer] = (ok, color)
+    _step_axis(ax, x)
+    return drawn
+
+
 def _by_series(ds):
     """A ``curves`` group written before rows were series (dimension ``objective``), read as one."""
     return ds.rename({"objective": "series"}) if "objective" in ds.dims else ds
@@ -91,19 +109,13 @@ def curve_grid(curves):
                                sharex=True, sharey="row", squeeze=False)
     x = curves["checkpoint"].values
     layers = curves["layer"].values
-    cmap = plt().get_cmap("viridis")
     for r, (var, label) in enumerate(rows):
         for c, objective in enumerate(objectives):
             ax = axes[r, c]
             data = curves[var].sel(series=objective)
             if var == "to_final":
                 data = data.sel(metric="pwcca")
-            for layer in layers:
-                y = data.sel(layer=layer).values
-                ok = np.isfinite(y)
-                ax.plot(x[ok], y[ok], marker="o", ms=3, color=cmap(layer / max(1, len(layers) - 1)),
-                        label=f"layer {layer}")
-            _step_axis(ax, x)
+            layer_lines(ax, x, data, layers, n_layers=len(layers))
             ax.ticklabel_format(axis="y", useOffset=False)  # 0.9996, not "+1" and -0.0004
             if r == 0:
                 ax.set_title(objective)
@@ -130,15 +142,10 @@ def between_grid(curves):
     if not pairs:
         return None
     x, layers = curves["checkpoint"].values, curves["layer"].values
-    cmap = plt().get_cmap("viridis")
     fig, axes = plt().subplots(1, len(pairs), figsize=(3.4 * len(pairs), 2.8), sharey=True, squeeze=False)
     for c, pair in enumerate(pairs):
         ax = axes[0, c]
-        for layer in layers:
-            y = data.sel(pair=pair, layer=layer).values
-            ok = np.isfinite(y)
-            ax.plot(x[ok], y[ok], marker="o", ms=3, color=cmap(layer / max(1, len(layers) - 1)), label=f"layer {layer}")
-        _step_axis(ax, x)
+        layer_lines(ax, x, data.sel(pair=pair), layers, n_layers=len(layers))
         ax.set(title=str(pair), xlabel="training step")
         if c == 0:
             ax.set_ylabel("PWCCA distance between series")

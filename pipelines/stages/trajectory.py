@@ -46,20 +46,16 @@ class TrajectoryStage(Stage):
 
         return checkpoint_models(self.rows(ctx))
 
-    def _finals(self, ctx: Context) -> dict:
-        """``row label -> ModelConfig`` of the final models (a base run's added where the config lists none)."""
-        return {r.label: r.final for r in self.rows(ctx)}
-
     def _snapshot_key(self, ctx: Context, update: int) -> str:
         from evolution.analyses import enabled
-        from evolution.trajectory import snapshot_config
+        from evolution.trajectory import final_of, snapshot_config
 
         cfg = ctx.config
         metrics = snapshot_config(cfg.metrics, cfg.metrics.trajectory)
         extract = ExtractStage()
         models = self.checkpoints(ctx)[update]
-        final_of = {m.name: r.final for r in self.rows(ctx) for m in r.members.values()}
-        models = [*models, *{final_of[m.name].name: final_of[m.name] for m in models}.values()]
+        finals = final_of(self.rows(ctx))
+        models = [*models, *{finals[m.name].name: finals[m.name] for m in models}.values()]
         return config_hash({"metrics": MetricsStage()._config_of(metrics), "seed": cfg.seed,
                             "trajectory": cfg.metrics.trajectory.model_dump(mode="json"),
                             "analyses": {a.name: [a.version, a.layout] for a in enabled(metrics)},
@@ -95,7 +91,7 @@ class TrajectoryStage(Stage):
         from evolution.analyses.runner import run_analyses
         from evolution.analyses.to_final import ToFinal
         from evolution.metrics.results import write_metrics
-        from evolution.trajectory import collect, snapshot_config
+        from evolution.trajectory import collect, final_of, snapshot_config
 
         if not self.pending(ctx):
             if self.checkpoints(ctx):
@@ -108,9 +104,8 @@ class TrajectoryStage(Stage):
         trajectory = cfg.metrics.trajectory
         metrics = snapshot_config(cfg.metrics, trajectory)
         rows = self.rows(ctx)
-        final_of = {m.name: r.final.name for r in rows for m in r.members.values()}
-        finals = list(self._finals(ctx).values())
-        extra = [m for m in finals if m.name not in {x.name for x in cfg.models}]
+        finals = final_of(rows)
+        extra = [r.final for r in rows if r.final.name not in {x.name for x in cfg.models}]
         if extra:  # the final model of an objective that the config does not analyse itself
             ExtractStage().extract_models(ctx, extra)
         todo = self._todo(ctx)
@@ -121,9 +116,9 @@ class TrajectoryStage(Stage):
             inputs = metrics_stage.inputs(ctx, models=models, metrics=metrics)
             datasets = run_analyses(enabled(metrics), inputs, cache=metrics_stage.cache(ctx), client=ctx.client,
                                     progress=ctx.progress, force=self.name in ctx.force)
-            mine = [f for f in finals if f.name in {final_of[m.name] for m in models}]
-            pairs = metrics_stage.inputs(ctx, models=[*models, *mine], metrics=metrics)
-            pairs.attrs["finals"] = {m.name: final_of[m.name] for m in models}
+            mine = {finals[m.name].name: finals[m.name] for m in models}
+            pairs = metrics_stage.inputs(ctx, models=[*models, *mine.values()], metrics=metrics)
+            pairs.attrs["finals"] = {m.name: finals[m.name].name for m in models}
             datasets.update(run_analyses([ToFinal(trajectory.methods)], pairs, cache=metrics_stage.cache(ctx),
                                          client=ctx.client, progress=ctx.progress, force=self.name in ctx.force))
             for ds in datasets.values():
