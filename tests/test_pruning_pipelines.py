@@ -116,15 +116,15 @@ def _loop(trained, adapter, directory, *, updates, batches=None):
     cfg = trained["cfg"].train
     if batches is not None:
         pruning_batches = iter(batches)
-        orig = pruning._batches
-        pruning._batches = lambda items, *, max_tokens, seed: pruning_batches
+        orig = pruning.BATCHINGS["regrouped"]
+        pruning.BATCHINGS["regrouped"] = lambda items, *, max_tokens, seed: pruning_batches
     try:
         return pruning._run(adapter, [], directory=directory, updates=updates, lr=cfg.lr, max_tokens=cfg.max_tokens,
                             seed=_seed(trained), gates={}, fixed=_all_heads(adapter), lam=0.0, save_every=10 ** 6,
                             progress=False, smoothing=0.1, warmup=cfg.warmup_updates)
     finally:
         if batches is not None:
-            pruning._batches = orig
+            pruning.BATCHINGS["regrouped"] = orig
 
 
 def _fairseq_train(args):
@@ -288,3 +288,20 @@ def test_a_shipped_models_scratch_start_shares_fairseq_trains_embeddings_and_dec
                     and not torch.all(init[k] == init[k].flatten()[0]))  # constants (biases 0, norms 1) are equal
     assert "encoder.embed_tokens.weight" in same and any(k.startswith("decoder.layers.") for k in same)
     assert differ and all(k.startswith("encoder.layers.") for k in differ), differ
+
+
+def test_fixed_batches_are_fairseq_trains_batches_in_its_order(trained, fairseq_run):
+    """pruning.fixed_batches (metrics.pruning.scratch_batches: fixed) on the loop's own items (the
+    raw text through the adapter) yields fairseq-train's batches, sentence for sentence, in
+    fairseq-train's order, for three epochs: with it the loop's batching is fairseq-train's."""
+    epochs = _fairseq_epochs(_fairseq_start(fairseq_run["args"])[3], 3)
+    paths = trained["paths"]
+    adapter = FairseqAdapter(paths.checkpoint("mt"), data=paths.data("mt"), sentencepiece=paths.spm_model)
+    items = pruning.training_items(adapter, *_train_text(paths))
+    ds = fairseq_run["task"].dataset("train")
+    assert [tuple(it.inputs) for it in items] == [tuple(ds[i]["source"].tolist()) for i in range(len(ds))]
+    stream = pruning.fixed_batches(items, max_tokens=trained["cfg"].train.max_tokens, seed=_seed(trained))
+    index = {id(it): i for i, it in enumerate(items)}
+    ours = [[sorted(index[id(it)] for it in next(stream)) for _ in e] for e in epochs]
+    assert ours == [[sorted(b) for b in e] for e in epochs]
+    assert len(epochs[0]) > 2 and epochs[0] != epochs[1]  # the order changes, the groups do not

@@ -199,8 +199,9 @@ class PruningConfig(_Section):
     sec. 6; docs/heads.md): per lambda, gates on the encoder self-attention and on all three
     attention types, the latter also trained from scratch with the kept layout."""
 
-    lambdas: list[float] = Field(default_factory=lambda: [0.02, 0.04, 0.06, 0.1], min_length=1,
-                                 description="L0 penalty weights (lambda x mean over gated layers of open heads)")
+    lambdas: list[float] = Field(default_factory=lambda: [0.02, 0.04, 0.06, 0.1],
+                                 description="L0 penalty weights (lambda x mean over gated layers of open heads); "
+                                             "[]: no gated run, only the references")
     updates: int = Field(1000, ge=1, description="fine-tuning updates per run")
     lr: float = Field(1e-4, gt=0, description="Adam's learning rate while fine-tuning (constant)")
     gate_lr: float | None = Field(GATE_LR, gt=0, description="Adam's learning rate of the gates' log alpha (constant; "
@@ -216,6 +217,10 @@ class PruningConfig(_Section):
     scratch_full: bool = Field(True, description="with scratch_updates, also train every head from scratch by the "
                                                  "same loop: the from-scratch column's reference, which separates the "
                                                  "layout's effect from the training recipe's")
+    scratch_batches: Literal["regrouped", "fixed"] = Field(
+        "regrouped", description="the from-scratch runs' batches: regrouped by length every epoch (the loop's), or "
+                                 "fixed, fairseq-train's (cut once, reordered each epoch; docs/decisions.md, "
+                                 "'The 1.2 BLEU gap')")
     test_sentences: int | None = Field(None, ge=1, description="translate the first N analysed sentences (null: all)")
     models: list[str] | None = Field(None, description="MT models to prune (default: every MT model)")
 

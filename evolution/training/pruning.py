@@ -40,7 +40,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["training_items", "l0_penalty", "inverse_sqrt", "prune", "kept_gates", "train_with_heads", "translate", "label_smoothed_loss"]
+__all__ = ["training_items", "fixed_batches", "BATCHINGS", "l0_penalty", "inverse_sqrt", "prune", "kept_gates", "train_with_heads", "translate", "label_smoothed_loss"]
 
 
 def training_items(adapter, sources: Sequence[str], targets: Sequence[str], *, max_tokens: int | None = None):
@@ -97,6 +97,44 @@ def _batches(items, *, max_tokens: int, seed: int):
         epoch += 1
 
 
+def fixed_batches(items, *, max_tokens: int, seed: int, multiple: int = 1):
+    """fairseq-train's batches (fairseq 0.12 ``FairseqTask.get_batch_iterator``): the items ordered
+    once, by a permutation seeded by ``seed + 1`` (the epoch they are built in) then stably by
+    target and then by source length (``LanguagePairDataset.ordered_indices``), cut once by ``data_utils.batch_by_size`` (padded
+    max(source, target) tokens within ``max_tokens``, sizes a multiple of ``multiple``: 1, as the
+    base recipe passes ``--required-batch-size-multiple 1``, ``compat.exact_batching_args``), and
+    only the batches' order drawn anew each epoch (``numpy_seed(seed + epoch)``, epochs from 1,
+    ``iterators.shuffle_batches``): the same sentences meet in the same batch every epoch. The
+    n-th batch is a function of (seed, n) alone, so a resumed run sees an uninterrupted one's."""
+    from evolution.nets.compat import import_fairseq
+
+    import_fairseq()
+    from fairseq.data import data_utils
+
+    src = np.array([len(it.inputs) for it in items], dtype=np.int64)
+    tgt = np.array([len(it.labels) for it in items], dtype=np.int64)
+    with data_utils.numpy_seed(seed + 1):
+        order = np.random.permutation(len(items)).astype(np.int64)
+    order = order[np.argsort(tgt[order], kind="mergesort")]
+    order = order[np.argsort(src[order], kind="mergesort")]
+    cut = data_utils.batch_by_size(order, num_tokens_fn=lambda i: max(src[i], tgt[i]),
+                                   num_tokens_vec=np.maximum(src, tgt)[order], max_tokens=max_tokens,
+                                   required_batch_size_multiple=multiple)
+    epoch = 1
+    while True:
+        batches = list(cut)
+        with data_utils.numpy_seed(seed + epoch):
+            np.random.shuffle(batches)
+        for b in batches:
+            yield [items[int(i)] for i in b]
+        epoch += 1
+
+
+#: how the loop batches: "regrouped", new groups of similar length every epoch (:func:`_batches`);
+#: "fixed", fairseq-train's groups, cut once and reordered each epoch (:func:`fixed_batches`)
+BATCHINGS = {"regrouped": _batches, "fixed": fixed_batches}
+
+
 def l0_penalty(gates: dict, layers: dict):
     """The mean over gated layers of each layer's expected number of open heads: ``gates``
     attention -> :class:`~evolution.nets.gates.HardConcreteGate` over its (L * H) heads, ``layers``
@@ -115,7 +153,7 @@ def inverse_sqrt(step: int, *, lr: float, warmup: int, warmup_init_lr: float = 1
 
 def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens: int, seed: int,
          gates: dict, fixed: dict, lam: float, save_every: int, progress: bool, smoothing: float,
-         warmup: int = 0, gate_lr: float | None = None) -> dict:
+         warmup: int = 0, gate_lr: float | None = None, batching: str = "regrouped") -> dict:
     import torch
 
     from evolution.nets.gates import head_gates
@@ -139,7 +177,7 @@ def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens
         logger.info("prune %s: resuming at update %d", directory.name, step)
     else:
         torch.manual_seed(seed)
-    stream = itertools.islice(_batches(items, max_tokens=max_tokens, seed=seed), step, None)
+    stream = itertools.islice(BATCHINGS[batching](items, max_tokens=max_tokens, seed=seed), step, None)
     projections = {a: adapter.output_projections(a) for a in set(gates) | set(fixed)}
     bar = None
     if progress:
@@ -268,11 +306,14 @@ def test_time_gates(result: dict, *, temperature: float = 0.33, stretch: float =
 
 def train_with_heads(adapter, items, *, directory: str | Path, layout: dict, updates: int, lr: float = 1e-3,
                      warmup: int = 400, max_tokens: int = 4096, seed: int = 0, save_every: int = 200,
-                     progress: bool = True, smoothing: float = 0.1) -> dict:
+                     progress: bool = True, smoothing: float = 0.1, batching: str = "regrouped") -> dict:
     """Re-initialise ``adapter``'s model (fairseq's initialisation under ``seed``) and train it
     from scratch with the fixed head ``layout`` (``attention -> (L, H)`` 0/1, e.g.
     :func:`kept_gates` of a pruning run) for ``updates`` updates under the base recipe's schedule
-    (:func:`inverse_sqrt` with ``warmup`` updates to ``lr``)."""
+    (:func:`inverse_sqrt` with ``warmup`` updates to ``lr``). ``batching``: a key of
+    :data:`BATCHINGS` ("fixed": fairseq-train's batches, docs/decisions.md "The 1.2 BLEU gap")."""
+    if batching not in BATCHINGS:
+        raise ValueError(f"batching {batching!r} is not one of {sorted(BATCHINGS)}")
     import torch
 
     directory = Path(directory)
@@ -286,7 +327,7 @@ def train_with_heads(adapter, items, *, directory: str | Path, layout: dict, upd
     fixed = {a: torch.as_tensor(m, dtype=torch.float32) for a, m in layout.items()}
     run = _run(adapter, items, directory=directory, updates=updates, lr=lr, max_tokens=max_tokens, seed=seed,
                gates={}, fixed=fixed, lam=0.0, save_every=save_every, progress=progress, smoothing=smoothing,
-               warmup=warmup)
+               warmup=warmup, batching=batching)
     result = {"layout": {a: np.asarray(m).tolist() for a, m in layout.items()}, **run}
     (directory / "result.json").write_text(json.dumps(result), encoding="utf-8")
     return result

@@ -53,11 +53,12 @@ def _pairs(lines_src: list[str], lines_tgt: list[str]) -> tuple[list[str], list[
 
 def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, scope: str, updates: int, lr: float,
                  max_tokens: int, seed: int, scratch_updates: int | None, torch_threads: int = 1,
-                 gate_lr: float | None = None) -> dict[str, Any]:
+                 gate_lr: float | None = None, scratch_batches: str = "regrouped") -> dict[str, Any]:
     """One pruning run (``lam`` None: the unpruned model's BLEU only, or with ``scope`` "scratch" the
     full layout trained from scratch for ``scratch_updates``; ``scope`` "tuned": the same fine-tuning
     without gates): fine-tune with gates, translate the test sentences with the kept heads, and with
-    ``scratch_updates`` train the kept layout from scratch and translate again."""
+    ``scratch_updates`` train the kept layout from scratch (batched as ``scratch_batches``:
+    :data:`evolution.training.pruning.BATCHINGS`) and translate again."""
     import torch
 
     from evolution.models import fairseq_adapter
@@ -81,7 +82,7 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
         return pruning.train_with_heads(model, pruning.training_items(model, src, tgt, max_tokens=max_tokens),
                                         directory=Path(directory) / "scratch", layout=layout,
                                         updates=scratch_updates, lr=base_lr, warmup=warmup, max_tokens=max_tokens,
-                                        seed=seed, progress=False)
+                                        seed=seed, progress=False, batching=scratch_batches)
 
     t0 = time.perf_counter()
     if lam is None and scope != "scratch":
@@ -158,10 +159,12 @@ class HeadPruning(Analysis):
             if cfg.scratch_updates and cfg.scratch_full:  # every head from scratch: the recipe's own control
                 key = {"model": model_identity(m.spec), "texts": digest, "lam": None, "scope": "scratch",
                        "max_tokens": cfg.max_tokens, "seed": seed, "scratch": cfg.scratch_updates}
+                if cfg.scratch_batches != "regrouped":  # the default keeps the keys of earlier runs
+                    key["batches"] = cfg.scratch_batches
                 units.append(Unit(f"{m.name}-scratch", pruning_task,
                                   dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
                                        lam=None, scope="scratch", updates=cfg.updates, lr=cfg.lr, gate_lr=None,
-                                       max_tokens=cfg.max_tokens, seed=seed,
+                                       max_tokens=cfg.max_tokens, seed=seed, scratch_batches=cfg.scratch_batches,
                                        scratch_updates=cfg.scratch_updates, torch_threads=inputs.torch_threads),
                                   key=key))
             runs = ([(None, "full")] + ([(0.0, "tuned")] if cfg.control else [])
@@ -174,12 +177,14 @@ class HeadPruning(Analysis):
                 gated = scope in SCOPES
                 if gated and cfg.gate_lr is not None:  # null keeps the keys of runs with one rate for all
                     key["gate_lr"] = cfg.gate_lr
+                if key["scratch"] and cfg.scratch_batches != "regrouped":
+                    key["batches"] = cfg.scratch_batches
                 name = f"{m.name}-{scope}-{lam:g}" if gated else f"{m.name}-{scope}"
                 units.append(Unit(name, pruning_task,
                                   dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
                                        lam=lam, scope=scope, updates=cfg.updates, lr=cfg.lr,
                                        gate_lr=cfg.gate_lr if gated else None, max_tokens=cfg.max_tokens,
-                                       seed=seed, scratch_updates=key["scratch"],
+                                       seed=seed, scratch_updates=key["scratch"], scratch_batches=cfg.scratch_batches,
                                        torch_threads=inputs.torch_threads),
                                   key=key))
         return units
