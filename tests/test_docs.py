@@ -101,7 +101,21 @@ HEAD_ROWS = {
     "decoder self: confidence": ("decoder self: confidence",),
     "decoder self: highest rare-token share": ("decoder self: highest rare-token share",),
     "encoder-decoder: entropy (uniform 3.42)": ("encoder-decoder: entropy",),
+    "encoder-decoder: confidence": ("encoder-decoder: confidence",),
+    "encoder-decoder: to the source's `</s>`": ("encoder-decoder: to the source's </s>",),
+    "syntactic heads (nsubj / obj / amod / advmod)": ("syntactic heads nsubj / obj / amod / advmod",),
 }
+
+
+def _heads_numbers() -> dict[str, str]:
+    """results/bible-full/heads_numbers.py's rows: label -> the rest of the line."""
+    out = subprocess.run([sys.executable, str(REPO / "results" / "bible-full" / "heads_numbers.py")], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    script = {}
+    for line in out.splitlines():
+        label, _, rest = line.partition("\t")
+        script[label] = rest
+    return script
 
 
 def test_the_bible_full_head_tables_of_docs_heads_quote_the_committed_store():
@@ -110,12 +124,7 @@ def test_the_bible_full_head_tables_of_docs_heads_quote_the_committed_store():
     multiset, in the order the models come), so that a recompute cannot leave them stale."""
     from collections import Counter
 
-    out = subprocess.run([sys.executable, str(REPO / "results" / "bible-full" / "heads_numbers.py")], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout
-    script = {}
-    for line in out.splitlines():
-        label, _, rest = line.partition("\t")
-        script[label] = rest
+    script = _heads_numbers()
     number = re.compile(r"(?<![\w.])\d+\.\d+|(?<![\w.])\d+(?![\w.])")
     text = (REPO / "docs" / "heads.md").read_text(encoding="utf-8")
     seen = set()
@@ -128,6 +137,54 @@ def test_the_bible_full_head_tables_of_docs_heads_quote_the_committed_store():
         measured = Counter(number.findall(" ".join(script[label] for label in HEAD_ROWS[cells[0]])))
         assert not quoted - measured, (cells[0], quoted - measured)
     assert seen == set(HEAD_ROWS)
+
+
+#: the bullets under docs/heads.md's bible-full head tables (by their first words) -> the
+#: heads_numbers.py rows (labels beginning with these) whose numbers they may quote
+HEAD_BULLETS = {
+    "No positional head at this size": ("most positional head",),
+    "The sinks inflate confidence": ("confidence",),
+    "Input token dropout weakens": ("rare-token share, max",),
+    "Syntactic heads appear only": ("obj dependent", "syntactic heads"),
+    "The encoder-decoder attention sharpens": ("encoder-decoder",),
+    "No positional decoder head": ("decoder self",),
+}
+
+
+def test_the_bible_full_head_bullets_of_docs_heads_quote_the_committed_store():
+    """The sentences under docs/heads.md's bible-full head tables quote the same store: in each
+    bullet, each two-decimal number (0.19, the ends of 0.19-0.24), each percentage (55% -> 0.55)
+    and each one-decimal number (2.9 -> a value that rounds to it) is one that the bullet's own
+    rows of heads_numbers.py give. A stale quote or a typo fails."""
+    script = _heads_numbers()
+    text = (REPO / "docs" / "heads.md").read_text(encoding="utf-8")
+    section = text.split("### The well-trained models and their controls", 1)[1].split("## Which heads matter", 1)[0]
+    bullets, current = [], None
+    for line in section.splitlines():
+        if line.startswith("- "):
+            current = [line[2:]]
+            bullets.append(current)
+        elif line.startswith("  ") and current is not None:
+            current.append(line.strip())
+        else:
+            current = None
+    bullets = {" ".join(b).split(" (")[0]: " ".join(b) for b in bullets}
+    checked = 0
+    for first, rows in HEAD_BULLETS.items():
+        prose = next((b for k, b in bullets.items() if k.startswith(first)), None)
+        assert prose is not None, f"docs/heads.md has no bullet beginning {first!r}"
+        values = [float(x) for label, rest in script.items() if label.startswith(rows)
+                  for x in re.findall(r"(?<![\w.])\d+\.\d+", f"{label} {rest}")]  # a baseline is in the label
+        assert values, rows
+        for x in re.findall(r"(?<![\w.])(\d+\.\d+|\d+%)", prose):
+            if x.endswith("%"):
+                want, places = int(x[:-1]) / 100, 2
+            else:
+                want, places = float(x), len(x.split(".")[1])
+            assert any(round(v, places) == want for v in values), \
+                f"docs/heads.md's bullet {first!r} quotes {x}, which its rows {rows} do not give"
+            checked += 1
+    assert checked >= 20
 
 
 def test_docs_series_quotes_the_committed_tiny_series():
