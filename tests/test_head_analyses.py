@@ -226,11 +226,12 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
 
 
 def test_pruning_references_alone_and_the_from_scratch_batches_enter_the_runs_key(trained, tmp_path):
-    """metrics.pruning.lambdas [] runs the references alone (no gated run); scratch_batches: fixed
-    trains every head from scratch on fairseq-train's batches (pruning.fixed_batches). Run after
-    the regrouped one in the same workdir, the fixed run is a unit of its own: its weights are
-    train_with_heads(batching="fixed")'s, not the regrouped run's (which they would be if the
-    batching were missing from the unit key)."""
+    """metrics.pruning.scratch_batches: fixed trains from scratch on fairseq-train's batches
+    (pruning.fixed_batches). Run after the regrouped one in the same workdir, the fixed run
+    trains anew exactly the units that train from scratch (every head, and lambda 30's layout),
+    each with train_with_heads(batching="fixed")'s weights, not the regrouped run's (which they
+    would be if the batching were missing from a unit key); the encoder-only run is reused.
+    lambdas [] then gives the references alone (no gated run), and the report is written."""
     import json
 
     import torch
@@ -242,34 +243,45 @@ def test_pruning_references_alone_and_the_from_scratch_batches_enter_the_runs_ke
 
     workdir = tmp_path / "work"
     base = (trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
-            "  tsne: null\n  influence: null\n  heads: null\n  pruning: {lambdas: [], control: false, "
-            "max_tokens: 256, scratch_updates: 4, test_sentences: 4, scratch_batches: %s}\n")
-    states = {}
-    for batching in ("regrouped", "fixed"):
+            "  tsne: null\n  influence: null\n  heads: null\n  pruning: {lambdas: %s, control: false, updates: 2, "
+            "lr: 0.1, gate_lr: 0.1, max_tokens: 256, scratch_updates: 4, test_sentences: 4, scratch_batches: %s}\n")
+
+    def run(lambdas, batching, stage="metrics"):
         cfg = tmp_path / f"{batching}.yaml"
-        cfg.write_text(base % batching, encoding="utf-8")
-        assert main([str(cfg), "--stage", "metrics", "--no-progress", "--workdir", str(workdir)]) == 0
-        ds = xr.open_zarr(str(workdir / "metrics.zarr"), group="heads_pruning", consolidated=False).load()
-        assert ds.sizes["run"] == 0 and list(ds.model.values) == ["mt"]
-        assert np.isfinite(ds.bleu_full.sel(model="mt")) and np.isfinite(ds.chrf_scratch_full.sel(model="mt"))
-        assert np.isnan(ds.bleu_tuned.sel(model="mt"))  # control: false
-        done = {p: json.loads(p.read_text()) for p in workdir.rglob("scratch/result.json")}
-        new = [p for p in done if p not in states]
-        assert len(new) == 1, (batching, sorted(done))
-        states[new[0]] = torch.load(str(new[0].parent / "state.pt"), weights_only=True)["model"]
+        cfg.write_text(base % (lambdas, batching), encoding="utf-8")
+        assert main([str(cfg), "--stage", stage, "--no-progress", "--workdir", str(workdir)]) == 0
+        return xr.open_zarr(str(workdir / "metrics.zarr"), group="heads_pruning", consolidated=False).load()
+
+    states, pruned = {}, set()
+    for batching in ("regrouped", "fixed"):
+        ds = run("[30.0]", batching)
+        assert list(ds.run.values) == ["encoder-30", "all-30"]
+        new = [p for p in workdir.rglob("scratch/result.json") if p not in states]
+        assert len(new) == 2, (batching, new)  # every head, and lambda 30's kept layout
+        runs = set(workdir.rglob("prune/result.json"))
+        assert len(runs - pruned) == (2 if batching == "regrouped" else 1)  # the encoder-only run is reused
+        pruned |= runs
         texts = load_texts(str(next(workdir.rglob("pruning-*.npz"))))
         src, tgt = _pairs(texts["train_source"].split("\n"), texts["train_target"].split("\n"))
-        plain = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
-                               sentencepiece=trained["paths"].spm_model)
-        lr, warmup = _base_schedule(plain)
-        pruning.train_with_heads(plain, pruning.training_items(plain, src, tgt, max_tokens=256),
-                                 directory=tmp_path / f"direct-{batching}", layout={}, updates=4, lr=lr,
-                                 warmup=warmup, max_tokens=256, seed=trained["cfg"].seed, progress=False,
-                                 batching=batching)
-        for name, value in plain._model.state_dict().items():
-            torch.testing.assert_close(states[new[0]][name], value, rtol=0, atol=0, msg=name)
-    first, second = states.values()
-    assert any(not torch.equal(first[k], second[k]) for k in first if first[k].is_floating_point())
+        for p in new:
+            states[p] = torch.load(str(p.parent / "state.pt"), weights_only=True)["model"]
+            plain = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
+                                   sentencepiece=trained["paths"].spm_model)
+            lr, warmup = _base_schedule(plain)
+            layout = json.loads(p.read_text())["layout"]
+            pruning.train_with_heads(plain, pruning.training_items(plain, src, tgt, max_tokens=256),
+                                     directory=tmp_path / "direct" / batching / p.parent.parent.name, layout=layout,
+                                     updates=4, lr=lr, warmup=warmup, max_tokens=256, seed=trained["cfg"].seed,
+                                     progress=False, batching=batching)
+            for name, value in plain._model.state_dict().items():
+                torch.testing.assert_close(states[p][name], value, rtol=0, atol=0, msg=name)
+    a, b = [states[p] for p in states if not (p.parent.parent / "prune").exists()]  # every head: regrouped, fixed
+    assert any(not torch.equal(a[k], b[k]) for k in a if a[k].is_floating_point())
+    ds = run("[]", "fixed", stage="report")
+    assert ds.sizes["run"] == 0 and list(ds.model.values) == ["mt"]
+    assert np.isfinite(ds.bleu_full.sel(model="mt")) and np.isfinite(ds.chrf_scratch_full.sel(model="mt"))
+    assert np.isnan(ds.bleu_tuned.sel(model="mt"))  # control: false
+    assert (workdir / "report" / "report.html").is_file()
     with pytest.raises(ValueError, match="batching 'sorted' is not one of"):
         pruning.train_with_heads(plain, [], directory=tmp_path / "bad", layout={}, updates=1, batching="sorted")
 

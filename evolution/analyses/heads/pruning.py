@@ -79,7 +79,14 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
     def from_scratch(model, layout) -> dict:
         """``model`` re-initialised and trained with the heads of ``layout`` under the base schedule."""
         base_lr, warmup = _base_schedule(model)
-        return pruning.train_with_heads(model, pruning.training_items(model, src, tgt, max_tokens=max_tokens),
+        items = pruning.training_items(model, src, tgt, max_tokens=max_tokens)
+        if scratch_batches == "fixed" and len(items) != len(src):
+            # fairseq draws its order over every binarised pair and filters after: one pair fewer here
+            # changes every batch (still cut once and reordered per epoch, but not fairseq-train's)
+            logger.warning("metrics.pruning.scratch_batches fixed: %d of %d training pairs are longer than the "
+                           "model accepts or max_tokens %d and were left out, so the batches are fixed but not "
+                           "those fairseq-train drew", len(src) - len(items), len(src), max_tokens)
+        return pruning.train_with_heads(model, items,
                                         directory=Path(directory) / "scratch", layout=layout,
                                         updates=scratch_updates, lr=base_lr, warmup=warmup, max_tokens=max_tokens,
                                         seed=seed, progress=False, batching=scratch_batches)

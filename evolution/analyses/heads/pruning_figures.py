@@ -66,11 +66,11 @@ def pruning_curve(path):
     from evolution.analyses.plotting import STYLES, legend_right, plt
 
     ds = open_group(path, "heads_pruning")
-    if ds is None:
+    runs = [] if ds is None else [r for r in ds.run.values if str(ds.scope.sel(run=r).values) == "encoder"]
+    if not runs:  # no group, or the references alone (metrics.pruning.lambdas: []): no curve to draw
         return None
     pyplot = plt()
     fig, ax = pyplot.subplots(figsize=(6.4, 3.8), layout="constrained")
-    runs = [r for r in ds.run.values if str(ds.scope.sel(run=r).values) == "encoder"]
     rows = []
     for i, m in enumerate(ds.model.values):
         enc = ds.kept.sel(model=m, attention="encoder_self")
