@@ -268,3 +268,45 @@ def test_the_bible_full_pruning_tables_and_sentences_quote_the_committed_store()
     assert (f"every head trained by their loop ({f2(float(ds.bleu_scratch_full))}): {f2(scratch[0])} and "
             f"{f2(scratch[1])}, {scratch[0] - float(ds.bleu_scratch_full):+.2f} and "
             f"{scratch[1] - float(ds.bleu_scratch_full):+.2f}") in prose
+
+
+#: the units of configs/bible-full-pruning-gap.yaml in results/bible-full/units (the regrouped seed-0
+#: run is bible-full's own every-head reference; the fixed one's key has "batches": "fixed")
+GAP_UNITS = {("fairseq-train", 0): ("heads_pruning-mt-full-51f96ef2eeeadf0c.json", "bleu"),
+             ("fairseq-train", 1): ("heads_pruning-mt-seed1-full-29fcb219183c02a4.json", "bleu"),
+             ("regrouped", 0): ("heads_pruning-mt-scratch-78b3c6a7083fc5b8.json", "bleu_scratch"),
+             ("regrouped", 1): ("heads_pruning-mt-seed1-scratch-794bb1171a7bf47e.json", "bleu_scratch"),
+             ("fixed", 0): ("heads_pruning-mt-scratch-b46219aec195d7fe.json", "bleu_scratch")}
+
+
+def test_the_pipeline_gap_table_quotes_the_committed_units():
+    """docs/decisions.md's table of the 1.2 BLEU gap (fairseq-train; the loop on its own and on
+    fairseq-train's batches; seeds 0 and 1) and the differences its text and
+    results/bible-full/README.md draw from it are the committed unit results' BLEU."""
+    import json
+
+    units = REPO / "results" / "bible-full" / "units"
+    bleu = {k: json.loads((units / f).read_text())[v] for k, (f, v) in GAP_UNITS.items()}
+    f2 = "{:.2f}".format
+    text = (REPO / "docs" / "decisions.md").read_text(encoding="utf-8")
+    rows = {"| fairseq-train (the shipped base models) |": "fairseq-train",
+            "| the loop, its own batches (regrouped every epoch) |": "regrouped",
+            "| the loop on fairseq-train's batches (`metrics.pruning.scratch_batches: fixed`) |": "fixed"}
+    lines = [line.strip() for line in text.splitlines()]
+    for start, arm in rows.items():
+        row = next(line for line in lines if line.startswith(start))
+        cells = [c.strip() for c in row[len(start):].strip("|").split("|")]
+        assert cells[0] == f2(bleu[(arm, 0)]), arm
+        assert cells[1] == (f2(bleu[(arm, 1)]) if (arm, 1) in bleu else ""), arm
+    prose = " ".join(lines)
+    batching = bleu[("regrouped", 0)] - bleu[("fixed", 0)]
+    rest = bleu[("fixed", 0)] - bleu[("fairseq-train", 0)]
+    gap = bleu[("regrouped", 0)] - bleu[("fairseq-train", 0)]
+    assert f"the loop loses {f2(batching)} of the {f2(gap)} at seed 0" in prose
+    assert f"it ends {f2(rest)} above fairseq-train's seed 0" in prose
+    assert f"apart, the two fairseq seeds {f2(bleu[('fairseq-train', 1)] - bleu[('fairseq-train', 0)])}" in prose
+    assert f"its own batches are {f2(bleu[('regrouped', 0)] - bleu[('regrouped', 1)])} apart" in prose
+    readme = " ".join((REPO / "results" / "bible-full" / "README.md").read_text(encoding="utf-8").split())
+    assert (f"the loop's every-head run gives {f2(bleu[('fixed', 0)])}, {f2(batching)} less than on its own "
+            f"batches") in readme
+    assert f"its seed 1 on its own batches gives {f2(bleu[('regrouped', 1)])}" in readme
