@@ -248,8 +248,6 @@ def prune(adapter, items, *, directory: str | Path, lam: float, attentions: Sequ
     thousand updates cannot close a gate (docs/decisions.md). ``attentions`` empty: the same
     fine-tuning without gates (the unpruned control).
     """
-    import torch
-
     directory = Path(directory)
     finished = _finished(adapter, directory)
     if finished is not None:
