@@ -100,12 +100,13 @@ def _batches(items, *, max_tokens: int, seed: int):
 def fixed_batches(items, *, max_tokens: int, seed: int, multiple: int = 1):
     """fairseq-train's batches (fairseq 0.12 ``FairseqTask.get_batch_iterator``): the items ordered
     once, by a permutation seeded by ``seed + 1`` (the epoch they are built in) then stably by
-    target and then by source length (``LanguagePairDataset.ordered_indices``), cut once by ``data_utils.batch_by_size`` (padded
-    max(source, target) tokens within ``max_tokens``, sizes a multiple of ``multiple``: 1, as the
-    base recipe passes ``--required-batch-size-multiple 1``, ``compat.exact_batching_args``), and
-    only the batches' order drawn anew each epoch (``numpy_seed(seed + epoch)``, epochs from 1,
-    ``iterators.shuffle_batches``): the same sentences meet in the same batch every epoch. The
-    n-th batch is a function of (seed, n) alone, so a resumed run sees an uninterrupted one's."""
+    target and then by source length (``LanguagePairDataset.ordered_indices``), cut once by
+    ``data_utils.batch_by_size`` (padded max(source, target) tokens within ``max_tokens``, sizes a
+    multiple of ``multiple``: 1, as the base recipe passes ``--required-batch-size-multiple 1``,
+    ``compat.exact_batching_args``), and only the batches' order drawn anew each epoch
+    (``numpy_seed(seed + epoch)``, epochs from 1, ``iterators.shuffle_batches``): the same
+    sentences meet in the same batch every epoch. The n-th batch is a function of (seed, n) alone,
+    so a resumed run sees an uninterrupted one's."""
     from evolution.nets.compat import import_fairseq
 
     import_fairseq()
@@ -117,8 +118,9 @@ def fixed_batches(items, *, max_tokens: int, seed: int, multiple: int = 1):
         order = np.random.permutation(len(items)).astype(np.int64)
     order = order[np.argsort(tgt[order], kind="mergesort")]
     order = order[np.argsort(src[order], kind="mergesort")]
-    cut = data_utils.batch_by_size(order, num_tokens_fn=lambda i: max(src[i], tgt[i]),
-                                   num_tokens_vec=np.maximum(src, tgt)[order], max_tokens=max_tokens,
+    # the token counts aligned with ``order``, as LanguagePairDataset.num_tokens_vec(indices) gives them
+    # (with them batch_by_size calls no num_tokens_fn)
+    cut = data_utils.batch_by_size(order, None, num_tokens_vec=np.maximum(src, tgt)[order], max_tokens=max_tokens,
                                    required_batch_size_multiple=multiple)
     epoch = 1
     while True:

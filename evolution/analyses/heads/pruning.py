@@ -161,13 +161,14 @@ class HeadPruning(Analysis):
         digest = hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()[:16]
         root = location.join(location.parent(inputs.arrays_dir), "pruning")
         units = []
+        # what the keys of runs that train from scratch add (the default batching: nothing, which keeps
+        # the keys of earlier runs)
+        batches = {} if cfg.scratch_batches == "regrouped" else {"batches": cfg.scratch_batches}
         for m in models:
             seed = _seed_of(inputs, m.name)
             if cfg.scratch_updates and cfg.scratch_full:  # every head from scratch: the recipe's own control
                 key = {"model": model_identity(m.spec), "texts": digest, "lam": None, "scope": "scratch",
-                       "max_tokens": cfg.max_tokens, "seed": seed, "scratch": cfg.scratch_updates}
-                if cfg.scratch_batches != "regrouped":  # the default keeps the keys of earlier runs
-                    key["batches"] = cfg.scratch_batches
+                       "max_tokens": cfg.max_tokens, "seed": seed, "scratch": cfg.scratch_updates, **batches}
                 units.append(Unit(f"{m.name}-scratch", pruning_task,
                                   dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
                                        lam=None, scope="scratch", updates=cfg.updates, lr=cfg.lr, gate_lr=None,
@@ -184,8 +185,8 @@ class HeadPruning(Analysis):
                 gated = scope in SCOPES
                 if gated and cfg.gate_lr is not None:  # null keeps the keys of runs with one rate for all
                     key["gate_lr"] = cfg.gate_lr
-                if key["scratch"] and cfg.scratch_batches != "regrouped":
-                    key["batches"] = cfg.scratch_batches
+                if key["scratch"]:
+                    key.update(batches)
                 name = f"{m.name}-{scope}-{lam:g}" if gated else f"{m.name}-{scope}"
                 units.append(Unit(name, pruning_task,
                                   dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
