@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from evolution.analyses.heads.importance import ATTENTIONS
 from evolution.metrics.results import write_metrics
 from evolution.report.scorecard.base import FAILS, HOLDS, NA
 
@@ -29,9 +30,14 @@ def _store(tmp_path, *, pruned, scratch, tuned=20.0, scratch_full=19.0, models=(
                      "bleu_continuous": (("model", "run"), cont),
                      "bleu_tuned": (("model",), np.broadcast_to(np.asarray(tuned, float), (n,)).copy()),
                      "bleu_scratch_full": (("model",), np.broadcast_to(np.asarray(scratch_full, float), (n,)).copy()),
+                     "bleu_full": (("model",), np.full(n, 19.5)), "chrf_full": (("model",), np.full(n, 45.0)),
+                     "chrf": (("model", "run"), np.full((n, 4), 44.0)),
+                     "chrf_tuned": (("model",), np.full(n, 45.5)),
+                     "kept": (("model", "run", "attention", "layer", "head"), np.ones((n, 4, 3, 2, 2))),
                      "lam": (("run",), [0.04, 0.04, 0.06, 0.06]),
                      "scope": (("run",), np.array(["encoder", "all", "encoder", "all"], dtype=object))},
-                    coords={"model": np.array(models, dtype=object), "run": np.array(names, dtype=object)})
+                    coords={"model": np.array(models, dtype=object), "run": np.array(names, dtype=object),
+                            "attention": np.array(ATTENTIONS, dtype=object)})
     ds.attrs["runs"] = runs or {}
     path = tmp_path / "m.zarr"
     write_metrics(path, {"heads_pruning": ds}, fingerprint="test")
@@ -113,3 +119,43 @@ def test_each_pruned_model_runs_under_its_own_training_seed():
     inputs = SimpleNamespace(seed=0, attrs={"runs": {"mt": {"seed": 0}, "mt-seed2": {"seed": 2, "objective": "mt"}}})
     assert [_seed_of(inputs, m) for m in ("mt", "mt-seed2", "opus-mt")] == [0, 2, 0]
     assert _seed_of(SimpleNamespace(seed=5, attrs={}), "mt-seed2") == 5
+
+
+def test_the_seed_table_reads_each_arm_against_its_own_reference(tmp_path):
+    """The report's table over seeds: per run and arm, the mean BLEU difference with a 95% t
+    interval, computed here by hand from per-model references that differ (so that a reference
+    taken from the wrong arm or model changes the numbers); the token-dropout model is left out."""
+    from scipy.stats import t
+
+    from evolution.analyses.heads.pruning import HeadPruning
+    from evolution.analyses.heads.pruning_seeds import ARMS
+
+    pruned = [[19.6, 19.1], [19.0, 19.3], [19.9, 18.8], [25.0, 25.0]]
+    scratch = [[18.0, 17.1], [18.6, 17.9], [17.3, 17.6], [10.0, 10.0]]
+    tuned, scratch_full = [20.1, 19.4, 20.3, 30.0], [19.0, 18.2, 19.6, 5.0]
+    path = _store(tmp_path, pruned=pruned, scratch=scratch, tuned=tuned, scratch_full=scratch_full, continuous=0.25,
+                  models=("mt", "mt-seed1", "mt-seed2", "mt-tokdrop"), runs={"mt-tokdrop": {"token_dropout": 0.1}})
+    title, rows, caption = HeadPruning().tables(path)[-1]
+    assert "3 seeds" in title and "mt, mt-seed1, mt-seed2" in caption
+    assert rows[0][-1] == "per seed (mt, mt-seed1, mt-seed2)"
+    by = {(r[0], r[1], r[2]): r for r in rows[1:]}
+    p, s = np.array(pruned[:3]), np.array(scratch[:3])
+    tu, sf = np.array(tuned[:3]), np.array(scratch_full[:3])
+
+    def interval(x):
+        half = t.ppf(0.975, 2) * np.std(x, ddof=1) / np.sqrt(3)
+        return f"{x.mean():+.2f} [{x.mean() - half:+.2f}, {x.mean() + half:+.2f}]"
+
+    for j, lam in ((0, "0.04"), (1, "0.06")):
+        arm_p, arm_s = p[:, j] - tu, s[:, j] - sf
+        row = by[(lam, "all", ARMS["pruned"])]
+        assert row[3] == interval(arm_p) and row[4] == ", ".join(f"{v:+.2f}" for v in arm_p)
+        assert by[(lam, "all", ARMS["scratch"])][3] == interval(arm_s)
+        assert by[(lam, "all", ARMS["d"])][3] == interval(arm_p - arm_s)
+        assert by[(lam, "all", ARMS["continuous"])][3] == interval(arm_p + 0.25)
+        # the encoder-only runs have no from-scratch layout: their pruned arm alone (BLEU 18.0)
+        assert by[(lam, "encoder", ARMS["pruned"])][3] == interval(18.0 - tu)
+        assert (lam, "encoder", ARMS["scratch"]) not in by
+    # one seed of the recipe: no table
+    one = _store(tmp_path / "one", pruned=[[19.6, 19.1]], scratch=[[18.0, 17.1]], models=("mt",))
+    assert not any("seeds" in t_[0] for t_ in HeadPruning().tables(one))

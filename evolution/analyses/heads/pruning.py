@@ -35,6 +35,7 @@ import xarray as xr
 from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
 from evolution.analyses.heads.importance import ATTENTIONS
 from evolution.analyses.heads.pruning_figures import pruning_curve, pruning_layers, pruning_roles, survivor_roles
+from evolution.analyses.heads.pruning_seeds import LEVEL, seed_rows
 from evolution.analyses.plotting import open_group
 
 __all__ = ["HeadPruning", "pruning_task", "survivor_roles", "pruning_curve", "pruning_roles", "pruning_layers"]
@@ -270,7 +271,23 @@ class HeadPruning(Analysis):
                  "penalty lambda; heads kept where P(open) > P(closed); 'none, fine-tuned': the same fine-tuning "
                  "without gates (the reference for the pruned runs' BLEU); 'from scratch': the kept layout trained "
                  "from a fresh initialisation for metrics.pruning.scratch_updates; 'none, from scratch': every "
-                 "head trained the same way (the from-scratch column's own reference).")]
+                 "head trained the same way (the from-scratch column's own reference).")] + _seed_table(ds)
+
+
+def _seed_table(ds) -> list:
+    """The comparison over seeds (:func:`evolution.analyses.heads.pruning_seeds.seed_rows`), where
+    two or more pruned models are seeds of one recipe."""
+    rows, seeds = seed_rows(ds)
+    if not rows:
+        return []
+    return [(f"Pruning over {len(seeds)} seeds: each arm against its own reference (Voita et al. ACL 2019, table 3)",
+             rows, f"BLEU differences on the test books, mean over the seeds {', '.join(seeds)} with a "
+                   f"{LEVEL:.0%} Student-t interval (n - 1 degrees of freedom). Pruned: fine-tuned with gates "
+                   "against the same fine-tuning without gates, translated with the hard 0/1 layout or with each "
+                   "head scaled by its gate's test-time value (the released code's evaluation); from scratch: the "
+                   "kept layout against every head, both trained from scratch by the same loop and budget; d: the "
+                   "first against the third, which head verdict V3 reads (holds when the interval of d lies above "
+                   "0 at every lambda).")]
 
 
 def _seed_of(inputs: Inputs, model: str) -> int:
