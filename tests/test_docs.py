@@ -310,3 +310,113 @@ def test_the_pipeline_gap_table_quotes_the_committed_units():
     assert (f"the loop's every-head run gives {f2(bleu[('fixed', 0)])}, {f2(batching)} less than on its own "
             f"batches") in readme
     assert f"its seed 1 on its own batches gives {f2(bleu[('regrouped', 1)])}" in readme
+
+
+def _csv_rows(path: Path) -> dict[str, list[float]]:
+    """model -> the per-layer values of a report table (CSV; "0.975 [0.973, 0.977]" reads 0.975)."""
+    import csv
+
+    with path.open(encoding="utf-8") as f:
+        return {r["model"]: [float(r[str(i)].split()[0]) for i in range(7)] for r in csv.DictReader(f)}
+
+
+def test_docs_metrics_from_scratch_table_quotes_the_committed_report():
+    """docs/metrics.md's table of the from-scratch models (layers 0 -> 6) is the committed
+    results/from-scratch/report's tables: MI with the input token and with the output label, the
+    same-token rate among the 50 nearest neighbours, PWCCA to the same layer of the MT."""
+    import csv
+
+    report = REPO / "results" / "from-scratch" / "report"
+    mi = _csv_rows(report / "tab-mi-with-the-input-token.csv")
+    out = _csv_rows(report / "tab-mi-with-the-output-label-next-token-for-an-lm-original-token-for-an-mlm.csv")
+    same = _csv_rows(report / "tab-neighbours-same-token-top-k-neighbours-of-the-same-type.csv")
+    with (report / "similarity_pwcca.csv").open(encoding="utf-8") as f:
+        pw = {}
+        for r in csv.DictReader(f):
+            if r["quantity"] == "distance" and r["panel"] == "pair kinds" and r["model_a"] == "mt":
+                pw.setdefault(r["model_b"], []).append(float(r["value"]))
+
+    def row(xs):
+        return " ".join(f"{x:.2f}" for x in xs)
+
+    text = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]]
+             for line in text.splitlines() if line.startswith("| MI(") or line.startswith("| same token among")
+             or line.startswith("| PWCCA to the same layer")}
+    mt, lm, mlm = cells[next(k for k in cells if k.startswith("MI(input)"))]
+    assert mt == row(mi["mt"]) and lm == row(mi["lm"])
+    assert mlm == f"{mi['mlm'][0]:.2f} -> {mi['mlm'][-1]:.2f} (flat)" and np_spread(mi["mlm"]) < 0.02
+    _, lm, mlm = cells["MI(output)"]
+    assert lm.startswith(row(out["lm"]) + " (control") and mlm.startswith(row(out["mlm"]) + " (control")
+    mt, lm, mlm = cells["same token among 50-NN"]
+    assert mt == row(same["mt"]) and lm == f"{same['lm'][0]:.2f} ... {row(same['lm'][-3:])}"
+    assert mlm == "1.00 throughout" and min(same["mlm"]) >= 0.995
+    _, lm, mlm = cells["PWCCA to the same layer of MT"]
+    assert lm == row(pw["lm"]) and mlm == row(pw["mlm"])
+
+
+def np_spread(xs) -> float:
+    return max(xs) - min(xs)
+
+
+def test_docs_metrics_mi_sentences_quote_bible_full():
+    """The sentences of docs/metrics.md on the bible-full MI: the share of H(X) the MT and LM keep
+    (100 types) and the MT's MI at layer 6."""
+    from evolution.metrics.results import open_metrics
+
+    ds = open_metrics(REPO / "results" / "bible-full" / "metrics.zarr", "mi").load()
+    frac = ds.mi_fraction.sel(target="input", model=["mt", "mt-seed1", "lm", "lm-seed1"])
+    low, high = float(frac.min()), float(frac.max())
+    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    assert f"keep {int(low * 100)}-{round(high * 100)}% of H(X) at every layer (bible-full: the lowest {low:.1%}" \
+           in text
+    six = float(ds.mi_mean.sel(model="mt", layer=6, target="input"))
+    assert f"MI {six:.2f} at layer 6 on the `bible-full` MT" in text
+
+
+def test_the_similarity_benchmark_texts_quote_its_committed_result():
+    """results/scale/README.md and benchmarks/README.md quote results/scale/similarity.json: the
+    point estimates' time, with the replicates, their ratio, the definition per replicate and the
+    largest difference between the two routes."""
+    import json
+
+    b = json.loads((REPO / "results" / "scale" / "similarity.json").read_text())
+    for doc in (REPO / "results" / "scale" / "README.md", REPO / "benchmarks" / "README.md"):
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        for number in (f"{b['estimates_s']:.1f} s", f"{b['with_replicates_s']:.1f} s", f"{b['ratio']:.2f}x",
+                       f"{b['definition_s_per_replicate']:.1f} s per replicate", f"{b['max_difference']:.2e}",
+                       f"{b['n_occurrences']:,} occurrences", b["date"]):
+            assert number in text, (doc.name, number)
+
+
+def test_docs_heads_from_scratch_paragraph_quotes_the_committed_report():
+    """docs/heads.md's paragraph on the from-scratch models' heads: mean and uniform entropy per
+    model, the rare-token maxima and the LM's dependency heads against their baselines, read from
+    results/from-scratch/report's CSVs."""
+    import csv
+
+    report = REPO / "results" / "from-scratch" / "report"
+    with (report / "heads_entropy.csv").open(encoding="utf-8") as f:
+        ent: dict = {}
+        for r in csv.DictReader(f):
+            ent.setdefault((r["model"], r["measure"]), []).append(float(r["value"]))
+    with (report / "heads_roles.csv").open(encoding="utf-8") as f:
+        rare: dict = {}
+        for r in csv.DictReader(f):
+            rare[r["model"]] = max(rare.get(r["model"], 0.0), float(r["rare_token_share"]))
+    with (report / "heads_dependency.csv").open(encoding="utf-8") as f:
+        dep = {(r["quantity"], r["direction"], r["relation"]): float(r["value"]) for r in csv.DictReader(f)
+               if r["model"] == "lm"}
+    text = " ".join((REPO / "docs" / "heads.md").read_text(encoding="utf-8").split())
+    mean = {m: sum(ent[(m, "entropy")]) / len(ent[(m, "entropy")]) for m in ("mt", "lm", "mlm")}
+    uni = {m: sum(ent[(m, "uniform_entropy")]) / len(ent[(m, "uniform_entropy")]) for m in ("mt", "lm", "mlm")}
+    assert (f"mean entropy {mean['mt']:.2f} (MT), {mean['lm']:.2f} (LM), {mean['mlm']:.2f} (MLM) nats against "
+            f"uniform {uni['mt']:.2f} / {uni['lm']:.2f} / {uni['mlm']:.2f}") in text
+    assert f"at most {rare['mt']:.1%} / {rare['lm']:.1%} / {rare['mlm']:.1%} of sentences" in text
+
+    def pair(direction, rel):
+        return (f"{rel} {dep[('picked_accuracy', direction, rel)]:.2f} against "
+                f"{dep[('baseline_accuracy', direction, rel)]:.2f}")
+
+    assert (f"transposed map: {pair('head_to_dependent_clark', 'det')}, {pair('head_to_dependent_clark', 'nsubj')}, "
+            f"{pair('head_to_dependent_clark', 'cop')}; dependent -> head: {pair('dependent_to_head', 'obj')}") in text
