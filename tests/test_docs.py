@@ -125,6 +125,7 @@ def test_the_bible_full_head_tables_of_docs_heads_quote_the_committed_store():
     from collections import Counter
 
     script = _heads_numbers()
+    models = script["model"].split("\t")
     number = re.compile(r"(?<![\w.])\d+\.\d+|(?<![\w.])\d+(?![\w.])")
     text = (REPO / "docs" / "heads.md").read_text(encoding="utf-8")
     seen = set()
@@ -136,6 +137,11 @@ def test_the_bible_full_head_tables_of_docs_heads_quote_the_committed_store():
         quoted = Counter(number.findall(" ".join(cells[1:])))
         measured = Counter(number.findall(" ".join(script[label] for label in HEAD_ROWS[cells[0]])))
         assert not quoted - measured, (cells[0], quoted - measured)
+        columns = [script[label].split("\t") for label in HEAD_ROWS[cells[0]]]
+        if len(cells) - 1 == len(models) and all(len(c) == len(models) for c in columns):
+            for j, m in enumerate(models):  # each model's cell quotes that model's own numbers
+                own = Counter(number.findall(" ".join(c[j] for c in columns)))
+                assert not Counter(number.findall(cells[1 + j])) - own, (cells[0], m)
     assert seen == set(HEAD_ROWS)
 
 
