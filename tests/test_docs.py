@@ -426,3 +426,21 @@ def test_docs_heads_from_scratch_paragraph_quotes_the_committed_report():
 
     assert (f"transposed map: {pair('head_to_dependent_clark', 'det')}, {pair('head_to_dependent_clark', 'nsubj')}, "
             f"{pair('head_to_dependent_clark', 'cop')}; dependent -> head: {pair('dependent_to_head', 'obj')}") in text
+
+
+def test_the_bible_heads_readme_counts_quote_its_store():
+    """results/bible-heads/README.md's counts: the sentences head importance used per model and
+    the relations scored for every model and direction (the means it quotes are over those)."""
+    import numpy as np
+
+    from evolution.metrics.results import open_metrics
+
+    store = REPO / "results" / "bible-heads" / "metrics.zarr"
+    imp = open_metrics(store, "heads_importance").load()
+    dep = open_metrics(store, "heads_dependency").load()
+    n = dict(zip((str(m) for m in imp.model.values), (int(x) for x in imp.sentences.values)))
+    scored = int(np.isfinite(dep.best_accuracy).all([d for d in dep.best_accuracy.dims if d != "relation"]).sum())
+    text = " ".join((REPO / "results" / "bible-heads" / "README.md").read_text(encoding="utf-8").split())
+    assert f"on the first {n['mt']} analysed sentences" in text and n["mt"] == n["lm"]
+    assert f"for the MLM the {n['mlm']} of them in which the corruption picked a position" in text
+    assert f"mean over the {scored} relations scored for every model and direction (of {dep.relation.size})" in text
