@@ -444,3 +444,35 @@ def test_the_bible_heads_readme_counts_quote_its_store():
     assert f"on the first {n['mt']} analysed sentences" in text and n["mt"] == n["lm"]
     assert f"for the MLM the {n['mlm']} of them in which the corruption picked a position" in text
     assert f"mean over the {scored} relations scored for every model and direction (of {dep.relation.size})" in text
+
+
+def test_the_bible_full_pruning_prose_quotes_the_store():
+    """results/bible-full/README.md's sentences under the encoder pruning table: what half, all
+    but five and all of the encoder heads cost against the gate-free fine-tuning (differences of
+    the table's two-decimal BLEU), and the kept heads' mean relevance, importance and confidence
+    against the pruned ones' at lambda 0.06."""
+    import numpy as np
+
+    from evolution.metrics.results import open_metrics
+
+    store = REPO / "results" / "bible-full" / "metrics.zarr"
+    p = open_metrics(store, "heads_pruning").load().sel(model="mt")
+    imp = open_metrics(store, "heads_importance").load().sel(model="mt", attention="encoder_self")
+    heads = open_metrics(store, "heads").load().sel(model="mt")
+    tuned = round(float(p.bleu_tuned), 2)
+    cost = {}
+    for r in p.run.values:
+        if str(p.scope.sel(run=r).values) == "encoder":
+            cost[int(np.nansum(p.kept.sel(run=r, attention="encoder_self")))] = tuned - round(float(p.bleu.sel(run=r)), 2)
+    text = " ".join((REPO / "results" / "bible-full" / "README.md").read_text(encoding="utf-8").split())
+    assert (f"Half the heads cost {cost[12]:.2f} BLEU, all but five {cost[5]:.2f}, all {cost[0]:.2f} against the same "
+            "fine-tuning without gates") in text
+    kept = p.kept.sel(run="encoder-0.06", attention="encoder_self").transpose("layer", "head").values == 1
+
+    def split(x, fmt):
+        x = x.transpose("layer", "head").values
+        return f"{x[kept].mean():{fmt}} against {x[~kept].mean():{fmt}}"
+
+    assert f"mean LRP relevance is {split(imp.relevance, '.3f')} for the pruned ones" in text
+    assert f"mask importance {split(imp.importance, '.4f')}" in text
+    assert f"confidence {split(heads.value.sel(measure='confidence'), '.3f')}" in text
