@@ -476,3 +476,37 @@ def test_the_bible_full_pruning_prose_quotes_the_store():
     assert f"mean LRP relevance is {split(imp.relevance, '.3f')} for the pruned ones" in text
     assert f"mask importance {split(imp.importance, '.4f')}" in text
     assert f"confidence {split(heads.value.sel(measure='confidence'), '.3f')}" in text
+
+
+def test_the_bible_paper_mi_types_table_and_losses_quote_its_store():
+    """results/bible-paper/README.md's table of MI against the number of types (fraction of H(X),
+    layer 0 -> 6, and minus the shuffled control; the MLM at layers 0, 3, 6) and the losses its text
+    draws from it (the top layer against layer 0, minus the control) are the store's ``mi_types``."""
+    from evolution.metrics.results import open_metrics
+
+    ds = open_metrics(REPO / "results" / "bible-paper" / "metrics.zarr", "mi_types").load().sel(target="input")
+    f, c = ds.mi_fraction, ds.mi_corrected_fraction
+
+    def at(x, m, t, layer):
+        return f"{float(x.sel(model=m, types=t, layer=layer)):.3f}"
+
+    lines = (REPO / "results" / "bible-paper" / "README.md").read_text(encoding="utf-8").splitlines()
+    for t in ds.types.values:
+        t = int(t)
+        start = f"| {t:,} ({float(ds.entropy.sel(model='mt', types=t)):.2f}) |"
+        row = next(line for line in lines if line.startswith(start))
+        cells = [x.strip() for x in row[len(start):].strip(" |").split("|")]
+        for m, cell in zip(("mt", "lm"), cells):
+            assert cell == (f"{at(f, m, t, 0)} -> {at(f, m, t, 6)} ({at(c, m, t, 0)} -> {at(c, m, t, 6)})"), (t, m)
+        assert cells[2] == (", ".join(at(f, "mlm", t, k) for k in (0, 3, 6)) + " (" +
+                            ", ".join(at(c, "mlm", t, k) for k in (0, 3, 6)) + ")"), t
+    text = " ".join(lines)
+
+    def loss(m):
+        x = ds.mi_corrected.sel(model=m)
+        return [f"{float(1 - x.sel(layer=6, types=t) / x.sel(layer=0, types=t)):.1%}" for t in ds.types.values]
+
+    lm, mt = loss("lm"), loss("mt")
+    assert (f"the LM's top layer loses {lm[0]} of layer 0's MI at 100 types, {lm[1]} at 250, {lm[2]} at 500 and "
+            f"{lm[3]} at 1,000") in text
+    assert f"the MT's {mt[0]}, {mt[1]}, {mt[2]} and {mt[3]}" in text
