@@ -510,3 +510,24 @@ def test_the_bible_paper_mi_types_table_and_losses_quote_its_store():
     assert (f"the LM's top layer loses {lm[0]} of layer 0's MI at 100 types, {lm[1]} at 250, {lm[2]} at 500 and "
             f"{lm[3]} at 1,000") in text
     assert f"the MT's {mt[0]}, {mt[1]}, {mt[2]} and {mt[3]}" in text
+
+
+def test_the_bible_paper_verdicts_paragraph_quotes_its_scorecard():
+    """results/bible-paper/README.md's verdicts: the claims that hold, their count, and the numbers
+    quoted for claims 3, 6 and 8 are the committed report/scorecard.json's."""
+    import json
+
+    cards = json.loads((REPO / "results" / "bible-paper" / "report" / "scorecard.json").read_text())
+    main = [c for c in cards if c.get("part", "") != "b" and c["claim"].find("reverses") < 0]
+    by = {c["number"]: c for c in main}
+    holds = [c["number"] for c in main if c["verdict"] == "holds"]
+    text = " ".join((REPO / "results" / "bible-paper" / "README.md").read_text(encoding="utf-8").split())
+    assert f"**{len(holds)} of {len(by)} hold**" in text
+    assert "claims " + ", ".join(str(n) for n in holds if n not in (3,)) + " hold, as before" in text
+    assert by[3]["verdict"] == "holds" and by[6]["verdict"] == "does not hold" and by[8]["verdict"] == "does not hold"
+    mt, lm = re.findall(r"(\d\.\d\d) H", by[3]["measured"])
+    assert f"MT {mt} H against LM {lm} H at the top layer" in text
+    rates = dict(re.findall(r"(\w+) (\d\.\d{3}) \[", by[6]["measured"]))
+    assert f"MLM {rates['mlm']}, MT {rates['mt']}, LM {rates['lm']}" in text
+    first, top = re.findall(r"(\d\.\d{3}) \[", by[8]["measured"])
+    assert f"the LM's same-left-token rate rises, {first} -> {top}" in text
