@@ -531,3 +531,26 @@ def test_the_bible_paper_verdicts_paragraph_quotes_its_scorecard():
     assert f"MLM {rates['mlm']}, MT {rates['mt']}, LM {rates['lm']}" in text
     first, top = re.findall(r"(\d\.\d{3}) \[", by[8]["measured"])
     assert f"the LM's same-left-token rate rises, {first} -> {top}" in text
+
+
+def test_docs_metrics_bible_paper_paragraph_quotes_its_store():
+    """docs/metrics.md's paragraph on the paper-sized set: the shuffled control's range, MI minus
+    the control at layers 0 -> 6 per model (the MLM's minimum layer), the LM's next-token MI and the
+    MLM's original and fed token at its corrupted positions, from results/bible-paper's ``mi``."""
+    from evolution.metrics.results import open_metrics
+
+    ds = open_metrics(REPO / "results" / "bible-paper" / "metrics.zarr", "mi").load()
+    mi = ds.mi_corrected
+    control = (ds.mi_mean - ds.mi_corrected).sel(target="input")
+
+    def ends(m, t):
+        x = mi.sel(model=m, target=t)
+        return f"{float(x.sel(layer=0)):.2f} -> {float(x.sel(layer=6)):.2f}"
+
+    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    low = int(mi.sel(model="mlm", target="input").argmin("layer"))
+    assert f"The shuffled control of MI(input) is {float(control.min()):.2f}-{float(control.max()):.2f} nats" in text
+    assert (f"is MT {ends('mt', 'input')}, LM {ends('lm', 'input')}, MLM {ends('mlm', 'input')} (its minimum at "
+            f"layer {int(mi.layer[low])})") in text
+    assert f"MI(next token) of the LM {ends('lm', 'output')}" in text
+    assert f"the original token {ends('mlm', 'output')} and the token fed {ends('mlm', 'masked_input')}" in text
