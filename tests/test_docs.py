@@ -554,3 +554,25 @@ def test_docs_metrics_bible_paper_paragraph_quotes_its_store():
             f"layer {int(mi.layer[low])})") in text
     assert f"MI(next token) of the LM {ends('lm', 'output')}" in text
     assert f"the original token {ends('mlm', 'output')} and the token fed {ends('mlm', 'masked_input')}" in text
+
+
+def test_docs_metrics_bible_paper_syntax_sentence_quotes_its_store():
+    """docs/metrics.md's syntax rates on the paper-sized set (chance and ceiling of the same-POS and
+    same-relation rates, each model's rate at layer 0 -> 6) are results/bible-paper's ``neighbors``."""
+    from evolution.metrics.results import open_metrics
+
+    v = open_metrics(REPO / "results" / "bible-paper" / "metrics.zarr", "neighbors").load().value
+
+    def at(m, measure, layer):
+        return f"{float(v.sel(model=m, measure=measure, layer=layer)):.3f}"
+
+    def ends(m, measure):
+        return f"{at(m, measure, 0)} -> {at(m, measure, 6)}"
+
+    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    assert (f"chance: POS {at('mt', 'same_pos_chance', 0)}, relation {at('mt', 'same_deprel_chance', 0)}; ceiling "
+            f"{at('mt', 'same_pos_ceiling', 0)}, {at('mt', 'same_deprel_ceiling', 0)}") in text
+    assert (f"same POS MT {ends('mt', 'same_pos')}, LM {ends('lm', 'same_pos')}, MLM {ends('mlm', 'same_pos')}"
+            in text)
+    assert (f"same relation MT {ends('mt', 'same_deprel')}, LM {ends('lm', 'same_deprel')}, MLM "
+            f"{ends('mlm', 'same_deprel')}") in text
