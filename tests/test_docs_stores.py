@@ -1,0 +1,270 @@
+"""The numbers that docs/metrics.md, docs/heads.md and the results READMEs quote from a committed
+store, report or benchmark result, read back from it, so that a recompute cannot leave stale
+text behind (the rest are in tests/test_docs.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _csv_rows(path: Path) -> dict[str, list[float]]:
+    """model -> the per-layer values of a report table (CSV; "0.975 [0.973, 0.977]" reads 0.975)."""
+    import csv
+
+    with path.open(encoding="utf-8") as f:
+        return {r["model"]: [float(r[str(i)].split()[0]) for i in range(7)] for r in csv.DictReader(f)}
+
+
+def test_docs_metrics_from_scratch_table_quotes_the_committed_report():
+    """docs/metrics.md's table of the from-scratch models (layers 0 -> 6) is the committed
+    results/from-scratch/report's tables: MI with the input token and with the output label, the
+    same-token rate among the 50 nearest neighbours, PWCCA to the same layer of the MT."""
+    import csv
+
+    report = REPO / "results" / "from-scratch" / "report"
+    mi = _csv_rows(report / "tab-mi-with-the-input-token.csv")
+    out = _csv_rows(report / "tab-mi-with-the-output-label-next-token-for-an-lm-original-token-for-an-mlm.csv")
+    same = _csv_rows(report / "tab-neighbours-same-token-top-k-neighbours-of-the-same-type.csv")
+    with (report / "similarity_pwcca.csv").open(encoding="utf-8") as f:
+        pw = {}
+        for r in csv.DictReader(f):
+            if r["quantity"] == "distance" and r["panel"] == "pair kinds" and r["model_a"] == "mt":
+                pw.setdefault(r["model_b"], []).append(float(r["value"]))
+
+    def row(xs):
+        return " ".join(f"{x:.2f}" for x in xs)
+
+    text = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]]
+             for line in text.splitlines() if line.startswith("| MI(") or line.startswith("| same token among")
+             or line.startswith("| PWCCA to the same layer")}
+    mt, lm, mlm = cells[next(k for k in cells if k.startswith("MI(input)"))]
+    assert mt == row(mi["mt"]) and lm == row(mi["lm"])
+    assert mlm == f"{mi['mlm'][0]:.2f} -> {mi['mlm'][-1]:.2f} (flat)" and np_spread(mi["mlm"]) < 0.02
+    _, lm, mlm = cells["MI(output)"]
+    assert lm.startswith(row(out["lm"]) + " (control") and mlm.startswith(row(out["mlm"]) + " (control")
+    mt, lm, mlm = cells["same token among 50-NN"]
+    assert mt == row(same["mt"]) and lm == f"{same['lm'][0]:.2f} ... {row(same['lm'][-3:])}"
+    assert mlm == "1.00 throughout" and min(same["mlm"]) >= 0.995
+    _, lm, mlm = cells["PWCCA to the same layer of MT"]
+    assert lm == row(pw["lm"]) and mlm == row(pw["mlm"])
+
+
+def np_spread(xs) -> float:
+    return max(xs) - min(xs)
+
+
+def test_docs_metrics_mi_sentences_quote_bible_full():
+    """The sentences of docs/metrics.md on the bible-full MI: the share of H(X) the MT and LM keep
+    (100 types) and the MT's MI at layer 6."""
+    from evolution.metrics.results import open_metrics
+
+    ds = open_metrics(REPO / "results" / "bible-full" / "metrics.zarr", "mi").load()
+    frac = ds.mi_fraction.sel(target="input", model=["mt", "mt-seed1", "lm", "lm-seed1"])
+    low, high = float(frac.min()), float(frac.max())
+    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    assert f"keep {int(low * 100)}-{round(high * 100)}% of H(X) at every layer (bible-full: the lowest {low:.1%}" \
+           in text
+    six = float(ds.mi_mean.sel(model="mt", layer=6, target="input"))
+    assert f"MI {six:.2f} at layer 6 on the `bible-full` MT" in text
+
+
+def test_the_similarity_benchmark_texts_quote_its_committed_result():
+    """results/scale/README.md and benchmarks/README.md quote results/scale/similarity.json: the
+    point estimates' time, with the replicates, their ratio, the definition per replicate and the
+    largest difference between the two routes."""
+    import json
+
+    b = json.loads((REPO / "results" / "scale" / "similarity.json").read_text())
+    for doc in (REPO / "results" / "scale" / "README.md", REPO / "benchmarks" / "README.md"):
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        for number in (f"{b['estimates_s']:.1f} s", f"{b['with_replicates_s']:.1f} s", f"{b['ratio']:.2f}x",
+                       f"{b['definition_s_per_replicate']:.1f} s per replicate", f"{b['max_difference']:.2e}",
+                       f"{b['n_occurrences']:,} occurrences", b["date"]):
+            assert number in text, (doc.name, number)
+
+
+def test_docs_heads_from_scratch_paragraph_quotes_the_committed_report():
+    """docs/heads.md's paragraph on the from-scratch models' heads: mean and uniform entropy per
+    model, the rare-token maxima and the LM's dependency heads against their baselines, read from
+    results/from-scratch/report's CSVs."""
+    import csv
+
+    report = REPO / "results" / "from-scratch" / "report"
+    with (report / "heads_entropy.csv").open(encoding="utf-8") as f:
+        ent: dict = {}
+        for r in csv.DictReader(f):
+            ent.setdefault((r["model"], r["measure"]), []).append(float(r["value"]))
+    with (report / "heads_roles.csv").open(encoding="utf-8") as f:
+        rare: dict = {}
+        for r in csv.DictReader(f):
+            rare[r["model"]] = max(rare.get(r["model"], 0.0), float(r["rare_token_share"]))
+    with (report / "heads_dependency.csv").open(encoding="utf-8") as f:
+        dep = {(r["quantity"], r["direction"], r["relation"]): float(r["value"]) for r in csv.DictReader(f)
+               if r["model"] == "lm"}
+    text = " ".join((REPO / "docs" / "heads.md").read_text(encoding="utf-8").split())
+    mean = {m: sum(ent[(m, "entropy")]) / len(ent[(m, "entropy")]) for m in ("mt", "lm", "mlm")}
+    uni = {m: sum(ent[(m, "uniform_entropy")]) / len(ent[(m, "uniform_entropy")]) for m in ("mt", "lm", "mlm")}
+    assert (f"mean entropy {mean['mt']:.2f} (MT), {mean['lm']:.2f} (LM), {mean['mlm']:.2f} (MLM) nats against "
+            f"uniform {uni['mt']:.2f} / {uni['lm']:.2f} / {uni['mlm']:.2f}") in text
+    assert f"at most {rare['mt']:.1%} / {rare['lm']:.1%} / {rare['mlm']:.1%} of sentences" in text
+
+    def pair(direction, rel):
+        return (f"{rel} {dep[('picked_accuracy', direction, rel)]:.2f} against "
+                f"{dep[('baseline_accuracy', direction, rel)]:.2f}")
+
+    assert (f"transposed map: {pair('head_to_dependent_clark', 'det')}, {pair('head_to_dependent_clark', 'nsubj')}, "
+            f"{pair('head_to_dependent_clark', 'cop')}; dependent -> head: {pair('dependent_to_head', 'obj')}") in text
+
+
+def test_the_bible_heads_readme_counts_quote_its_store():
+    """results/bible-heads/README.md's counts: the sentences head importance used per model and
+    the relations scored for every model and direction (the means it quotes are over those)."""
+    import numpy as np
+
+    from evolution.metrics.results import open_metrics
+
+    store = REPO / "results" / "bible-heads" / "metrics.zarr"
+    imp = open_metrics(store, "heads_importance").load()
+    dep = open_metrics(store, "heads_dependency").load()
+    n = dict(zip((str(m) for m in imp.model.values), (int(x) for x in imp.sentences.values)))
+    scored = int(np.isfinite(dep.best_accuracy).all([d for d in dep.best_accuracy.dims if d != "relation"]).sum())
+    text = " ".join((REPO / "results" / "bible-heads" / "README.md").read_text(encoding="utf-8").split())
+    assert f"on the first {n['mt']} analysed sentences" in text and n["mt"] == n["lm"]
+    assert f"for the MLM the {n['mlm']} of them in which the corruption picked a position" in text
+    assert f"mean over the {scored} relations scored for every model and direction (of {dep.relation.size})" in text
+
+
+def test_the_bible_full_pruning_prose_quotes_the_store():
+    """results/bible-full/README.md's sentences under the encoder pruning table: what half, all
+    but five and all of the encoder heads cost against the gate-free fine-tuning (differences of
+    the table's two-decimal BLEU), and the kept heads' mean relevance, importance and confidence
+    against the pruned ones' at lambda 0.06."""
+    import numpy as np
+
+    from evolution.metrics.results import open_metrics
+
+    store = REPO / "results" / "bible-full" / "metrics.zarr"
+    p = open_metrics(store, "heads_pruning").load().sel(model="mt")
+    imp = open_metrics(store, "heads_importance").load().sel(model="mt", attention="encoder_self")
+    heads = open_metrics(store, "heads").load().sel(model="mt")
+    tuned = round(float(p.bleu_tuned), 2)
+    cost = {}
+    for r in p.run.values:
+        if str(p.scope.sel(run=r).values) == "encoder":
+            cost[int(np.nansum(p.kept.sel(run=r, attention="encoder_self")))] = tuned - round(float(p.bleu.sel(run=r)), 2)
+    text = " ".join((REPO / "results" / "bible-full" / "README.md").read_text(encoding="utf-8").split())
+    assert (f"Half the heads cost {cost[12]:.2f} BLEU, all but five {cost[5]:.2f}, all {cost[0]:.2f} against the same "
+            "fine-tuning without gates") in text
+    kept = p.kept.sel(run="encoder-0.06", attention="encoder_self").transpose("layer", "head").values == 1
+
+    def split(x, fmt):
+        x = x.transpose("layer", "head").values
+        return f"{x[kept].mean():{fmt}} against {x[~kept].mean():{fmt}}"
+
+    assert f"mean LRP relevance is {split(imp.relevance, '.3f')} for the pruned ones" in text
+    assert f"mask importance {split(imp.importance, '.4f')}" in text
+    assert f"confidence {split(heads.value.sel(measure='confidence'), '.3f')}" in text
+
+
+def test_the_bible_paper_mi_types_table_and_losses_quote_its_store():
+    """results/bible-paper/README.md's table of MI against the number of types (fraction of H(X),
+    layer 0 -> 6, and minus the shuffled control; the MLM at layers 0, 3, 6) and the losses its text
+    draws from it (the top layer against layer 0, minus the control) are the store's ``mi_types``."""
+    from evolution.metrics.results import open_metrics
+
+    ds = open_metrics(REPO / "results" / "bible-paper" / "metrics.zarr", "mi_types").load().sel(target="input")
+    f, c = ds.mi_fraction, ds.mi_corrected_fraction
+
+    def at(x, m, t, layer):
+        return f"{float(x.sel(model=m, types=t, layer=layer)):.3f}"
+
+    lines = (REPO / "results" / "bible-paper" / "README.md").read_text(encoding="utf-8").splitlines()
+    for t in ds.types.values:
+        t = int(t)
+        start = f"| {t:,} ({float(ds.entropy.sel(model='mt', types=t)):.2f}) |"
+        row = next(line for line in lines if line.startswith(start))
+        cells = [x.strip() for x in row[len(start):].strip(" |").split("|")]
+        for m, cell in zip(("mt", "lm"), cells):
+            assert cell == (f"{at(f, m, t, 0)} -> {at(f, m, t, 6)} ({at(c, m, t, 0)} -> {at(c, m, t, 6)})"), (t, m)
+        assert cells[2] == (", ".join(at(f, "mlm", t, k) for k in (0, 3, 6)) + " (" +
+                            ", ".join(at(c, "mlm", t, k) for k in (0, 3, 6)) + ")"), t
+    text = " ".join(lines)
+
+    def loss(m):
+        x = ds.mi_corrected.sel(model=m)
+        return [f"{float(1 - x.sel(layer=6, types=t) / x.sel(layer=0, types=t)):.1%}" for t in ds.types.values]
+
+    lm, mt = loss("lm"), loss("mt")
+    assert (f"the LM's top layer loses {lm[0]} of layer 0's MI at 100 types, {lm[1]} at 250, {lm[2]} at 500 and "
+            f"{lm[3]} at 1,000") in text
+    assert f"the MT's {mt[0]}, {mt[1]}, {mt[2]} and {mt[3]}" in text
+
+
+def test_the_bible_paper_verdicts_paragraph_quotes_its_scorecard():
+    """results/bible-paper/README.md's verdicts: the claims that hold, their count, and the numbers
+    quoted for claims 3, 6 and 8 are the committed report/scorecard.json's."""
+    import json
+
+    cards = json.loads((REPO / "results" / "bible-paper" / "report" / "scorecard.json").read_text())
+    main = [c for c in cards if c.get("part", "") != "b" and c["claim"].find("reverses") < 0]
+    by = {c["number"]: c for c in main}
+    holds = [c["number"] for c in main if c["verdict"] == "holds"]
+    text = " ".join((REPO / "results" / "bible-paper" / "README.md").read_text(encoding="utf-8").split())
+    assert f"**{len(holds)} of {len(by)} hold**" in text
+    assert "claims " + ", ".join(str(n) for n in holds if n not in (3,)) + " hold, as before" in text
+    assert by[3]["verdict"] == "holds" and by[6]["verdict"] == "does not hold" and by[8]["verdict"] == "does not hold"
+    mt, lm = re.findall(r"(\d\.\d\d) H", by[3]["measured"])
+    assert f"MT {mt} H against LM {lm} H at the top layer" in text
+    rates = dict(re.findall(r"(\w+) (\d\.\d{3}) \[", by[6]["measured"]))
+    assert f"MLM {rates['mlm']}, MT {rates['mt']}, LM {rates['lm']}" in text
+    first, top = re.findall(r"(\d\.\d{3}) \[", by[8]["measured"])
+    assert f"the LM's same-left-token rate rises, {first} -> {top}" in text
+
+
+def test_docs_metrics_bible_paper_paragraph_quotes_its_store():
+    """docs/metrics.md's paragraph on the paper-sized set: the shuffled control's range, MI minus
+    the control at layers 0 -> 6 per model (the MLM's minimum layer), the LM's next-token MI and the
+    MLM's original and fed token at its corrupted positions, from results/bible-paper's ``mi``."""
+    from evolution.metrics.results import open_metrics
+
+    ds = open_metrics(REPO / "results" / "bible-paper" / "metrics.zarr", "mi").load()
+    mi = ds.mi_corrected
+    control = (ds.mi_mean - ds.mi_corrected).sel(target="input")
+
+    def ends(m, t):
+        x = mi.sel(model=m, target=t)
+        return f"{float(x.sel(layer=0)):.2f} -> {float(x.sel(layer=6)):.2f}"
+
+    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    low = int(mi.sel(model="mlm", target="input").argmin("layer"))
+    assert f"The shuffled control of MI(input) is {float(control.min()):.2f}-{float(control.max()):.2f} nats" in text
+    assert (f"is MT {ends('mt', 'input')}, LM {ends('lm', 'input')}, MLM {ends('mlm', 'input')} (its minimum at "
+            f"layer {int(mi.layer[low])})") in text
+    assert f"MI(next token) of the LM {ends('lm', 'output')}" in text
+    assert f"the original token {ends('mlm', 'output')} and the token fed {ends('mlm', 'masked_input')}" in text
+
+
+def test_docs_metrics_bible_paper_syntax_sentence_quotes_its_store():
+    """docs/metrics.md's syntax rates on the paper-sized set (chance and ceiling of the same-POS and
+    same-relation rates, each model's rate at layer 0 -> 6) are results/bible-paper's ``neighbors``."""
+    from evolution.metrics.results import open_metrics
+
+    v = open_metrics(REPO / "results" / "bible-paper" / "metrics.zarr", "neighbors").load().value
+
+    def at(m, measure, layer):
+        return f"{float(v.sel(model=m, measure=measure, layer=layer)):.3f}"
+
+    def ends(m, measure):
+        return f"{at(m, measure, 0)} -> {at(m, measure, 6)}"
+
+    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    assert (f"chance: POS {at('mt', 'same_pos_chance', 0)}, relation {at('mt', 'same_deprel_chance', 0)}; ceiling "
+            f"{at('mt', 'same_pos_ceiling', 0)}, {at('mt', 'same_deprel_ceiling', 0)}") in text
+    assert (f"same POS MT {ends('mt', 'same_pos')}, LM {ends('lm', 'same_pos')}, MLM {ends('mlm', 'same_pos')}"
+            in text)
+    assert (f"same relation MT {ends('mt', 'same_deprel')}, LM {ends('lm', 'same_deprel')}, MLM "
+            f"{ends('mlm', 'same_deprel')}") in text
