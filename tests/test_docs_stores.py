@@ -268,3 +268,20 @@ def test_docs_metrics_bible_paper_syntax_sentence_quotes_its_store():
             in text)
     assert (f"same relation MT {ends('mt', 'same_deprel')}, LM {ends('lm', 'same_deprel')}, MLM "
             f"{ends('mlm', 'same_deprel')}") in text
+
+
+def test_the_scale_table_quotes_scale_json():
+    """results/scale/README.md's table: each stage's wall time and peak RSS at both corpus sizes and
+    the ratio of the peaks, from results/scale/scale.json."""
+    import json
+
+    runs = json.loads((REPO / "results" / "scale" / "scale.json").read_text())
+    small, full = (runs[k]["stages"] for k in sorted(runs, key=int))
+    lines = (REPO / "results" / "scale" / "README.md").read_text(encoding="utf-8").splitlines()
+    for stage in ("corpus", "extract", "metrics", "report"):
+        row = next(line for line in lines if line.startswith(f"| {stage} |"))
+        a, b = small[stage], full[stage]
+        assert row == (f"| {stage} | {a['seconds']:,.1f} s, {a['peak_rss_gib']:.2f} GiB | {b['seconds']:,.1f} s, "
+                       f"{b['peak_rss_gib']:.2f} GiB | x{b['peak_rss_gib'] / a['peak_rss_gib']:.2f} |"), stage
+    text = " ".join(lines)
+    assert all(f"{runs[k]['tokens_per_model']:,}" in text for k in runs)
