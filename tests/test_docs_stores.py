@@ -285,3 +285,23 @@ def test_the_scale_table_quotes_scale_json():
                        f"{b['peak_rss_gib']:.2f} GiB | x{b['peak_rss_gib'] / a['peak_rss_gib']:.2f} |"), stage
     text = " ".join(lines)
     assert all(f"{runs[k]['tokens_per_model']:,}" in text for k in runs)
+
+
+def test_the_from_scratch_verdict_table_quotes_the_trajectory_store():
+    """results/from-scratch/README.md's table of verdicts per kept update (and final), with the
+    first update at which each claim holds and the one since which it holds, is the committed
+    trajectory.zarr's ``verdicts`` group."""
+    import xarray as xr
+
+    ds = xr.open_zarr(REPO / "results" / "from-scratch" / "trajectory.zarr", group="verdicts",
+                      consolidated=False).load()
+    short = {"holds": "yes", "does not hold": "no", "not measurable here": "n/m"}
+    lines = (REPO / "results" / "from-scratch" / "README.md").read_text(encoding="utf-8").splitlines()
+    header = next(line for line in lines if line.startswith("| claim |"))
+    assert [c.strip() for c in header.strip("|").split("|")][1:-2] == [str(s) for s in ds.snapshot.values]
+    for claim in ds.claim.values:
+        row = next(line for line in lines if line.startswith(f"| {claim} "))
+        cells = [c.strip() for c in row.strip().strip("|").split("|")][1:]
+        want = [short[str(v)] for v in ds.verdict.sel(claim=claim).values]
+        want += [str(int(x)) if int(x) >= 0 else "never" for x in (ds.first.sel(claim=claim), ds.since.sel(claim=claim))]
+        assert cells == want, claim
