@@ -305,3 +305,44 @@ def test_the_from_scratch_verdict_table_quotes_the_trajectory_store():
         want = [short[str(v)] for v in ds.verdict.sel(claim=claim).values]
         want += [str(int(x)) if int(x) >= 0 else "never" for x in (ds.first.sel(claim=claim), ds.since.sel(claim=claim))]
         assert cells == want, claim
+
+
+def test_the_minilm_paper_tables_quote_scale_json_and_the_profile():
+    """results/minilm-paper/README.md's stage table (seconds and peak summed RSS, from scale.json)
+    and its table of metrics units (count, summed seconds, longest, from profile.jsonl)."""
+    import json
+
+    root = REPO / "results" / "minilm-paper"
+    stages = next(iter(json.loads((root / "scale.json").read_text()).values()))["stages"]
+    lines = (root / "README.md").read_text(encoding="utf-8").splitlines()
+    for stage in ("corpus", "extract", "metrics", "report"):
+        row = next(line for line in lines if line.startswith(f"| {stage} "))
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        assert cells[1:] == [f"{stages[stage]['seconds']:,.1f}", f"{stages[stage]['peak_rss_gib']:.2f}"], stage
+    units: dict = {}
+    for line in (root / "profile.jsonl").read_text().splitlines():
+        if line.strip():
+            u = json.loads(line)
+            units.setdefault(u["analysis"], []).append(u["wall"])
+    for analysis, walls in units.items():
+        row = next(line for line in lines if line.startswith(f"| {analysis} "))
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        assert cells[1:] == [str(len(walls)), f"{sum(walls):,.1f}", f"{max(walls):,.1f}"], analysis
+
+
+def test_the_minilm_paper_head_verdicts_paragraph_quotes_its_json():
+    """results/minilm-paper/README.md's head verdicts: which hold and the numbers of C1, C2 and C3,
+    from report/head_verdicts.json."""
+    import json
+
+    cards = {c["number"]: c for c in json.loads(
+        (REPO / "results" / "minilm-paper" / "report" / "head_verdicts.json").read_text())}
+    text = " ".join((REPO / "results" / "minilm-paper" / "README.md").read_text(encoding="utf-8").split())
+    assert [n for n, c in cards.items() if c["verdict"] == "holds"] == ["C2", "C3", "V1", "K1", "K2"]
+    assert cards["C1"]["verdict"] == "does not hold" and cards["V2"]["verdict"] == "not measurable here"
+    low, high, p = re.search(r"(\d\.\d\d) vs (\d\.\d\d) of uniform, p = (\S+)", cards["C2"]["measured"]).groups()
+    assert f"layer 1's heads {low} of the uniform attention's entropy against {high}, p = {p}" in text
+    obj = re.search(r"obj \+(\d\.\d+)", cards["C3"]["measured"])[1]
+    assert f"obj heads beat the offset baseline by {obj}" in text
+    first, last = re.search(r"(\d\.\d\d) -> (\d\.\d\d)", cards["C1"]["measured"]).groups()
+    assert f"the sinks' share rises from {first} to {last}" in text
