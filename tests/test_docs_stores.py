@@ -10,6 +10,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _prose(*parts: str) -> str:
+    """The text of the repository file at ``parts``, its line breaks and runs of spaces made one space."""
+    return " ".join(REPO.joinpath(*parts).read_text(encoding="utf-8").split())
+
+
+def _cells(row: str) -> list[str]:
+    """The stripped cells of one Markdown table row."""
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
 def _csv_rows(path: Path) -> dict[str, list[float]]:
     """model -> the per-layer values of a report table (CSV; "0.975 [0.973, 0.977]" reads 0.975)."""
     import csv
@@ -43,7 +53,7 @@ def test_docs_metrics_from_scratch_table_quotes_the_committed_report():
              or line.startswith("| PWCCA to the same layer")}
     mt, lm, mlm = cells[next(k for k in cells if k.startswith("MI(input)"))]
     assert mt == row(mi["mt"]) and lm == row(mi["lm"])
-    assert mlm == f"{mi['mlm'][0]:.2f} -> {mi['mlm'][-1]:.2f} (flat)" and np_spread(mi["mlm"]) < 0.02
+    assert mlm == f"{mi['mlm'][0]:.2f} -> {mi['mlm'][-1]:.2f} (flat)" and max(mi["mlm"]) - min(mi["mlm"]) < 0.02
     _, lm, mlm = cells["MI(output)"]
     assert lm.startswith(row(out["lm"]) + " (control") and mlm.startswith(row(out["mlm"]) + " (control")
     mt, lm, mlm = cells["same token among 50-NN"]
@@ -51,10 +61,6 @@ def test_docs_metrics_from_scratch_table_quotes_the_committed_report():
     assert mlm == "1.00 throughout" and min(same["mlm"]) >= 0.995
     _, lm, mlm = cells["PWCCA to the same layer of MT"]
     assert lm == row(pw["lm"]) and mlm == row(pw["mlm"])
-
-
-def np_spread(xs) -> float:
-    return max(xs) - min(xs)
 
 
 def test_docs_metrics_mi_sentences_quote_bible_full():
@@ -65,7 +71,7 @@ def test_docs_metrics_mi_sentences_quote_bible_full():
     ds = open_metrics(REPO / "results" / "bible-full" / "metrics.zarr", "mi").load()
     frac = ds.mi_fraction.sel(target="input", model=["mt", "mt-seed1", "lm", "lm-seed1"])
     low, high = float(frac.min()), float(frac.max())
-    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    text = _prose("docs", "metrics.md")
     assert f"keep {int(low * 100)}-{round(high * 100)}% of H(X) at every layer (bible-full: the lowest {low:.1%}" \
            in text
     six = float(ds.mi_mean.sel(model="mt", layer=6, target="input"))
@@ -80,7 +86,7 @@ def test_the_similarity_benchmark_texts_quote_its_committed_result():
 
     b = json.loads((REPO / "results" / "scale" / "similarity.json").read_text())
     for doc in (REPO / "results" / "scale" / "README.md", REPO / "benchmarks" / "README.md"):
-        text = " ".join(doc.read_text(encoding="utf-8").split())
+        text = _prose(*doc.relative_to(REPO).parts)
         for number in (f"{b['estimates_s']:.1f} s", f"{b['with_replicates_s']:.1f} s", f"{b['ratio']:.2f}x",
                        f"{b['definition_s_per_replicate']:.1f} s per replicate", f"{b['max_difference']:.2e}",
                        f"{b['n_occurrences']:,} occurrences", b["date"]):
@@ -105,7 +111,7 @@ def test_docs_heads_from_scratch_paragraph_quotes_the_committed_report():
     with (report / "heads_dependency.csv").open(encoding="utf-8") as f:
         dep = {(r["quantity"], r["direction"], r["relation"]): float(r["value"]) for r in csv.DictReader(f)
                if r["model"] == "lm"}
-    text = " ".join((REPO / "docs" / "heads.md").read_text(encoding="utf-8").split())
+    text = _prose("docs", "heads.md")
     mean = {m: sum(ent[(m, "entropy")]) / len(ent[(m, "entropy")]) for m in ("mt", "lm", "mlm")}
     uni = {m: sum(ent[(m, "uniform_entropy")]) / len(ent[(m, "uniform_entropy")]) for m in ("mt", "lm", "mlm")}
     assert (f"mean entropy {mean['mt']:.2f} (MT), {mean['lm']:.2f} (LM), {mean['mlm']:.2f} (MLM) nats against "
@@ -132,7 +138,7 @@ def test_the_bible_heads_readme_counts_quote_its_store():
     dep = open_metrics(store, "heads_dependency").load()
     n = dict(zip((str(m) for m in imp.model.values), (int(x) for x in imp.sentences.values)))
     scored = int(np.isfinite(dep.best_accuracy).all([d for d in dep.best_accuracy.dims if d != "relation"]).sum())
-    text = " ".join((REPO / "results" / "bible-heads" / "README.md").read_text(encoding="utf-8").split())
+    text = _prose("results", "bible-heads", "README.md")
     assert f"on the first {n['mt']} analysed sentences" in text and n["mt"] == n["lm"]
     assert f"for the MLM the {n['mlm']} of them in which the corruption picked a position" in text
     assert f"mean over the {scored} relations scored for every model and direction (of {dep.relation.size})" in text
@@ -156,7 +162,7 @@ def test_the_bible_full_pruning_prose_quotes_the_store():
     for r in p.run.values:
         if str(p.scope.sel(run=r).values) == "encoder":
             cost[int(np.nansum(p.kept.sel(run=r, attention="encoder_self")))] = tuned - round(float(p.bleu.sel(run=r)), 2)
-    text = " ".join((REPO / "results" / "bible-full" / "README.md").read_text(encoding="utf-8").split())
+    text = _prose("results", "bible-full", "README.md")
     assert (f"Half the heads cost {cost[12]:.2f} BLEU, all but five {cost[5]:.2f}, all {cost[0]:.2f} against the same "
             "fine-tuning without gates") in text
     kept = p.kept.sel(run="encoder-0.06", attention="encoder_self").transpose("layer", "head").values == 1
@@ -213,7 +219,7 @@ def test_the_bible_paper_verdicts_paragraph_quotes_its_scorecard():
     main = [c for c in cards if c.get("part", "") != "b" and c["claim"].find("reverses") < 0]
     by = {c["number"]: c for c in main}
     holds = [c["number"] for c in main if c["verdict"] == "holds"]
-    text = " ".join((REPO / "results" / "bible-paper" / "README.md").read_text(encoding="utf-8").split())
+    text = _prose("results", "bible-paper", "README.md")
     assert f"**{len(holds)} of {len(by)} hold**" in text
     assert "claims " + ", ".join(str(n) for n in holds if n not in (3,)) + " hold, as before" in text
     assert by[3]["verdict"] == "holds" and by[6]["verdict"] == "does not hold" and by[8]["verdict"] == "does not hold"
@@ -239,7 +245,7 @@ def test_docs_metrics_bible_paper_paragraph_quotes_its_store():
         x = mi.sel(model=m, target=t)
         return f"{float(x.sel(layer=0)):.2f} -> {float(x.sel(layer=6)):.2f}"
 
-    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    text = _prose("docs", "metrics.md")
     low = int(mi.sel(model="mlm", target="input").argmin("layer"))
     assert f"The shuffled control of MI(input) is {float(control.min()):.2f}-{float(control.max()):.2f} nats" in text
     assert (f"is MT {ends('mt', 'input')}, LM {ends('lm', 'input')}, MLM {ends('mlm', 'input')} (its minimum at "
@@ -261,7 +267,7 @@ def test_docs_metrics_bible_paper_syntax_sentence_quotes_its_store():
     def ends(m, measure):
         return f"{at(m, measure, 0)} -> {at(m, measure, 6)}"
 
-    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    text = _prose("docs", "metrics.md")
     assert (f"chance: POS {at('mt', 'same_pos_chance', 0)}, relation {at('mt', 'same_deprel_chance', 0)}; ceiling "
             f"{at('mt', 'same_pos_ceiling', 0)}, {at('mt', 'same_deprel_ceiling', 0)}") in text
     assert (f"same POS MT {ends('mt', 'same_pos')}, LM {ends('lm', 'same_pos')}, MLM {ends('mlm', 'same_pos')}"
@@ -298,10 +304,10 @@ def test_the_from_scratch_verdict_table_quotes_the_trajectory_store():
     short = {"holds": "yes", "does not hold": "no", "not measurable here": "n/m"}
     lines = (REPO / "results" / "from-scratch" / "README.md").read_text(encoding="utf-8").splitlines()
     header = next(line for line in lines if line.startswith("| claim |"))
-    assert [c.strip() for c in header.strip("|").split("|")][1:-2] == [str(s) for s in ds.snapshot.values]
+    assert _cells(header)[1:-2] == [str(s) for s in ds.snapshot.values]
     for claim in ds.claim.values:
         row = next(line for line in lines if line.startswith(f"| {claim} "))
-        cells = [c.strip() for c in row.strip().strip("|").split("|")][1:]
+        cells = _cells(row)[1:]
         want = [short[str(v)] for v in ds.verdict.sel(claim=claim).values]
         want += [str(int(x)) if int(x) >= 0 else "never" for x in (ds.first.sel(claim=claim), ds.since.sel(claim=claim))]
         assert cells == want, claim
@@ -317,7 +323,7 @@ def test_the_minilm_paper_tables_quote_scale_json_and_the_profile():
     lines = (root / "README.md").read_text(encoding="utf-8").splitlines()
     for stage in ("corpus", "extract", "metrics", "report"):
         row = next(line for line in lines if line.startswith(f"| {stage} "))
-        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        cells = _cells(row)
         assert cells[1:] == [f"{stages[stage]['seconds']:,.1f}", f"{stages[stage]['peak_rss_gib']:.2f}"], stage
     units: dict = {}
     for line in (root / "profile.jsonl").read_text().splitlines():
@@ -326,7 +332,7 @@ def test_the_minilm_paper_tables_quote_scale_json_and_the_profile():
             units.setdefault(u["analysis"], []).append(u["wall"])
     for analysis, walls in units.items():
         row = next(line for line in lines if line.startswith(f"| {analysis} "))
-        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        cells = _cells(row)
         assert cells[1:] == [str(len(walls)), f"{sum(walls):,.1f}", f"{max(walls):,.1f}"], analysis
 
 
@@ -337,7 +343,7 @@ def test_the_minilm_paper_head_verdicts_paragraph_quotes_its_json():
 
     cards = {c["number"]: c for c in json.loads(
         (REPO / "results" / "minilm-paper" / "report" / "head_verdicts.json").read_text())}
-    text = " ".join((REPO / "results" / "minilm-paper" / "README.md").read_text(encoding="utf-8").split())
+    text = _prose("results", "minilm-paper", "README.md")
     assert [n for n, c in cards.items() if c["verdict"] == "holds"] == ["C2", "C3", "V1", "K1", "K2"]
     assert cards["C1"]["verdict"] == "does not hold" and cards["V2"]["verdict"] == "not measurable here"
     low, high, p = re.search(r"(\d\.\d\d) vs (\d\.\d\d) of uniform, p = (\S+)", cards["C2"]["measured"]).groups()
