@@ -50,20 +50,20 @@ def claim_pruned_beats_scratch(run: HeadRun) -> Finding:
         return verdict("V3", CLAIM, rule, [], {}, missing="no heads_pruning group in this run (metrics.pruning)",
                        **args)
     seeds, gone = recipe_seeds(ds)
-    scratch_runs = [r for r in ds.run.values if str(ds.scope.sel(run=r).values) == "all"
-                    and np.isfinite(ds.bleu_scratch.sel(run=r, model=seeds).values).all()] if seeds else []
     if len(seeds) < MIN_SEEDS:
         return verdict("V3", CLAIM, rule, [], gone, missing=(
             f"{len(seeds)} seed(s) pruned with both references ({', '.join(seeds) or 'none'}); the rule needs "
             f">= {MIN_SEEDS}: prune models of {MIN_SEEDS} seeds (metrics.pruning.models, e.g. mt, mt-seed1, "
             "mt-seed2)"), **args)
+    # each all-attention run whose layout every seed trained from scratch, with its arms
+    by_run = {r: arm_values(ds, r, seeds) for r in ds.run.values if str(ds.scope.sel(run=r).values) == "all"}
+    scratch_runs = {r: arms for r, arms in by_run.items() if np.isfinite(arms["scratch"]).all()}
     if not scratch_runs:
         return verdict("V3", CLAIM, rule, [], gone, missing="no lambda's layout trained from scratch for every seed "
                                                             "(metrics.pruning.scratch_updates, scratch_lambdas)", **args)
     outcomes, details = [], []
-    for r in scratch_runs:
+    for r, arms in scratch_runs.items():
         lam = float(ds.lam.sel(run=r))
-        arms = arm_values(ds, r, seeds)
         pruned, scratch = arms["pruned"], arms["scratch"]
         mean, low, high = seed_interval(arms["d"])
         text = (f"pruned {pruned.mean():+.2f}, from scratch {scratch.mean():+.2f} BLEU against their references; "
