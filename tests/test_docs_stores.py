@@ -352,3 +352,66 @@ def test_the_minilm_paper_head_verdicts_paragraph_quotes_its_json():
     assert f"obj heads beat the offset baseline by {obj}" in text
     first, last = re.search(r"(\d\.\d\d) -> (\d\.\d\d)", cards["C1"]["measured"]).groups()
     assert f"the sinks' share rises from {first} to {last}" in text
+
+
+def test_docs_metrics_corpus_counts_quote_the_bible_paper_store():
+    """docs/metrics.md's counts of bible-paper's analysis set: the occurrences of its 1,000 types
+    and H(X) over them and over the 100 most frequent (group mi_types)."""
+    from evolution.metrics.results import open_metrics
+
+    ds = open_metrics(REPO / "results" / "bible-paper" / "metrics.zarr", "mi_types").load()
+    sel = ds.sel(model="mt", target="input")
+    n, h1000, h100 = int(sel.n.sel(types=1000)), float(sel.entropy.sel(types=1000)), float(sel.entropy.sel(types=100))
+    text = _prose("docs", "metrics.md")
+    assert f"occurrences, {n:,} in all; H(X) = {h1000:.2f} nats, against {h100:.2f} for the 100 most frequent)" in text
+    assert f"a replicate costs a few weighted bincounts, 85 ms at {n:,} occurrences, 1,000 types" in text
+
+
+def test_docs_metrics_change_bins_sentence_quotes_both_stores():
+    """docs/metrics.md's sizes of figure 4's rank bins: the occurrences of the similarity set and of
+    its most and least frequent rank bins, on bible-full's test books and bible-paper's sentences."""
+    from evolution.metrics.results import open_metrics
+
+    def sizes(run):
+        store = REPO / "results" / run / "metrics.zarr"
+        occ = open_metrics(store, "change").n_occurrences.sel(model="mt").load()
+        total = int(open_metrics(store, "similarity").attrs["n_occurrences"])
+        return total, int(occ.sel(freq_bin="1-10")), int(occ.sel(freq_bin="2500-5000"))
+
+    full, paper = sizes("bible-full"), sizes("bible-paper")
+    text = _prose("docs", "metrics.md")
+    assert (f"on the test books ({full[0]:,} pieces, ranks from the training split) {full[1]:,} for ranks 1-10 "
+            f"and {full[2]:,} for 2500-5000; on the first 5,000 sentences of the whole corpus {paper[1]:,} and "
+            f"{paper[2]:,}.") in text
+
+
+def test_docs_metrics_neighbour_bounds_quote_both_stores():
+    """docs/metrics.md's chance and ceiling of the left / right rates at the default cap of 1,000
+    per type, the occurrences they are averaged over, and the share of left queries that have no
+    left token (1 - left queries / same-token queries), from both stores."""
+    from evolution.metrics.results import open_metrics
+
+    def read(run):
+        ds = open_metrics(REPO / "results" / run / "metrics.zarr", "neighbors").load().sel(model="mt")
+        v = ds.value.sel(layer=0)
+        bounds = {m: float(v.sel(measure=m)) for m in
+                  ("same_left_chance", "same_right_chance", "same_left_ceiling", "same_right_ceiling")}
+        q = ds.queries
+        return bounds, int(q.sel(measure="same_token")), 1 - int(q.sel(measure="same_left")) / int(q.sel(measure="same_token"))
+
+    (paper, n_paper, gap_paper), (full, n_full, gap_full) = read("bible-paper"), read("bible-full")
+    text = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    rows = {_cells(line)[0]: _cells(line)[1:] for line in text.splitlines() if line.startswith("| bible-")}
+
+    def pair(b, what):
+        return f"{b[f'same_left_{what}']:.3f} / {b[f'same_right_{what}']:.3f}"
+
+    at_cap, chance, ceiling = rows["bible-paper, cap 1,000 (`configs/bible-paper.yaml`)"]
+    assert n_paper == 100 * 1000 and at_cap.startswith("100 of 100")
+    assert (chance, ceiling) == (pair(paper, "chance"), pair(paper, "ceiling"))
+    at_cap, chance, ceiling = rows["bible-full, cap 1,000 (`configs/bible-full.yaml`)"]
+    assert at_cap.endswith(f"({n_full:,} occurrences)") and n_full < 100 * 1000
+    assert (chance, ceiling) == (pair(full, "chance"), pair(full, "ceiling"))
+    prose = " ".join(text.split())
+    assert f"({gap_full:.1%} of the left queries on bible-full, {gap_paper:.1%} on bible-paper)" in prose
+    assert f"limits the ceiling ({full['same_left_ceiling']:.2f})" in prose
