@@ -3,7 +3,6 @@ every ```python block, in order, in one namespace."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
