@@ -374,10 +374,12 @@ def warm_workers(client, spec: dict) -> list:
 
 
 def compute(delayed: list, *, client, progress: bool, label: str, unit: str = "chunk",
-            on_result=None) -> list:
+            on_result=None, first: int = 0) -> list:
     """Compute Dask delayed objects on ``client`` (or synchronously), with a progress bar
     counting ``unit``s (one per delayed object). ``on_result(i, result)`` is called as
-    each one finishes, so that a caller can keep what is done if the run is killed."""
+    each one finishes, so that a caller can keep what is done if the run is killed.
+    ``first``: the first ``first`` objects run before the rest (a higher Dask priority on a
+    client; list order without one)."""
     import dask
 
     if client is None:
@@ -398,7 +400,7 @@ def compute(delayed: list, *, client, progress: bool, label: str, unit: str = "c
     from distributed import as_completed
     from tqdm.auto import tqdm
 
-    futures = client.compute(delayed)
+    futures = (client.compute(delayed[:first], priority=1) if first else []) + client.compute(delayed[first:])
     results = [None] * len(futures)
     index = {f.key: i for i, f in enumerate(futures)}
     with tqdm(total=len(futures), desc=label, unit=unit, disable=not progress) as bar:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from evolution.analyses.base import Analysis, Unit
 from evolution.metrics.results import open_metrics
 from pipelines.run import run
 
@@ -144,3 +145,44 @@ def test_an_analysis_is_one_module_and_one_list_entry(tmp_path, corpus_file, mod
         (other / (f.name.rsplit("-", 1)[0] + "-" + "0" * 16 + ".json")).write_text(f.read_text())
     run(cfg, progress=False, workdir=tmp_path / "w3", overrides={"metrics.reuse": [str(other)]})
     assert len(calls) == 3 * n
+
+
+_ORDER: list[str] = []
+
+
+def _record(*, name: str) -> dict:
+    _ORDER.append(name)
+    return {"name": name}
+
+
+class _Resumable(Analysis):
+    """Four units, of which c and d left checkpoints in an interrupted run."""
+
+    name, version = "resumable", 1
+
+    def units(self, inputs):
+        return [Unit(n, _record, {"name": n}, key={}, started=n in ("c", "d")) for n in "abcd"]
+
+    def datasets(self, inputs, results):
+        return {"resumable": xr.Dataset(attrs={"units": list(results)})}
+
+
+@pytest.mark.parametrize("with_client", [False, True])
+def test_a_rerun_finishes_the_units_it_began_before_it_starts_new_ones(tmp_path, with_client):
+    """The units marked ``started`` (a checkpoint on disk) are computed first, then the
+    rest; without a client and on a one-thread Dask client."""
+    from types import SimpleNamespace
+
+    from evolution.analyses.runner import run_analyses
+
+    inputs = SimpleNamespace(config=SimpleNamespace(device=None), attrs={})
+    _ORDER.clear()
+    if with_client:
+        from distributed import Client
+
+        with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+            out = run_analyses([_Resumable()], inputs, cache=tmp_path, client=client, progress=False)
+    else:
+        out = run_analyses([_Resumable()], inputs, cache=tmp_path, client=None, progress=False)
+    assert sorted(_ORDER[:2]) == ["c", "d"] and sorted(_ORDER[2:]) == ["a", "b"]
+    assert sorted(out["resumable"].attrs["units"]) == list("abcd")

@@ -43,13 +43,16 @@ class Unit:
 
     ``name`` is unique within its analysis (e.g. ``mt-3`` for model mt,
     layer 3); ``key`` is what the result depends on beyond the analysis
-    (hashed by :func:`unit_key`).
+    (hashed by :func:`unit_key`). ``started``: the unit left a checkpoint in an
+    earlier, interrupted run (a pruning unit's directory); the runner computes
+    such units before the others, so that a rerun finishes what it began first.
     """
 
     name: str
     fn: Callable[..., dict]
     kwargs: dict[str, Any]
     key: dict[str, Any]
+    started: bool = False
 
 
 @dataclass

@@ -150,9 +150,15 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
                 continue
             todo.append(dask.delayed(logged, pure=True)(u.fn, device=inputs.config.device, **u.kwargs,
                                                         dask_key_name=f"{a.name}-{u.name}"))
-            where.append((a.name, u.name, f))
+            where.append((a.name, u.name, f, u.started))
+    # the units that an interrupted run began (checkpoints on disk) first, so that a rerun finishes
+    # them before it starts new ones; sorted() is stable, so the rest keep their order
+    order = sorted(range(len(todo)), key=lambda i: not where[i][3])
+    n_started = sum(w[3] for w in where)
+    todo, where = [todo[i] for i in order], [where[i][:3] for i in order]
     n_cached = sum(len(r) for r in results.values())
-    logger.info("metrics: %d task(s) to compute, %d cached%s", len(todo), n_cached,
+    logger.info("metrics: %d task(s) to compute%s, %d cached%s", len(todo),
+                f" ({n_started} resumed from their checkpoints first)" if n_started else "", n_cached,
                 f" ({reused} reused from {', '.join(map(str, reuse))})" if reused else "")
     def keep(i: int, out: dict) -> None:
         """Cache one unit's result as soon as it is done (a killed run keeps it)."""
@@ -172,7 +178,8 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
                     fh.write(json.dumps(record) + "\n")
 
     if todo:
-        compute(todo, client=client, progress=progress, label="metrics", unit="task", on_result=keep)
+        compute(todo, client=client, progress=progress, label="metrics", unit="task", on_result=keep,
+                first=n_started)
     datasets: dict[str, xr.Dataset] = {}
     for a in analyses:
         for group, ds in a.datasets(inputs, results[a.name]).items():

@@ -170,12 +170,13 @@ class HeadPruning(Analysis):
             if cfg.scratch_updates and cfg.scratch_full:  # every head from scratch: the recipe's own control
                 key = {"model": model_identity(m.spec), "texts": digest, "lam": None, "scope": "scratch",
                        "max_tokens": cfg.max_tokens, "seed": seed, "scratch": cfg.scratch_updates, **batches}
+                directory = location.join(root, config_hash(key))
                 units.append(Unit(f"{m.name}-scratch", pruning_task,
-                                  dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
+                                  dict(spec=m.spec, texts=saved, directory=directory,
                                        lam=None, scope="scratch", updates=cfg.updates, lr=cfg.lr, gate_lr=None,
                                        max_tokens=cfg.max_tokens, seed=seed, scratch_batches=cfg.scratch_batches,
                                        scratch_updates=cfg.scratch_updates, torch_threads=inputs.torch_threads),
-                                  key=key))
+                                  key=key, started=location.exists(directory)))
             runs = ([(None, "full")] + ([(0.0, "tuned")] if cfg.control else [])
                     + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES])
             for lam, scope in runs:
@@ -189,13 +190,14 @@ class HeadPruning(Analysis):
                 if key["scratch"]:
                     key.update(batches)
                 name = f"{m.name}-{scope}-{lam:g}" if gated else f"{m.name}-{scope}"
+                directory = location.join(root, config_hash(key))
                 units.append(Unit(name, pruning_task,
-                                  dict(spec=m.spec, texts=saved, directory=location.join(root, config_hash(key)),
+                                  dict(spec=m.spec, texts=saved, directory=directory,
                                        lam=lam, scope=scope, updates=cfg.updates, lr=cfg.lr,
                                        gate_lr=cfg.gate_lr if gated else None, max_tokens=cfg.max_tokens,
                                        seed=seed, scratch_updates=key["scratch"], scratch_batches=cfg.scratch_batches,
                                        torch_threads=inputs.torch_threads),
-                                  key=key))
+                                  key=key, started=location.exists(directory)))
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
