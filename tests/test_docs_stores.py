@@ -415,3 +415,27 @@ def test_docs_metrics_neighbour_bounds_quote_both_stores():
     prose = " ".join(text.split())
     assert f"({gap_full:.1%} of the left queries on bible-full, {gap_paper:.1%} on bible-paper)" in prose
     assert f"limits the ceiling ({full['same_left_ceiling']:.2f})" in prose
+
+
+def test_each_committed_resolved_config_is_the_one_its_store_was_computed_with():
+    """results/<run>/config.resolved.yaml ("every setting of the analysis run, defaults filled in")
+    holds the metrics settings that the committed report's provenance records (the store's own
+    config attribute); only ``reuse``, a source of cached results, is not recorded there, and a
+    setting that a later version added (with its default) is not in an older store's record."""
+    import json
+
+    import yaml
+
+    def differ(resolved, stored, where=""):
+        if isinstance(stored, dict) and isinstance(resolved, dict):
+            return [d for k in stored for d in differ(resolved.get(k, "<missing>"), stored[k], f"{where}.{k}")]
+        return [] if resolved == stored else [where]
+
+    runs = [d for d in sorted((REPO / "results").iterdir())
+            if (d / "config.resolved.yaml").is_file() and (d / "report" / "provenance.json").is_file()]
+    assert len(runs) >= 4
+    for d in runs:
+        resolved = yaml.safe_load((d / "config.resolved.yaml").read_text(encoding="utf-8"))["metrics"]
+        stored = json.loads((d / "report" / "provenance.json").read_text(encoding="utf-8"))["config"]
+        resolved.pop("reuse", None), stored.pop("reuse", None)
+        assert not differ(resolved, stored), (d.name, differ(resolved, stored))
