@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from test_docs import _docs_blocks, _heads_numbers
 from test_docs_stores import REPO, _cells, _prose
 
 FULL = REPO / "results" / "bible-full"
@@ -54,13 +53,6 @@ def _mb(*paths: Path) -> str:
     return f"{sum(p.stat().st_size for p in paths) / 1e6:.1f} MB"
 
 
-def _heads_numbers() -> dict[str, str]:
-    """results/bible-full/heads_numbers.py's rows: label -> the rest of the line."""
-    out = subprocess.run([sys.executable, str(FULL / "heads_numbers.py")], cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout
-    return dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
-
-
 def _pruning_units() -> dict[str, dict]:
     """The unit results of results/bible-full/units that the store's ``heads_pruning`` group holds
     (each gated run, the gate-free fine-tuning ``tuned``, the unpruned model ``full`` and every head
@@ -83,14 +75,7 @@ def _pruning_units() -> dict[str, dict]:
 def test_the_bible_full_readme_verdicts_and_claim_numbers_quote_the_scorecard():
     """The claims that hold and those that do not (twice), and claims 2, 6, 7, 8 and 10's numbers."""
     by = {f"{c['number']}{c.get('part', '')}": c for c in _json("report", "scorecard.json")}
-    runs: list[list[int]] = []
-    for x in sorted(int(k) for k, c in by.items() if c["verdict"] == "holds"):
-        if runs and x == runs[-1][-1] + 1:
-            runs[-1].append(x)
-        else:
-            runs.append([x])
-    ranges = [f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs]
-    held = ", ".join(ranges[:-1]) + " and " + ranges[-1]
+    held = _docs_blocks()._ranges([k for k, c in by.items() if c["verdict"] == "holds"])
     rest = [k for k, c in by.items() if c["verdict"] != "holds"]
     text = _readme()
     assert f"The verdicts are those of the store before (claims {held} hold)" in text

@@ -134,7 +134,7 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
     cache.mkdir(parents=True, exist_ok=True)
     run_start = time.time()
     results: dict[str, dict[str, dict]] = {a.name: {} for a in analyses}
-    todo, where, reused = [], [], 0
+    todo, where, started, reused = [], [], [], 0
     for a in analyses:
         for u in a.units(inputs):
             f = cache / f"{a.name}-{u.name}-{unit_key(a, u)}.json"
@@ -150,12 +150,12 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
                 continue
             todo.append(dask.delayed(logged, pure=True)(u.fn, device=inputs.config.device, **u.kwargs,
                                                         dask_key_name=f"{a.name}-{u.name}"))
-            where.append((a.name, u.name, f, u.started))
+            where.append((a.name, u.name, f))
+            started.append(u.started)
     # the units that an interrupted run began (checkpoints on disk) first, so that a rerun finishes
     # them before it starts new ones; sorted() is stable, so the rest keep their order
-    order = sorted(range(len(todo)), key=lambda i: not where[i][3])
-    n_started = sum(w[3] for w in where)
-    todo, where = [todo[i] for i in order], [where[i][:3] for i in order]
+    order = sorted(range(len(todo)), key=lambda i: not started[i])
+    todo, where, n_started = [todo[i] for i in order], [where[i] for i in order], sum(started)
     n_cached = sum(len(r) for r in results.values())
     logger.info("metrics: %d task(s) to compute%s, %d cached%s", len(todo),
                 f" ({n_started} resumed from their checkpoints first)" if n_started else "", n_cached,
