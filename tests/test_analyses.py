@@ -186,3 +186,36 @@ def test_a_rerun_finishes_the_units_it_began_before_it_starts_new_ones(tmp_path,
         out = run_analyses([_Resumable()], inputs, cache=tmp_path, client=None, progress=False)
     assert sorted(_ORDER[:2]) == ["c", "d"] and sorted(_ORDER[2:]) == ["a", "b"]
     assert sorted(out["resumable"].attrs["units"]) == list("abcd")
+
+
+def test_a_pruning_unit_is_started_exactly_when_its_checkpoint_directory_exists(tmp_path):
+    """HeadPruning marks a unit ``started`` when the directory its run checkpoints into exists
+    (an interrupted run left it), and no other unit."""
+    from types import SimpleNamespace
+
+    from pathlib import Path
+
+    from evolution.analyses.base import Inputs, ModelInputs
+    from evolution.analyses.heads.pruning import HeadPruning
+    from evolution.config.metrics import MetricsConfig
+
+    corpus = tmp_path / "corpus" / "key"
+    (corpus / "data").mkdir(parents=True)
+    (corpus / "data" / "train.en").write_text("a b\nc d\n", encoding="utf-8")
+    (corpus / "data" / "train.es").write_text("x y\nz w\n", encoding="utf-8")
+    (corpus / "sentences.txt").write_text("a b\n", encoding="utf-8")
+    weights = tmp_path / "mt.pt"
+    weights.write_bytes(b"weights")
+    model = ModelInputs(name="mt", kind="fairseq", objective="mt", key="k",
+                        spec={"kind": "fairseq", "path": str(weights)}, n_layers=2, d_model=4, coords={}, primary=np.ones(0, bool), annotation=None,
+                        freq_rank=np.zeros(0, int), plan=None)
+    arrays = tmp_path / "work" / "arrays"
+    arrays.mkdir(parents=True)
+    cfg = MetricsConfig(pruning={"lambdas": [0.5], "updates": 2, "scratch_updates": 4})
+    inputs = Inputs(store="unused", models={"mt": model}, config=cfg, seed=0, torch_threads=1,
+                    arrays_dir=str(arrays), targets=SimpleNamespace(training_text=corpus / "data" / "train.es", sentences=["x y"]))
+    units = {u.name: u for u in HeadPruning().units(inputs)}
+    assert set(units) == {"mt-scratch", "mt-full", "mt-tuned", "mt-encoder-0.5", "mt-all-0.5"}
+    assert not any(u.started for u in units.values())
+    Path(units["mt-all-0.5"].kwargs["directory"]).mkdir(parents=True)
+    assert [n for n, u in {u.name: u for u in HeadPruning().units(inputs)}.items() if u.started] == ["mt-all-0.5"]

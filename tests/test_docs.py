@@ -368,6 +368,15 @@ def test_the_pipeline_gap_table_quotes_the_committed_units():
             f"fairseq-train there, against {f2(rest)} at seed 0") in prose
     assert f"apart, the two fairseq seeds {f2(bleu[('fairseq-train', 1)] - bleu[('fairseq-train', 0)])}" in prose
     assert f"its own batches are {f2(bleu[('regrouped', 0)] - bleu[('regrouped', 1)])} apart" in prose
+    assert f"and {f2(bleu[('fixed', 0)] - bleu[('fairseq-train', 1)])} above its seed 1" in prose
+    gains = [bleu[("regrouped", a)] - bleu[("fixed", b)] for a in (0, 1) for b in (0, 2)]
+    regrouped, fixed = ([f2(bleu[(arm, s)]) for s in seeds] for arm, seeds in (("regrouped", (1, 0)), ("fixed", (0, 2))))
+    assert (f"regrouping every epoch gains {f2(min(gains))}-{f2(max(gains))} BLEU at this budget (the loop's "
+            f"{' and '.join(regrouped)} on its own batches against its {' and '.join(fixed)} on fixed ones), and what "
+            f"is left ({f2(rest)}) is of the order") in prose
+    fairseq = [bleu[("fairseq-train", s)] for s in (0, 1, 2)]
+    assert (f"The three fairseq-trained MT seeds of the table below span {f2(min(fairseq))}-{f2(max(fairseq))} BLEU, "
+            f"so {f2(bleu[('regrouped', 0)])} is {f2(bleu[('regrouped', 0)] - max(fairseq))} above the best") in prose
     readme = " ".join((REPO / "results" / "bible-full" / "README.md").read_text(encoding="utf-8").split())
     assert (f"the loop's every-head run gives {f2(bleu[('fixed', 0)])}, {f2(batching)} less than on its own "
             f"batches") in readme

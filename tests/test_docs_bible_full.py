@@ -12,7 +12,7 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from test_docs import _docs_blocks, _heads_numbers
+from test_docs import GAP_UNITS, _docs_blocks, _heads_numbers
 from test_docs_stores import REPO, _cells, _prose
 
 FULL = REPO / "results" / "bible-full"
@@ -197,15 +197,17 @@ def test_the_bible_full_readme_pruning_gates_and_layouts_quote_the_store_and_uni
     fixed, seed1 = (_json("units", f)["bleu_scratch"] for f in (FIXED, SEED1))
     assert f"It reaches {f2(every)} BLEU, against {f2(full)} for the base model" in text
     assert f"the rest, {f2(fixed - full)}, is of the order of the seed spread" in text
-    base = [_json("models", "scores.json")[m]["bleu"] for m in ("mt", "mt-seed1")]
-    assert (f"the two base MT seeds are {f2(base[1] - base[0])} BLEU apart ({f2(base[0])}, {f2(base[1])}) and the "
-            f"loop's two every-head seeds {f2(every - seed1)} ({f2(every)}, {f2(seed1)})") in text
+    base = [_json("units", GAP_UNITS[("fairseq-train", s)][0])["bleu"] for s in (0, 1, 2)]
+    spreads = (max(base) - min(base), abs(every - seed1))
+    assert (f"the three base MT seeds span {f2(spreads[0])} BLEU ({', '.join(map(f2, base))}; the third is "
+            f"`mt-seed2` of `configs/bible-full-pruning-seeds.yaml`, not shipped) and the loop's two every-head "
+            f"seeds are {f2(spreads[1])} apart ({f2(every)}, {f2(seed1)})") in text
     gain = {r: float(p.bleu_scratch.sel(run=r)) - every for r in alls if p.bleu_scratch.sel(run=r).notnull()}
     best, layout = max(gain.values()), min(gain, key=gain.get)
-    assert best > max(base[1] - base[0], every - seed1)
+    assert best > 2 * max(spreads) and 0.5 * max(spreads) < abs(gain[layout]) < 1.5 * min(spreads)
     missing = int(p.kept.sel(run=layout).count() - p.kept.sel(run=layout).sum())
-    assert (f"so only the {best:+.2f} clearly exceeds that spread, and the {gain[layout]:+.2f} layout differs from "
-            f"every head by {WORDS[missing]} head") in text
+    assert (f"so the {best:+.2f} is more than twice either spread while the {gain[layout]:+.2f} is about one, and "
+            f"the {gain[layout]:+.2f} layout differs from every head by {WORDS[missing]} head") in text
 
 
 def test_the_bible_full_readme_pruning_tables_heads_and_scratch_chrf_quote_the_store():

@@ -363,7 +363,8 @@ def test_docs_metrics_corpus_counts_quote_the_bible_paper_store():
     sel = ds.sel(model="mt", target="input")
     n, h1000, h100 = int(sel.n.sel(types=1000)), float(sel.entropy.sel(types=1000)), float(sel.entropy.sel(types=100))
     text = _prose("docs", "metrics.md")
-    assert f"occurrences, {n:,} in all; H(X) = {h1000:.2f} nats, against {h100:.2f} for the 100 most frequent)" in text
+    assert (f"the 1,000 most frequent ({n:,} occurrences in all; H(X) = {h1000:.2f} nats, against {h100:.2f} "
+            "for the 100 most frequent)") in text
     assert f"a replicate costs a few weighted bincounts, 85 ms at {n:,} occurrences, 1,000 types" in text
 
 
@@ -379,9 +380,11 @@ def test_docs_metrics_change_bins_sentence_quotes_both_stores():
         return total, int(occ.sel(freq_bin="1-10")), int(occ.sel(freq_bin="2500-5000"))
 
     full, paper = sizes("bible-full"), sizes("bible-paper")
+    first = open_metrics(REPO / "results" / "bible-paper" / "metrics.zarr", "similarity").attrs["config"]
     text = _prose("docs", "metrics.md")
     assert (f"on the test books ({full[0]:,} pieces, ranks from the training split) {full[1]:,} for ranks 1-10 "
-            f"and {full[2]:,} for 2500-5000; on the first 5,000 sentences of the whole corpus {paper[1]:,} and "
+            f"and {full[2]:,} for 2500-5000; on the first {first['similarity']['sentences']:,} sentences of the "
+            f"whole corpus {paper[1]:,} and "
             f"{paper[2]:,}.") in text
 
 
@@ -392,27 +395,35 @@ def test_docs_metrics_neighbour_bounds_quote_both_stores():
     from evolution.metrics.results import open_metrics
 
     def read(run):
-        ds = open_metrics(REPO / "results" / run / "metrics.zarr", "neighbors").load().sel(model="mt")
+        store = REPO / "results" / run / "metrics.zarr"
+        ds = open_metrics(store, "neighbors").load().sel(model="mt")
         v = ds.value.sel(layer=0)
         bounds = {m: float(v.sel(measure=m)) for m in
                   ("same_left_chance", "same_right_chance", "same_left_ceiling", "same_right_ceiling")}
         q = ds.queries
-        return bounds, int(q.sel(measure="same_token")), 1 - int(q.sel(measure="same_left")) / int(q.sel(measure="same_token"))
+        cfg = ds.attrs["config"]
+        top, cap = cfg["neighbors"]["top"] or cfg["tokens"]["top"], cfg["neighbors"]["max_per_type"]
+        # every occurrence of the same types: MI's rows where the neighbour types are the tokens selection
+        whole = int(open_metrics(store, "mi").n.sel(model="mt", target="input")[0]) if top == cfg["tokens"]["top"] else None
+        n = int(q.sel(measure="same_token"))
+        return bounds, n, 1 - int(q.sel(measure="same_left")) / n, top, cap, whole
 
-    (paper, n_paper, gap_paper), (full, n_full, gap_full) = read("bible-paper"), read("bible-full")
+    (paper, n_paper, gap_paper, top_paper, cap_paper, _), (full, n_full, gap_full, top_full, cap_full, whole) = (
+        read("bible-paper"), read("bible-full"))
     text = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
     rows = {_cells(line)[0]: _cells(line)[1:] for line in text.splitlines() if line.startswith("| bible-")}
 
     def pair(b, what):
         return f"{b[f'same_left_{what}']:.3f} / {b[f'same_right_{what}']:.3f}"
 
-    at_cap, chance, ceiling = rows["bible-paper, cap 1,000 (`configs/bible-paper.yaml`)"]
-    assert n_paper == 100 * 1000 and at_cap.startswith("100 of 100")
+    at_cap, chance, ceiling = rows[f"bible-paper, cap {cap_paper:,} (`configs/bible-paper.yaml`)"]
+    assert n_paper == top_paper * cap_paper and at_cap == f"{top_paper} of {top_paper}"
     assert (chance, ceiling) == (pair(paper, "chance"), pair(paper, "ceiling"))
-    at_cap, chance, ceiling = rows["bible-full, cap 1,000 (`configs/bible-full.yaml`)"]
-    assert at_cap.endswith(f"({n_full:,} occurrences)") and n_full < 100 * 1000
+    at_cap, chance, ceiling = rows[f"bible-full, cap {cap_full:,} (`configs/bible-full.yaml`)"]
+    assert at_cap.endswith(f"of {top_full} ({n_full:,} of their {whole:,} occurrences)") and n_full < whole
     assert (chance, ceiling) == (pair(full, "chance"), pair(full, "ceiling"))
     prose = " ".join(text.split())
+    assert f"there it takes {n_full:,} of the {whole:,} occurrences of its {top_full} types" in prose
     assert f"({gap_full:.1%} of the left queries on bible-full, {gap_paper:.1%} on bible-paper)" in prose
     assert f"limits the ceiling ({full['same_left_ceiling']:.2f})" in prose
 
