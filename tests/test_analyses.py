@@ -207,13 +207,14 @@ def test_a_pruning_unit_is_started_exactly_when_its_checkpoint_directory_exists(
     weights = tmp_path / "mt.pt"
     weights.write_bytes(b"weights")
     model = ModelInputs(name="mt", kind="fairseq", objective="mt", key="k",
-                        spec={"kind": "fairseq", "path": str(weights)}, n_layers=2, d_model=4, coords={}, primary=np.ones(0, bool), annotation=None,
-                        freq_rank=np.zeros(0, int), plan=None)
+                        spec={"kind": "fairseq", "path": str(weights)}, n_layers=2, d_model=4, coords={},
+                        primary=np.ones(0, bool), annotation=None, freq_rank=np.zeros(0, int), plan=None)
     arrays = tmp_path / "work" / "arrays"
     arrays.mkdir(parents=True)
     cfg = MetricsConfig(pruning={"lambdas": [0.5], "updates": 2, "scratch_updates": 4})
     inputs = Inputs(store="unused", models={"mt": model}, config=cfg, seed=0, torch_threads=1,
-                    arrays_dir=str(arrays), targets=SimpleNamespace(training_text=corpus / "data" / "train.es", sentences=["x y"]))
+                    arrays_dir=str(arrays),
+                    targets=SimpleNamespace(training_text=corpus / "data" / "train.es", sentences=["x y"]))
     units = {u.name: u for u in HeadPruning().units(inputs)}
     assert set(units) == {"mt-scratch", "mt-full", "mt-tuned", "mt-encoder-0.5", "mt-all-0.5"}
     assert not any(u.started for u in units.values())
