@@ -347,7 +347,14 @@ def test_docs_heads_bible_full_counts_quote_the_store():
             f"{drop:.0%} token dropout), their heads") in text
     assert f"The head verdicts on these {models} models" in text
     assert f"statistics over all {n:,} analysed sentences, rare tokens by training-split counts" in text
-    assert f"(analysis version {heads.attrs['analysis_version']}, the current definitions)" in text
+    from evolution.metrics.results import open_metrics
+
+    minilm = open_metrics(REPO / "results" / "minilm-paper" / "metrics.zarr", "heads").attrs["analysis_version"]
+    from evolution.analyses.heads.analysis import Heads
+
+    assert minilm == heads.attrs["analysis_version"] == Heads.version  # the current definitions
+    assert (f"`results/minilm-paper/metrics.zarr` and `results/bible-full/metrics.zarr` (analysis version "
+            f"{heads.attrs['analysis_version']}, the current definitions)") in text
     assert (f"Decoder heads of the three translation models (`heads_decoder`; {verses:,} test verses teacher-forced "
             f"on their {pieces:,} reference target pieces;") in text
     assert f"means over the {dec.sizes['head']} heads of each layer" in text

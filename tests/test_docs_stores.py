@@ -94,36 +94,118 @@ def test_the_similarity_benchmark_texts_quote_its_committed_result():
 
 
 def test_docs_heads_from_scratch_paragraph_quotes_the_committed_report():
-    """docs/heads.md's paragraph on the from-scratch models' heads: mean and uniform entropy per
-    model, the rare-token maxima and the LM's dependency heads against their baselines, read from
-    results/from-scratch/report's CSVs."""
+    """docs/heads.md's paragraph on the from-scratch models' heads: the sentences, mean and uniform
+    entropy per model, no positional head, the rare-token maxima, the LM's dependency heads above
+    their offset baselines (every one, by margin) and the MT's and MLM's below theirs, read from
+    results/from-scratch/report's CSVs; the updates per model from eval.json."""
     import csv
+    import json
 
     report = REPO / "results" / "from-scratch" / "report"
-    with (report / "heads_entropy.csv").open(encoding="utf-8") as f:
-        ent: dict = {}
-        for r in csv.DictReader(f):
-            ent.setdefault((r["model"], r["measure"]), []).append(float(r["value"]))
-    with (report / "heads_roles.csv").open(encoding="utf-8") as f:
-        rare: dict = {}
-        for r in csv.DictReader(f):
-            rare[r["model"]] = max(rare.get(r["model"], 0.0), float(r["rare_token_share"]))
-    with (report / "heads_dependency.csv").open(encoding="utf-8") as f:
-        dep = {(r["quantity"], r["direction"], r["relation"]): float(r["value"]) for r in csv.DictReader(f)
-               if r["model"] == "lm"}
+
+    def read(name):
+        with (report / name).open(encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+
+    ent: dict = {}
+    for r in read("heads_entropy.csv"):
+        ent.setdefault((r["model"], r["measure"]), []).append(float(r["value"]))
+    (sentences,) = {r["sentences"] for r in read("heads_entropy.csv")}
+    roles = read("heads_roles.csv")
+    rare = {m: max(float(r["rare_token_share"]) for r in roles if r["model"] == m) for m in ("mt", "lm", "mlm")}
+    dep = {(r["model"], r["quantity"], r["direction"], r["relation"]): float(r["value"])
+           for r in read("heads_dependency.csv")}
     text = _prose("docs", "heads.md")
+    timings = json.loads((report.parent / "eval.json").read_text())["timings"]
+    updates = sorted({int(t["updates"]) for t in timings.values()})
+    assert (f"### The from-scratch models (`configs/from-scratch.yaml`, the default run until decision 22; "
+            f"{updates[0]:,}-{updates[-1]:,} updates)") in text
+    assert f"Attention is still diffuse at this budget (all {int(sentences):,} analysed sentences)" in text
     mean = {m: sum(ent[(m, "entropy")]) / len(ent[(m, "entropy")]) for m in ("mt", "lm", "mlm")}
     uni = {m: sum(ent[(m, "uniform_entropy")]) / len(ent[(m, "uniform_entropy")]) for m in ("mt", "lm", "mlm")}
     assert (f"mean entropy {mean['mt']:.2f} (MT), {mean['lm']:.2f} (LM), {mean['mlm']:.2f} (MLM) nats against "
             f"uniform {uni['mt']:.2f} / {uni['lm']:.2f} / {uni['mlm']:.2f}") in text
+    assert not any(r["positional"] == "True" for r in roles) and "no positional head;" in text
     assert f"at most {rare['mt']:.1%} / {rare['lm']:.1%} / {rare['mlm']:.1%} of sentences" in text
 
-    def pair(direction, rel):
-        return (f"{rel} {dep[('picked_accuracy', direction, rel)]:.2f} against "
-                f"{dep[('baseline_accuracy', direction, rel)]:.2f}")
+    def above(model, direction):  # (relation, picked, baseline) where the picked head beats the baseline
+        out = [(k[3], v, dep[(model, "baseline_accuracy", direction, k[3])]) for k, v in dep.items()
+               if k[:3] == (model, "picked_accuracy", direction)]
+        return sorted([x for x in out if x[1] > x[2]], key=lambda x: x[2] - x[1])
 
-    assert (f"transposed map: {pair('head_to_dependent_clark', 'det')}, {pair('head_to_dependent_clark', 'nsubj')}, "
-            f"{pair('head_to_dependent_clark', 'cop')}; dependent -> head: {pair('dependent_to_head', 'obj')}") in text
+    def quote(rows):
+        return ", ".join(f"{r} {v:.2f} against {b:.2f}" for r, v, b in rows)
+
+    lm = {d: above("lm", d) for d in ("head_to_dependent_clark", "dependent_to_head")}
+    relations = {r for rows in lm.values() for r, _, _ in rows}
+    scored = {k[3] for k in dep if k[0] == "lm"}
+    assert (f"for {len(relations)} of the {len(scored)} relations, by margin (head -> dependent, Clark et al.'s "
+            f"transposed map: {quote(lm['head_to_dependent_clark'])}; dependent -> head: "
+            f"{quote(lm['dependent_to_head'])})") in text
+    assert not above("mt", "head_to_dependent_clark") + above("mt", "dependent_to_head") + above(
+        "mlm", "head_to_dependent_clark") + above("mlm", "dependent_to_head")
+    picked = [v for k, v in dep.items() if k[0] in ("mt", "mlm") and k[1] == "picked_accuracy"]
+    assert (f"every MT and MLM head picked stays below its baseline (picked heads {min(picked):.2f}-"
+            f"{max(picked):.2f})") in text
+
+
+def test_docs_heads_minilm_bullets_quote_the_committed_minilm_store():
+    """docs/heads.md's MiniLM bullets (the table above them is a generated block): the [CLS] and
+    [SEP] shares, C2 under both rules, the norm shares, the frequency correlation, the dependency
+    heads against their baselines, the positional and syntactic heads; read from
+    results/minilm-paper (its store and head_verdicts.json)."""
+    import csv
+    import json
+
+    from evolution.metrics.results import open_metrics
+
+    root = REPO / "results" / "minilm-paper"
+    ds = open_metrics(root / "metrics.zarr", "heads").load().sel(model="minilm")
+    text = _prose("docs", "heads.md")
+    assert f"the statistics over the first {ds.attrs['config']['heads']['sentences']:,} verses" in text
+    assert f"(`heads.punctuation: {ds.attrs['punctuation']}`)" in text
+    alpha, norm = ds.layer_alpha_share, ds.layer_norm_share
+    middle = [2, 3, 4, 5]
+
+    def span(x, f="{:.2f}"):
+        return f"{f.format(float(x.min()))}-{f.format(float(x.max()))}"
+
+    cls = alpha.sel(key_type="bos")
+    assert float(cls.sel(layer=middle).min()) > float(cls.drop_sel(layer=middle).max())
+    assert (f"({span(cls.sel(layer=middle))} of every query's weight in layers 2-5), [SEP] gets "
+            f"{span(alpha.sel(key_type='eos'))}") in text
+    c2 = next(c for c in json.loads((root / "report" / "head_verdicts.json").read_text()) if c["number"] == "C2")
+    low, rest, p = re.fullmatch(r"minilm: (\S+) vs (\S+) of uniform, p = (\S+)", c2["measured"]).groups()
+    assert c2["verdict"] == "holds" and c2["earlier"]["verdict"] == "does not hold"
+    assert (f"layer 1's heads have {low} of the uniform attention's entropy, the other layers' {rest} (one-sided "
+            f"Mann-Whitney p = {p}; `results/minilm-paper/report/head_verdicts.json`). Under the earlier rule "
+            "(the lower half of the layers against the upper half) it does not hold") in text
+    share = norm.sel(key_type="bos", layer=middle)
+    assert (f"the large weight on [CLS] in layers 2-5 shrinks to {span(share * 100, '{:.0f}')}% of the vector "
+            "norm") in text
+    above = (norm.sel(key_type="punct") > alpha.sel(key_type="punct")).values
+    assert list(above) == [True] * 5 + [False]
+    assert ("its share of the norm is above its share of the weights in layers 1-5, and below it only in "
+            "layer 6") in text
+    rho = ds.spearman.sel(quantity="value_norm")
+    assert float(rho.sel(layer=1)) <= 0 < float(rho.sel(layer=[2, 3, 4, 5, 6]).min())
+    assert f"from layer 2 on, {float(rho.sel(layer=6)):.2f} in layer 6" in text
+    with (root / "report" / "heads_dependency.csv").open(encoding="utf-8") as f:
+        dep = {(r["quantity"], r["relation"]): float(r["value"]) for r in csv.DictReader(f)
+               if r["direction"] == "dependent_to_head"}
+
+    def pair(rel):
+        return f"{dep[('picked_accuracy', rel)]:.2f} ({dep[('baseline_accuracy', rel)]:.2f})"
+
+    assert (f"the verb of an object {dep[('picked_accuracy', 'obj')]:.2f} of the time on test (offset baseline "
+            f"{dep[('baseline_accuracy', 'obj')]:.2f}), the verb of a subject {pair('nsubj')}; amod {pair('amod')}, "
+            f"advmod {pair('advmod')}") in text
+    positional = ds.value.where(ds.positional).sel(measure="max_prev")
+    assert int(ds.positional.sum()) == 1
+    assert f"One positional head ({float(positional.max()):.0%} of its maxima on the previous token)" in text
+    count = ds.syntactic.sum(["layer", "head"])
+    assert (f"{int(count.sel(syntactic_relation='nsubj'))} syntactic nsubj and "
+            f"{int(count.sel(syntactic_relation='obj'))} syntactic obj heads") in text
 
 
 def test_the_bible_heads_readme_counts_quote_its_store():

@@ -76,6 +76,33 @@ def spearman_table(path: Path) -> str:
     return "\n".join(out)
 
 
+MINILM = ROOT / "results" / "minilm-paper" / "metrics.zarr"
+
+
+def minilm_heads_table(store: Path = MINILM) -> str:
+    """The committed MiniLM store's head statistics per layer (mean over the heads): attention to
+    [CLS], [SEP] and punctuation (alpha, and share of ||sum_h alpha f(x)||), entropy, and the
+    Spearman correlation of ||f(x)|| with the frequency rank (group ``heads``)."""
+    from evolution.metrics.results import open_metrics
+
+    ds = open_metrics(store, "heads").load()
+    (model,) = ds.model.values
+    ds = ds.sel(model=model)
+    uniform = float(ds.value.sel(measure="uniform_entropy").mean())
+    lines = [("attention to [CLS] (alpha)", ds.layer_alpha_share.sel(key_type="bos"), 3),
+             ("attention to [CLS] (share of \\|\\|sum_h alpha f\\|\\|)", ds.layer_norm_share.sel(key_type="bos"), 3),
+             ("attention to [SEP] (alpha)", ds.layer_alpha_share.sel(key_type="eos"), 3),
+             ("attention to punctuation (alpha)", ds.layer_alpha_share.sel(key_type="punct"), 3),
+             ("attention to punctuation (norm share)", ds.layer_norm_share.sel(key_type="punct"), 3),
+             (f"entropy (nats; uniform {uniform:.2f})", ds.value.sel(measure="entropy").mean("head"), 2),
+             ("Spearman(\\|\\|f(x)\\|\\|, frequency rank)", ds.spearman.sel(quantity="value_norm"), 2)]
+    layers = [int(x) for x in ds.layer.values]
+    out = ["| | " + " | ".join(map(str, layers)) + " |", "|---|" + "---|" * len(layers)]
+    out += [f"| {label} | " + " | ".join(f"{float(v):.{digits}f}" for v in x.sel(layer=layers).values) + " |"
+            for label, x, digits in lines]
+    return "\n".join(out)
+
+
 def _count(findings: list[dict]) -> Counter:
     return Counter(c["verdict"] for c in findings)
 
@@ -114,6 +141,7 @@ BLOCKS = {
     "summary-bible-full": ("README.md", summary_sentence),
     "probes-bible-full": ("results/bible-full/README.md", lambda: csv_table(BIBLE_FULL / PROBES_CSV)),
     "importance-bible-full": ("results/bible-full/README.md", lambda: spearman_table(BIBLE_FULL / SPEARMAN_CSV)),
+    "heads-minilm-paper": ("docs/heads.md", minilm_heads_table),
     "probes-bible-heads": ("results/bible-heads/README.md",
                            lambda: csv_table(ROOT / "results" / "bible-heads" / "report" / PROBES_CSV)),
 }
