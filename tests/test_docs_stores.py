@@ -31,8 +31,10 @@ def _csv_rows(path: Path) -> dict[str, list[float]]:
 def test_docs_metrics_from_scratch_table_quotes_the_committed_report():
     """docs/metrics.md's table of the from-scratch models (layers 0 -> 6) is the committed
     results/from-scratch/report's tables: MI with the input token and with the output label, the
-    same-token rate among the 50 nearest neighbours, PWCCA to the same layer of the MT."""
+    same-token rate among the 50 nearest neighbours, PWCCA to the same layer of the MT; the
+    paragraph above it (occurrences, types, k, restarts and their spread) and the controls."""
     import csv
+    import json
 
     report = REPO / "results" / "from-scratch" / "report"
     mi = _csv_rows(report / "tab-mi-with-the-input-token.csv")
@@ -61,6 +63,36 @@ def test_docs_metrics_from_scratch_table_quotes_the_committed_report():
     assert mlm == "1.00 throughout" and min(same["mlm"]) >= 0.995
     _, lm, mlm = cells["PWCCA to the same layer of MT"]
     assert lm == row(pw["lm"]) and mlm == row(pw["mlm"])
+    # the paragraph above the table and the controls in its cells: mi.csv, report.md, the provenance's config
+    with (report / "mi.csv").open(encoding="utf-8") as f:
+        v = {(r["quantity"], r["target"], r["model"], r["layer"]): float(r["value"]) for r in csv.DictReader(f)}
+    spread = max(x - v[("mi_restart_min", *k[1:])] for k, x in v.items() if k[0] == "mi_restart_max")
+    cfg = json.loads((report / "provenance.json").read_text())["config"]
+    md = (report / "report.md").read_text(encoding="utf-8")
+    k, n = re.search(r"H\(X\) = [\d.]+ for every model\. k = (\d+), occurrences = ([\d,]+)\.", md).groups()
+    prose = " ".join(text.split())
+    assert (f"MI on the {n} occurrences of the {cfg['tokens']['top']} most frequent types (>= "
+            f"{cfg['tokens']['min_count']} occurrences each), k = {cfg['mi']['k']}, {cfg['mi']['restarts']} restarts, "
+            f"at most {spread:.3f} nats apart)") in prose and int(k) == cfg["mi"]["k"]
+    assert f"MI(input), H = {v[('entropy', 'input', 'mt', '')]:.3f}" in cells
+    masked = f"{v[('entropy', 'masked_input', 'mlm', '')]:.3f}"  # the MI with the token fed at corrupted positions
+    fed = re.search(rf"H\(X\) = {masked} for every model\. k = \d+, occurrences = ([\d,]+)\.", md)[1]
+
+    def control(m):
+        c = [x for key, x in v.items() if key[:3] == ("mi_shuffled", "output", m)]
+        return f"(control {min(c):.2f}-{max(c):.2f}"
+
+    _, lm, mlm = cells["MI(output)"]
+    assert lm == f"{row(out['lm'])} {control('lm')})"
+    assert mlm == f"{row(out['mlm'])} {control('mlm')}; {cfg['mi']['mlm_corruptions']} corruptions, {fed} positions)"
+    timings = json.loads((report.parent / "eval.json").read_text())["timings"]
+    updates = " / ".join(f"{timings[m]['updates']:,}" for m in ("mt", "lm", "mlm"))
+    assert f"At this budget ({updates} updates)" in prose
+    mlm_out = {layer: tuple(v[(q, "output", "mlm", f"{layer}.0")] for q in ("mi_mean", "mi_shuffled"))
+               for layer in (0, 6)}
+    excess = {layer: m - c for layer, (m, c) in mlm_out.items()}
+    assert (f"a curve whose excess over the control grows from {excess[0]:.2f} to {excess[6]:.2f} nats. Layer 0 stays "
+            f"flagged (control {mlm_out[0][1]:.2f} of {mlm_out[0][0]:.2f})") in prose
 
 
 def test_docs_metrics_mi_sentences_quote_bible_full():
@@ -72,8 +104,10 @@ def test_docs_metrics_mi_sentences_quote_bible_full():
     frac = ds.mi_fraction.sel(target="input", model=["mt", "mt-seed1", "lm", "lm-seed1"])
     low, high = float(frac.min()), float(frac.max())
     text = _prose("docs", "metrics.md")
-    assert f"keep {int(low * 100)}-{round(high * 100)}% of H(X) at every layer (bible-full: the lowest {low:.1%}" \
-           in text
+    where = frac.where(frac == frac.min(), drop=True)
+    model, layer = str(where.model.values[0]), int(where.layer.values[0])
+    assert (f"keep {int(low * 100)}-{round(high * 100)}% of H(X) at every layer (bible-full: the lowest {low:.1%}, "
+            f"`{model}` at layer {layer})") in text
     six = float(ds.mi_mean.sel(model="mt", layer=6, target="input"))
     assert f"MI {six:.2f} at layer 6 on the `bible-full` MT" in text
 
