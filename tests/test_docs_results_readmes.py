@@ -213,7 +213,9 @@ def test_the_bible_paper_analysis_set_quotes_its_store_and_provenance():
     assert float(out.max() - out.min()) == 0
     types = [t for t in cfg["mi"]["types"] if t != cfg["tokens"]["top"]]
     text = _prose("results", "bible-paper", "README.md")
-    for quoted in (f"`corpus.analyse: all`: {pairs:,} verse pairs",
+    # the whole corpus's pieces per model, measured by the scaling benchmark on the same verses
+    pieces = json.loads((REPO / "results" / "scale" / "scale.json").read_text())[str(pairs)]["tokens_per_model"]
+    for quoted in (f"`corpus.analyse: all`: {pairs:,} verse pairs, {pieces:,} English pieces per model",
                    f"MI over the {cfg['tokens']['top']:,} most frequent types",
                    f"{int(n[0, 0]):,} occurrences, H(X) = {float(mi.entropy.sel(model='mt', target='input')):.2f} nats",
                    f"k = {cfg['mi']['k']:,} clusters, {cfg['mi']['niter']} Lloyd iterations, {cfg['mi']['restarts']} "

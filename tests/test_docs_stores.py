@@ -390,6 +390,9 @@ def test_docs_metrics_bible_paper_syntax_sentence_quotes_its_store():
             in text)
     assert (f"same relation MT {ends('mt', 'same_deprel')}, LM {ends('lm', 'same_deprel')}, MLM "
             f"{ends('mlm', 'same_deprel')}") in text
+    pos = v.sel(model="mlm", measure="same_pos")
+    assert float(pos.sel(layer=6) - pos.sel(layer=4)) > float(pos.sel(layer=4) - pos.sel(layer=0))
+    assert f"MLM {ends('mlm', 'same_pos')} (most of it in layers 5-6: {at('mlm', 'same_pos', 4)} at layer 4)" in text
 
 
 def test_the_scale_table_quotes_scale_json():
@@ -482,6 +485,11 @@ def test_docs_metrics_corpus_counts_quote_the_bible_paper_store():
     assert (f"the 1,000 most frequent ({n:,} occurrences in all; H(X) = {h1000:.2f} nats, against {h100:.2f} "
             "for the 100 most frequent)") in text
     assert f"a replicate costs a few weighted bincounts, 85 ms at {n:,} occurrences, 1,000 types" in text
+    k = ds.attrs["config"]["mi"]["k"]
+    assert f"Here that leaves {n / 10_000:.0f} occurrences per cluster." in text  # the paper's 10 per type
+    assert (f"`configs/bible-paper.yaml` uses k = {k:,}: two clusters per type" in text and
+            f"{n / k:.0f} occurrences per cluster (the earlier configuration, the 100 most frequent types at k = "
+            f"1,000, had {int(sel.n.sel(types=100)) / 1000:.0f})" in text)
 
 
 def test_docs_metrics_change_bins_sentence_quotes_both_stores():
@@ -566,3 +574,52 @@ def test_each_committed_resolved_config_is_the_one_its_store_was_computed_with()
         stored = json.loads((d / "report" / "provenance.json").read_text(encoding="utf-8"))["config"]
         resolved.pop("reuse", None), stored.pop("reuse", None)
         assert not differ(resolved, stored), (d.name, differ(resolved, stored))
+
+
+def test_docs_metrics_replication_paragraphs_quote_the_stores():
+    """docs/metrics.md's sentences around the bible-full scorecard and on the paper-sized set: the
+    models and analysed text (provenance, similarity), MI's restarts, k, occurrences and share of
+    H(X), bible-paper's MI selection, its losses by type count (mi_types), the same-token ceiling
+    and the annotated types (the store's note); and the similarity route's largest difference
+    (results/scale/similarity.json)."""
+    import json
+
+    from evolution.metrics.results import open_metrics
+
+    text = _prose("docs", "metrics.md")
+    scale = json.loads((REPO / "results" / "scale" / "similarity.json").read_text())
+    assert f"`benchmarks/similarity.py`: {scale['max_difference']:.2e} on the default run's text" in text
+    full = REPO / "results" / "bible-full"
+    corpus = json.loads((full / "report" / "provenance.json").read_text())["corpus"]
+    mi = open_metrics(full / "metrics.zarr", "mi").load()
+    pieces = int(open_metrics(full / "metrics.zarr", "similarity").attrs["n_occurrences"])
+    assert (f"the {mi.sizes['model']} well-trained models (MT, LM, MLM, a second seed of each, MT and LM with 10% "
+            f"input token dropout), analysed on the {corpus['splits']['test']['pairs']:,} held-out test verses "
+            f"({pieces:,} pieces) and {corpus['annotated']['n_sentences']:,} UD EWT test sentences") in text
+    cfg = mi.attrs["config"]
+    frac = mi.mi_fraction.sel(target="input", model=["mt", "mt-seed1", "lm", "lm-seed1"])
+    assert float(frac.min()) >= 0.95 and f"over {mi.sizes['restart']} k-means restarts" in text
+    (k,) = {int(x) for x in mi.k.sel(target="input").values.ravel()}
+    assert k == cfg["mi"]["k"]
+    assert (f"MI(input) stays within 5% of H(X) for MT and LM at this analysis-set size (k = {k} for "
+            f"{int(mi.n.sel(model='mt', target='input')[0]):,} occurrences of {cfg['tokens']['top']} types)") in text
+    paper = REPO / "results" / "bible-paper" / "metrics.zarr"
+    pm = open_metrics(paper, "mi").load()
+    assert (f"MI over the {pm.attrs['config']['tokens']['top']:,} most frequent types, "
+            f"{int(pm.n.sel(model='mt', target='input')[0]):,} occurrences, k = {pm.attrs['config']['mi']['k']:,}, "
+            f"H(X) = {float(pm.entropy.sel(model='mt', target='input')):.2f} nats") in text
+    types = open_metrics(paper, "mi_types").load().sel(target="input")
+
+    def loss(m, t):
+        x = types.mi_corrected.sel(model=m, types=t)
+        return f"{float(1 - x.sel(layer=6) / x.sel(layer=0)):.1%}"
+
+    low, high = int(types.types.min()), int(types.types.max())
+    assert (f"(100 -> 1,000: the LM's loss from layer 0 grows from {loss('lm', low)} to {loss('lm', high)}, the MT's "
+            f"from {loss('mt', low)} to {loss('mt', high)})") in text and (low, high) == (100, 1000)
+    same = open_metrics(paper, "neighbors").load().value.sel(measure="same_token", layer=6)
+    assert (f"MT and MLM both sit at the same-token ceiling, {float(same.sel(model='mt')):.3f} and "
+            f"{float(same.sel(model='mlm')):.3f})") in text
+    n, count = re.search(r"only (\d+) token types have >= (\d+) occurrences in the annotated text",
+                         pm.attrs["notes"][0]).groups()
+    assert f"Syntax on the UD text ({n} types with >= {count} occurrences;" in text
