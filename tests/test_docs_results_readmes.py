@@ -332,3 +332,26 @@ def test_the_from_scratch_closing_paragraph_quotes_the_trajectory_store():
     held = [int(u) for u, v in zip(ds["update"].values, six.values) if str(v) == "holds"]
     assert held == [int(u) for u in ds["update"].values if u <= held[-1]]
     assert f"claim 6 holds up to update {held[-1]} and is lost after it" in text
+
+
+def test_the_from_scratch_c2_json_is_what_its_script_gives_from_the_report():
+    """results/from-scratch/c2.json (C2 under both rules, rebuilt from report/heads_entropy.csv) is
+    what c2_both_rules.py computes; the halves rule on those numbers gives the committed
+    head_verdicts.json's C2 (verdict and measured, to the printed digits), so the CSV route is the
+    store's; and the README's sentence on the lowest-layer rule is the JSON's verdict."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("c2_both_rules", SCRATCH / "c2_both_rules.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    now = json.loads(json.dumps(script.c2()))
+    assert json.loads((SCRATCH / "c2.json").read_text()) == now
+    committed = next(c for c in json.loads((SCRATCH / "report" / "head_verdicts.json").read_text())
+                     if c["number"] == "C2")
+    assert {k: committed[k] for k in ("claim", "verdict", "why", "measured")} == {
+        k: now["earlier"][k] for k in ("claim", "verdict", "why", "measured")}
+    failing = re.search(r"the first layer's heads are not the broader ones \(([^)]*)\)", now["why"])[1]
+    names = " and ".join(m.upper() for m in failing.split(", "))
+    assert now["verdict"] == "does not hold"
+    assert (f"under the lowest-layer rule it does not hold either ({names}: layer 1 is not their broadest)"
+            in _prose("results", "from-scratch", "README.md"))
