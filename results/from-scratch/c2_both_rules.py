@@ -52,10 +52,7 @@ def c2(path: Path = HERE / "report" / "heads_entropy.csv") -> dict:
     from evolution.report.heads_card.base import HeadRun
     from evolution.report.heads_card.clark import claim_broad_lower
 
-    run = HeadRun.__new__(HeadRun)
-    run.path, run.heads, run.dependency, run.importance = str(path), heads_from_csv(path), None, None
-    run.groups = {"heads": run.heads, "heads_dependency": None, "heads_importance": None}
-    found = claim_broad_lower(run)
+    found = claim_broad_lower(HeadRun.from_groups(heads_from_csv(path), path=str(path)))
     out = {k: getattr(found, k) for k in ("claim", "rule", "verdict", "why", "measured", "details")}
     return out | {"earlier": found.earlier, "source": "report/heads_entropy.csv"}
 

@@ -23,10 +23,14 @@ concerns; ``why`` names the models behind the verdict and those left out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from evolution.report.scorecard.base import FAILS, HOLDS, NA, Finding
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = ["ALPHA", "NOT_SIGNIFICANT", "SINKS", "HeadRun", "Outcome", "rank_greater", "signed_rank_below", "halves",
            "span", "verdict", "pfmt"]
@@ -164,6 +168,16 @@ class HeadRun:
         self.heads = self.groups["heads"]
         self.dependency = self.groups["heads_dependency"]
         self.importance = self.groups["heads_importance"]
+
+    @classmethod
+    def from_groups(cls, heads: xr.Dataset | None, dependency: xr.Dataset | None = None,
+                    importance: xr.Dataset | None = None, *, path: str = "") -> HeadRun:
+        """The verdicts' view of groups already in memory (e.g. rebuilt from a report's CSVs)."""
+        run = cls.__new__(cls)
+        run.path = path
+        run.groups = {"heads": heads, "heads_dependency": dependency, "heads_importance": importance}
+        run.heads, run.dependency, run.importance = heads, dependency, importance
+        return run
 
     def models(self) -> list[str]:
         return [str(m) for m in self.heads.model.values] if self.heads is not None else []
