@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import xarray as xr
 
 import evolution.api as ev
 from conftest import SENTENCES, write_config

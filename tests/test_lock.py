@@ -56,7 +56,7 @@ def test_the_lock_of_a_killed_run_is_taken_over(tmp_path, corpus_file, model_spe
     assert json.loads((workdir / "run.lock").read_text())["pid"] == dead.pid  # the stale record is still there
     result = _run(config)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert f"taking over" in result.stderr and f"process {dead.pid}" in result.stderr
+    assert "taking over" in result.stderr and f"process {dead.pid}" in result.stderr
     assert (workdir / "reps.zarr").is_dir()
     assert (workdir / "run.lock").read_text() == ""  # released when the run finished
     again = _run(config)  # a finished run leaves the workdir free
