@@ -165,9 +165,6 @@ class HeadRun:
 
         self.path = str(path)
         self.groups = {name: open_group(path, name) for name in self.GROUPS}
-        self.heads = self.groups["heads"]
-        self.dependency = self.groups["heads_dependency"]
-        self.importance = self.groups["heads_importance"]
 
     @classmethod
     def from_groups(cls, heads: xr.Dataset | None, dependency: xr.Dataset | None = None,
@@ -175,9 +172,20 @@ class HeadRun:
         """The verdicts' view of groups already in memory (e.g. rebuilt from a report's CSVs)."""
         run = cls.__new__(cls)
         run.path = path
-        run.groups = {"heads": heads, "heads_dependency": dependency, "heads_importance": importance}
-        run.heads, run.dependency, run.importance = heads, dependency, importance
+        run.groups = dict(zip(cls.GROUPS, (heads, dependency, importance)))
         return run
+
+    @property
+    def heads(self) -> xr.Dataset | None:
+        return self.groups["heads"]
+
+    @property
+    def dependency(self) -> xr.Dataset | None:
+        return self.groups["heads_dependency"]
+
+    @property
+    def importance(self) -> xr.Dataset | None:
+        return self.groups["heads_importance"]
 
     def models(self) -> list[str]:
         return [str(m) for m in self.heads.model.values] if self.heads is not None else []
