@@ -1,0 +1,197 @@
+"""The bootstrap's bias and coverage on synthetic data with a known truth: the measurements
+behind the centred intervals of docs/metrics.md ("Similarity", "MI: the interval over sentences").
+
+Four measurements, each seeded, written to ``results/bootstrap-checks/bootstrap_checks.json``:
+
+* ``pwcca_bias``: PWCCA distance of two synthetic views (d = 32, sentences of 8 rows) at 12, 62
+  and 312 occurrences per dimension, with the plain percentile interval of its resamples of
+  whole sentences (the definition: rows resampled, every SVD redone) and the centred one
+  (:func:`evolution.metrics.mi.centred_interval`). A resample repeats rows, and CCA fits
+  repeated rows closer, so the replicates sit below the estimate, the more so the fewer rows
+  per dimension.
+* ``mi_coverage``: MI of k-means clusters (k = 300) with the labels of 200 Zipf-distributed
+  types (sentences of 20 occurrences), at 10,000 and 60,000 occurrences: how far the plain
+  percentile interval of :func:`evolution.metrics.mi.bootstrap_mi` sits from the estimate (in
+  interval widths), and the interval's width against the spread (3.92 sd, a 95% normal
+  interval's width) of the estimate over fresh data sets from the same distribution, partitioned
+  by the same clusters (:func:`mi_coverage`), for 5 seeds of the whole set-up.
+* ``pwcca_repeated``: where canonical correlations repeat (here: view b holds twelve of view
+  a's directions exactly), PWCCA depends on the basis the SVD picks for the repeated
+  directions: rotating view b's features, which leaves it unchanged where the correlations are
+  distinct (the control), moves it.
+* ``mi_replicate_seconds``: one MI bootstrap replicate at the paper configuration's size
+  (822,374 occurrences, 1,000 types, k = 2,000, 3 restarts), on this machine, one thread.
+
+    python benchmarks/bootstrap_checks.py [--fresh 50] [--seeds 5] [--out results/bootstrap-checks/bootstrap_checks.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # one core, as a worker
+    os.environ.setdefault(_v, "1")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "results" / "bootstrap-checks" / "bootstrap_checks.json"
+LEVEL = 0.95
+
+
+def _views(rows_per_dim: int, *, d: int = 32, rows_per_sentence: int = 8, seed: int = 0):
+    """Two (n, d) views of one latent with a sentence effect, and each row's sentence."""
+    rng = np.random.default_rng([seed, rows_per_dim])
+    n = rows_per_dim * d
+    sentence = np.arange(n) // rows_per_sentence
+    latent = 0.5 * rng.standard_normal((sentence[-1] + 1, d))[sentence] + rng.standard_normal((n, d))
+    a = latent @ rng.standard_normal((d, d)) + 3.0 * rng.standard_normal((n, d))
+    b = latent @ rng.standard_normal((d, d)) + 3.0 * rng.standard_normal((n, d))
+    return a, b, sentence
+
+
+def pwcca_bias(rows_per_dim=(12, 62, 312), *, replicates: int = 200, seed: int = 0) -> list[dict]:
+    from evolution.metrics.mi import centred_interval
+    from evolution.metrics.resample import sentence_draws
+    from evolution.metrics.similarity import View, pwcca_distance
+
+    out = []
+    for r in rows_per_dim:
+        a, b, sentence = _views(r, seed=seed)
+        estimate = pwcca_distance(View(a), View(b))
+        n_sent = sentence[-1] + 1
+        starts = np.arange(n_sent) * (len(sentence) // n_sent)
+        values = []
+        for draw in sentence_draws(n_sent, replicates=replicates, seed=seed):
+            rows = (starts[draw][:, None] + np.arange(len(sentence) // n_sent)).ravel()
+            values.append(pwcca_distance(View(a[rows], min_ratio=0), View(b[rows], min_ratio=0)))
+        values = np.array(values)
+        plain = np.percentile(values, [50 * (1 - LEVEL), 50 * (1 + LEVEL)]).tolist()
+        out.append({"rows_per_dim": r, "estimate": estimate, "replicate_mean": float(values.mean()),
+                    "plain": plain, "centred": centred_interval(values, estimate, LEVEL),
+                    "plain_covers": bool(plain[0] <= estimate <= plain[1])})
+    return out
+
+
+def _zipf_data(n: int, *, types: int, d: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` occurrences of ``types`` Zipf(1) types, each a noisy copy of its type's centre,
+    in sentences of 20; the centres are drawn from ``default_rng(0)`` (one distribution)."""
+    centres = np.random.default_rng(0).standard_normal((types, d))
+    p = 1.0 / np.arange(1, types + 1)
+    labels = rng.choice(types, size=n, p=p / p.sum())
+    vectors = (centres[labels] + 1.2 * rng.standard_normal((n, d))).astype(np.float32)
+    return vectors, labels, np.arange(n) // 20
+
+
+def _nearest(vectors: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Each row's nearest centre (squared Euclidean), in blocks."""
+    out = np.empty(len(vectors), dtype=np.int64)
+    sq = (centres ** 2).sum(axis=1)
+    for i in range(0, len(vectors), 8192):
+        block = vectors[i:i + 8192].astype(np.float64)
+        out[i:i + 8192] = np.argmin(sq[None, :] - 2 * block @ centres.T, axis=1)
+    return out
+
+
+def mi_coverage(sizes=(10_000, 60_000), *, types: int = 200, k: int = 300, d: int = 16, fresh: int = 20,
+                replicates: int = 200, restarts: int = 5, seed: int = 0) -> list[dict]:
+    """The interval of :func:`bootstrap_mi` is the sampling variability of the sentences given
+    the clusters, so its truth is the spread of the estimate over fresh data sets assigned to
+    the same clusters: k-means runs once on data set 0, its centroids (each cluster's mean)
+    partition every data set by the nearest one. The spread of k-means itself (``restarts``
+    seeds on data set 0) is reported beside it, as the store keeps it (``mi_sd``)."""
+    from evolution.metrics.mi import bootstrap_mi, centred_interval, kmeans_labels, mutual_information
+
+    out = []
+    for n in sizes:
+        vectors, labels, sentence = _zipf_data(n, types=types, d=d, rng=np.random.default_rng([seed, n, 0]))
+        first = kmeans_labels(vectors, k=k, seed=seed)
+        centres = np.stack([vectors[first == c].mean(axis=0) if (first == c).any() else np.full(d, np.inf)
+                            for c in range(k)]).astype(np.float64)
+        restart_mi = [mutual_information(labels, kmeans_labels(vectors, k=k, seed=seed + r)) for r in range(restarts)]
+        estimates = []
+        for f in range(fresh + 1):  # data set 0 is bootstrapped; all give the estimate's spread
+            if f:
+                vectors, labels, sentence = _zipf_data(n, types=types, d=d, rng=np.random.default_rng([seed, n, f]))
+            clusters = _nearest(vectors, centres)
+            shuffled = mutual_information(np.random.default_rng([seed, n, f, 1]).permutation(labels), clusters)
+            mi = mutual_information(labels, clusters)
+            estimates.append((mi, mi - shuffled))
+            if f == 0:
+                boot = bootstrap_mi(labels, [clusters], sentence, replicates=replicates, seed=seed)
+                first_set = {"mi": (mi, boot["mi"][:, 0]),
+                             "corrected": (mi - shuffled, boot["mi"][:, 0] - boot["shuffled"])}
+        row = {"seed": seed, "n": n, "types": types, "k": k, "occurrences_per_cluster": n / k,
+               "restart_sd": float(np.std(restart_mi, ddof=1))}
+        for i, (name, (estimate, values)) in enumerate(first_set.items()):
+            plain = np.percentile(values, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
+            width = float(plain[1] - plain[0])
+            spread = float(np.std([e[i] for e in estimates], ddof=1))
+            row[name] = {"estimate": float(estimate), "plain": plain.tolist(),
+                         "miss_widths": float(max(plain[0] - estimate, estimate - plain[1], 0.0) / width),
+                         "side": "above" if plain[0] > estimate else "below" if plain[1] < estimate else "covers",
+                         "centred": centred_interval(values, estimate, LEVEL), "width": width,
+                         "fresh_sd": spread, "fresh_width": 3.92 * spread}
+        out.append(row)
+    return out
+
+
+def pwcca_repeated(*, d: int = 32, shared: int = 12, n: int = 2000, seed: int = 0) -> dict:
+    """PWCCA (weights from view a) is unchanged when view b's features are rotated, as long as
+    the canonical correlations are distinct: a's canonical variates do not move. Where
+    correlations repeat (here view b holds ``shared`` of view a's directions exactly: that many
+    correlations of 1) the variates within the repeated block are any basis of it, the SVD picks
+    one, and the weights (sums of absolute loadings) follow that pick. Control: the same views
+    without the shared block."""
+    from evolution.metrics.similarity import View, pwcca
+
+    rng = np.random.default_rng(seed)
+    common = rng.standard_normal((n, shared))
+    latent = rng.standard_normal((n, d))
+    a = np.hstack([common, rng.standard_normal((n, d - shared))]) @ rng.standard_normal((d, d))
+    b = np.hstack([common @ rng.standard_normal((shared, shared)), latent[:, shared:]])
+    a_control = latent @ rng.standard_normal((d, d)) + rng.standard_normal((n, d))
+    b_control = latent @ rng.standard_normal((d, d)) + rng.standard_normal((n, d))
+    rotation = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    rho = np.linalg.svd(View(a).basis_.T @ View(b).basis_, compute_uv=False)
+    return {"correlations_at_1": int((rho > 1 - 1e-9).sum()),
+            "repeated": {"pwcca": pwcca(View(a), View(b)), "b_rotated": pwcca(View(a), View(b @ rotation))},
+            "control": {"pwcca": pwcca(View(a_control), View(b_control)),
+                        "b_rotated": pwcca(View(a_control), View(b_control @ rotation))}}
+
+
+def mi_replicate_seconds(*, n: int = 822_374, types: int = 1000, k: int = 2000, restarts: int = 3,
+                         replicates: int = 5) -> float:
+    from evolution.metrics.mi import bootstrap_mi
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, types, n)
+    clusterings = [rng.integers(0, k, n) for _ in range(restarts)]
+    sentence = np.sort(rng.integers(0, n // 25, n))
+    bootstrap_mi(labels, clusterings, sentence, replicates=1)  # warm-up
+    t0 = time.perf_counter()
+    bootstrap_mi(labels, clusterings, sentence, replicates=replicates)
+    return (time.perf_counter() - t0) / replicates
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fresh", type=int, default=50, help="fresh data sets for the MI estimate's spread")
+    parser.add_argument("--seeds", type=int, default=5, help="synthetic MI data sets (seeds 0, 1, ...)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    result = {"fresh": args.fresh, "pwcca_bias": pwcca_bias(),
+              "mi_coverage": [row for s in range(args.seeds) for row in mi_coverage(fresh=args.fresh, seed=s)],
+              "pwcca_repeated": pwcca_repeated(), "mi_replicate_seconds": mi_replicate_seconds()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""benchmarks/bootstrap_checks.py (the synthetic measurements behind the centred bootstrap
+intervals): what its committed result says, and docs/metrics.md quoting that result."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT = REPO / "results" / "bootstrap-checks" / "bootstrap_checks.json"
+
+
+def _result() -> dict:
+    return json.loads(RESULT.read_text(encoding="utf-8"))
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("bootstrap_checks", REPO / "benchmarks" / "bootstrap_checks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_pwcca_parts_of_the_committed_result_are_what_the_script_computes():
+    script, committed = _script(), _result()
+    for new, old in zip(script.pwcca_bias(), committed["pwcca_bias"], strict=True):
+        assert new["rows_per_dim"] == old["rows_per_dim"]
+        np.testing.assert_allclose([new["estimate"], *new["plain"], *new["centred"]],
+                                   [old["estimate"], *old["plain"], *old["centred"]], rtol=0, atol=1e-9)
+    new = script.pwcca_repeated()
+    np.testing.assert_allclose([new[c][v] for c in ("repeated", "control") for v in ("pwcca", "b_rotated")],
+                               [committed["pwcca_repeated"][c][v] for c in ("repeated", "control")
+                                for v in ("pwcca", "b_rotated")], rtol=0, atol=1e-9)
+
+
+def test_pwcca_moves_with_a_rotation_of_b_only_where_correlations_repeat():
+    """With distinct canonical correlations, a's canonical variates (and so PWCCA's weights from a)
+    do not depend on b's basis; with twelve correlations of 1 they do."""
+    r = _result()["pwcca_repeated"]
+    assert r["correlations_at_1"] == 12
+    assert abs(r["control"]["pwcca"] - r["control"]["b_rotated"]) < 1e-12
+    assert abs(r["repeated"]["pwcca"] - r["repeated"]["b_rotated"]) > 1e-4
+
+
+def test_the_bootstrap_bias_the_centring_removes_is_in_the_committed_result():
+    """Resampling repeats rows: the replicates' PWCCA distances sit below the estimate, most at the
+    fewest rows per dimension, so the plain interval can exclude the estimate and the centred one
+    holds it; the MI replicates sit above the estimate and the control-subtracted ones below."""
+    r = _result()
+    bias = [x["estimate"] - x["replicate_mean"] for x in r["pwcca_bias"]]
+    assert all(b > 0 for b in bias) and bias == sorted(bias, reverse=True)
+    assert not r["pwcca_bias"][0]["plain_covers"]
+    for x in r["pwcca_bias"]:
+        low, high = x["centred"]
+        assert low <= x["estimate"] <= high
+        assert high - low == pytest.approx(x["plain"][1] - x["plain"][0])
+    for row in r["mi_coverage"]:
+        assert row["mi"]["side"] == "above" and row["corrected"]["side"] == "below"
+
+
+def test_docs_metrics_quotes_the_bootstrap_checks():
+    r = _result()
+    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    f3 = "{:.3f}".format
+    rows = {x["rows_per_dim"]: x for x in r["pwcca_bias"]}
+    low = rows[12]
+    assert (f"an estimate of {f3(low['estimate'])} at 12 occurrences per dimension, plain percentile interval "
+            f"[{f3(low['plain'][0])}, {f3(low['plain'][1])}], excluding it;") in text
+    for n in (62, 312):
+        x = rows[n]
+        assert f"{f3(x['estimate'])} in [{f3(x['plain'][0])}, {f3(x['plain'][1])}]" in text
+    rep = r["pwcca_repeated"]
+    control = abs(rep["control"]["pwcca"] - rep["control"]["b_rotated"])
+    assert (f"moves PWCCA from {rep['repeated']['pwcca']:.4f} to {rep['repeated']['b_rotated']:.4f}, where with "
+            f"distinct correlations (the control) it moves by {control:.0e}") in text
+    seconds = r["mi_replicate_seconds"]
+    assert (f"{seconds:.2f} s at 822,374 occurrences, 1,000 types, k = 2,000 and 3 restarts on one core "
+            f"(`benchmarks/bootstrap_checks.py`; 200 replicates: ~{200 * seconds:.0f} s per layer and target)") in text
+    cov = r["mi_coverage"]
+    seeds = len({x["seed"] for x in cov})
+    miss = [x[k]["miss_widths"] for x in cov for k in ("mi", "corrected")]
+    assert f"60,000 occurrences, {seeds} seeds) the plain percentile intervals missed the estimate by " \
+           f"{min(miss):.1f}-{max(miss):.1f} of their widths at every seed" in text
+
+    assert f"over {r['fresh']} fresh data sets partitioned by the same clusters" in text
+
+    def ratios(n, k):
+        return [x[k]["width"] / x[k]["fresh_width"] for x in cov if x["n"] == n]
+
+    big = {k: ratios(60_000, k) for k in ("mi", "corrected")}
+    assert (f"at 60,000, {min(big['mi']):.2f}-{max(big['mi']):.2f} of it for the MI (mean {np.mean(big['mi']):.2f}) "
+            f"and {min(big['corrected']):.2f}-{max(big['corrected']):.2f} for MI minus the control (mean "
+            f"{np.mean(big['corrected']):.2f}); at 10,000 wider (means {np.mean(ratios(10_000, 'mi')):.2f} and "
+            f"{np.mean(ratios(10_000, 'corrected')):.2f})") in text
+    assert all(np.mean(ratios(10_000, k)) > 1 for k in ("mi", "corrected"))
