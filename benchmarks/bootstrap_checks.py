@@ -1,7 +1,7 @@
 """The bootstrap's bias and coverage on synthetic data with a known truth: the measurements
 behind the centred intervals of docs/metrics.md ("Similarity", "MI: the interval over sentences").
 
-Four measurements, each seeded, written to ``results/bootstrap-checks/bootstrap_checks.json``:
+Four measurements, each seeded, written to ``results/method-checks/bootstrap_checks.json``:
 
 * ``pwcca_bias``: PWCCA distance of two synthetic views (d = 32, sentences of 8 rows) at 12, 62
   and 312 occurrences per dimension, with the plain percentile interval of its resamples of
@@ -22,7 +22,7 @@ Four measurements, each seeded, written to ``results/bootstrap-checks/bootstrap_
 * ``mi_replicate_seconds``: one MI bootstrap replicate at the paper configuration's size
   (822,374 occurrences, 1,000 types, k = 2,000, 3 restarts), on this machine, one thread.
 
-    python benchmarks/bootstrap_checks.py [--fresh 50] [--seeds 5] [--out results/bootstrap-checks/bootstrap_checks.json]
+    python benchmarks/bootstrap_checks.py [--fresh 50] [--seeds 5] [--out results/method-checks/bootstrap_checks.json]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # one
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "results" / "bootstrap-checks" / "bootstrap_checks.json"
+OUT = ROOT / "results" / "method-checks" / "bootstrap_checks.json"
 LEVEL = 0.95
 
 

@@ -485,7 +485,7 @@ def test_docs_metrics_corpus_counts_quote_the_bible_paper_store():
     text = _prose("docs", "metrics.md")
     assert (f"the 1,000 most frequent ({n:,} occurrences in all; H(X) = {h1000:.2f} nats, against {h100:.2f} "
             "for the 100 most frequent)") in text
-    seconds = json.loads((REPO / "results" / "bootstrap-checks" / "bootstrap_checks.json").read_text())["mi_replicate_seconds"]
+    seconds = json.loads((REPO / "results" / "method-checks" / "bootstrap_checks.json").read_text())["mi_replicate_seconds"]
     assert f"a replicate costs a few weighted bincounts, {seconds:.2f} s at {n:,} occurrences, 1,000 types" in text
     k = ds.attrs["config"]["mi"]["k"]
     assert f"Here that leaves {n / 10_000:.0f} occurrences per cluster." in text  # the paper's 10 per type

@@ -1,5 +1,6 @@
-"""benchmarks/bootstrap_checks.py (the synthetic measurements behind the centred bootstrap
-intervals): what its committed result says, and docs/metrics.md quoting that result."""
+"""results/method-checks: benchmarks/bootstrap_checks.py (the synthetic measurements behind the
+centred bootstrap intervals) and benchmarks/type_counts.py (the corpus's type counts, the MI control
+of a proportional split by k): what their committed results say, and docs/metrics.md quoting them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-RESULT = REPO / "results" / "bootstrap-checks" / "bootstrap_checks.json"
+RESULT = REPO / "results" / "method-checks" / "bootstrap_checks.json"
 
 
 def _result() -> dict:
@@ -97,3 +98,54 @@ def test_docs_metrics_quotes_the_bootstrap_checks():
             f"{np.mean(big['corrected']):.2f}); at 10,000 wider (means {np.mean(ratios(10_000, 'mi')):.2f} and "
             f"{np.mean(ratios(10_000, 'corrected')):.2f})") in text
     assert all(np.mean(ratios(10_000, k)) > 1 for k in ("mi", "corrected"))
+
+
+def _type_counts() -> dict:
+    return json.loads((REPO / "results" / "method-checks" / "type_counts.json").read_text(encoding="utf-8"))
+
+
+def test_the_proportional_split_is_what_its_definition_says():
+    """benchmarks/type_counts.py's clustering on a small case worked by hand: counts 6, 3, 1 and
+    k = 4 (N = 10): the first type gets round(2.4) = 2 clusters, the second round(1.2) = 1, the third
+    (0.4 < 1) the one cluster left; then the MI is H(X) and the control is a plain loop's MI."""
+    from evolution.metrics.mi import entropy, mutual_information
+
+    script = importlib.util.spec_from_file_location("type_counts", REPO / "benchmarks" / "type_counts.py")
+    module = importlib.util.module_from_spec(script)
+    script.loader.exec_module(module)
+    clusters = module.proportional_clusters(np.array([6, 3, 1]), 4)
+    assert clusters.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]
+    labels = np.repeat([0, 1, 2], [6, 3, 1])
+    assert mutual_information(labels, clusters) == pytest.approx(entropy(labels))
+    # three rare types sharing a cluster lose their identity there: counts 5, 1, 1, 1 at k = 2
+    # (5 x 2 / 8 = 1.25: one cluster; the rest share the other), H(X | C) = 3/8 log 3
+    shared = module.proportional_clusters(np.array([5, 1, 1, 1]), 2)
+    assert shared.tolist() == [0] * 5 + [1] * 3
+    labels = np.repeat([0, 1, 2, 3], [5, 1, 1, 1])
+    assert mutual_information(labels, shared) == pytest.approx(entropy(labels) - 3 / 8 * np.log(3))
+    # rounded, not floored: counts 7, 2, 1 at k = 4 give the first type round(2.8) = 3 clusters
+    assert module.proportional_clusters(np.array([7, 2, 1]), 4).tolist() == [0, 0, 0, 1, 1, 2, 2, 3, 3, 3]
+
+
+def test_docs_metrics_quotes_the_type_counts():
+    r, store = _type_counts(), REPO / "results" / "bible-paper" / "metrics.zarr"
+    from evolution.metrics.results import open_metrics
+
+    ds = open_metrics(store, "mi_types").sel(model="mt", target="input")
+    sel = r["selection"]
+    assert sel["occurrences"] == int(ds.n.sel(types=1000)) and sel["entropy"] == pytest.approx(
+        float(ds.entropy.sel(types=1000)), abs=1e-9)  # the script counts the store's own occurrences
+    text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    c, tr = r["types"]["corpus"], r["types"]["train"]
+    assert (f"{c['1000']} types with >= 1,000 occurrences (training split: {tr['1000']}), {c['200']} with >= 200 "
+            f"({tr['200']}), {c['100']:,} with >= 100 ({tr['100']})") in text
+    prop = r["proportional"]
+    ks = ", ".join(f"{p['k']:,}" for p in prop[:-1]) + f" and {prop[-1]['k']:,}"
+    controls = ", ".join(f"{p['control']:.2f}" for p in prop[:-1]) + f" and {prop[-1]['control']:.2f}"
+    assert f"the shuffled control is {controls} nats for k = {ks} ({prop[-1]['control'] / sel['entropy']:.0%} of H(X)" \
+           in text
+
+    reach = ", ".join(f"{p['mi_fraction']:.1%}" for p in prop[:-1]) + f" and {prop[-1]['mi_fraction']:.1%}"
+    assert f"the MI such a clustering can reach {reach} of H(X)" in text
+    at_2000 = next(p for p in prop if p["k"] == 2000)
+    assert f"than the proportional split's {at_2000['mi_fraction']:.0%} where the types" in text
