@@ -19,8 +19,9 @@ def _result() -> dict:
     return json.loads(RESULT.read_text(encoding="utf-8"))
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("bootstrap_checks", REPO / "benchmarks" / "bootstrap_checks.py")
+def _script(name: str = "bootstrap_checks"):
+    """The module benchmarks/<name>.py (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -110,9 +111,7 @@ def test_the_proportional_split_is_what_its_definition_says():
     (0.4 < 1) the one cluster left; then the MI is H(X) and the control is a plain loop's MI."""
     from evolution.metrics.mi import entropy, mutual_information
 
-    script = importlib.util.spec_from_file_location("type_counts", REPO / "benchmarks" / "type_counts.py")
-    module = importlib.util.module_from_spec(script)
-    script.loader.exec_module(module)
+    module = _script("type_counts")
     clusters = module.proportional_clusters(np.array([6, 3, 1]), 4)
     assert clusters.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]
     labels = np.repeat([0, 1, 2], [6, 3, 1])
