@@ -1,5 +1,7 @@
-"""The bootstrap's bias and coverage on synthetic data with a known truth: the measurements
-behind the centred intervals of docs/metrics.md ("Similarity", "MI: the interval over sentences").
+"""The bootstrap's bias and width on synthetic data: the measurements behind the centred
+intervals of docs/metrics.md ("Similarity", "MI: the interval over sentences"). No true value is
+computed: the checks are whether an interval holds the estimate, and how its width compares with
+the estimate's spread over fresh data sets of the same distribution.
 
 Four measurements, each seeded, written to ``results/method-checks/bootstrap_checks.json``:
 
@@ -13,14 +15,17 @@ Four measurements, each seeded, written to ``results/method-checks/bootstrap_che
   types (sentences of 20 occurrences), at 10,000 and 60,000 occurrences: how far the plain
   percentile interval of :func:`evolution.metrics.mi.bootstrap_mi` sits from the estimate (in
   interval widths), and the interval's width against the spread (3.92 sd, a 95% normal
-  interval's width) of the estimate over fresh data sets from the same distribution, partitioned
-  by the same clusters (:func:`mi_coverage`), for 5 seeds of the whole set-up.
+  interval's width) of the estimate over the bootstrapped data set and fresh ones from the same
+  distribution, partitioned by the same clusters (:func:`mi_coverage`), for 5 seeds of the whole
+  set-up. The occurrences of a sentence are independent here, so resampling sentences is
+  resampling occurrences in groups of 20.
 * ``pwcca_repeated``: where canonical correlations repeat (here: view b holds twelve of view
   a's directions exactly), PWCCA depends on the basis the SVD picks for the repeated
   directions: rotating view b's features, which leaves it unchanged where the correlations are
   distinct (the control), moves it.
 * ``mi_replicate_seconds``: one MI bootstrap replicate at the paper configuration's size
-  (822,374 occurrences, 1,000 types, k = 2,000, 3 restarts), on this machine, one thread.
+  (822,374 occurrences, 1,000 types, k = 2,000, 3 restarts; random labels and clusters, whose
+  cost is the same: a few bincounts), on the machine that runs it, one thread.
 
     python benchmarks/bootstrap_checks.py [--fresh 50] [--seeds 5] [--out results/method-checks/bootstrap_checks.json]
 """
@@ -41,9 +46,16 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "method-checks" / "bootstrap_checks.json"
 LEVEL = 0.95
+#: the set-ups, written into the result beside what they gave
+SETTINGS = {"pwcca": {"d": 32, "rows_per_sentence": 8, "rows_per_dim": [12, 62, 312], "replicates": 200},
+            "mi": {"types": 200, "k": 300, "d": 16, "sizes": [10_000, 60_000], "sentence": 20, "replicates": 200,
+                   "restarts": 5},
+            "repeated": {"d": 32, "shared": 12, "n": 2000},
+            "replicate": {"n": 822_374, "types": 1000, "k": 2000, "restarts": 3}}
 
 
-def _views(rows_per_dim: int, *, d: int = 32, rows_per_sentence: int = 8, seed: int = 0):
+def _views(rows_per_dim: int, *, d: int = SETTINGS["pwcca"]["d"],
+           rows_per_sentence: int = SETTINGS["pwcca"]["rows_per_sentence"], seed: int = 0):
     """Two (n, d) views of one latent with a sentence effect, and each row's sentence."""
     rng = np.random.default_rng([seed, rows_per_dim])
     n = rows_per_dim * d
@@ -54,7 +66,11 @@ def _views(rows_per_dim: int, *, d: int = 32, rows_per_sentence: int = 8, seed: 
     return a, b, sentence
 
 
-def pwcca_bias(rows_per_dim=(12, 62, 312), *, replicates: int = 200, seed: int = 0) -> list[dict]:
+def pwcca_bias(rows_per_dim=tuple(SETTINGS["pwcca"]["rows_per_dim"]), *,
+               replicates: int = SETTINGS["pwcca"]["replicates"], seed: int = 0) -> list[dict]:
+    """Per ``rows_per_dim``: the PWCCA distance of :func:`_views` (``estimate``), the mean of its
+    ``replicates`` resamples of whole sentences (rows resampled, every SVD redone), their plain
+    95% percentile interval, the centred one, and whether the plain one holds the estimate."""
     from evolution.metrics.mi import centred_interval
     from evolution.metrics.resample import sentence_draws
     from evolution.metrics.similarity import View, pwcca_distance
@@ -78,17 +94,19 @@ def pwcca_bias(rows_per_dim=(12, 62, 312), *, replicates: int = 200, seed: int =
 
 
 def _zipf_data(n: int, *, types: int, d: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``n`` occurrences of ``types`` Zipf(1) types, each a noisy copy of its type's centre,
-    in sentences of 20; the centres are drawn from ``default_rng(0)`` (one distribution)."""
+    """(vectors (n, d) float32, labels (n,), sentence (n,)): ``n`` occurrences of ``types`` Zipf(1)
+    types, each its type's centre plus Gaussian noise (sd 1.2), in sentences of 20; the centres are
+    drawn from ``default_rng(0)``, so that every data set comes from one distribution."""
     centres = np.random.default_rng(0).standard_normal((types, d))
     p = 1.0 / np.arange(1, types + 1)
     labels = rng.choice(types, size=n, p=p / p.sum())
     vectors = (centres[labels] + 1.2 * rng.standard_normal((n, d))).astype(np.float32)
-    return vectors, labels, np.arange(n) // 20
+    return vectors, labels, np.arange(n) // SETTINGS["mi"]["sentence"]
 
 
 def _nearest(vectors: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """Each row's nearest centre (squared Euclidean), in blocks."""
+    """(n,) int64: the index of each row of ``vectors`` (n, d)'s nearest row of ``centres`` (k, d)
+    (squared Euclidean), in blocks of 8,192 rows."""
     out = np.empty(len(vectors), dtype=np.int64)
     sq = (centres ** 2).sum(axis=1)
     for i in range(0, len(vectors), 8192):
@@ -97,21 +115,36 @@ def _nearest(vectors: np.ndarray, centres: np.ndarray) -> np.ndarray:
     return out
 
 
-def mi_coverage(sizes=(10_000, 60_000), *, types: int = 200, k: int = 300, d: int = 16, fresh: int = 20,
-                replicates: int = 200, restarts: int = 5, seed: int = 0) -> list[dict]:
+def miss_widths(plain, estimate: float) -> float:
+    """How far the interval ``plain`` (low, high) lies from ``estimate``, in its widths; 0 when it
+    holds it."""
+    low, high = float(plain[0]), float(plain[1])
+    return max(low - estimate, estimate - high, 0.0) / (high - low)
+
+
+def mi_coverage(sizes=tuple(SETTINGS["mi"]["sizes"]), *, types: int = SETTINGS["mi"]["types"],
+                k: int = SETTINGS["mi"]["k"], d: int = SETTINGS["mi"]["d"], fresh: int = 50,
+                replicates: int = SETTINGS["mi"]["replicates"], restarts: int = SETTINGS["mi"]["restarts"],
+                seed: int = 0) -> list[dict]:
     """The interval of :func:`bootstrap_mi` is the sampling variability of the sentences given
     the clusters, so its truth is the spread of the estimate over fresh data sets assigned to
     the same clusters: k-means runs once on data set 0, its centroids (each cluster's mean)
     partition every data set by the nearest one. The spread of k-means itself (``restarts``
-    seeds on data set 0) is reported beside it, as the store keeps it (``mi_sd``)."""
+    seeds on data set 0) is reported beside it, as the store keeps it (``mi_sd``).
+
+    One row per size: ``n``, ``types``, ``k``, ``restart_sd``, and for ``mi`` and ``corrected``
+    (MI minus its shuffled control): ``estimate``, ``replicate_mean``, ``plain`` and ``centred``
+    intervals, ``width`` (the plain one's), ``miss_widths`` (how far the plain interval lies from
+    the estimate, in widths; 0 when it holds it), ``side`` (where the plain interval lies),
+    ``fresh_sd`` over the data sets (the bootstrapped one and ``fresh`` more) and ``fresh_width``
+    = 3.92 ``fresh_sd``."""
     from evolution.metrics.mi import bootstrap_mi, centred_interval, kmeans_labels, mutual_information
 
     out = []
     for n in sizes:
         vectors, labels, sentence = _zipf_data(n, types=types, d=d, rng=np.random.default_rng([seed, n, 0]))
         first = kmeans_labels(vectors, k=k, seed=seed)
-        centres = np.stack([vectors[first == c].mean(axis=0) if (first == c).any() else np.full(d, np.inf)
-                            for c in range(k)]).astype(np.float64)
+        centres = np.stack([vectors[first == c].mean(axis=0) for c in np.unique(first)]).astype(np.float64)
         restart_mi = [mutual_information(labels, kmeans_labels(vectors, k=k, seed=seed + r)) for r in range(restarts)]
         estimates = []
         for f in range(fresh + 1):  # data set 0 is bootstrapped; all give the estimate's spread
@@ -131,8 +164,8 @@ def mi_coverage(sizes=(10_000, 60_000), *, types: int = 200, k: int = 300, d: in
             plain = np.percentile(values, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
             width = float(plain[1] - plain[0])
             spread = float(np.std([e[i] for e in estimates], ddof=1))
-            row[name] = {"estimate": float(estimate), "plain": plain.tolist(),
-                         "miss_widths": float(max(plain[0] - estimate, estimate - plain[1], 0.0) / width),
+            row[name] = {"estimate": float(estimate), "replicate_mean": float(np.mean(values)),
+                         "plain": plain.tolist(), "miss_widths": miss_widths(plain, estimate),
                          "side": "above" if plain[0] > estimate else "below" if plain[1] < estimate else "covers",
                          "centred": centred_interval(values, estimate, LEVEL), "width": width,
                          "fresh_sd": spread, "fresh_width": 3.92 * spread}
@@ -140,7 +173,8 @@ def mi_coverage(sizes=(10_000, 60_000), *, types: int = 200, k: int = 300, d: in
     return out
 
 
-def pwcca_repeated(*, d: int = 32, shared: int = 12, n: int = 2000, seed: int = 0) -> dict:
+def pwcca_repeated(*, d: int = SETTINGS["repeated"]["d"], shared: int = SETTINGS["repeated"]["shared"],
+                   n: int = SETTINGS["repeated"]["n"], seed: int = 0) -> dict:
     """PWCCA (weights from view a) is unchanged when view b's features are rotated, as long as
     the canonical correlations are distinct: a's canonical variates do not move. Where
     correlations repeat (here view b holds ``shared`` of view a's directions exactly: that many
@@ -164,8 +198,11 @@ def pwcca_repeated(*, d: int = 32, shared: int = 12, n: int = 2000, seed: int = 
                         "b_rotated": pwcca(View(a_control), View(b_control @ rotation))}}
 
 
-def mi_replicate_seconds(*, n: int = 822_374, types: int = 1000, k: int = 2000, restarts: int = 3,
+def mi_replicate_seconds(*, n: int = SETTINGS["replicate"]["n"], types: int = SETTINGS["replicate"]["types"],
+                         k: int = SETTINGS["replicate"]["k"], restarts: int = SETTINGS["replicate"]["restarts"],
                          replicates: int = 5) -> float:
+    """Seconds per replicate of :func:`evolution.metrics.mi.bootstrap_mi` at this size, after one
+    warm-up replicate."""
     from evolution.metrics.mi import bootstrap_mi
 
     rng = np.random.default_rng(0)
@@ -184,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="synthetic MI data sets (seeds 0, 1, ...)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    result = {"fresh": args.fresh, "pwcca_bias": pwcca_bias(),
+    result = {"settings": {**SETTINGS, "mi": {**SETTINGS["mi"], "seeds": args.seeds}},
+              "fresh": args.fresh, "pwcca_bias": pwcca_bias(),
               "mi_coverage": [row for s in range(args.seeds) for row in mi_coverage(fresh=args.fresh, seed=s)],
               "pwcca_repeated": pwcca_repeated(), "mi_replicate_seconds": mi_replicate_seconds()}
     args.out.parent.mkdir(parents=True, exist_ok=True)

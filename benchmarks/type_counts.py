@@ -3,7 +3,7 @@ behind docs/metrics.md's "Type count" and "k for 1,000 types" paragraphs and
 ``configs/bible-paper.yaml``'s k.
 
 The corpus stage of ``configs/bible-paper.yaml`` is run into a temporary workdir (seconds; the
-Bible text under ``data/``: ``make data``), its English verses are cut into pieces by the shipped
+Bible text under ``data/sword``: ``make data/sword/mods.d/spaRV1909eb.conf``, which ``make run`` does), its English verses are cut into pieces by the shipped
 MT's SentencePiece model (the pieces the extract stage stores), and counted:
 
 * ``types``: how many piece types have >= 1,000, >= 200 and >= 100 occurrences, in the whole
@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 CONFIG = ROOT / "configs" / "bible-paper.yaml"
 OUT = ROOT / "results" / "method-checks" / "type_counts.json"
 KS = (1000, 2000, 3000, 5000, 10_000)
@@ -42,7 +43,6 @@ def corpus_pieces(workdir: Path) -> tuple[list[int], list[int]]:
     """The piece ids of the analysed English verses and of the training split's."""
     subprocess.run([sys.executable, "-m", "pipelines.run", str(CONFIG), "--stage", "corpus", "--workdir",
                     str(workdir), "--no-progress"], cwd=ROOT, check=True, capture_output=True)
-    sys.path.insert(0, str(ROOT))
     from evolution.models import load_adapter
 
     adapter = load_adapter({"kind": "shipped", "path": str(ROOT / "results" / "bible-full" / "models" / "mt"),

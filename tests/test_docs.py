@@ -368,7 +368,7 @@ def test_the_pipeline_gap_table_quotes_the_committed_units():
     gap = bleu[("regrouped", 0)] - bleu[("fairseq-train", 0)]
     assert f"the loop loses {f2(batching)} of the {f2(gap)} at seed 0" in prose
     assert f"it ends {f2(rest)} above fairseq-train's seed 0" in prose
-    assert f"apart, the two fairseq seeds {f2(bleu[('fairseq-train', 1)] - bleu[('fairseq-train', 0)])}" in prose
+    assert f"apart, fairseq-train's seeds 0 and 1 {f2(bleu[('fairseq-train', 1)] - bleu[('fairseq-train', 0)])}" in prose
     assert f"its own batches are {f2(bleu[('regrouped', 0)] - bleu[('regrouped', 1)])} apart" in prose
     gains = [f2(bleu[("regrouped", s)] - bleu[("fixed", s)]) for s in (0, 1)]
     regrouped, fixed = ([f2(bleu[(arm, s)]) for s in (0, 1)] for arm in ("regrouped", "fixed"))

@@ -13,6 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "results" / "method-checks" / "bootstrap_checks.json"
+_words = {12: "twelve"}
 
 
 def _result() -> dict:
@@ -29,7 +30,8 @@ def _script(name: str = "bootstrap_checks"):
 
 def test_the_pwcca_parts_of_the_committed_result_are_what_the_script_computes():
     script, committed = _script(), _result()
-    for new, old in zip(script.pwcca_bias(), committed["pwcca_bias"], strict=True):
+    assert committed["settings"]["pwcca"]["rows_per_dim"][:2] == [12, 62]
+    for new, old in zip(script.pwcca_bias(rows_per_dim=(12, 62)), committed["pwcca_bias"][:2], strict=True):
         assert new["rows_per_dim"] == old["rows_per_dim"]
         np.testing.assert_allclose([new["estimate"], *new["plain"], *new["centred"]],
                                    [old["estimate"], *old["plain"], *old["centred"]], rtol=0, atol=1e-9)
@@ -56,12 +58,31 @@ def test_the_bootstrap_bias_the_centring_removes_is_in_the_committed_result():
     bias = [x["estimate"] - x["replicate_mean"] for x in r["pwcca_bias"]]
     assert all(b > 0 for b in bias) and bias == sorted(bias, reverse=True)
     assert not r["pwcca_bias"][0]["plain_covers"]
-    for x in r["pwcca_bias"]:
-        low, high = x["centred"]
-        assert low <= x["estimate"] <= high
-        assert high - low == pytest.approx(x["plain"][1] - x["plain"][0])
+    for x in [*r["pwcca_bias"], *(row[k] for row in r["mi_coverage"] for k in ("mi", "corrected"))]:
+        # centred: the plain interval moved by (estimate - mean of the replicates)
+        shift = x["estimate"] - x["replicate_mean"]
+        np.testing.assert_allclose(x["centred"], [x["plain"][0] + shift, x["plain"][1] + shift], rtol=0, atol=1e-12)
     for row in r["mi_coverage"]:
         assert row["mi"]["side"] == "above" and row["corrected"]["side"] == "below"
+
+
+def test_miss_widths_and_a_small_mi_coverage_run_agree_with_their_definitions():
+    """An interval [1, 3] lies 0.5 widths below 4 and 0.25 widths above 0.5, and holds 2; on a small
+    run every row's fields agree with each other (side, miss, width, centring, 3.92 sd)."""
+    script = _script()
+    assert script.miss_widths([1.0, 3.0], 4.0) == pytest.approx(0.5)
+    assert script.miss_widths([1.0, 3.0], 0.5) == pytest.approx(0.25)
+    assert script.miss_widths([1.0, 3.0], 2.0) == 0.0
+    rows = script.mi_coverage(sizes=(3000,), types=20, k=30, d=8, fresh=3, replicates=40, restarts=2)
+    for name in ("mi", "corrected"):
+        x = rows[0][name]
+        low, high = x["plain"]
+        assert x["width"] == pytest.approx(high - low)
+        assert x["side"] == ("above" if low > x["estimate"] else "below" if high < x["estimate"] else "covers")
+        assert x["miss_widths"] == pytest.approx(script.miss_widths(x["plain"], x["estimate"]))
+        assert x["fresh_width"] == pytest.approx(3.92 * x["fresh_sd"])
+        shift = x["estimate"] - x["replicate_mean"]
+        np.testing.assert_allclose(x["centred"], [low + shift, high + shift])
 
 
 def test_docs_metrics_quotes_the_bootstrap_checks():
@@ -79,6 +100,13 @@ def test_docs_metrics_quotes_the_bootstrap_checks():
     control = abs(rep["control"]["pwcca"] - rep["control"]["b_rotated"])
     assert (f"moves PWCCA from {rep['repeated']['pwcca']:.4f} to {rep['repeated']['b_rotated']:.4f}, where with "
             f"distinct correlations (the control) it moves by {control:.0e}") in text
+    s = r["settings"]
+    assert f"synthetic views, d = {s['pwcca']['d']}, `benchmarks/bootstrap_checks.py`" in text
+    assert f"views that share {_words[s['repeated']['shared']]} directions exactly" in text
+    assert (f"{s['mi']['types']} Zipf types, k = {s['mi']['k']}, "
+            f"{' and '.join(f'{n:,}' for n in s['mi']['sizes'])} occurrences, {s['mi']['seeds']} seeds") in text
+    rep = s["replicate"]
+    assert f"at {rep['n']:,} occurrences, {rep['types']:,} types, k = {rep['k']:,} and {rep['restarts']} restarts" in text
     seconds = r["mi_replicate_seconds"]
     assert (f"{seconds:.2f} s at 822,374 occurrences, 1,000 types, k = 2,000 and 3 restarts on one core "
             f"(`benchmarks/bootstrap_checks.py`; 200 replicates: ~{200 * seconds:.0f} s per layer and target)") in text
@@ -88,7 +116,15 @@ def test_docs_metrics_quotes_the_bootstrap_checks():
     assert f"60,000 occurrences, {seeds} seeds) the plain percentile intervals missed the estimate by " \
            f"{min(miss):.1f}-{max(miss):.1f} of their widths at every seed" in text
 
-    assert f"over {r['fresh']} fresh data sets partitioned by the same clusters" in text
+    assert f"over the bootstrapped data set and {r['fresh']} fresh ones, partitioned by the same clusters" in text
+    restart = [x["restart_sd"] for x in cov]
+    fresh = [x["mi"]["fresh_sd"] for x in cov]
+    assert (f"{min(restart):.3f}-{max(restart):.3f} nats over {s['mi']['restarts']} restarts, as over the data "
+            f"sets ({min(fresh):.3f}-{max(fresh):.3f})") in text
+    sizes = s["mi"]["sizes"]
+    docstring = " ".join((REPO / "evolution" / "metrics" / "mi.py").read_text(encoding="utf-8").split())
+    assert (f"missed the estimate by {min(miss):.1f}-{max(miss):.1f} widths at {sizes[0] / s['mi']['k']:.0f}-"
+            f"{sizes[-1] / s['mi']['k']:.0f} occurrences per cluster") in docstring
 
     def ratios(n, k):
         return [x[k]["width"] / x[k]["fresh_width"] for x in cov if x["n"] == n]
