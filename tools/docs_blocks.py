@@ -134,6 +134,22 @@ def _ranges(numbers: list[str]) -> str:
     return ", ".join(text[:-1]) + " and " + text[-1] if len(text) > 1 else text[0]
 
 
+PRUNING_SEEDS = ROOT / "results" / "bible-full" / "pruning-seeds"
+SEEDS_CSV = "tab-pruning-over-3-seeds-each-arm-against-its-own-reference-voita-et-al-acl-2019-table-3.csv"
+
+
+def pruning_seeds(report: Path = PRUNING_SEEDS) -> str:
+    """The three-seed pruning comparison (``configs/bible-full-pruning-seeds.yaml``): the report's
+    seed table as it is, then head verdict V3 with what it measured and its details."""
+    v3 = next(c for c in json.loads((report / "head_verdicts.json").read_text(encoding="utf-8"))
+              if c["number"] == "V3")
+    lines = [csv_table(report / SEEDS_CSV), "",
+             f"V3 (`{report.relative_to(ROOT).as_posix()}/head_verdicts.json`): **{v3['verdict']}**"
+             + (f" ({v3['measured']})" if v3["measured"] else f": {v3['why']}") + "."]
+    lines += [f"- {d}" for d in v3.get("details") or []]
+    return "\n".join(lines)
+
+
 #: block name -> (file, function writing its text)
 BLOCKS = {
     "scorecard-bible-full": ("docs/metrics.md", scorecard_table),
@@ -142,6 +158,8 @@ BLOCKS = {
     "probes-bible-full": ("results/bible-full/README.md", lambda: csv_table(BIBLE_FULL / PROBES_CSV)),
     "importance-bible-full": ("results/bible-full/README.md", lambda: spearman_table(BIBLE_FULL / SPEARMAN_CSV)),
     "heads-minilm-paper": ("docs/heads.md", minilm_heads_table),
+    "pruning-seeds-bible-full": ("results/bible-full/README.md", pruning_seeds),
+    "pruning-seeds-heads": ("docs/heads.md", pruning_seeds),
     "probes-bible-heads": ("results/bible-heads/README.md",
                            lambda: csv_table(ROOT / "results" / "bible-heads" / "report" / PROBES_CSV)),
 }
