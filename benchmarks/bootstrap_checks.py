@@ -71,7 +71,7 @@ def pwcca_bias(rows_per_dim=tuple(SETTINGS["pwcca"]["rows_per_dim"]), *,
     """Per ``rows_per_dim``: the PWCCA distance of :func:`_views` (``estimate``), the mean of its
     ``replicates`` resamples of whole sentences (rows resampled, every SVD redone), their plain
     95% percentile interval, the centred one, and whether the plain one holds the estimate."""
-    from evolution.metrics.mi import centred_interval
+    from evolution.metrics.plan import rows_by_sentence
     from evolution.metrics.resample import sentence_draws
     from evolution.metrics.similarity import View, pwcca_distance
 
@@ -79,18 +79,24 @@ def pwcca_bias(rows_per_dim=tuple(SETTINGS["pwcca"]["rows_per_dim"]), *,
     for r in rows_per_dim:
         a, b, sentence = _views(r, seed=seed)
         estimate = pwcca_distance(View(a), View(b))
-        n_sent = sentence[-1] + 1
-        starts = np.arange(n_sent) * (len(sentence) // n_sent)
+        groups = list(rows_by_sentence(sentence).values())
         values = []
-        for draw in sentence_draws(n_sent, replicates=replicates, seed=seed):
-            rows = (starts[draw][:, None] + np.arange(len(sentence) // n_sent)).ravel()
+        for draw in sentence_draws(len(groups), replicates=replicates, seed=seed):
+            rows = np.concatenate([groups[s] for s in draw])
             values.append(pwcca_distance(View(a[rows], min_ratio=0), View(b[rows], min_ratio=0)))
-        values = np.array(values)
-        plain = np.percentile(values, [50 * (1 - LEVEL), 50 * (1 + LEVEL)]).tolist()
-        out.append({"rows_per_dim": r, "estimate": estimate, "replicate_mean": float(values.mean()),
-                    "plain": plain, "centred": centred_interval(values, estimate, LEVEL),
-                    "plain_covers": bool(plain[0] <= estimate <= plain[1])})
+        row = _intervals(np.array(values), estimate)
+        out.append({"rows_per_dim": r, **row, "plain_covers": bool(row["plain"][0] <= estimate <= row["plain"][1])})
     return out
+
+
+def _intervals(values: np.ndarray, estimate: float) -> dict:
+    """The replicates ``values`` (replicates,) of ``estimate``: the estimate, their mean, their plain
+    :data:`LEVEL` percentile interval and the centred one (:func:`evolution.metrics.mi.centred_interval`)."""
+    from evolution.metrics.mi import centred_interval
+
+    plain = np.percentile(values, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
+    return {"estimate": float(estimate), "replicate_mean": float(np.mean(values)), "plain": plain.tolist(),
+            "centred": centred_interval(values, estimate, LEVEL)}
 
 
 def _zipf_data(n: int, *, types: int, d: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -102,17 +108,6 @@ def _zipf_data(n: int, *, types: int, d: int, rng) -> tuple[np.ndarray, np.ndarr
     labels = rng.choice(types, size=n, p=p / p.sum())
     vectors = (centres[labels] + 1.2 * rng.standard_normal((n, d))).astype(np.float32)
     return vectors, labels, np.arange(n) // SETTINGS["mi"]["sentence"]
-
-
-def _nearest(vectors: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """(n,) int64: the index of each row of ``vectors`` (n, d)'s nearest row of ``centres`` (k, d)
-    (squared Euclidean), in blocks of 8,192 rows."""
-    out = np.empty(len(vectors), dtype=np.int64)
-    sq = (centres ** 2).sum(axis=1)
-    for i in range(0, len(vectors), 8192):
-        block = vectors[i:i + 8192].astype(np.float64)
-        out[i:i + 8192] = np.argmin(sq[None, :] - 2 * block @ centres.T, axis=1)
-    return out
 
 
 def miss_widths(plain, estimate: float) -> float:
@@ -138,7 +133,8 @@ def mi_coverage(sizes=tuple(SETTINGS["mi"]["sizes"]), *, types: int = SETTINGS["
     the estimate, in widths; 0 when it holds it), ``side`` (where the plain interval lies),
     ``fresh_sd`` over the data sets (the bootstrapped one and ``fresh`` more) and ``fresh_width``
     = 3.92 ``fresh_sd``."""
-    from evolution.metrics.mi import bootstrap_mi, centred_interval, kmeans_labels, mutual_information
+    from evolution.metrics.mi import bootstrap_mi, kmeans_labels, mutual_information
+    from evolution.metrics.search import nearest
 
     out = []
     for n in sizes:
@@ -150,7 +146,7 @@ def mi_coverage(sizes=tuple(SETTINGS["mi"]["sizes"]), *, types: int = SETTINGS["
         for f in range(fresh + 1):  # data set 0 is bootstrapped; all give the estimate's spread
             if f:
                 vectors, labels, sentence = _zipf_data(n, types=types, d=d, rng=np.random.default_rng([seed, n, f]))
-            clusters = _nearest(vectors, centres)
+            clusters = nearest(centres, vectors, 1)[1][:, 0]  # each occurrence's nearest centroid
             shuffled = mutual_information(np.random.default_rng([seed, n, f, 1]).permutation(labels), clusters)
             mi = mutual_information(labels, clusters)
             estimates.append((mi, mi - shuffled))
@@ -161,14 +157,12 @@ def mi_coverage(sizes=tuple(SETTINGS["mi"]["sizes"]), *, types: int = SETTINGS["
         row = {"seed": seed, "n": n, "types": types, "k": k, "occurrences_per_cluster": n / k,
                "restart_sd": float(np.std(restart_mi, ddof=1))}
         for i, (name, (estimate, values)) in enumerate(first_set.items()):
-            plain = np.percentile(values, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
-            width = float(plain[1] - plain[0])
+            x = _intervals(values, estimate)
+            low, high = x["plain"]
             spread = float(np.std([e[i] for e in estimates], ddof=1))
-            row[name] = {"estimate": float(estimate), "replicate_mean": float(np.mean(values)),
-                         "plain": plain.tolist(), "miss_widths": miss_widths(plain, estimate),
-                         "side": "above" if plain[0] > estimate else "below" if plain[1] < estimate else "covers",
-                         "centred": centred_interval(values, estimate, LEVEL), "width": width,
-                         "fresh_sd": spread, "fresh_width": 3.92 * spread}
+            row[name] = {**x, "miss_widths": miss_widths(x["plain"], estimate),
+                         "side": "above" if low > estimate else "below" if high < estimate else "covers",
+                         "width": high - low, "fresh_sd": spread, "fresh_width": 3.92 * spread}
         out.append(row)
     return out
 

@@ -265,8 +265,8 @@ def centred_interval(values: np.ndarray, estimate: float, level: float = 0.95) -
     as distinct occurrences per cell fall): the replicates' spread measures the sampling
     variability, their location does not (measured: the plain percentile interval
     missed the estimate by 1.5-3.7 widths at 33-200 occurrences per cluster on synthetic
-    data: ``benchmarks/bootstrap_checks.py``, ``docs/metrics.md``). The shift removes that bootstrap bias estimate, mean(values) -
-    estimate (Efron & Tibshirani 1993, ch. 10)."""
+    data: ``benchmarks/bootstrap_checks.py``, ``docs/metrics.md``). The shift removes that
+    bootstrap bias estimate, mean(values) - estimate (Efron & Tibshirani 1993, ch. 10)."""
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values)]  # a resample of one type has H(X) = 0: no fraction
     if not len(values) or not np.isfinite(estimate):
