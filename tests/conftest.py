@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evolution.models.random_init import make_fairseq_model, make_hf_model, vocabulary_of
+from evolution.fixtures.random_init import make_fairseq_model, make_hf_model, vocabulary_of
 
 SENTENCES = [
     "the cat sat on the mat",

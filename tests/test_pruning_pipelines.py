@@ -269,7 +269,8 @@ def test_a_shipped_models_scratch_start_shares_fairseq_trains_embeddings_and_dec
     the encoder is the one EvolutionMT.build_model draws after the decoder, where fairseq-train
     loads the initial encoder (the one fairseq would have drawn before the decoder). A
     checkpoint's arguments keep --init-encoder: its scratch start is fairseq-train's exactly."""
-    from evolution.models.shipped import ShippedAdapter, pack_training
+    from evolution.models.shipped_fairseq import ShippedAdapter
+    from evolution.models.shipped_format import pack_training
 
     paths = trained["paths"]
     init = fairseq_run["initial"]

@@ -40,7 +40,7 @@ def test_head_roles_first_step_and_kept():
 
 
 def _series_dirs(root: Path, name: str, steps, *, arch: str = "gpt2", seed_of=lambda s: s) -> Path:
-    from evolution.models.random_init import make_hf_model
+    from evolution.fixtures.random_init import make_hf_model
 
     words = "in the beginning god created heaven and earth the was".split()
     for s in steps:
@@ -102,7 +102,7 @@ def test_trajectory_without_checkpoints_or_a_series_is_refused(tmp_path):
 def test_hub_revisions_resolve_from_the_local_cache_offline(tmp_path, monkeypatch):
     """``revisions`` of a hub id, as Pythia publishes them, found in the Hugging Face cache with no
     network: each member is that revision's snapshot; a revision the cache lacks is named."""
-    from evolution.models.tiny_series import to_hub_cache
+    from evolution.fixtures.tiny_series import to_hub_cache
 
     root = _series_dirs(tmp_path, "ckpt", [0, 500, 2000])
     cache = tmp_path / "hub"
@@ -146,7 +146,7 @@ def test_fairseq_and_shipped_checkpoints_give_their_recorded_steps(tmp_path):
     count a shipped model records."""
     import torch
 
-    from evolution.models.random_init import make_fairseq_model, vocabulary_of
+    from evolution.fixtures.random_init import make_fairseq_model, vocabulary_of
     from evolution.series import recorded_step
 
     words = vocabulary_of(["in the beginning god created the heaven and the earth"])

@@ -1,4 +1,4 @@
-"""The trajectory over checkpoint series trained offline (:mod:`evolution.models.tiny_series`): a
+"""The trajectory over checkpoint series trained offline (:mod:`evolution.fixtures.tiny_series`): a
 tiny GPT-2 and a tiny BERT trained from scratch on the shipped Genesis text, saved every 40 steps
 as the hub lays out revisions, analysed by the pipeline and by the API.
 
@@ -37,7 +37,7 @@ report: {{views: null}}
 
 @pytest.fixture(scope="module")
 def series(tmp_path_factory):
-    from evolution.models.tiny_series import GENESIS, train_series
+    from evolution.fixtures.tiny_series import GENESIS, train_series
 
     root = tmp_path_factory.mktemp("series")
     for arch in ("gpt2", "bert"):

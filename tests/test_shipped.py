@@ -15,7 +15,8 @@ from evolution.config import load_config
 from evolution.models import load_adapter
 from evolution.models.base import ModelLoadError
 from evolution.models.fairseq import FairseqAdapter
-from evolution.models.shipped import ShippedAdapter, pack_training
+from evolution.models.shipped_fairseq import ShippedAdapter
+from evolution.models.shipped_format import pack_training
 
 SENTENCE = "And God said, Let there be light: and there was light."
 
@@ -182,7 +183,7 @@ def test_vocabulary_names_no_path_and_segments_as_the_trained_one(trained, shipp
 def test_model_json_records_the_run_and_its_training_text(trained, shipped):
     """run_spec gives what the train section says of each run; the training text's hash is the
     source side of the training split (so frequency ranks can come from it)."""
-    from evolution.models.shipped import run_spec, training_text_hash
+    from evolution.models.shipped_format import run_spec, training_text_hash
     from evolution.provenance import file_hash
 
     paths, runs = trained["paths"], trained["cfg"].train.runs(trained["cfg"].seed)
@@ -224,7 +225,7 @@ def test_shipped_summary_shows_updates_and_only_the_scores_of_these_weights(tmp_
     import shutil
     from pathlib import Path
 
-    from evolution.models.shipped import shipped_summary
+    from evolution.models.shipped_format import shipped_summary
     from evolution.report.tables import training_table
 
     committed = Path(__file__).resolve().parent.parent / "results" / "bible-full" / "models"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evolution.models.tiny_series import GENESIS, main, to_hub_cache, train_series
+from evolution.fixtures.tiny_series import GENESIS, main, to_hub_cache, train_series
 
 STEPS, EVERY = 120, 40
 ARCHS = ("gpt2", "bert")

@@ -31,7 +31,7 @@ def pieces_spec(model_dir):
     """A tiny fairseq translation model whose dictionary has the pieces of :data:`PIECES`."""
     from conftest import WORDS
 
-    from evolution.models.random_init import make_fairseq_model
+    from evolution.fixtures.random_init import make_fairseq_model
 
     ckpt, data = make_fairseq_model(model_dir / "pieces", task="translation", words=WORDS + ["ca@@", "m@@", "a@@", "t"],
                                     layers=2, d_model=16, heads=2, max_positions=32, seed=2)

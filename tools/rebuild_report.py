@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def rebuild(results: Path) -> Path:
-    from evolution.models.shipped import shipped_summary
+    from evolution.models.shipped_format import shipped_summary
     from evolution.report import write_report
     from evolution.report.views import read_payload
 

@@ -18,7 +18,7 @@ def main() -> int:
     import evolution.api as ev
     from evolution.analyses.mi import mi_by_layer
     from evolution.metrics.results import open_metrics
-    from evolution.models.random_init import make_hf_model, vocabulary_of
+    from evolution.fixtures.random_init import make_hf_model, vocabulary_of
 
     mi = open_metrics(str(ROOT / "results" / "bible-full" / "metrics.zarr"), "mi")
     assert mi.sizes["model"] >= 3, mi

@@ -105,7 +105,7 @@ def _check_similarity(inputs, scfg) -> None:
 
 def _runs(reps: Representations, names: list[str]) -> dict[str, dict]:
     """What the scorecard needs of shipped models: objective, seed, token dropout."""
-    from evolution.models.shipped import run_spec
+    from evolution.models.shipped_format import run_spec
 
     return {n: run_spec(reps.specs[n]["path"]) for n in names if reps.specs[n]["kind"] == "shipped"}
 

@@ -28,7 +28,7 @@ class ModelConfig(_Section):
       ``sentencepiece`` optionally names the subword model applied to raw text
       (otherwise text is split on spaces).
     * ``kind: shipped``: ``path`` is a directory written by
-      ``python -m evolution.models.shipped`` (``model.safetensors`` and
+      ``python -m evolution.models.shipped_format`` (``model.safetensors`` and
       ``model.json``; e.g. ``results/bible-full/models/mt``): a trained model
       loaded without unpickling, its vocabulary found through ``model.json``.
 

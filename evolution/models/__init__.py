@@ -31,7 +31,7 @@ def load_adapter(spec: dict) -> Adapter:
         return FairseqAdapter(spec["path"], data=spec["data"], sentencepiece=spec.get("sentencepiece"),
                               name=spec.get("name"), objective=spec.get("objective"), device=device)
     if kind == "shipped":
-        from evolution.models.plain import PlainAdapter
+        from evolution.models.shipped_torch import PlainAdapter
 
         return PlainAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"), device=device)
     raise ModelLoadError(f"unknown model kind {kind!r}; use huggingface, fairseq or shipped")
@@ -40,7 +40,7 @@ def load_adapter(spec: dict) -> Adapter:
 def fairseq_adapter(spec: dict, *, cached: bool = True) -> Adapter:
     """The adapter for ``spec`` built from fairseq's classes, for the analyses that need them
     (LRP relevance patches fairseq's attention; pruning trains): a shipped model through
-    :class:`~evolution.models.shipped.ShippedAdapter`, other kinds as :func:`load_adapter`
+    :class:`~evolution.models.shipped_fairseq.ShippedAdapter`, other kinds as :func:`load_adapter`
     (``cached``: loaded at most once per process). Needs fairseq: ``pip install 'evolution[train]'``."""
     if spec["kind"] != "shipped":
         return cached_adapter(spec) if cached else load_adapter(spec)
@@ -51,7 +51,7 @@ def fairseq_adapter(spec: dict, *, cached: bool = True) -> Adapter:
 
 @lru_cache(maxsize=4)
 def _cached_fairseq(spec_json: str) -> Adapter:
-    from evolution.models.shipped import ShippedAdapter
+    from evolution.models.shipped_fairseq import ShippedAdapter
 
     spec = json.loads(spec_json)
     return ShippedAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"),
@@ -79,7 +79,7 @@ def model_identity(spec: dict) -> str:
 
     files = {p: tree_hash(spec[p]) for p in ("path", "data", "sentencepiece") if spec.get(p)}
     if spec["kind"] == "shipped":
-        from evolution.models.shipped import shipped_vocabulary
+        from evolution.models.shipped_format import shipped_vocabulary
 
         files["vocabulary"] = tree_hash(shipped_vocabulary(Path(spec["path"])))
     return config_hash({"kind": spec["kind"], "objective": spec.get("objective"), "files": files})

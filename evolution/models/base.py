@@ -256,7 +256,7 @@ class FairseqLayoutHeads:
     """Head gates of a network laid out as fairseq's Transformer (each layer's ``self_attn``,
     the decoder's ``encoder_attn``, each attention's ``out_proj``): fairseq's own classes
     (:class:`~evolution.models.fairseq.FairseqAdapter`) and their plain PyTorch mirror
-    (:class:`~evolution.models.plain.PlainAdapter`). A subclass gives ``_encoder_layers()`` and
+    (:class:`~evolution.models.shipped_torch.PlainAdapter`). A subclass gives ``_encoder_layers()`` and
     ``_decoder_layers()``, and ``supports_decoder``."""
 
     #: the attention types a model may have (Voita et al. ACL 2019 prune all three)

@@ -44,7 +44,7 @@ class ExtractStage(Stage):
                           if getattr(model, p) is not None}
                 if model.kind == "shipped":  # the vocabulary lives beside the model directory; the corpus
                     # key above fixes the training text that the recorded hash is compared with
-                    from evolution.models.shipped import shipped_vocabulary, training_text_hash
+                    from evolution.models.shipped_format import shipped_vocabulary, training_text_hash
 
                     inputs["vocabulary"] = tree_hash(shipped_vocabulary(model.path))
                     inputs["training_text"] = training_text_hash(model.path)
@@ -66,7 +66,7 @@ class ExtractStage(Stage):
         text = CorpusStage().directory(ctx) / "text" / f"train.{ctx.config.corpus.languages[0]}"
         if model.kind == "trained":
             return text
-        from evolution.models.shipped import training_text_hash
+        from evolution.models.shipped_format import training_text_hash
 
         recorded = training_text_hash(model.path)
         return text if recorded is not None and text.is_file() and file_hash(text) == recorded else None

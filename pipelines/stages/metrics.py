@@ -71,7 +71,7 @@ class MetricsStage(Stage):
         """``model -> {objective, seed, token_dropout}`` for this project's models (default: the
         config's): the train section's runs (``kind: trained``, a kept checkpoint being its run's)
         and what a shipped model's ``model.json`` records."""
-        from evolution.models.shipped import run_spec
+        from evolution.models.shipped_format import run_spec
 
         cfg = ctx.config
         runs = cfg.train.runs(cfg.seed) if cfg.train is not None else {}

@@ -53,9 +53,9 @@ class ReportStage(Stage):
 
     def _training(self, ctx: Context) -> dict | None:
         """The train stage's ``eval.json``; without one (every model given), the shipped models'
-        summary (:func:`~evolution.models.shipped.shipped_summary`: updates and stored test
+        summary (:func:`~evolution.models.shipped_format.shipped_summary`: updates and stored test
         scores), so that a run on shipped weights still says what the models are."""
-        from evolution.models.shipped import shipped_summary
+        from evolution.models.shipped_format import shipped_summary
 
         training = TrainStage().evaluation(ctx)
         if training is not None:

@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def main(argv: list[str] | None = None) -> int:
-    from evolution.models.shipped import ShippedAdapter
+    from evolution.models.shipped_fairseq import ShippedAdapter
     from evolution.training import evaluate, pruning
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,7 +1,7 @@
 """The shipped models in plain PyTorch (``kind: shipped``): no fairseq import.
 
 :class:`PlainAdapter` reads a shipped model directory (``model.json`` + ``model.safetensors``,
-:mod:`evolution.models.shipped`) into :class:`evolution.nets.plain.Network` and serves every
+:mod:`evolution.models.shipped_format`) into :class:`evolution.nets.torch_network.Network` and serves every
 inference the analyses ask of a model: hidden states, attention maps, the norms of Kobayashi et
 al. (2020), per-head queries and keys, keys hidden per block (token influence), the MT
 decoder's self- and cross-attention, output logits with autograd (head-mask importance through
@@ -24,7 +24,7 @@ __all__ = ["PlainAdapter"]
 
 
 class PlainAdapter(FairseqLayoutHeads, Adapter):
-    """A shipped model directory, run by :mod:`evolution.nets.plain`.
+    """A shipped model directory, run by :mod:`evolution.nets.torch_network`.
 
     Parameters
     ----------
@@ -46,8 +46,8 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
         from safetensors.torch import load_file
 
         from evolution.models.device import resolve_device
-        from evolution.models.shipped import META, WEIGHTS, read_shipped
-        from evolution.nets.plain import Dictionary, build
+        from evolution.models.shipped_format import META, WEIGHTS, read_shipped
+        from evolution.nets.torch_network import Dictionary, build
 
         self.path = Path(path)
         self.meta, vocab = read_shipped(self.path)

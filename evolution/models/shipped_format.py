@@ -35,12 +35,11 @@ import shutil
 from pathlib import Path
 
 from evolution.models.base import ModelLoadError
-from evolution.models.fairseq import FairseqAdapter
 from evolution.provenance import file_hash
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ShippedAdapter", "pack", "pack_training", "run_spec", "scrub_sentencepiece", "shipped_vocabulary", "training_text_hash", "read_shipped", "FORMAT"]
+__all__ = ["pack", "pack_training", "run_spec", "scrub_sentencepiece", "shipped_vocabulary", "training_text_hash", "read_shipped", "FORMAT"]
 
 #: version of the ``model.json`` layout
 FORMAT = 1
@@ -175,7 +174,7 @@ def read_shipped(path: str | Path) -> tuple[dict, Path]:
     meta_path = path / META
     if not meta_path.is_file() or not (path / WEIGHTS).is_file():
         raise ModelLoadError(f"{path} is not a shipped model directory: it needs {META} and {WEIGHTS} "
-                             "(written by `python -m evolution.models.shipped`)")
+                             "(written by `python -m evolution.models.shipped_format`)")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except ValueError as exc:
@@ -290,70 +289,8 @@ def pack_training(train_dir: str | Path, *, out: str | Path, runs: list[str] | N
                  training_text=text) for n in names]
 
 
-class ShippedAdapter(FairseqAdapter):
-    """A model directory written by :func:`pack`: ``model.safetensors`` + ``model.json``.
-
-    Parameters
-    ----------
-    path
-        The model directory.
-    name, objective
-        As for :class:`~evolution.models.fairseq.FairseqAdapter` (default: the directory's name
-        and the objective recorded in ``model.json``).
-    """
-
-    def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None,
-                 device: str | None = None):
-        path = Path(path)
-        self.meta, vocab = read_shipped(path)
-        super().__init__(path, data=vocab, sentencepiece=vocab / "spm.model", name=name or path.name,
-                         objective=objective or self.meta.get("objective"), device=device)
-
-    def _load(self) -> None:
-        """Build the task and the network from ``model.json``; weights from safetensors only."""
-        from fairseq.data import Dictionary
-        from fairseq.tasks import TASK_REGISTRY
-        from omegaconf import OmegaConf
-        from safetensors.torch import load_file
-
-        from evolution.nets.compat import enable_head_weights, quiet
-
-        meta = self.meta
-        task_name = meta["task"]["_name"]
-        if task_name not in _TASK_CLASSES:
-            raise ModelLoadError(f"{self.path}: task {task_name!r} is not one of {sorted(_TASK_CLASSES)}")
-        dictionary = Dictionary.load(str(self.data / "dict.txt"))
-        with quiet():
-            task_cfg = OmegaConf.create({**meta["task"], "data": str(self.data)})
-            model_args = argparse.Namespace(**meta["model"])
-            cls = TASK_REGISTRY[task_name]
-            if task_name == "translation":
-                task = cls(task_cfg, dictionary, dictionary)
-            elif task_name == "language_modeling":
-                task = cls(task_cfg, dictionary, dictionary, targets=["future"])
-            else:
-                task = cls(task_cfg, dictionary)
-            model = task.build_model(model_args)
-        weights = load_file(str(self.path / WEIGHTS))
-        params = model.state_dict()
-        weights = {k: v.to(params[k].dtype) if k in params else v for k, v in weights.items()}
-        missing, unexpected = model.load_state_dict(weights, strict=False)
-        tied = meta.get("tied", {})
-        untied = [k for k in missing if k not in tied]
-        if untied or unexpected:
-            raise ModelLoadError(f"{self.path}: the weights do not fit the model that {META} describes "
-                                 f"(missing {untied[:5]}, unexpected {unexpected[:5]})")
-        now = model.state_dict()
-        for key, source in tied.items():  # the built model ties them itself; check it did
-            if now[key].data_ptr() != now[source].data_ptr():
-                now[key].copy_(now[source])
-        enable_head_weights(model)
-        self._task, self._model = task, model.eval().to(self.device)
-        self.cfg = argparse.Namespace(task=task_cfg, model=model_args)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evolution.models.shipped",
+    parser = argparse.ArgumentParser(prog="python -m evolution.models.shipped_format",
                                      description="Pack the finished runs of a training directory as safetensors")
     parser.add_argument("train_dir", help="<workdir>/train/<key> of a finished training")
     parser.add_argument("out", help="directory to write (e.g. results/bible-full/models)")
