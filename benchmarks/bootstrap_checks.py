@@ -47,15 +47,29 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "method-checks" / "bootstrap_checks.json"
 LEVEL = 0.95
 #: the set-ups, written into the result beside what they gave
-SETTINGS = {"pwcca": {"d": 32, "rows_per_sentence": 8, "rows_per_dim": [12, 62, 312], "replicates": 200},
-            "mi": {"types": 200, "k": 300, "d": 16, "sizes": [10_000, 60_000], "sentence": 20, "replicates": 200,
-                   "restarts": 5},
-            "repeated": {"d": 32, "shared": 12, "n": 2000},
-            "replicate": {"n": 822_374, "types": 1000, "k": 2000, "restarts": 3}}
+SETTINGS = {
+    "pwcca": {"d": 32, "rows_per_sentence": 8, "rows_per_dim": [12, 62, 312], "replicates": 200},
+    "mi": {
+        "types": 200,
+        "k": 300,
+        "d": 16,
+        "sizes": [10_000, 60_000],
+        "sentence": 20,
+        "replicates": 200,
+        "restarts": 5,
+    },
+    "repeated": {"d": 32, "shared": 12, "n": 2000},
+    "replicate": {"n": 822_374, "types": 1000, "k": 2000, "restarts": 3},
+}
 
 
-def _views(rows_per_dim: int, *, d: int = SETTINGS["pwcca"]["d"],
-           rows_per_sentence: int = SETTINGS["pwcca"]["rows_per_sentence"], seed: int = 0):
+def _views(
+    rows_per_dim: int,
+    *,
+    d: int = SETTINGS["pwcca"]["d"],
+    rows_per_sentence: int = SETTINGS["pwcca"]["rows_per_sentence"],
+    seed: int = 0,
+):
     """Two (n, d) views of one latent with a sentence effect, and each row's sentence."""
     rng = np.random.default_rng([seed, rows_per_dim])
     n = rows_per_dim * d
@@ -66,8 +80,12 @@ def _views(rows_per_dim: int, *, d: int = SETTINGS["pwcca"]["d"],
     return a, b, sentence
 
 
-def pwcca_bias(rows_per_dim=tuple(SETTINGS["pwcca"]["rows_per_dim"]), *,
-               replicates: int = SETTINGS["pwcca"]["replicates"], seed: int = 0) -> list[dict]:
+def pwcca_bias(
+    rows_per_dim=tuple(SETTINGS["pwcca"]["rows_per_dim"]),
+    *,
+    replicates: int = SETTINGS["pwcca"]["replicates"],
+    seed: int = 0,
+) -> list[dict]:
     """Per ``rows_per_dim``: the PWCCA distance of :func:`_views` (``estimate``), the mean of its
     ``replicates`` resamples of whole sentences (rows resampled, every SVD redone), their plain
     95% percentile interval, the centred one, and whether the plain one holds the estimate."""
@@ -95,8 +113,12 @@ def _intervals(values: np.ndarray, estimate: float) -> dict:
     from evolution.metrics.mi import centred_interval
 
     plain = np.percentile(values, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
-    return {"estimate": float(estimate), "replicate_mean": float(np.mean(values)), "plain": plain.tolist(),
-            "centred": centred_interval(values, estimate, LEVEL)}
+    return {
+        "estimate": float(estimate),
+        "replicate_mean": float(np.mean(values)),
+        "plain": plain.tolist(),
+        "centred": centred_interval(values, estimate, LEVEL),
+    }
 
 
 def _zipf_data(n: int, *, types: int, d: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -117,10 +139,17 @@ def miss_widths(plain, estimate: float) -> float:
     return max(low - estimate, estimate - high, 0.0) / (high - low)
 
 
-def mi_coverage(sizes=tuple(SETTINGS["mi"]["sizes"]), *, types: int = SETTINGS["mi"]["types"],
-                k: int = SETTINGS["mi"]["k"], d: int = SETTINGS["mi"]["d"], fresh: int = 50,
-                replicates: int = SETTINGS["mi"]["replicates"], restarts: int = SETTINGS["mi"]["restarts"],
-                seed: int = 0) -> list[dict]:
+def mi_coverage(
+    sizes=tuple(SETTINGS["mi"]["sizes"]),
+    *,
+    types: int = SETTINGS["mi"]["types"],
+    k: int = SETTINGS["mi"]["k"],
+    d: int = SETTINGS["mi"]["d"],
+    fresh: int = 50,
+    replicates: int = SETTINGS["mi"]["replicates"],
+    restarts: int = SETTINGS["mi"]["restarts"],
+    seed: int = 0,
+) -> list[dict]:
     """The interval of :func:`bootstrap_mi` is the sampling variability of the sentences given
     the clusters, so its truth is the spread of the estimate over fresh data sets assigned to
     the same clusters: k-means runs once on data set 0, its centroids (each cluster's mean)
@@ -152,23 +181,41 @@ def mi_coverage(sizes=tuple(SETTINGS["mi"]["sizes"]), *, types: int = SETTINGS["
             estimates.append((mi, mi - shuffled))
             if f == 0:
                 boot = bootstrap_mi(labels, [clusters], sentence, replicates=replicates, seed=seed)
-                first_set = {"mi": (mi, boot["mi"][:, 0]),
-                             "corrected": (mi - shuffled, boot["mi"][:, 0] - boot["shuffled"])}
-        row = {"seed": seed, "n": n, "types": types, "k": k, "occurrences_per_cluster": n / k,
-               "restart_sd": float(np.std(restart_mi, ddof=1))}
+                first_set = {
+                    "mi": (mi, boot["mi"][:, 0]),
+                    "corrected": (mi - shuffled, boot["mi"][:, 0] - boot["shuffled"]),
+                }
+        row = {
+            "seed": seed,
+            "n": n,
+            "types": types,
+            "k": k,
+            "occurrences_per_cluster": n / k,
+            "restart_sd": float(np.std(restart_mi, ddof=1)),
+        }
         for i, (name, (estimate, values)) in enumerate(first_set.items()):
             x = _intervals(values, estimate)
             low, high = x["plain"]
             spread = float(np.std([e[i] for e in estimates], ddof=1))
-            row[name] = {**x, "miss_widths": miss_widths(x["plain"], estimate),
-                         "side": "above" if low > estimate else "below" if high < estimate else "covers",
-                         "width": high - low, "fresh_sd": spread, "fresh_width": 3.92 * spread}
+            row[name] = {
+                **x,
+                "miss_widths": miss_widths(x["plain"], estimate),
+                "side": "above" if low > estimate else "below" if high < estimate else "covers",
+                "width": high - low,
+                "fresh_sd": spread,
+                "fresh_width": 3.92 * spread,
+            }
         out.append(row)
     return out
 
 
-def pwcca_repeated(*, d: int = SETTINGS["repeated"]["d"], shared: int = SETTINGS["repeated"]["shared"],
-                   n: int = SETTINGS["repeated"]["n"], seed: int = 0) -> dict:
+def pwcca_repeated(
+    *,
+    d: int = SETTINGS["repeated"]["d"],
+    shared: int = SETTINGS["repeated"]["shared"],
+    n: int = SETTINGS["repeated"]["n"],
+    seed: int = 0,
+) -> dict:
     """PWCCA (weights from view a) is unchanged when view b's features are rotated, as long as
     the canonical correlations are distinct: a's canonical variates do not move. Where
     correlations repeat (here view b holds ``shared`` of view a's directions exactly: that many
@@ -186,15 +233,24 @@ def pwcca_repeated(*, d: int = SETTINGS["repeated"]["d"], shared: int = SETTINGS
     b_control = latent @ rng.standard_normal((d, d)) + rng.standard_normal((n, d))
     rotation = np.linalg.qr(rng.standard_normal((d, d)))[0]
     rho = np.linalg.svd(View(a).basis_.T @ View(b).basis_, compute_uv=False)
-    return {"correlations_at_1": int((rho > 1 - 1e-9).sum()),
-            "repeated": {"pwcca": pwcca(View(a), View(b)), "b_rotated": pwcca(View(a), View(b @ rotation))},
-            "control": {"pwcca": pwcca(View(a_control), View(b_control)),
-                        "b_rotated": pwcca(View(a_control), View(b_control @ rotation))}}
+    return {
+        "correlations_at_1": int((rho > 1 - 1e-9).sum()),
+        "repeated": {"pwcca": pwcca(View(a), View(b)), "b_rotated": pwcca(View(a), View(b @ rotation))},
+        "control": {
+            "pwcca": pwcca(View(a_control), View(b_control)),
+            "b_rotated": pwcca(View(a_control), View(b_control @ rotation)),
+        },
+    }
 
 
-def mi_replicate_seconds(*, n: int = SETTINGS["replicate"]["n"], types: int = SETTINGS["replicate"]["types"],
-                         k: int = SETTINGS["replicate"]["k"], restarts: int = SETTINGS["replicate"]["restarts"],
-                         replicates: int = 5) -> float:
+def mi_replicate_seconds(
+    *,
+    n: int = SETTINGS["replicate"]["n"],
+    types: int = SETTINGS["replicate"]["types"],
+    k: int = SETTINGS["replicate"]["k"],
+    restarts: int = SETTINGS["replicate"]["restarts"],
+    replicates: int = 5,
+) -> float:
     """Seconds per replicate of :func:`evolution.metrics.mi.bootstrap_mi` at this size, after one
     warm-up replicate."""
     from evolution.metrics.mi import bootstrap_mi
@@ -215,10 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="synthetic MI data sets (seeds 0, 1, ...)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    result = {"settings": {**SETTINGS, "mi": {**SETTINGS["mi"], "seeds": args.seeds}},
-              "fresh": args.fresh, "pwcca_bias": pwcca_bias(),
-              "mi_coverage": [row for s in range(args.seeds) for row in mi_coverage(fresh=args.fresh, seed=s)],
-              "pwcca_repeated": pwcca_repeated(), "mi_replicate_seconds": mi_replicate_seconds()}
+    result = {
+        "settings": {**SETTINGS, "mi": {**SETTINGS["mi"], "seeds": args.seeds}},
+        "fresh": args.fresh,
+        "pwcca_bias": pwcca_bias(),
+        "mi_coverage": [row for s in range(args.seeds) for row in mi_coverage(fresh=args.fresh, seed=s)],
+        "pwcca_repeated": pwcca_repeated(),
+        "mi_replicate_seconds": mi_replicate_seconds(),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=1))

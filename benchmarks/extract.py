@@ -96,20 +96,23 @@ def make_corpus(path: Path, n_tokens: int, words: list[str], seed: int = 0) -> N
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def write_config(path: Path, *, corpus: Path, model: Path, data: Path, workdir: Path, cluster: str,
-                 task_chunks: int = 4) -> Path:
-    path.write_text(f"""workdir: {workdir}
+def write_config(
+    path: Path, *, corpus: Path, model: Path, data: Path, workdir: Path, cluster: str, task_chunks: int = 4
+) -> Path:
+    path.write_text(
+        f"""workdir: {workdir}
 cluster: {cluster}
 corpus: {{path: {corpus}}}
 extract: {{chunk_tokens: 4096, task_chunks: {task_chunks}, device: {DEVICE}}}
 models:
   - {{name: mt, kind: fairseq, path: {model}, data: {data}}}
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     return path
 
 
-def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool,
-              max_batch_tokens: int = 4096) -> dict:
+def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool, max_batch_tokens: int = 4096) -> dict:
     """Forward passes only (keep=False), or keep-everything-in-memory (keep=True)."""
     import torch
 
@@ -129,13 +132,17 @@ def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool
         hidden, _ = adapter.forward([inputs[i] for i in batch])
         if keep:
             for b, i in enumerate(batch):
-                kept.append(hidden[:, b, off:len(inputs[i]) - n_specials + off].copy())
+                kept.append(hidden[:, b, off : len(inputs[i]) - n_specials + off].copy())
     if keep:
         np.concatenate(kept, axis=1)
     seconds = time.perf_counter() - t0
-    return {"tokens": n_tokens, "seconds": seconds, "tokens_per_s": n_tokens / seconds,
-            "max_batch_tokens": max_batch_tokens,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "tokens": n_tokens,
+        "seconds": seconds,
+        "tokens_per_s": n_tokens / seconds,
+        "max_batch_tokens": max_batch_tokens,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def pipeline(config: Path, *, discard_writes: bool = False) -> dict:
@@ -152,9 +159,15 @@ def pipeline(config: Path, *, discard_writes: bool = False) -> dict:
     seconds = time.perf_counter() - t0
     n = xr.open_zarr(STAGES["extract"].store(ctx), group="mt", consolidated=False).sizes["token"]
     stats = ctx.timings["extract.mt"]
-    return {"tokens": n, "seconds": seconds, "tokens_per_s": n / seconds,
-            "graph_tokens_per_s": n / stats["seconds"], "stage_tokens_per_s": n / stats["stage_seconds"],
-            "timings": stats, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "tokens": n,
+        "seconds": seconds,
+        "tokens_per_s": n / seconds,
+        "graph_tokens_per_s": n / stats["seconds"],
+        "stage_tokens_per_s": n / stats["stage_seconds"],
+        "timings": stats,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def heads_cost(model: Path, data: Path, corpus: Path, *, threads: int, max_batch_tokens: int = 1024) -> dict:
@@ -184,7 +197,7 @@ def heads_cost(model: Path, data: Path, corpus: Path, *, threads: int, max_batch
             elif mode == "attention":
                 _, att = adapter.forward(xs, attention=True)
                 if len(maps) < 200:
-                    maps += [(att[:, b, :, :len(inputs[i]), :len(inputs[i])], toks[i]) for b, i in enumerate(batch)]
+                    maps += [(att[:, b, :, : len(inputs[i]), : len(inputs[i])], toks[i]) for b, i in enumerate(batch)]
             else:
                 adapter.forward_norms(xs)
         out[mode] = min(out.get(mode, np.inf), (time.perf_counter() - t0) / len(inputs))
@@ -256,8 +269,14 @@ def padding_table(lengths: list[int], *, budgets=(1024, 2048), task_tokens=(8192
         spans = [(0, offsets[-1])] if size is None else [(a, a + size) for a in range(0, offsets[-1], size)]
         groups = [[lengths[i] for i in np.flatnonzero((offsets[:-1] < b) & (offsets[1:] > a))] for a, b in spans]
         for budget in budgets:
-            rows.append((size, budget, sum(cost(g, filled(g, budget)) for g in groups) / sum(lengths),
-                         sum(cost(g, batches(g, max_batch_tokens=budget)) for g in groups) / sum(lengths)))
+            rows.append(
+                (
+                    size,
+                    budget,
+                    sum(cost(g, filled(g, budget)) for g in groups) / sum(lengths),
+                    sum(cost(g, batches(g, max_batch_tokens=budget)) for g in groups) / sum(lengths),
+                )
+            )
     return rows
 
 
@@ -281,10 +300,16 @@ def worker_profiler(model: Path, data: Path, corpus: Path, *, repeat: int = 3) -
     out = []
     for _ in range(repeat):
         for enabled in (True, False):
-            with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environ(1),
-                                  "distributed.worker.profile.enabled": enabled}), \
-                    LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c, \
-                    Client(c) as client:
+            with (
+                dask.config.set(
+                    {
+                        "distributed.nanny.pre-spawn-environ": worker_environ(1),
+                        "distributed.worker.profile.enabled": enabled,
+                    }
+                ),
+                LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c,
+                Client(c) as client,
+            ):
                 r = client.submit(_loop_in_worker, str(model), str(data), str(corpus), pure=False).result()
             out.append({"profiler": enabled, **r})
     return out
@@ -303,20 +328,26 @@ def write_cost(directory: Path, n_bytes: int, *, file_bytes: int = 4 << 20) -> d
             os.close(fd)
     r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     shutil.rmtree(directory)
-    return {"bytes": n_bytes, "seconds": t1 - t0, "user_s": r1.ru_utime - r0.ru_utime,
-            "system_s": r1.ru_stime - r0.ru_stime}
+    return {
+        "bytes": n_bytes,
+        "seconds": t1 - t0,
+        "user_s": r1.ru_utime - r0.ru_utime,
+        "system_s": r1.ru_stime - r0.ru_stime,
+    }
 
 
 def in_subprocess(fn: str) -> dict:
-    code = (f"import json, sys; sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(REPO / 'benchmarks')!r});"
-            f"import logging; logging.disable(logging.INFO);"
-            f"from extract import *; from pathlib import Path;"
-            f"print('RESULT', json.dumps({fn}))")
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(REPO / 'benchmarks')!r});"
+        f"import logging; logging.disable(logging.INFO);"
+        f"from extract import *; from pathlib import Path;"
+        f"print('RESULT', json.dumps({fn}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def main() -> None:
@@ -352,8 +383,15 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
     from evolution.fixtures.random_init import make_fairseq_model
     from pipelines.cluster import default_workers
 
-    model, data = make_fairseq_model(tmp / "model", task="translation", words=words, layers=args.layers,
-                                     d_model=args.d_model, heads=max(1, args.d_model // 64), max_positions=256)
+    model, data = make_fairseq_model(
+        tmp / "model",
+        task="translation",
+        words=words,
+        layers=args.layers,
+        d_model=args.d_model,
+        heads=max(1, args.d_model // 64),
+        max_positions=256,
+    )
     cores = default_workers()
     print(f"model: fairseq translation encoder, {args.layers} layers, d={args.d_model}; {cores} core(s)")
     if args.batch_cost:
@@ -369,25 +407,33 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
         print("\nsingle-threaded forward loop over 50k tokens in a LocalCluster worker:")
         for r in rows:
             other = r["process_cpu_s"] - r["thread_cpu_s"]
-            print(f"  profiler {'on ' if r['profiler'] else 'off'}: {r['tokens_per_s']:7,.0f} tokens/s; loop thread "
-                  f"{r['thread_cpu_s']:5.2f} s CPU, the worker's other threads {other:5.2f} s "
-                  f"({100 * other / r['thread_cpu_s']:.1f}%)")
+            print(
+                f"  profiler {'on ' if r['profiler'] else 'off'}: {r['tokens_per_s']:7,.0f} tokens/s; loop thread "
+                f"{r['thread_cpu_s']:5.2f} s CPU, the worker's other threads {other:5.2f} s "
+                f"({100 * other / r['thread_cpu_s']:.1f}%)"
+            )
         return
     if args.write_cost:
         corpus = tmp / "write.txt"
         make_corpus(corpus, args.tokens, words)
-        bare = in_subprocess(f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpus)!r}), "
-                             f"threads={cores}, keep=False, max_batch_tokens=1024)")
+        bare = in_subprocess(
+            f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpus)!r}), "
+            f"threads={cores}, keep=False, max_batch_tokens=1024)"
+        )
         n_bytes = (args.layers + 1) * bare["tokens"] * args.d_model * 4
         rows = [in_subprocess(f"write_cost(Path({str(tmp / f'write{k}')!r}), {n_bytes})") for k in range(3)]
         loop_cpu = cores * bare["seconds"]
-        print(f"\nbare forward loop over {bare['tokens']:,} tokens: {bare['seconds']:.1f} s x {cores} threads "
-              f"= {loop_cpu:.1f} core-s")
+        print(
+            f"\nbare forward loop over {bare['tokens']:,} tokens: {bare['seconds']:.1f} s x {cores} threads "
+            f"= {loop_cpu:.1f} core-s"
+        )
         print(f"writing their states, {n_bytes / 2**30:.2f} GiB as new 4 MiB files (os.write, no Zarr):")
         for r in rows:
             cpu = r["user_s"] + r["system_s"]
-            print(f"  {r['seconds']:5.2f} s wall, {r['user_s']:.2f} s user + {r['system_s']:.2f} s system CPU "
-                  f"= {100 * cpu / loop_cpu:.1f}% of the loop's core-seconds")
+            print(
+                f"  {r['seconds']:5.2f} s wall, {r['user_s']:.2f} s user + {r['system_s']:.2f} s system CPU "
+                f"= {100 * cpu / loop_cpu:.1f}% of the loop's core-seconds"
+            )
         return
     if args.padding:
         from evolution.models import load_adapter
@@ -395,10 +441,13 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
         corpus = tmp / "padding.txt"
         make_corpus(corpus, args.tokens, words)
         adapter = load_adapter({"kind": "fairseq", "path": str(model), "data": str(data), "device": DEVICE})
-        lengths = [len(adapter.build_input(adapter.tokenize(s).ids))
-                   for s in corpus.read_text(encoding="utf-8").splitlines()]
-        print(f"\ncost of the batches over the {sum(lengths):,} unpadded tokens of 8-60 word lines "
-              "(padded tokens + BATCH_OVERHEAD_TOKENS per batch):")
+        lengths = [
+            len(adapter.build_input(adapter.tokenize(s).ids)) for s in corpus.read_text(encoding="utf-8").splitlines()
+        ]
+        print(
+            f"\ncost of the batches over the {sum(lengths):,} unpadded tokens of 8-60 word lines "
+            "(padded tokens + BATCH_OVERHEAD_TOKENS per batch):"
+        )
         print(f"  {'sorted within':<22}{'budget':>8}{'filled to budget':>18}{'batches()':>12}")
         for size, budget, filled, least in padding_table(lengths):
             where = "the whole corpus" if size is None else f"tasks of {size:,} tokens"
@@ -407,14 +456,17 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
     if args.heads:
         corpus = tmp / "heads.txt"
         make_corpus(corpus, args.sentences * 34, words)  # 8-60 words a line: ~34 on average
-        r = in_subprocess(f"heads_cost(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpus)!r}), "
-                          f"threads={cores})")
+        r = in_subprocess(
+            f"heads_cost(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpus)!r}), threads={cores})"
+        )
         base = r["hidden"]
         print(f"\nper sentence, {r['sentences']:,} sentences of 8-60 words ({cores} threads):")
         print(f"  forward, hidden states only (extraction): {1e3 * base:8.2f} ms  x1.00")
-        for label, key in (("forward with attention maps", "attention"),
-                           ("forward with maps and Kobayashi norms", "norms"),
-                           ("per-head statistics of one map (added)", "statistics")):
+        for label, key in (
+            ("forward with attention maps", "attention"),
+            ("forward with maps and Kobayashi norms", "norms"),
+            ("per-head statistics of one map (added)", "statistics"),
+        ):
             print(f"  {label:<41} {1e3 * r[key]:8.2f} ms  x{r[key] / base:.2f}")
         return
 
@@ -428,35 +480,59 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
     # bare loop and pipeline alternate, so that drifts of the machine's speed hit both
     pairs = []
     for rep in range(args.repeat):
-        bare = max((in_subprocess(f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), "
-                                  f"Path({str(corpora['full'])!r}), threads={cores}, keep=False, max_batch_tokens={m})")
-                    for m in (1024, 2048, 4096)), key=lambda r: r["tokens_per_s"])
+        bare = max(
+            (
+                in_subprocess(
+                    f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), "
+                    f"Path({str(corpora['full'])!r}), threads={cores}, keep=False, max_batch_tokens={m})"
+                )
+                for m in (1024, 2048, 4096)
+            ),
+            key=lambda r: r["tokens_per_s"],
+        )
         (tmp / f"local{rep}").mkdir()
-        cfg = write_config(tmp / f"local{rep}" / "c.yaml", corpus=corpora["full"], model=model, data=data,
-                           workdir=tmp / f"local{rep}" / "w", cluster="local",
-                           **({"task_chunks": args.task_chunks} if args.task_chunks else {}))
+        cfg = write_config(
+            tmp / f"local{rep}" / "c.yaml",
+            corpus=corpora["full"],
+            model=model,
+            data=data,
+            workdir=tmp / f"local{rep}" / "w",
+            cluster="local",
+            **({"task_chunks": args.task_chunks} if args.task_chunks else {}),
+        )
         piped = in_subprocess(f"pipeline(Path({str(cfg)!r}), discard_writes={args.discard_writes})")
         shutil.rmtree(tmp / f"local{rep}")
         pairs.append((bare, piped))
         t = piped["timings"]
-        print(f"  pair {rep + 1}: bare {bare['tokens_per_s']:,.0f} tokens/s (max_batch_tokens "
-              f"{bare['max_batch_tokens']}), pipeline task graph {piped['graph_tokens_per_s']:,.0f} tokens/s "
-              f"(summed over tasks: forward {t['forward_s']:.1f} s, Zarr write {t['write_s']:.1f} s), ratio "
-              f"{piped['graph_tokens_per_s'] / bare['tokens_per_s']:.3f}", flush=True)
+        print(
+            f"  pair {rep + 1}: bare {bare['tokens_per_s']:,.0f} tokens/s (max_batch_tokens "
+            f"{bare['max_batch_tokens']}), pipeline task graph {piped['graph_tokens_per_s']:,.0f} tokens/s "
+            f"(summed over tasks: forward {t['forward_s']:.1f} s, Zarr write {t['write_s']:.1f} s), ratio "
+            f"{piped['graph_tokens_per_s'] / bare['tokens_per_s']:.3f}",
+            flush=True,
+        )
     ratios = [p["graph_tokens_per_s"] / b["tokens_per_s"] for b, p in pairs]
     bare, piped = pairs[int(np.argsort(ratios)[len(ratios) // 2])]  # the median pair
     print(f"\nthroughput on {bare['tokens']:,} tokens (the median of {len(pairs)} pairs)")
-    print(f"  bare forward loop ({cores} threads, best of max_batch_tokens 1024/2048/4096 = "
-          f"{bare['max_batch_tokens']}): {bare['tokens_per_s']:10,.0f} tokens/s")
+    print(
+        f"  bare forward loop ({cores} threads, best of max_batch_tokens 1024/2048/4096 = "
+        f"{bare['max_batch_tokens']}): {bare['tokens_per_s']:10,.0f} tokens/s"
+    )
     t = piped["timings"]
-    print(f"  pipeline task graph (LocalCluster, {cores} workers): {piped['graph_tokens_per_s']:10,.0f} tokens/s "
-          f"(summed over tasks: forward {t['forward_s']:.1f} s, Zarr write {t['write_s']:.1f} s, "
-          f"model load {t['load_s']:.1f} s)")
-    print(f"  pipeline extract stage, end to end:      {piped['stage_tokens_per_s']:10,.0f} tokens/s "
-          "(+ tokenisation in the client, model loading on workers)")
+    print(
+        f"  pipeline task graph (LocalCluster, {cores} workers): {piped['graph_tokens_per_s']:10,.0f} tokens/s "
+        f"(summed over tasks: forward {t['forward_s']:.1f} s, Zarr write {t['write_s']:.1f} s, "
+        f"model load {t['load_s']:.1f} s)"
+    )
+    print(
+        f"  pipeline extract stage, end to end:      {piped['stage_tokens_per_s']:10,.0f} tokens/s "
+        "(+ tokenisation in the client, model loading on workers)"
+    )
     print(f"  whole run (+ cluster start, imports):     {piped['tokens_per_s']:10,.0f} tokens/s")
-    print(f"  ratio pipeline task graph / bare: {piped['graph_tokens_per_s'] / bare['tokens_per_s']:.3f}  "
-          f"(target >= 0.85; the {len(pairs)} pairs: {', '.join(f'{r:.3f}' for r in ratios)})")
+    print(
+        f"  ratio pipeline task graph / bare: {piped['graph_tokens_per_s'] / bare['tokens_per_s']:.3f}  "
+        f"(target >= 0.85; the {len(pairs)} pairs: {', '.join(f'{r:.3f}' for r in ratios)})"
+    )
     print(f"  ratio extract stage end to end / bare: {piped['stage_tokens_per_s'] / bare['tokens_per_s']:.3f}")
 
     if args.discard_writes:
@@ -466,13 +542,17 @@ def measure(args: argparse.Namespace, tmp: Path, words: list[str]) -> None:
     for name in sizes:
         d = tmp / f"sync-{name}"
         d.mkdir()
-        c = write_config(d / "c.yaml", corpus=corpora[name], model=model, data=data, workdir=d / "w",
-                         cluster="synchronous")
+        c = write_config(
+            d / "c.yaml", corpus=corpora[name], model=model, data=data, workdir=d / "w", cluster="synchronous"
+        )
         rows["pipeline (synchronous)"].append(in_subprocess(f"pipeline(Path({str(c)!r}))")["peak_rss_mb"])
         shutil.rmtree(d)
-        rows["naive keep-all loop"].append(in_subprocess(
-            f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpora[name])!r}), "
-            f"threads={cores}, keep=True)")["peak_rss_mb"])
+        rows["naive keep-all loop"].append(
+            in_subprocess(
+                f"bare_loop(Path({str(model)!r}), Path({str(data)!r}), Path({str(corpora[name])!r}), "
+                f"threads={cores}, keep=True)"
+            )["peak_rss_mb"]
+        )
     for label, values in rows.items():
         growth = values[1] / values[0]
         print(f"  {label:<24}" + "".join(f"{v:18,.0f}" for v in values) + f"   x{growth:.2f} for 2x tokens")

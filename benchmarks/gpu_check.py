@@ -36,8 +36,10 @@ def step(name: str, command: list[str], *, limit: float) -> dict:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=max(10.0, limit))
         status, out = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
-        status, out = "timeout", (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(
-            errors="replace")
+        status, out = (
+            "timeout",
+            (exc.stdout or b"").decode(errors="replace") + (exc.stderr or b"").decode(errors="replace"),
+        )
     seconds = time.perf_counter() - t0
     tail = out.strip().splitlines()[-15:]
     print("\n".join(tail), flush=True)
@@ -56,23 +58,45 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.perf_counter()
     left = lambda: args.budget - (time.perf_counter() - start)  # noqa: E731
-    record = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0),
-              "torch": torch.__version__, "steps": {}}
+    record = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "steps": {},
+    }
     py = sys.executable
-    record["steps"]["tests"] = step("device tests", [py, "-m", "pytest", "-q", "tests/test_device.py"],
-                                    limit=min(120, left()))
-    record["steps"]["extract"] = step("extraction against a bare GPU loop",
-                                      [py, "benchmarks/extract.py", "--device", "cuda", "--repeat", "1"],
-                                      limit=min(120, left()))
+    record["steps"]["tests"] = step(
+        "device tests", [py, "-m", "pytest", "-q", "tests/test_device.py"], limit=min(120, left())
+    )
+    record["steps"]["extract"] = step(
+        "extraction against a bare GPU loop",
+        [py, "benchmarks/extract.py", "--device", "cuda", "--repeat", "1"],
+        limit=min(120, left()),
+    )
     workdir = ROOT / "runs" / "gpu-check" / "minilm-paper"
-    paper = step("configs/minilm-paper.yaml on the GPU",
-                 [py, "-m", "pipelines.run", "configs/minilm-paper.yaml", "--workdir", str(workdir), "--no-progress",
-                  "--set", "extract.device=cuda", "--set", "metrics.device=cuda"], limit=left() - 5)
+    paper = step(
+        "configs/minilm-paper.yaml on the GPU",
+        [
+            py,
+            "-m",
+            "pipelines.run",
+            "configs/minilm-paper.yaml",
+            "--workdir",
+            str(workdir),
+            "--no-progress",
+            "--set",
+            "extract.device=cuda",
+            "--set",
+            "metrics.device=cuda",
+        ],
+        limit=left() - 5,
+    )
     logs = sorted((workdir / "logs").glob("run-*.log")) if (workdir / "logs").is_dir() else []
     if logs:
         text = logs[-1].read_text(encoding="utf-8", errors="replace")
-        paper["stages"] = {m.group(1): float(m.group(2)) for m in
-                           re.finditer(r"(extract|metrics): [^\n]*? in ([0-9.]+) s", text)}
+        paper["stages"] = {
+            m.group(1): float(m.group(2)) for m in re.finditer(r"(extract|metrics): [^\n]*? in ([0-9.]+) s", text)
+        }
     record["steps"]["minilm_paper"] = paper
     record["seconds"] = round(time.perf_counter() - start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)

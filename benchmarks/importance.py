@@ -36,10 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from evolution.extract import batches
+    from evolution.fixtures.random_init import make_fairseq_model, vocabulary_of
     from evolution.metrics.importance import mask_gradients, objective_items
     from evolution.metrics.relevance import head_relevance
     from evolution.models.fairseq import FairseqAdapter
-    from evolution.fixtures.random_init import make_fairseq_model, vocabulary_of
     from evolution.training import pruning
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,13 +48,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    lines = [ln for ln in (ROOT / "evolution/data/web-genesis.en.txt").read_text(encoding="utf-8").splitlines()
-             if 3 <= len(ln.split()) <= 40][:args.sentences]
+    lines = [
+        ln
+        for ln in (ROOT / "evolution/data/web-genesis.en.txt").read_text(encoding="utf-8").splitlines()
+        if 3 <= len(ln.split()) <= 40
+    ][: args.sentences]
     targets = [" ".join(w[::-1] for w in ln.split()) for ln in lines]
     with tempfile.TemporaryDirectory() as tmp:
         words = vocabulary_of(lines + targets, max_size=8000)
-        ckpt, data = make_fairseq_model(Path(tmp) / "mt", task="translation", words=words, layers=6, d_model=128,
-                                        heads=4, ffn=512, max_positions=256, seed=0)
+        ckpt, data = make_fairseq_model(
+            Path(tmp) / "mt",
+            task="translation",
+            words=words,
+            layers=6,
+            d_model=128,
+            heads=4,
+            ffn=512,
+            max_positions=256,
+            seed=0,
+        )
         a = FairseqAdapter(ckpt, data=data)
         src = [a.tokenize(s).ids for s in lines]
         tgt = [a.tokenize_target(t).ids for t in targets]
@@ -69,8 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         t_extract = _timed(extraction, repeat=2)
         t_importance = _timed(lambda: mask_gradients(a, items, attentions=a.attention_types), repeat=2)
         t_relevance = _timed(lambda: head_relevance(a, items, attentions=a.attention_types), repeat=2)
-        print(f"{len(items)} sentences, {tokens} source tokens, {sum(len(i.positions) for i in items)} target steps; "
-              f"torch threads {args.threads}")
+        print(
+            f"{len(items)} sentences, {tokens} source tokens, {sum(len(i.positions) for i in items)} target steps; "
+            f"torch threads {args.threads}"
+        )
         print(f"extraction pass (hidden states)   {t_extract:8.2f} s   1.00")
         print(f"head-mask importance (all types)  {t_importance:8.2f} s   {t_importance / t_extract:5.2f}x extraction")
         print(f"LRP head relevance (all types)    {t_relevance:8.2f} s   {t_relevance / t_extract:5.2f}x extraction")
@@ -89,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                 target = torch.full(logits.shape[:2], -100, dtype=torch.long)
                 for b, it in enumerate(batch):
                     target[b, torch.as_tensor(it.positions)] = torch.as_tensor(it.labels)
-                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100,
-                                                         label_smoothing=0.1)
+                loss = torch.nn.functional.cross_entropy(
+                    logits.flatten(0, 1), target.flatten(), ignore_index=-100, label_smoothing=0.1
+                )
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -98,11 +113,22 @@ def main(argv: list[str] | None = None) -> int:
         t_plain = _timed(plain_updates)
         with tempfile.TemporaryDirectory() as run_dir:
             t0 = time.perf_counter()
-            pruning.prune(a, train, directory=run_dir, lam=0.1, attentions=a.attention_types, updates=args.updates,
-                          max_tokens=4096, save_every=10 ** 9, progress=False)
+            pruning.prune(
+                a,
+                train,
+                directory=run_dir,
+                lam=0.1,
+                attentions=a.attention_types,
+                updates=args.updates,
+                max_tokens=4096,
+                save_every=10**9,
+                progress=False,
+            )
             t_prune = time.perf_counter() - t0
         print(f"training update (padded batch)    {t_plain / args.updates:8.3f} s   1.00")
-        print(f"pruning update (gates + L0)       {t_prune / args.updates:8.3f} s   {t_prune / t_plain:5.2f}x a training update")
+        print(
+            f"pruning update (gates + L0)       {t_prune / args.updates:8.3f} s   {t_prune / t_plain:5.2f}x a training update"
+        )
     return 0
 
 

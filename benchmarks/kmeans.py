@@ -48,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     mi = resolved["metrics"]["mi"]
     store = str(args.workdir / "reps.zarr")
     rows = []
-    print(f"{'model':>8} {'layer':>5} {'target':>7} {'n':>7} {'k':>5} {'Lloyd MI':>9} {'ours':>8} {'diff %':>7}"
-          f" {'Lloyd s':>8} {'ours s':>7}" + ("  before  diff %" if args.before else ""), flush=True)
+    print(
+        f"{'model':>8} {'layer':>5} {'target':>7} {'n':>7} {'k':>5} {'Lloyd MI':>9} {'ours':>8} {'diff %':>7}"
+        f" {'Lloyd s':>8} {'ours s':>7}" + ("  before  diff %" if args.before else ""),
+        flush=True,
+    )
     for path in sorted(glob.glob(str(args.workdir / "metrics-inputs" / "mi-*.npz"))):
         model = Path(path).name[3:].rsplit("-", 1)[0]
         arrays = np.load(path)
@@ -65,18 +68,42 @@ def main(argv: list[str] | None = None) -> int:
                 got = np.mean([mutual_information(labels, kmeans(x, k=k, niter=mi["niter"], seed=s)) for s in seeds])
                 t_ours = time.perf_counter() - t0
                 t0 = time.perf_counter()
-                ref = np.mean([mutual_information(labels, KMeans(n_clusters=k, n_init=1, random_state=s,
-                                                                  algorithm="lloyd").fit(x).labels_) for s in seeds])
+                ref = np.mean(
+                    [
+                        mutual_information(
+                            labels, KMeans(n_clusters=k, n_init=1, random_state=s, algorithm="lloyd").fit(x).labels_
+                        )
+                        for s in seeds
+                    ]
+                )
                 t_lloyd = time.perf_counter() - t0
-                row = {"model": model, "layer": layer, "target": target, "n": len(x), "k": k, "lloyd_mi": float(ref),
-                       "mi": float(got), "diff_percent": 100 * (got - ref) / ref, "lloyd_s": t_lloyd, "s": t_ours}
-                line = (f"{model:>8} {layer:>5} {target:>7} {len(x):>7} {k:>5} {ref:9.4f} {got:8.4f} "
-                        f"{row['diff_percent']:+7.2f} {t_lloyd:8.1f} {t_ours:7.1f}")
+                row = {
+                    "model": model,
+                    "layer": layer,
+                    "target": target,
+                    "n": len(x),
+                    "k": k,
+                    "lloyd_mi": float(ref),
+                    "mi": float(got),
+                    "diff_percent": 100 * (got - ref) / ref,
+                    "lloyd_s": t_lloyd,
+                    "s": t_ours,
+                }
+                line = (
+                    f"{model:>8} {layer:>5} {target:>7} {len(x):>7} {k:>5} {ref:9.4f} {got:8.4f} "
+                    f"{row['diff_percent']:+7.2f} {t_lloyd:8.1f} {t_ours:7.1f}"
+                )
                 if args.before and faiss_or_none() is not None:
                     faiss, before = faiss_or_none(), []
                     for s in seeds:
-                        km = faiss.Kmeans(x.shape[1], k, niter=mi["niter"], seed=s, max_points_per_centroid=256,
-                                          min_points_per_centroid=1)
+                        km = faiss.Kmeans(
+                            x.shape[1],
+                            k,
+                            niter=mi["niter"],
+                            seed=s,
+                            max_points_per_centroid=256,
+                            min_points_per_centroid=1,
+                        )
                         km.train(x)
                         before.append(mutual_information(labels, km.index.search(x, 1)[1].ravel()))
                     before = float(np.mean(before))
@@ -85,13 +112,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, flush=True)
                 rows.append(row)
     worst = min(rows, key=lambda r: r["diff_percent"])
-    print(f"largest shortfall against Lloyd: {worst['diff_percent']:+.2f}% ({worst['model']} layer {worst['layer']} "
-          f"{worst['target']}); time {sum(r['s'] for r in rows):.0f} s against Lloyd's "
-          f"{sum(r['lloyd_s'] for r in rows):.0f} s")
+    print(
+        f"largest shortfall against Lloyd: {worst['diff_percent']:+.2f}% ({worst['model']} layer {worst['layer']} "
+        f"{worst['target']}); time {sum(r['s'] for r in rows):.0f} s against Lloyd's "
+        f"{sum(r['lloyd_s'] for r in rows):.0f} s"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "workdir": args.workdir.name,
-                                        "rows": rows}, indent=1) + "\n", encoding="utf-8")
+        args.out.write_text(
+            json.dumps({"date": time.strftime("%Y-%m-%d"), "workdir": args.workdir.name, "rows": rows}, indent=1)
+            + "\n",
+            encoding="utf-8",
+        )
     return 0
 
 

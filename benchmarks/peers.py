@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-
 from scale import tree_rss  # benchmarks/ is on the path of a script run from it
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,8 +40,9 @@ SAMPLE = 20  # sentences whose states are compared across methods
 def measured(cmd: list[str], *, env: dict | None = None) -> tuple[dict, float]:
     """Run ``cmd`` (it prints ``RESULT <json>``); return its result and the peak tree RSS (GiB)."""
     peak = 0
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}
+    )
     ps = psutil.Process(proc.pid)
     while proc.poll() is None:
         peak = max(peak, tree_rss(ps))
@@ -51,7 +51,7 @@ def measured(cmd: list[str], *, env: dict | None = None) -> tuple[dict, float]:
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:4])} failed:\n{err[-3000:]}")
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):]), peak / 2**30
+    return json.loads(line[len("RESULT ") :]), peak / 2**30
 
 
 def _batches(tokenizer, sentences: list[str]):
@@ -68,8 +68,8 @@ def _pad(enc, batch):
     ids = torch.zeros((len(batch), t), dtype=torch.long)
     mask = torch.zeros((len(batch), t), dtype=torch.long)
     for b, i in enumerate(batch):
-        ids[b, :len(enc[i])] = torch.as_tensor(enc[i])
-        mask[b, :len(enc[i])] = 1
+        ids[b, : len(enc[i])] = torch.as_tensor(enc[i])
+        mask[b, : len(enc[i])] = 1
     return ids, mask
 
 
@@ -90,7 +90,7 @@ def run_plain(model_dir: str, corpus: str, sample: str) -> dict:
             ids, mask = _pad(enc, batch)
             hs = torch.stack(model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states)
             for b, i in enumerate(batch):
-                kept[i] = hs[:, b, 1:len(enc[i]) - 1].numpy().copy()  # content tokens: drop [CLS], [SEP]
+                kept[i] = hs[:, b, 1 : len(enc[i]) - 1].numpy().copy()  # content tokens: drop [CLS], [SEP]
     seconds = time.perf_counter() - t0
     tokens = sum(v.shape[1] for v in kept.values())
     np.savez(sample, *[kept[i] for i in range(min(SAMPLE, len(sentences)))])
@@ -120,9 +120,11 @@ def run_nnsight(model_dir: str, corpus: str, sample: str) -> dict:
                 for layer in layers:
                     saved.append(layer.output.save())
         values = [getattr(s, "value", s) for s in saved]
-        hs = torch.stack([v[0] if isinstance(v, tuple) else v for v in values])  # BertLayer: tuple before transformers 5
+        hs = torch.stack(
+            [v[0] if isinstance(v, tuple) else v for v in values]
+        )  # BertLayer: tuple before transformers 5
         for b, i in enumerate(batch):
-            kept[i] = hs[:, b, 1:len(enc[i]) - 1].numpy().copy()
+            kept[i] = hs[:, b, 1 : len(enc[i]) - 1].numpy().copy()
     seconds = time.perf_counter() - t0
     tokens = sum(v.shape[1] for v in kept.values())
     np.savez(sample, *[kept[i] for i in range(min(SAMPLE, len(sentences)))])
@@ -139,9 +141,12 @@ def run_pipeline(model_dir: str, corpus: str, sample: str, workdir: str) -> dict
 
     Path(workdir).mkdir(parents=True, exist_ok=True)
     cfg = Path(workdir) / "peers.yaml"
-    cfg.write_text(f"workdir: {workdir}\ncluster: local\ncorpus: {{path: {corpus}}}\n"
-                   "extract: {device: cpu}\n"
-                   f"models:\n  - {{name: minilm, kind: huggingface, path: {model_dir}}}\n", encoding="utf-8")
+    cfg.write_text(
+        f"workdir: {workdir}\ncluster: local\ncorpus: {{path: {corpus}}}\n"
+        "extract: {device: cpu}\n"
+        f"models:\n  - {{name: minilm, kind: huggingface, path: {model_dir}}}\n",
+        encoding="utf-8",
+    )
     ctx = run(cfg, progress=False, stage="extract")
     stats = ctx.timings["extract.minilm"]
     ds = xr.open_zarr(Path(workdir) / "reps.zarr", group="minilm", consolidated=False)
@@ -162,8 +167,12 @@ def corpora(tmp: Path) -> dict[str, Path]:
     directory = STAGES["corpus"].directory(Context(config=cfg))
     analysis = directory / "sentences.txt"
     whole = tmp / "whole.txt"
-    text = [line for split in ("train", "valid", "test")
-            for line in (directory / "text" / f"{split}.en").read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = [
+        line
+        for split in ("train", "valid", "test")
+        for line in (directory / "text" / f"{split}.en").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     whole.write_text("\n".join(text) + "\n", encoding="utf-8")
     main = tmp / "analysis.txt"  # the main text only: sentences.txt appends the annotated UD sentences
     n_main = len(json.loads((directory / "meta.json").read_text())["refs"])
@@ -192,10 +201,12 @@ def main() -> None:
             for method in ("plain", "nnsight", "pipeline"):
                 sample = str(tmp / f"{size}-{method}.npz")
                 extra = f", {str(tmp / f'{size}-work')!r}" if method == "pipeline" else ""
-                code = (f"import json, sys, logging; sys.path.insert(0, {str(REPO / 'benchmarks')!r}); "
-                        f"sys.path.insert(0, {str(REPO)!r}); logging.disable(logging.WARNING); "
-                        f"from peers import run_{method}; "
-                        f"print('RESULT', json.dumps(run_{method}({model!r}, {corpus!r}, {sample!r}{extra})))")
+                code = (
+                    f"import json, sys, logging; sys.path.insert(0, {str(REPO / 'benchmarks')!r}); "
+                    f"sys.path.insert(0, {str(REPO)!r}); logging.disable(logging.WARNING); "
+                    f"from peers import run_{method}; "
+                    f"print('RESULT', json.dumps(run_{method}({model!r}, {corpus!r}, {sample!r}{extra})))"
+                )
                 result, peak = measured([sys.executable, "-c", code])
                 result.update(peak_rss_gib=round(peak, 2), tokens_per_s=round(result["tokens"] / result["seconds"]))
                 row[method] = result
@@ -203,9 +214,12 @@ def main() -> None:
             reference = np.load(str(tmp / f"{size}-plain.npz"))
             for method in ("nnsight", "pipeline"):
                 other = np.load(str(tmp / f"{size}-{method}.npz"))
-                row[method]["max_abs_diff_vs_plain"] = float(max(
-                    np.abs(other[k].astype(np.float64) - reference[k]).max() for k in reference.files))
-            row["pipeline"]["throughput_vs_plain"] = round(row["pipeline"]["tokens_per_s"] / row["plain"]["tokens_per_s"], 3)
+                row[method]["max_abs_diff_vs_plain"] = float(
+                    max(np.abs(other[k].astype(np.float64) - reference[k]).max() for k in reference.files)
+                )
+            row["pipeline"]["throughput_vs_plain"] = round(
+                row["pipeline"]["tokens_per_s"] / row["plain"]["tokens_per_s"], 3
+            )
             results[size] = row
     (out / "peers.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     print(json.dumps(results, indent=1))

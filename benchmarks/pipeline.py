@@ -129,8 +129,10 @@ def floors(inputs, units: dict[str, list], rates: dict) -> tuple[dict[str, float
                     m = inputs.models[kw["spec"]["name"]]
                     n = 0.15 * tokens  # the corrupted positions (about 15% of each copy)
                     k = min(mi.k, max(2, int(n) // 10))
-                    out[name] += tokens / rates["forward"][m.name] + 2 * m.n_layers * mi.restarts * (
-                        (mi.niter + 1) * n * k * m.d_model) / g32
+                    out[name] += (
+                        tokens / rates["forward"][m.name]
+                        + 2 * m.n_layers * mi.restarts * ((mi.niter + 1) * n * k * m.d_model) / g32
+                    )
                 basis[name] = "Lloyd + k-means++ seeding (float32 GEMM); MLM output: + forward passes"
             elif name == "neighbors":
                 a = load_arrays(kw["arrays"])
@@ -150,7 +152,7 @@ def floors(inputs, units: dict[str, list], rates: dict) -> tuple[dict[str, float
                     pairs = n * (sum(ds) ** 2 + sum(x * x for x in ds)) / 2 + sum(2 * n * x * x for x in ds)
                     width = sum(inputs.models[g].d_model for g in kw["models"])
                     layers = max(kw["n_layers"].values())
-                    boot = layers * min(R * n, n + R * n_sent) * width ** 2 / 2 if R else 0
+                    boot = layers * min(R * n, n + R * n_sent) * width**2 / 2 if R else 0
                     m = len(kw["models"])
                     small = (len(ds) * (len(ds) + 1) / 2 + R * layers * m * (m - 1) / 2) * rates["svd"](max(ds))
                     out[name] += (pairs + boot) / g64 + small
@@ -162,8 +164,10 @@ def floors(inputs, units: dict[str, list], rates: dict) -> tuple[dict[str, float
                     est = kinds * L * (2 * n * d * d) + kinds * (L - 1) * n * d * d
                     boot = kinds * (2 * L - 1) * min(R * n, n + R * n_sent) * d * d if R else 0
                     out[name] += (est + boot) / g64 + (1 + R) * (L - 1) * bins * rates["svd"](d)
-                basis[name] = ("view SVDs + pair products + one weighted pass per replicate (float64 GEMM) + one "
-                               "(d, d) SVD per pair and replicate")
+                basis[name] = (
+                    "view SVDs + pair products + one weighted pass per replicate (float64 GEMM) + one "
+                    "(d, d) SVD per pair and replicate"
+                )
             elif name == "change_pos":
                 a = load_arrays(kw["arrays"])
                 d = inputs.models[kw["model"]].d_model
@@ -175,10 +179,13 @@ def floors(inputs, units: dict[str, list], rates: dict) -> tuple[dict[str, float
                 rows = sum(lengths[s] for s, _, _ in kw["samples"])  # L rows of one block each = one full pass
                 cfg_i = cfg.influence
                 pools = m.n_layers * len(cfg_i.freq_bins) - m.n_layers  # (layer, bin) pools
-                out[name] += (rows + sum(lengths.values())) / rates["forward"][m.name] + \
-                    pools * (1 + cfg_i.bootstrap) * rates["svd"](m.d_model)
-                basis[name] = ("one block per masked row + one pass per sentence (forward rate) + one (d, d) SVD "
-                               "per (layer, bin) and replicate")
+                out[name] += (rows + sum(lengths.values())) / rates["forward"][m.name] + pools * (
+                    1 + cfg_i.bootstrap
+                ) * rates["svd"](m.d_model)
+                basis[name] = (
+                    "one block per masked row + one pass per sentence (forward rate) + one (d, d) SVD "
+                    "per (layer, bin) and replicate"
+                )
             elif name == "heads":
                 fn = u.fn.__name__
                 if fn in ("heads_task", "decoder_task"):
@@ -190,12 +197,15 @@ def floors(inputs, units: dict[str, list], rates: dict) -> tuple[dict[str, float
                     att = open_attention(inputs.store, kw["models"][0])
                     lengths = att["length"].values.astype(float)
                     heads = sum(inputs.models[g].n_layers - 1 for g in kw["models"]) * att.sizes["head"]
-                    out[name] += heads ** 2 * (lengths ** 2).sum() / rates["log"]
+                    out[name] += heads**2 * (lengths**2).sum() / rates["log"]
                 elif fn == "dependency_task":
                     from evolution.analyses.base import load_texts
 
-                    words = sum(1 for line in load_texts(kw["text"])["conllu"].splitlines()
-                                if line and line[0].isdigit() and "\t" in line)
+                    words = sum(
+                        1
+                        for line in load_texts(kw["text"])["conllu"].splitlines()
+                        if line and line[0].isdigit() and "\t" in line
+                    )
                     m = inputs.models[kw["spec"]["name"]]
                     out[name] += 1.3 * words / rates["forward_attention"][m.name]  # ~1.3 pieces per word
                 basis[name] = "forward passes with attention (forward rate); head map: JS terms (log rate)"
@@ -227,15 +237,28 @@ def tsne_reference(inputs, units) -> dict[str, float]:
 
 
 def profile(config: Path, workdir: Path, *, run: bool) -> dict:
+    from evolution import location
     from evolution.analyses import enabled
     from evolution.analyses.inputs import ModelSource, load_inputs
     from evolution.api import open_store
-    from evolution import location
     from evolution.config import load_config
 
     if run:
-        subprocess.run([sys.executable, "-m", "pipelines.run", str(config), "--workdir", str(workdir), "--force",
-                        "metrics", "--no-progress"], check=True, cwd=ROOT)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.run",
+                str(config),
+                "--workdir",
+                str(workdir),
+                "--force",
+                "metrics",
+                "--no-progress",
+            ],
+            check=True,
+            cwd=ROOT,
+        )
     records = [json.loads(line) for line in (workdir / "metrics" / "profile.jsonl").read_text().splitlines()]
     last = max(r["run"] for r in records)
     records = [r for r in records if r["run"] == last]
@@ -244,18 +267,42 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
     store = str(workdir / "reps.zarr")
     reps = open_store(store)
     names = [m.name for m in cfg.models]
-    specs = {m.name: {"name": m.name, "kind": m.kind, "path": str(m.path), "objective": m.objective,
-                      "data": None if m.data is None else str(m.data),
-                      "sentencepiece": None if m.sentencepiece is None else str(m.sentencepiece)}
-             for m in cfg.models}  # from the config: a store outside the repository records no usable path
-    sources = [ModelSource(name=n, kind=specs[n]["kind"], key=reps.keys[n], spec=specs[n],
-                           objective=reps.specs[n].get("objective")) for n in names]
-    inputs = load_inputs(store=store, models=sources, config=cfg.metrics, seed=cfg.seed, torch_threads=1,
-                         arrays_dir=location.inputs_dir(store), attrs={})
+    specs = {
+        m.name: {
+            "name": m.name,
+            "kind": m.kind,
+            "path": str(m.path),
+            "objective": m.objective,
+            "data": None if m.data is None else str(m.data),
+            "sentencepiece": None if m.sentencepiece is None else str(m.sentencepiece),
+        }
+        for m in cfg.models
+    }  # from the config: a store outside the repository records no usable path
+    sources = [
+        ModelSource(
+            name=n, kind=specs[n]["kind"], key=reps.keys[n], spec=specs[n], objective=reps.specs[n].get("objective")
+        )
+        for n in names
+    ]
+    inputs = load_inputs(
+        store=store,
+        models=sources,
+        config=cfg.metrics,
+        seed=cfg.seed,
+        torch_threads=1,
+        arrays_dir=location.inputs_dir(store),
+        attrs={},
+    )
     units = {a.name: a.units(inputs) for a in enabled(cfg.metrics)}
     svd = {}
-    rates = {"gemm64": gemm_rate(np.float64), "gemm32": gemm_rate(np.float32), "log": log_rate(),
-             "svd": lambda d: svd.setdefault(d, svd_seconds(d)), "forward": {}, "forward_attention": {}}
+    rates = {
+        "gemm64": gemm_rate(np.float64),
+        "gemm32": gemm_rate(np.float32),
+        "log": log_rate(),
+        "svd": lambda d: svd.setdefault(d, svd_seconds(d)),
+        "forward": {},
+        "forward_attention": {},
+    }
     for n in names:
         m = inputs.models[n]
         sent = np.unique(m.coords["sentence"])[:200]
@@ -274,16 +321,32 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
     table = []
     for name, p in sorted(per.items(), key=lambda kv: -kv[1]["seconds"]):
         f = floor.get(name)
-        table.append({"analysis": name, "units": p["units"], "seconds": round(p["seconds"], 1),
-                      "cpu": round(p["cpu"], 1), "share": round(p["seconds"] / total, 3),
-                      "floor": None if f is None else round(f, 1),
-                      "ratio": None if not f else round(p["seconds"] / f, 2), "floor_basis": basis.get(name, "")})
-    return {"config": config.name, "stage_s": round(stage, 1), "unit_s": round(total, 1),
-            "rates": {"svd_ms": {d: round(1e3 * v, 2) for d, v in svd.items()},
-                      "gemm64_gmacs": round(rates["gemm64"] / 1e9, 1), "gemm32_gmacs": round(rates["gemm32"] / 1e9, 1),
-                      "log_per_s": round(rates["log"]), "forward_tokens_s": {k: round(v) for k, v in rates["forward"].items()},
-                      "forward_attention_tokens_s": {k: round(v) for k, v in rates["forward_attention"].items()}},
-            "table": table}
+        table.append(
+            {
+                "analysis": name,
+                "units": p["units"],
+                "seconds": round(p["seconds"], 1),
+                "cpu": round(p["cpu"], 1),
+                "share": round(p["seconds"] / total, 3),
+                "floor": None if f is None else round(f, 1),
+                "ratio": None if not f else round(p["seconds"] / f, 2),
+                "floor_basis": basis.get(name, ""),
+            }
+        )
+    return {
+        "config": config.name,
+        "stage_s": round(stage, 1),
+        "unit_s": round(total, 1),
+        "rates": {
+            "svd_ms": {d: round(1e3 * v, 2) for d, v in svd.items()},
+            "gemm64_gmacs": round(rates["gemm64"] / 1e9, 1),
+            "gemm32_gmacs": round(rates["gemm32"] / 1e9, 1),
+            "log_per_s": round(rates["log"]),
+            "forward_tokens_s": {k: round(v) for k, v in rates["forward"].items()},
+            "forward_attention_tokens_s": {k: round(v) for k, v in rates["forward_attention"].items()},
+        },
+        "table": table,
+    }
 
 
 def aggregate(path: Path) -> dict[str, dict]:
@@ -313,21 +376,33 @@ def with_before(result: dict, before: dict[str, dict], *, stage_s: float | None)
 
 
 def show(result: dict) -> None:
-    print(f"\n{result['config']}: metrics stage {result['stage_s']} s wall, {result['unit_s']} s in units; "
-          f"rates {result['rates']}")
+    print(
+        f"\n{result['config']}: metrics stage {result['stage_s']} s wall, {result['unit_s']} s in units; "
+        f"rates {result['rates']}"
+    )
     before = any("before_seconds" in r for r in result["table"])
-    print(f"{'analysis':>12} {'units':>5} {'seconds':>8} {'CPU s':>8} {'share':>6} {'floor s':>8} {'ratio':>6}"
-          + (f" {'before':>8} {'b.ratio':>7}" if before else "") + "  floor")
+    print(
+        f"{'analysis':>12} {'units':>5} {'seconds':>8} {'CPU s':>8} {'share':>6} {'floor s':>8} {'ratio':>6}"
+        + (f" {'before':>8} {'b.ratio':>7}" if before else "")
+        + "  floor"
+    )
     if before:
-        print(f"  before: metrics stage {result.get('before_stage_s')} s; columns 'before' and 'b.ratio': the same "
-              "units at the earlier commit, against the same floors")
+        print(
+            f"  before: metrics stage {result.get('before_stage_s')} s; columns 'before' and 'b.ratio': the same "
+            "units at the earlier commit, against the same floors"
+        )
     for r in result["table"]:
         floor = "" if r["floor"] is None else f"{r['floor']:8.1f}"
         ratio = "" if r["ratio"] is None else f"{r['ratio']:6.1f}"
-        extra = f" {r.get('before_seconds', float('nan')):8.1f} {r.get('before_ratio') or float('nan'):7.1f}" \
-            if before else ""
-        print(f"{r['analysis']:>12} {r['units']:>5} {r['seconds']:8.1f} {r['cpu']:8.1f} {100 * r['share']:5.1f}% "
-              f"{floor:>8} {ratio:>6}{extra}  {r['floor_basis']}")
+        extra = (
+            f" {r.get('before_seconds', float('nan')):8.1f} {r.get('before_ratio') or float('nan'):7.1f}"
+            if before
+            else ""
+        )
+        print(
+            f"{r['analysis']:>12} {r['units']:>5} {r['seconds']:8.1f} {r['cpu']:8.1f} {100 * r['share']:5.1f}% "
+            f"{floor:>8} {ratio:>6}{extra}  {r['floor_basis']}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,22 +411,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "profile", help="workdirs, one per config")
     parser.add_argument("--no-run", action="store_true", help="read the last profile of each workdir only")
     parser.add_argument("--json", type=Path, default=None, help="write the tables here")
-    parser.add_argument("--before", type=Path, nargs="*", default=[],
-                        help="a profile.jsonl per config from an earlier commit, shown beside (same order)")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="a profile.jsonl per config from an earlier commit, shown beside (same order)",
+    )
     parser.add_argument("--before-stage", type=float, nargs="*", default=[], help="their stages' wall seconds")
     args = parser.parse_args(argv)
     results = []
     for i, config in enumerate(args.configs):
         result = profile(config.resolve(), args.out / config.stem, run=not args.no_run)
         if i < len(args.before):
-            result = with_before(result, aggregate(args.before[i]),
-                                 stage_s=args.before_stage[i] if i < len(args.before_stage) else None)
+            result = with_before(
+                result, aggregate(args.before[i]), stage_s=args.before_stage[i] if i < len(args.before_stage) else None
+            )
         show(result)
         results.append(result)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "results": results}, indent=1) + "\n",
-                             encoding="utf-8")
+        args.json.write_text(
+            json.dumps({"date": time.strftime("%Y-%m-%d"), "results": results}, indent=1) + "\n", encoding="utf-8"
+        )
     return 0
 
 

@@ -115,8 +115,11 @@ def main() -> None:
         stages = {}
         for stage in STAGES:
             stages[stage] = run_stage(config, stage, workdir / "scale.log")
-            print(f"{n} sentences  {stage:8s} {stages[stage]['seconds']:8.1f} s  "
-                  f"peak {stages[stage]['peak_rss_gib']:6.2f} GiB", flush=True)
+            print(
+                f"{n} sentences  {stage:8s} {stages[stage]['seconds']:8.1f} s  "
+                f"peak {stages[stage]['peak_rss_gib']:6.2f} GiB",
+                flush=True,
+            )
         results[n] = {"tokens_per_model": analysed_tokens(workdir), "stages": stages}
         print(f"{n} sentences: {results[n]['tokens_per_model']} tokens per model", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -125,8 +128,10 @@ def main() -> None:
         a, b = (results[n] for n in args.sentences[:2])
         for stage in STAGES:
             ra, rb = a["stages"][stage]["peak_rss_gib"], b["stages"][stage]["peak_rss_gib"]
-            print(f"{stage:8s} peak RSS x{rb / ra if ra else float('nan'):.2f} for x"
-                  f"{(b['tokens_per_model'] or 0) / (a['tokens_per_model'] or 1):.2f} tokens")
+            print(
+                f"{stage:8s} peak RSS x{rb / ra if ra else float('nan'):.2f} for x"
+                f"{(b['tokens_per_model'] or 0) / (a['tokens_per_model'] or 1):.2f} tokens"
+            )
     print(f"-> {args.out / 'scale.json'}")
 
 

@@ -41,15 +41,30 @@ THRESHOLDS = (1000, 200, 100)
 
 def corpus_pieces(workdir: Path) -> tuple[list[int], list[int]]:
     """The piece ids of the analysed English verses and of the training split's."""
-    subprocess.run([sys.executable, "-m", "pipelines.run", str(CONFIG), "--stage", "corpus", "--workdir",
-                    str(workdir), "--no-progress"], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.run",
+            str(CONFIG),
+            "--stage",
+            "corpus",
+            "--workdir",
+            str(workdir),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     from evolution.models import load_adapter
 
-    adapter = load_adapter({"kind": "shipped", "path": str(ROOT / "results" / "bible-full" / "models" / "mt"),
-                            "name": "mt"})
+    adapter = load_adapter(
+        {"kind": "shipped", "path": str(ROOT / "results" / "bible-full" / "models" / "mt"), "name": "mt"}
+    )
     corpus = next((workdir / "corpus").iterdir())
     meta = json.loads((corpus / "meta.json").read_text(encoding="utf-8"))
-    lines = (corpus / "sentences.txt").read_text(encoding="utf-8").splitlines()[:len(meta["refs"])]
+    lines = (corpus / "sentences.txt").read_text(encoding="utf-8").splitlines()[: len(meta["refs"])]
     train = (corpus / "text" / "train.en").read_text(encoding="utf-8").splitlines()
 
     def ids(sentences):
@@ -94,15 +109,24 @@ def main(argv: list[str] | None = None) -> int:
     top = np.array([v for _, v in ranked if v >= 100][:1000])
     labels = np.repeat(np.arange(len(top)), top)
     h = entropy(labels)
-    result["selection"] = {"types": int(len(top)), "occurrences": int(top.sum()), "entropy": h,
-                           "occurrences_per_cluster": {str(k): top.sum() / k for k in KS}}
+    result["selection"] = {
+        "types": int(len(top)),
+        "occurrences": int(top.sum()),
+        "entropy": h,
+        "occurrences_per_cluster": {str(k): top.sum() / k for k in KS},
+    }
     result["proportional"] = []
     shuffled = np.random.default_rng(0).permutation(labels)
     for k in KS:
         clusters = proportional_clusters(top, k)
-        result["proportional"].append({"k": k, "clusters": int(len(np.unique(clusters))),
-                                       "mi_fraction": mutual_information(labels, clusters) / h,
-                                       "control": mutual_information(shuffled, clusters)})
+        result["proportional"].append(
+            {
+                "k": k,
+                "clusters": int(len(np.unique(clusters))),
+                "mi_fraction": mutual_information(labels, clusters) / h,
+                "control": mutual_information(shuffled, clusters),
+            }
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=1))

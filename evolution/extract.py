@@ -21,8 +21,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +34,16 @@ from evolution.tokens import TokenTable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ChunkTask", "plan_tasks", "run_chunk", "batches", "extract_model", "extract_to_store", "warm_workers",
-           "compute"]
+__all__ = [
+    "ChunkTask",
+    "plan_tasks",
+    "run_chunk",
+    "batches",
+    "extract_model",
+    "extract_to_store",
+    "warm_workers",
+    "compute",
+]
 
 
 @dataclass(frozen=True)
@@ -48,8 +57,9 @@ class ChunkTask:
     attention_rows: tuple[int, ...]  # rows of the attention group this task writes
 
 
-def plan_tasks(table: TokenTable, *, chunk_tokens: int, task_chunks: int = 1,
-               attention_sentences: int = 0) -> list[ChunkTask]:
+def plan_tasks(
+    table: TokenTable, *, chunk_tokens: int, task_chunks: int = 1, attention_sentences: int = 0
+) -> list[ChunkTask]:
     """Split the token axis into tasks of ``task_chunks`` whole chunks each."""
     n = table.n_tokens
     offsets = table.offsets
@@ -71,8 +81,9 @@ def plan_tasks(table: TokenTable, *, chunk_tokens: int, task_chunks: int = 1,
 BATCH_OVERHEAD_TOKENS = 32
 
 
-def batches(lengths: Sequence[int], *, max_batch_tokens: int,
-            overhead_tokens: float = BATCH_OVERHEAD_TOKENS) -> list[list[int]]:
+def batches(
+    lengths: Sequence[int], *, max_batch_tokens: int, overhead_tokens: float = BATCH_OVERHEAD_TOKENS
+) -> list[list[int]]:
     """Group indices into batches whose padded size (``len(batch) * max length``)
     stays within ``max_batch_tokens``, at the least cost.
 
@@ -109,7 +120,7 @@ def batches(lengths: Sequence[int], *, max_batch_tokens: int,
     out = []
     j = n
     while j > 0:
-        out.append(order[cut[j]:j])
+        out.append(order[cut[j] : j])
         j = int(cut[j])
     return out[::-1]
 
@@ -137,9 +148,21 @@ def release_buffers() -> None:
     _buffers.clear()
 
 
-def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: list[list[int]],
-              content_lengths: list[int], token_offsets: list[int], max_batch_tokens: int, dtype: str,
-              attention_dtype: str | None, torch_threads: int, norms: bool = False) -> dict[str, Any]:
+def run_chunk(
+    spec: dict,
+    *,
+    store: str,
+    group: str,
+    task: ChunkTask,
+    inputs: list[list[int]],
+    content_lengths: list[int],
+    token_offsets: list[int],
+    max_batch_tokens: int,
+    dtype: str,
+    attention_dtype: str | None,
+    torch_threads: int,
+    norms: bool = False,
+) -> dict[str, Any]:
     """Compute and write one chunk. Runs on a worker.
 
     ``inputs[i]`` is the model input of ``task.sentences[i]``; its content
@@ -161,8 +184,14 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
     # local index (into inputs) -> row of the attention group (= row of the token table)
     att_row_of = {task.sentences.index(s): s for s in task.attention_rows}
     att_arr = open_attention_array(store, group, mode="r+") if att_row_of else None
-    norm_arrs = ({name: open_attention_array(store, group, mode="r+", name=name)
-                  for name in ("value_norm", "weighted_norm", "summed_norm")} if att_row_of and norms else {})
+    norm_arrs = (
+        {
+            name: open_attention_array(store, group, mode="r+", name=name)
+            for name in ("value_norm", "weighted_norm", "summed_norm")
+        }
+        if att_row_of and norms
+        else {}
+    )
     for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
         need_att = any(i in att_row_of for i in batch)
         t0 = time.perf_counter()
@@ -176,7 +205,7 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
             # rows of this sentence inside the task's range
             a, z = max(lo, task.start), min(lo + n, task.stop)
             if a < z:
-                buf[:, a - task.start:z - task.start] = hidden[:, b, off + (a - lo):off + (z - lo)]
+                buf[:, a - task.start : z - task.start] = hidden[:, b, off + (a - lo) : off + (z - lo)]
                 filled += z - a
             if i in att_row_of:
                 t = len(inputs[i])
@@ -189,21 +218,43 @@ def run_chunk(spec: dict, *, store: str, group: str, task: ChunkTask, inputs: li
                     row[cut] = norm[name][:, b][cut]
                     arr[att_row_of[i]] = row
     if filled != task.stop - task.start:
-        raise RuntimeError(f"extract task {task.index}: its sentences cover {filled} of the {task.stop - task.start} "
-                           f"tokens [{task.start}, {task.stop}); the task plan is inconsistent with the token table")
+        raise RuntimeError(
+            f"extract task {task.index}: its sentences cover {filled} of the {task.stop - task.start} "
+            f"tokens [{task.start}, {task.stop}); the task plan is inconsistent with the token table"
+        )
     t0 = time.perf_counter()
-    hidden_arr[:, task.start:task.stop] = buf.astype(dtype, copy=False)
+    hidden_arr[:, task.start : task.stop] = buf.astype(dtype, copy=False)
     t_end = time.perf_counter()
-    return {"index": task.index, "tokens": task.stop - task.start, "load_s": t_loaded - t_start,
-            "forward_s": forward_s, "write_s": t_end - t0, "total_s": t_end - t_start,
-            "began": time.time() - (t_end - t_start), "worker": os.getpid()}
+    return {
+        "index": task.index,
+        "tokens": task.stop - task.start,
+        "load_s": t_loaded - t_start,
+        "forward_s": forward_s,
+        "write_s": t_end - t0,
+        "total_s": t_end - t_start,
+        "began": time.time() - (t_end - t_start),
+        "worker": os.getpid(),
+    }
 
 
-def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str, group: str,
-                  chunk_tokens: int, task_chunks: int, max_batch_tokens: int, dtype: str,
-                  attention_sentences: int,
-                  attention_dtype: str | None, torch_threads: int, client=None,
-                  progress: bool = True, norms: bool = False) -> dict[str, float]:
+def extract_model(
+    spec: dict,
+    table: TokenTable,
+    adapter: Adapter,
+    *,
+    store: str,
+    group: str,
+    chunk_tokens: int,
+    task_chunks: int,
+    max_batch_tokens: int,
+    dtype: str,
+    attention_sentences: int,
+    attention_dtype: str | None,
+    torch_threads: int,
+    client=None,
+    progress: bool = True,
+    norms: bool = False,
+) -> dict[str, float]:
     """Build and compute the task graph for one model; the group's skeleton must exist.
 
     ``client`` is a :class:`distributed.Client`, or ``None`` for the
@@ -214,21 +265,38 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
     """
     import dask
 
-    tasks = plan_tasks(table, chunk_tokens=chunk_tokens, task_chunks=task_chunks,
-                       attention_sentences=attention_sentences)
+    tasks = plan_tasks(
+        table, chunk_tokens=chunk_tokens, task_chunks=task_chunks, attention_sentences=attention_sentences
+    )
     lengths = [len(x) for x in table.ids]
     delayed = []
     for task in tasks:
         rows = task.sentences
-        delayed.append(dask.delayed(run_chunk, pure=True)(
-            spec, store=store, group=group, task=task,
-            inputs=[adapter.build_input(table.ids[s]) for s in rows],
-            content_lengths=[lengths[s] for s in rows],
-            token_offsets=[int(table.offsets[s]) for s in rows],
-            max_batch_tokens=max_batch_tokens, dtype=dtype, attention_dtype=attention_dtype,
-            torch_threads=torch_threads, norms=norms, dask_key_name=f"extract-{group}-{task.index}"))
-    logger.info("%s: %d tokens of %d sentences in %d task(s) of <= %d tokens", group, table.n_tokens,
-                table.n_sentences, len(tasks), chunk_tokens * task_chunks)
+        delayed.append(
+            dask.delayed(run_chunk, pure=True)(
+                spec,
+                store=store,
+                group=group,
+                task=task,
+                inputs=[adapter.build_input(table.ids[s]) for s in rows],
+                content_lengths=[lengths[s] for s in rows],
+                token_offsets=[int(table.offsets[s]) for s in rows],
+                max_batch_tokens=max_batch_tokens,
+                dtype=dtype,
+                attention_dtype=attention_dtype,
+                torch_threads=torch_threads,
+                norms=norms,
+                dask_key_name=f"extract-{group}-{task.index}",
+            )
+        )
+    logger.info(
+        "%s: %d tokens of %d sentences in %d task(s) of <= %d tokens",
+        group,
+        table.n_tokens,
+        table.n_sentences,
+        len(tasks),
+        chunk_tokens * task_chunks,
+    )
     t0, wall0 = time.perf_counter(), time.time()
     results = compute(delayed, client=client, progress=progress, label=f"extract {group}")
     seconds = time.perf_counter() - t0
@@ -239,14 +307,25 @@ def extract_model(spec: dict, table: TokenTable, adapter: Adapter, *, store: str
     first = {}
     for r in results:
         first[r["worker"]] = min(first.get(r["worker"], np.inf), r["began"])
-    logger.info("%s: first task began %.1f s after submission (%s)", group, min(first.values()) - wall0,
-                ", ".join(f"{v - wall0:.1f}" for v in first.values()))
+    logger.info(
+        "%s: first task began %.1f s after submission (%s)",
+        group,
+        min(first.values()) - wall0,
+        ", ".join(f"{v - wall0:.1f}" for v in first.values()),
+    )
     n = sum(r["tokens"] for r in results)
     times = {k: sum(r[k] for r in results) for k in ("load_s", "forward_s", "write_s", "total_s")}
-    logger.info("%s: task graph computed in %.1f s (%.0f tokens/s); summed over tasks: model load %.1f s, "
-                "forward %.1f s, Zarr write %.1f s, other %.1f s", group, seconds, n / seconds, times["load_s"],
-                times["forward_s"], times["write_s"],
-                times["total_s"] - times["load_s"] - times["forward_s"] - times["write_s"])
+    logger.info(
+        "%s: task graph computed in %.1f s (%.0f tokens/s); summed over tasks: model load %.1f s, "
+        "forward %.1f s, Zarr write %.1f s, other %.1f s",
+        group,
+        seconds,
+        n / seconds,
+        times["load_s"],
+        times["forward_s"],
+        times["write_s"],
+        times["total_s"] - times["load_s"] - times["forward_s"] - times["write_s"],
+    )
     return {"tokens": n, "seconds": seconds, **times}
 
 
@@ -270,9 +349,20 @@ def training_ranks(counts: dict[int, int]) -> dict[int, int]:
     return {int(i): r for r, i in enumerate(order, start=1)}
 
 
-def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint: str, config: ExtractConfig,
-                     annotation: dict | None, attrs: dict[str, Any], client=None, progress: bool = True,
-                     training_text=None) -> dict[str, float]:
+def extract_to_store(
+    spec: dict,
+    corpus,
+    *,
+    store: str,
+    group: str,
+    fingerprint: str,
+    config: ExtractConfig,
+    annotation: dict | None,
+    attrs: dict[str, Any],
+    client=None,
+    progress: bool = True,
+    training_text=None,
+) -> dict[str, float]:
     """Extract one model into ``store``/``group`` (hidden states, token coordinates,
     attention for the first ``config.attention.sentences``), then mark the group complete.
 
@@ -298,14 +388,25 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
     t0 = time.perf_counter()
     warming = warm_workers(client, spec)
     adapter = cached_adapter(spec)  # shared with in-process tasks; workers load their own
-    table = build_token_table(corpus.sentences, adapter, too_long=config.too_long, lines=corpus.lines,
-                              source=corpus.source)
+    table = build_token_table(
+        corpus.sentences, adapter, too_long=config.too_long, lines=corpus.lines, source=corpus.source
+    )
     columns = dict(table.columns)
-    digest = (file_hash(corpus.source) if os.path.isfile(corpus.source) else  # sentences given in memory
-              hashlib.sha256("\n".join(corpus.sentences).encode("utf-8")).hexdigest())
-    attrs = {**attrs, "corpus_source": corpus.source, "corpus_sha256": digest,
-             "n_truncated": table.n_truncated, "n_skipped": table.n_skipped, "annotated_from": -1,
-             **adapter.describe()}
+    digest = (
+        file_hash(corpus.source)
+        if os.path.isfile(corpus.source)
+        # sentences given in memory
+        else hashlib.sha256("\n".join(corpus.sentences).encode("utf-8")).hexdigest()
+    )
+    attrs = {
+        **attrs,
+        "corpus_source": corpus.source,
+        "corpus_sha256": digest,
+        "n_truncated": table.n_truncated,
+        "n_skipped": table.n_skipped,
+        "annotated_from": -1,
+        **adapter.describe(),
+    }
     if training_text is not None:
         counts = training_counts(adapter, training_text)
         columns["train_count"] = np.array([counts.get(int(i), 0) for i in columns["token_id"]], dtype=np.int64)
@@ -313,27 +414,52 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
         columns["train_rank"] = np.array([rank.get(int(i), 0) for i in columns["token_id"]], dtype=np.int32)
         attrs.update(train_count_source=str(training_text), train_types=len(rank))
     if annotation is not None:
-        columns.update(annotation_columns(sentence=columns["sentence"], word_id=columns["word_id"],
-                                          first=annotation["first"], sentences=annotation["sentences"]))
+        columns.update(
+            annotation_columns(
+                sentence=columns["sentence"],
+                word_id=columns["word_id"],
+                first=annotation["first"],
+                sentences=annotation["sentences"],
+            )
+        )
         attrs["annotated_from"] = int(annotation["first"])
     if "://" not in str(store):  # a local store records its inputs relative to its directory (the workdir)
         from evolution.provenance import portable
 
         attrs = portable(attrs, os.path.dirname(os.path.abspath(str(store))))
-    create_hidden_group(store, group, columns=columns, n_layers=adapter.num_layers + 1, d_model=adapter.d_model,
-                        chunk_tokens=config.chunk_tokens, dtype=config.dtype, attrs=attrs, fingerprint=fingerprint,
-                        compressor=config.compressor)
+    create_hidden_group(
+        store,
+        group,
+        columns=columns,
+        n_layers=adapter.num_layers + 1,
+        d_model=adapter.d_model,
+        chunk_tokens=config.chunk_tokens,
+        dtype=config.dtype,
+        attrs=attrs,
+        fingerprint=fingerprint,
+        compressor=config.compressor,
+    )
     n_att, norms = 0, False
     if config.attention is not None:
         n_att = min(config.attention.sentences, table.n_sentences)
         norms = config.attention.norms and adapter.supports_norms
         if config.attention.norms and not norms:
-            logger.info("%s: %s has no value-vector norms (Kobayashi et al. 2020); the attention group holds "
-                        "the maps only", group, type(adapter).__name__)
-        create_attention_group(store, group, sentence=table.sentence_index[:n_att],
-                               inputs=[adapter.build_input(ids) for ids in table.ids[:n_att]],
-                               n_layers=adapter.num_layers, n_heads=adapter.num_heads, dtype=config.attention.dtype,
-                               attrs={"special_ids": sorted(adapter.special_ids), **attrs}, norms=norms)
+            logger.info(
+                "%s: %s has no value-vector norms (Kobayashi et al. 2020); the attention group holds the maps only",
+                group,
+                type(adapter).__name__,
+            )
+        create_attention_group(
+            store,
+            group,
+            sentence=table.sentence_index[:n_att],
+            inputs=[adapter.build_input(ids) for ids in table.ids[:n_att]],
+            n_layers=adapter.num_layers,
+            n_heads=adapter.num_heads,
+            dtype=config.attention.dtype,
+            attrs={"special_ids": sorted(adapter.special_ids), **attrs},
+            norms=norms,
+        )
     # the graph is timed from when every worker holds the model (loading overlapped tokenisation
     # above; what is left of it is waited for here and reported as warm_s, not as graph time)
     t_warm = time.perf_counter()
@@ -345,10 +471,23 @@ def extract_to_store(spec: dict, corpus, *, store: str, group: str, fingerprint:
         except TimeoutError:
             logger.info("%s: a worker did not finish loading the model in 120 s; starting anyway", group)
     warm_s = time.perf_counter() - t_warm
-    stats = extract_model(spec, table, adapter, store=store, group=group, chunk_tokens=config.chunk_tokens,
-                          task_chunks=config.task_chunks, max_batch_tokens=config.max_batch_tokens, dtype=config.dtype,
-                          attention_sentences=n_att, attention_dtype=config.attention.dtype if config.attention else None,
-                          torch_threads=config.torch_threads, client=client, progress=progress, norms=norms)
+    stats = extract_model(
+        spec,
+        table,
+        adapter,
+        store=store,
+        group=group,
+        chunk_tokens=config.chunk_tokens,
+        task_chunks=config.task_chunks,
+        max_batch_tokens=config.max_batch_tokens,
+        dtype=config.dtype,
+        attention_sentences=n_att,
+        attention_dtype=config.attention.dtype if config.attention else None,
+        torch_threads=config.torch_threads,
+        client=client,
+        progress=progress,
+        norms=norms,
+    )
     del warming
     mark_complete(store, group, fingerprint)
     stats["warm_s"] = warm_s
@@ -373,8 +512,9 @@ def warm_workers(client, spec: dict) -> list:
     return [client.submit(_warm, spec, workers=[w], allow_other_workers=False, pure=False) for w in workers]
 
 
-def compute(delayed: list, *, client, progress: bool, label: str, unit: str = "chunk",
-            on_result=None, first: int = 0) -> list:
+def compute(
+    delayed: list, *, client, progress: bool, label: str, unit: str = "chunk", on_result=None, first: int = 0
+) -> list:
     """Compute Dask delayed objects on ``client`` (or synchronously), with a progress bar
     counting ``unit``s (one per delayed object). ``on_result(i, result)`` is called as
     each one finishes, so that a caller can keep what is done if the run is killed.

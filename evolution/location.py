@@ -22,13 +22,40 @@ import shutil
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["is_url", "join", "parent", "exists", "is_dir", "listdir", "remove", "read_bytes", "write_bytes",
-           "check_url", "inputs_dir"]
+__all__ = [
+    "is_url",
+    "join",
+    "parent",
+    "exists",
+    "is_dir",
+    "listdir",
+    "remove",
+    "read_bytes",
+    "write_bytes",
+    "check_url",
+    "inputs_dir",
+]
 
 #: Query parameters that would put a secret into a config file (and the logs).
-_SECRET_PARAMS = {"key", "secret", "token", "password", "access_key", "secret_key", "session_token",
-                  "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "sas_token", "account_key",
-                  "sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token"}
+_SECRET_PARAMS = {
+    "key",
+    "secret",
+    "token",
+    "password",
+    "access_key",
+    "secret_key",
+    "session_token",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "sas_token",
+    "account_key",
+    "sig",
+    "signature",
+    "x-amz-signature",
+    "x-amz-credential",
+    "x-amz-security-token",
+}
 
 #: Object stores whose first URL component is a bucket (a store needs a prefix below it).
 _BUCKETS = {"s3", "s3a", "gs", "gcs", "abfs", "az", "adl", "oss"}
@@ -41,7 +68,7 @@ def is_url(location: str | Path) -> bool:
 
 def _local(location: str | Path) -> Path:
     s = str(location)
-    return Path(s[len("file://"):] if s.startswith("file://") else s)
+    return Path(s[len("file://") :] if s.startswith("file://") else s)
 
 
 def _fs(location: str):
@@ -136,10 +163,12 @@ def check_url(url: str, *, key: str) -> None:
     parts = urlsplit(url)
     secrets = sorted(_SECRET_PARAMS & {k.lower() for k in parse_qs(parts.query)})
     if parts.password is not None or secrets:
-        raise ValueError(f"{key}: the URL carries credentials ({'user:secret@' if not secrets else ', '.join(secrets)}); "
-                         "remove them and set them in the environment instead (for S3: AWS_ACCESS_KEY_ID, "
-                         "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, or an AWS profile), so that they never reach "
-                         "the config file, the provenance attributes or the logs")
+        raise ValueError(
+            f"{key}: the URL carries credentials ({'user:secret@' if not secrets else ', '.join(secrets)}); "
+            "remove them and set them in the environment instead (for S3: AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, or an AWS profile), so that they never reach "
+            "the config file, the provenance attributes or the logs"
+        )
     import fsspec
 
     try:
@@ -148,11 +177,14 @@ def check_url(url: str, *, key: str) -> None:
         raise ValueError(f"{key}: {parts.scheme}:// is not a protocol fsspec knows") from None
     except ImportError as exc:
         extra = "pip install 'evolution[s3]' (s3fs)" if parts.scheme in ("s3", "s3a") else str(exc)
-        raise ValueError(f"{key}: {parts.scheme}:// needs a filesystem package that is not installed: {extra}") \
-            from None
+        raise ValueError(
+            f"{key}: {parts.scheme}:// needs a filesystem package that is not installed: {extra}"
+        ) from None
     if parts.scheme in _BUCKETS and not parts.path.strip("/"):
-        raise ValueError(f"{key}: {url} is a bucket's root; give a prefix below it, e.g. "
-                         f"{parts.scheme}://{parts.netloc}/evolution/{'reps' if 'extract' in key else 'metrics'}.zarr")
+        raise ValueError(
+            f"{key}: {url} is a bucket's root; give a prefix below it, e.g. "
+            f"{parts.scheme}://{parts.netloc}/evolution/{'reps' if 'extract' in key else 'metrics'}.zarr"
+        )
 
 
 def inputs_dir(representations: str | Path) -> str:

@@ -20,8 +20,21 @@ from typing import Any
 
 __all__ = ["config_hash", "file_hash", "tree_hash", "versions", "code_version", "portable"]
 
-_PACKAGES = ("evolution", "numpy", "torch", "transformers", "fairseq", "ve-fairseq", "dask",
-             "distributed", "zarr", "xarray", "faiss-cpu", "scikit-learn", "openTSNE")
+_PACKAGES = (
+    "evolution",
+    "numpy",
+    "torch",
+    "transformers",
+    "fairseq",
+    "ve-fairseq",
+    "dask",
+    "distributed",
+    "zarr",
+    "xarray",
+    "faiss-cpu",
+    "scikit-learn",
+    "openTSNE",
+)
 
 
 def config_hash(obj: Any, *, length: int = 16) -> str:
@@ -63,8 +76,14 @@ def code_version() -> str:
     """The git commit of the checkout (with ``-dirty`` if modified), else the package version."""
     root = Path(__file__).resolve().parent.parent
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=root,
-                             capture_output=True, text=True, timeout=10, check=True)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return _version("evolution") or "unknown"

@@ -77,13 +77,19 @@ def _check_member(path: Path, kind: str, where: str) -> None:
         if not path.is_file():
             raise SeriesError(f"{where}: a fairseq checkpoint is a file, {str(path)!r} is not")
     elif not path.is_dir():
-        raise SeriesError(f"{where}: a {kind} checkpoint is a directory, {str(path)!r} is not; "
-                          "make the glob match the checkpoint directories")
+        raise SeriesError(
+            f"{where}: a {kind} checkpoint is a directory, {str(path)!r} is not; "
+            "make the glob match the checkpoint directories"
+        )
     elif kind == "huggingface" and not (path / "config.json").is_file():
-        raise SeriesError(f"{where}: {str(path)!r} has no config.json; save it with save_pretrained, or "
-                          "narrow the glob to the checkpoint directories")
+        raise SeriesError(
+            f"{where}: {str(path)!r} has no config.json; save it with save_pretrained, or "
+            "narrow the glob to the checkpoint directories"
+        )
     elif kind == "shipped" and not (path / "model.json").is_file():
-        raise SeriesError(f"{where}: {str(path)!r} has no model.json (python -m evolution.models.shipped_format writes it)")
+        raise SeriesError(
+            f"{where}: {str(path)!r} has no model.json (python -m evolution.models.shipped_format writes it)"
+        )
 
 
 def _members_from_revisions(spec: ModelConfig) -> dict[int, dict]:
@@ -95,8 +101,10 @@ def _members_from_revisions(spec: ModelConfig) -> dict[int, dict]:
         step = step_of_name(rev)
         where = f"model {spec.name!r}, revision {rev!r}"
         if step is None:
-            raise SeriesError(f"{where}: no step in the revision's name; name revisions by their step "
-                              "(Pythia's step1000), or save the checkpoints in directories and use 'checkpoints'")
+            raise SeriesError(
+                f"{where}: no step in the revision's name; name revisions by their step "
+                "(Pythia's step1000), or save the checkpoints in directories and use 'checkpoints'"
+            )
         if step in out:
             raise SeriesError(f"{where}: step {step} is also revision {out[step]['revision']!r}; keep one of them")
         try:
@@ -110,8 +118,10 @@ def _members_from_revisions(spec: ModelConfig) -> dict[int, dict]:
 def _members_from_glob(spec: ModelConfig) -> dict[int, dict]:
     paths = sorted(Path(p) for p in glob.glob(spec.checkpoints))
     if not paths:
-        raise SeriesError(f"model {spec.name!r}: checkpoints {spec.checkpoints!r} matches nothing; fix the glob "
-                          "(relative to the config file's directory)")
+        raise SeriesError(
+            f"model {spec.name!r}: checkpoints {spec.checkpoints!r} matches nothing; fix the glob "
+            "(relative to the config file's directory)"
+        )
     out: dict[int, dict] = {}
     for path in paths:
         where = f"model {spec.name!r}, checkpoint {str(path)!r}"
@@ -120,11 +130,14 @@ def _members_from_glob(spec: ModelConfig) -> dict[int, dict]:
         if step is None:
             step = recorded_step(path, spec.kind)
         if step is None:
-            raise SeriesError(f"{where}: neither its name nor its metadata gives a step; rename it with its step "
-                              "(checkpoint-500) or leave it out of the glob")
+            raise SeriesError(
+                f"{where}: neither its name nor its metadata gives a step; rename it with its step "
+                "(checkpoint-500) or leave it out of the glob"
+            )
         if step in out:
-            raise SeriesError(f"{where}: step {step} is also {str(out[step]['path'])!r}; keep one of them "
-                              "(narrow the glob)")
+            raise SeriesError(
+                f"{where}: step {step} is also {str(out[step]['path'])!r}; keep one of them (narrow the glob)"
+            )
         out[step] = {"path": path}
     return out
 
@@ -144,11 +157,15 @@ def expand(spec: ModelConfig) -> list[ModelConfig]:
         raise SeriesError(f"model {spec.name!r} is not a series (it has neither 'revisions' nor 'checkpoints')")
     found = _members_from_revisions(spec) if spec.revisions is not None else _members_from_glob(spec)
     if len(found) < 2:
-        raise SeriesError(f"model {spec.name!r}: a series needs at least two checkpoints, found {len(found)}; "
-                          "for one model leave out 'revisions'/'checkpoints'")
+        raise SeriesError(
+            f"model {spec.name!r}: a series needs at least two checkpoints, found {len(found)}; "
+            "for one model leave out 'revisions'/'checkpoints'"
+        )
     base = spec.model_dump(exclude={"name", "revisions", "checkpoints", "path", "series", "step", "revision"})
-    return [ModelConfig(**{**base, **found[step], "name": member_name(spec.name, step), "series": spec.name,
-                           "step": step}) for step in sorted(found)]
+    return [
+        ModelConfig(**{**base, **found[step], "name": member_name(spec.name, step), "series": spec.name, "step": step})
+        for step in sorted(found)
+    ]
 
 
 def _weights_digest(m: ModelConfig) -> str:

@@ -150,14 +150,17 @@ def store_entries(path: str, *, key: str) -> list[str]:
         if not location.exists(path):
             return []
         if not location.is_dir(path):
-            raise StoreError(f"{path}: {key} is a file, not a Zarr store; point {key} elsewhere, or move "
-                             "it away if it is not needed")
+            raise StoreError(
+                f"{path}: {key} is a file, not a Zarr store; point {key} elsewhere, or move it away if it is not needed"
+            )
         return location.listdir(path)
     except StoreError:
         raise
     except Exception as exc:  # noqa: BLE001 - botocore / fsspec / OS errors alike
-        raise StoreError(f"{path}: cannot read {key} ({type(exc).__name__}: {exc}); check the path, "
-                         "and for object storage the credentials and endpoint in the environment") from None
+        raise StoreError(
+            f"{path}: cannot read {key} ({type(exc).__name__}: {exc}); check the path, "
+            "and for object storage the credentials and endpoint in the environment"
+        ) from None
 
 
 def check_store(store: str) -> None:
@@ -172,12 +175,15 @@ def check_store(store: str) -> None:
         root = zarr.open_group(store, mode="r", zarr_format=3)
         members = list(root.members())
     except Exception as exc:  # noqa: BLE001 - zarr raises many types for what is not a store
-        raise StoreError(f"{store}: extract.store exists but is not a readable Zarr store "
-                         f"({type(exc).__name__}: {exc}); {fix}") from None
+        raise StoreError(
+            f"{store}: extract.store exists but is not a readable Zarr store ({type(exc).__name__}: {exc}); {fix}"
+        ) from None
     foreign = [name for name, m in members if not isinstance(m, zarr.Group) or _FINGERPRINT not in m.attrs]
     if foreign:
-        raise StoreError(f"{store}: extract.store holds a Zarr store this pipeline did not write (members "
-                         f"{', '.join(sorted(foreign)[:5])}); {fix}")
+        raise StoreError(
+            f"{store}: extract.store holds a Zarr store this pipeline did not write (members "
+            f"{', '.join(sorted(foreign)[:5])}); {fix}"
+        )
 
 
 def group_is_complete(store: str, group: str, fingerprint: str) -> bool:
@@ -200,10 +206,10 @@ def portable_strings(ds: xr.Dataset) -> xr.Dataset:
     writes them as ``fixed_length_utf32`` / ``null_terminated_bytes``, data types without a
     Zarr v3 specification that other Zarr readers may not open) as variable-length UTF-8
     strings (Zarr v3's ``string``, which zarr-python, zarrita and tensorstore read alike)."""
+
     def fix(v):
         if v.dtype.kind == "S":
-            return v.copy(data=np.array([x.decode("utf-8") for x in v.values.ravel()], dtype=object)
-                          .reshape(v.shape))
+            return v.copy(data=np.array([x.decode("utf-8") for x in v.values.ravel()], dtype=object).reshape(v.shape))
         if v.dtype.kind == "U":
             return v.copy(data=v.values.astype(object))
         return v
@@ -227,9 +233,19 @@ def _write_skeleton(ds: xr.Dataset, store: str, group: str) -> None:
     portable_strings(ds).to_zarr(store, group=group, mode="w", compute=False, zarr_format=3, consolidated=False)
 
 
-def create_hidden_group(store: str, group: str, *, columns: dict[str, np.ndarray], n_layers: int,
-                        d_model: int, chunk_tokens: int, dtype: str, attrs: dict[str, Any],
-                        fingerprint: str, compressor: str = "none") -> None:
+def create_hidden_group(
+    store: str,
+    group: str,
+    *,
+    columns: dict[str, np.ndarray],
+    n_layers: int,
+    d_model: int,
+    chunk_tokens: int,
+    dtype: str,
+    attrs: dict[str, Any],
+    fingerprint: str,
+    compressor: str = "none",
+) -> None:
     """(Re)create ``group`` with token coordinates and an unwritten ``hidden`` array.
 
     ``n_layers`` counts layer 0, i.e. L + 1. ``compressor`` is ``"none"`` or
@@ -239,21 +255,28 @@ def create_hidden_group(store: str, group: str, *, columns: dict[str, np.ndarray
     import dask.array as da
 
     n_tokens = len(columns["token_id"])
-    hidden = da.empty((n_layers, n_tokens, d_model), dtype=dtype,
-                      chunks=(1, min(chunk_tokens, n_tokens), d_model))
+    hidden = da.empty((n_layers, n_tokens, d_model), dtype=dtype, chunks=(1, min(chunk_tokens, n_tokens), d_model))
     coords: dict[str, Any] = {name: ("token", values) for name, values in columns.items()}
     coords["layer"] = ("layer", np.arange(n_layers, dtype=np.int32))
-    ds = xr.Dataset({"hidden": (DIMS_HIDDEN, hidden)}, coords=coords,
-                    attrs={**attrs, _FINGERPRINT: fingerprint})
+    ds = xr.Dataset({"hidden": (DIMS_HIDDEN, hidden)}, coords=coords, attrs={**attrs, _FINGERPRINT: fingerprint})
     ds["hidden"].encoding["fill_value"] = np.nan
     if compressor == "none":
         ds["hidden"].encoding["compressors"] = None
     _write_skeleton(ds, store, group)
 
 
-def create_attention_group(store: str, model: str, *, sentence: np.ndarray, inputs: list[list[int]],
-                           n_layers: int, n_heads: int, dtype: str, attrs: dict[str, Any],
-                           norms: bool = False) -> None:
+def create_attention_group(
+    store: str,
+    model: str,
+    *,
+    sentence: np.ndarray,
+    inputs: list[list[int]],
+    n_layers: int,
+    n_heads: int,
+    dtype: str,
+    attrs: dict[str, Any],
+    norms: bool = False,
+) -> None:
     """(Re)create ``model``'s attention group (``<model>/attention``) for the sentences given.
 
     ``inputs`` are the model input ids (special tokens included) per sentence.
@@ -268,21 +291,30 @@ def create_attention_group(store: str, model: str, *, sentence: np.ndarray, inpu
     att = da.empty((len(inputs), n_layers, n_heads, t, t), dtype=dtype, chunks=(1, n_layers, n_heads, t, t))
     ds = xr.Dataset(
         {"attention": (DIMS_ATTENTION, att), "input_id": (("sentence", "key"), input_id)},
-        coords={"sentence": ("sentence", sentence.astype(np.int32)), "length": ("sentence", lengths),
-                "layer": ("layer", np.arange(1, n_layers + 1, dtype=np.int32))},
+        coords={
+            "sentence": ("sentence", sentence.astype(np.int32)),
+            "length": ("sentence", lengths),
+            "layer": ("layer", np.arange(1, n_layers + 1, dtype=np.int32)),
+        },
         attrs=attrs,
     )
     if norms:  # Kobayashi et al. (2020), evolution.models.base.attention_norms
         n = len(inputs)
-        ds["value_norm"] = (("sentence", "layer", "head", "key"),
-                            da.empty((n, n_layers, n_heads, t), dtype=dtype, chunks=(1, n_layers, n_heads, t)),
-                            {"long_name": "||f_h(x_j)||, f_h(x) = (x W_V^h + b_V^h) W_O^h"})
-        ds["weighted_norm"] = (DIMS_ATTENTION, da.empty((n, n_layers, n_heads, t, t), dtype=dtype,
-                                                        chunks=(1, n_layers, n_heads, t, t)),
-                               {"long_name": "||alpha_ij f_h(x_j)||"})
-        ds["summed_norm"] = (("sentence", "layer", "query", "key"),
-                             da.empty((n, n_layers, t, t), dtype=dtype, chunks=(1, n_layers, t, t)),
-                             {"long_name": "||sum_h alpha_ij f_h(x_j)||"})
+        ds["value_norm"] = (
+            ("sentence", "layer", "head", "key"),
+            da.empty((n, n_layers, n_heads, t), dtype=dtype, chunks=(1, n_layers, n_heads, t)),
+            {"long_name": "||f_h(x_j)||, f_h(x) = (x W_V^h + b_V^h) W_O^h"},
+        )
+        ds["weighted_norm"] = (
+            DIMS_ATTENTION,
+            da.empty((n, n_layers, n_heads, t, t), dtype=dtype, chunks=(1, n_layers, n_heads, t, t)),
+            {"long_name": "||alpha_ij f_h(x_j)||"},
+        )
+        ds["summed_norm"] = (
+            ("sentence", "layer", "query", "key"),
+            da.empty((n, n_layers, t, t), dtype=dtype, chunks=(1, n_layers, t, t)),
+            {"long_name": "||sum_h alpha_ij f_h(x_j)||"},
+        )
     for name in ds.data_vars:
         if name != "input_id":
             ds[name].encoding["fill_value"] = np.nan
@@ -298,8 +330,9 @@ def open_representations(store: str, model: str, *, check: bool = True) -> xr.Da
     if check:
         g = zarr.open_group(store, mode="r", path=model, zarr_format=3)
         if g.attrs.get(_COMPLETE) != g.attrs.get(_FINGERPRINT):
-            raise ValueError(f"{store}: group {model!r} is incomplete (an interrupted extraction); "
-                             "rerun the pipeline to finish it")
+            raise ValueError(
+                f"{store}: group {model!r} is incomplete (an interrupted extraction); rerun the pipeline to finish it"
+            )
     ds = xr.open_zarr(store, group=model, consolidated=False)
     # token coordinates are small; load them so that boolean selections work
     return ds.assign_coords({name: ds[name].load() for name in ds.coords if name not in ds.indexes})

@@ -21,8 +21,9 @@ freq_rank     int32  rank of token_id by count in this table, 1 = most frequent,
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -71,9 +72,14 @@ def frequency_ranks(token_ids: np.ndarray) -> np.ndarray:
     return rank_of_uniq[inverse]
 
 
-def build_token_table(sentences: Sequence[str], adapter: Adapter, *,
-                      too_long: Literal["truncate", "skip", "error"] = "truncate",
-                      lines: Sequence[int] | None = None, source: str = "corpus") -> TokenTable:
+def build_token_table(
+    sentences: Sequence[str],
+    adapter: Adapter,
+    *,
+    too_long: Literal["truncate", "skip", "error"] = "truncate",
+    lines: Sequence[int] | None = None,
+    source: str = "corpus",
+) -> TokenTable:
     """Tokenize every sentence and apply the length policy.
 
     Sentences longer than ``adapter.max_content_tokens`` are truncated, skipped
@@ -95,7 +101,8 @@ def build_token_table(sentences: Sequence[str], adapter: Adapter, *,
                 raise SentenceTooLong(
                     f"{where}: {len(tok)} tokens, but model {adapter.name!r} takes at most {limit} "
                     f"(max positions {adapter.max_positions} minus special tokens); set extract.too_long "
-                    "to truncate or skip, or shorten the line")
+                    "to truncate or skip, or shorten the line"
+                )
             if too_long == "skip":
                 n_skip += 1
                 continue
@@ -103,8 +110,13 @@ def build_token_table(sentences: Sequence[str], adapter: Adapter, *,
             n_trunc += 1
         kept.append((k, tok))
     if n_trunc or n_skip:
-        logger.warning("%s: %d sentence(s) longer than %d tokens were %s", adapter.name, n_trunc or n_skip,
-                       limit, "truncated" if n_trunc else "skipped")
+        logger.warning(
+            "%s: %d sentence(s) longer than %d tokens were %s",
+            adapter.name,
+            n_trunc or n_skip,
+            limit,
+            "truncated" if n_trunc else "skipped",
+        )
     if n_empty:
         logger.info("%s: %d sentence(s) gave no tokens and were skipped", adapter.name, n_empty)
     if not kept:
@@ -124,5 +136,11 @@ def build_token_table(sentences: Sequence[str], adapter: Adapter, *,
         "is_special": np.isin(ids, specials),
         "freq_rank": frequency_ranks(ids),
     }
-    return TokenTable(sentence_index=np.array([k for k, _ in kept], dtype=np.int32), offsets=offsets,
-                      ids=[t.ids for _, t in kept], columns=columns, n_truncated=n_trunc, n_skipped=n_skip)
+    return TokenTable(
+        sentence_index=np.array([k for k, _ in kept], dtype=np.int32),
+        offsets=offsets,
+        ids=[t.ids for _, t in kept],
+        columns=columns,
+        n_truncated=n_trunc,
+        n_skipped=n_skip,
+    )

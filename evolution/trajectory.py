@@ -21,9 +21,9 @@ Layout under the workdir::
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import xarray as xr
@@ -32,9 +32,19 @@ from evolution.config import MetricsConfig, ModelConfig, TrainConfig, Trajectory
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Row", "base_runs", "trained_rows", "series_rows", "checkpoint_models", "final_of", "snapshot_config",
-           "first_holds",
-           "head_roles", "collect", "FINAL"]
+__all__ = [
+    "Row",
+    "base_runs",
+    "trained_rows",
+    "series_rows",
+    "checkpoint_models",
+    "final_of",
+    "snapshot_config",
+    "first_holds",
+    "head_roles",
+    "collect",
+    "FINAL",
+]
 
 #: the label of the final models' snapshot (the run's own ``metrics.zarr``)
 FINAL = "final"
@@ -55,8 +65,11 @@ class Row:
 
 def base_runs(train: TrainConfig, seed: int) -> dict[str, str]:
     """``objective -> run name`` of each objective's base run (the config's seed, no token dropout)."""
-    return {spec["objective"]: name for name, spec in train.runs(seed).items()
-            if spec["seed"] == seed and spec["token_dropout"] == 0.0}
+    return {
+        spec["objective"]: name
+        for name, spec in train.runs(seed).items()
+        if spec["seed"] == seed and spec["token_dropout"] == 0.0
+    }
 
 
 def trained_rows(train: TrainConfig | None, seed: int, models: Sequence[ModelConfig] = ()) -> list[Row]:
@@ -68,18 +81,28 @@ def trained_rows(train: TrainConfig | None, seed: int, models: Sequence[ModelCon
     listed = {m.run_name: m for m in models if m.kind == "trained" and m.update is None}
     rows = []
     for objective, run in base_runs(train, seed).items():
-        members = {u: ModelConfig(name=f"{run}@{u}", kind="trained", run=run, update=u)
-                   for u in train.kept_updates(objective)}
-        rows.append(Row(objective, members, listed.get(run, ModelConfig(name=run, kind="trained")),
-                        getattr(train.updates, objective), objective))
+        members = {
+            u: ModelConfig(name=f"{run}@{u}", kind="trained", run=run, update=u) for u in train.kept_updates(objective)
+        }
+        rows.append(
+            Row(
+                objective,
+                members,
+                listed.get(run, ModelConfig(name=run, kind="trained")),
+                getattr(train.updates, objective),
+                objective,
+            )
+        )
     return rows
 
 
 def series_rows(series: dict[str, list[ModelConfig]]) -> list[Row]:
     """The rows of checkpoint series (:mod:`evolution.series`): every member but the last is a
     snapshot's; the last is the final model."""
-    return [Row(name, {m.step: m for m in members[:-1]}, members[-1], members[-1].step, members[-1].objective)
-            for name, members in series.items()]
+    return [
+        Row(name, {m.step: m for m in members[:-1]}, members[-1], members[-1].step, members[-1].objective)
+        for name, members in series.items()
+    ]
 
 
 def checkpoint_models(rows: Sequence[Row]) -> dict[int, list[ModelConfig]]:
@@ -100,8 +123,11 @@ def final_of(rows: Sequence[Row]) -> dict[str, ModelConfig]:
 def snapshot_config(metrics: MetricsConfig, trajectory: TrajectoryConfig) -> MetricsConfig:
     """The ``metrics`` section of one snapshot: the analyses of ``trajectory.analyses`` with the
     run's settings, every other one off, and no bootstrap unless ``trajectory.intervals``."""
-    off = {s: None for s in ("mi", "neighbors", "similarity", "tsne", "influence", "heads", "importance", "probes",
-                             "pruning") if s not in trajectory.analyses}
+    off = {
+        s: None
+        for s in ("mi", "neighbors", "similarity", "tsne", "influence", "heads", "importance", "probes", "pruning")
+        if s not in trajectory.analyses
+    }
     out = metrics.model_copy(update={**off, "trajectory": None, "store": None})
     if not trajectory.intervals:
         for section in ("mi", "neighbors", "similarity"):
@@ -189,10 +215,21 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
     labels = [r.label for r in rows]
     updates = sorted(set(snapshots) | {r.final_step for r in rows})
     stores = {**{u: str(p) for u, p in snapshots.items()}, FINAL: str(final)}
-    groups = {key: {g: open_group(path, g) for g in ("mi", "neighbors", "to_final", "similarity", "heads")}
-              for key, path in stores.items()}
-    layers = max([0, *(ds.sizes.get("layer", 0) for g in groups.values() for name, ds in g.items()
-                       if ds is not None and name != "heads")])
+    groups = {
+        key: {g: open_group(path, g) for g in ("mi", "neighbors", "to_final", "similarity", "heads")}
+        for key, path in stores.items()
+    }
+    layers = max(
+        [
+            0,
+            *(
+                ds.sizes.get("layer", 0)
+                for g in groups.values()
+                for name, ds in g.items()
+                if ds is not None and name != "heads"
+            ),
+        ]
+    )
 
     def where(row: Row):  # (store key, step, model name) of every model of a row, by step
         out = [(u, u, m.name) for u, m in sorted(row.members.items()) if u in stores]
@@ -206,10 +243,12 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
     mi_iv, same_iv = np.full((*mi.shape, 2), np.nan), np.full((*mi.shape, 2), np.nan)
     dist = np.full((len(methods), *mi.shape), np.nan)
     # (group, variable, its curve, where it goes): a value per layer, or its interval per layer and bound
-    read = (("mi", "mi_mean", lambda d, v: (d[v] / d["entropy"]).sel(target="input"), mi),
-            ("mi", "mi_mean_interval", lambda d, v: (d[v] / d["entropy"]).sel(target="input"), mi_iv),
-            ("neighbors", "value", lambda d, v: d[v].sel(measure="same_token"), same),
-            ("neighbors", "interval", lambda d, v: d[v].sel(measure="same_token"), same_iv))
+    read = (
+        ("mi", "mi_mean", lambda d, v: (d[v] / d["entropy"]).sel(target="input"), mi),
+        ("mi", "mi_mean_interval", lambda d, v: (d[v] / d["entropy"]).sel(target="input"), mi_iv),
+        ("neighbors", "value", lambda d, v: d[v].sel(measure="same_token"), same),
+        ("neighbors", "interval", lambda d, v: d[v].sel(measure="same_token"), same_iv),
+    )
     for o, row in enumerate(rows):
         for key, u, model in where(row):
             t, g = updates.index(u), groups[key]
@@ -217,14 +256,15 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
                 if g[group] is not None and var in g[group]:
                     c = _curve(g[group], model, lambda d: pick(d, var))
                     if c is not None:
-                        out[o, t, :len(c)] = c
+                        out[o, t, : len(c)] = c
             if key != FINAL:  # the final model's own distance: 0 at its layers, set below
                 d = _curve(g["to_final"], model, lambda d: d["distance"].reindex(metric=methods))
                 if d is not None:
-                    dist[:, o, t, :d.shape[1]] = d
+                    dist[:, o, t, : d.shape[1]] = d
     for o, row in enumerate(rows):  # the final model's distance to itself: 0 at the layers it has
-        own = (np.isfinite(dist[:, o]).any(axis=(0, 1)) | np.isfinite(mi[o]).any(axis=0)
-               | np.isfinite(same[o]).any(axis=0))
+        own = (
+            np.isfinite(dist[:, o]).any(axis=(0, 1)) | np.isfinite(mi[o]).any(axis=0) | np.isfinite(same[o]).any(axis=0)
+        )
         dist[:, o, updates.index(row.final_step), own] = 0.0
     pairs = list(combinations(range(len(rows)), 2))
     between = np.full((len(methods), len(pairs), len(updates), layers), np.nan)
@@ -234,40 +274,73 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
             if u in at_j and at_j[u][0] == key:
                 d = _between(groups[key]["similarity"], model, at_j[u][1], methods)
                 if d is not None:
-                    between[:, p, updates.index(u), :d.shape[1]] = d
+                    between[:, p, updates.index(u), : d.shape[1]] = d
     curves = xr.Dataset(
-        {"mi_input": (("series", "checkpoint", "layer"), mi, {"long_name": "MI with the input token / H(X)"}),
-         "same_token": (("series", "checkpoint", "layer"), same, {"long_name": "kNN same-token rate"}),
-         "to_final": (("metric", "series", "checkpoint", "layer"), dist,
-                      {"long_name": "distance to the same layer of the final model"}),
-         "mi_input_interval": (("series", "checkpoint", "layer", "bound"), mi_iv,
-                               {"long_name": "95% bootstrap interval of mi_input (NaN: not computed)"}),
-         "same_token_interval": (("series", "checkpoint", "layer", "bound"), same_iv,
-                                 {"long_name": "95% bootstrap interval of same_token (NaN: not computed)"}),
-         "between": (("metric", "pair", "checkpoint", "layer"), between,
-                     {"long_name": "distance between two series' models at the same step and layer"})},
-        coords={"series": strings(labels), "checkpoint": np.array(updates), "layer": np.arange(layers),
-                "metric": strings(methods), "bound": strings(["low", "high"]),
-                "pair": strings(f"{labels[i]} | {labels[j]}" for i, j in pairs),
-                "objective": ("series", strings(r.objective or recorded.get(r.final.name, "") for r in rows)),
-                "final_model": ("series", strings(r.final.name for r in rows)),
-                "final_update": ("series", [r.final_step for r in rows])})
+        {
+            "mi_input": (("series", "checkpoint", "layer"), mi, {"long_name": "MI with the input token / H(X)"}),
+            "same_token": (("series", "checkpoint", "layer"), same, {"long_name": "kNN same-token rate"}),
+            "to_final": (
+                ("metric", "series", "checkpoint", "layer"),
+                dist,
+                {"long_name": "distance to the same layer of the final model"},
+            ),
+            "mi_input_interval": (
+                ("series", "checkpoint", "layer", "bound"),
+                mi_iv,
+                {"long_name": "95% bootstrap interval of mi_input (NaN: not computed)"},
+            ),
+            "same_token_interval": (
+                ("series", "checkpoint", "layer", "bound"),
+                same_iv,
+                {"long_name": "95% bootstrap interval of same_token (NaN: not computed)"},
+            ),
+            "between": (
+                ("metric", "pair", "checkpoint", "layer"),
+                between,
+                {"long_name": "distance between two series' models at the same step and layer"},
+            ),
+        },
+        coords={
+            "series": strings(labels),
+            "checkpoint": np.array(updates),
+            "layer": np.arange(layers),
+            "metric": strings(methods),
+            "bound": strings(["low", "high"]),
+            "pair": strings(f"{labels[i]} | {labels[j]}" for i, j in pairs),
+            "objective": ("series", strings(r.objective or recorded.get(r.final.name, "") for r in rows)),
+            "final_model": ("series", strings(r.final.name for r in rows)),
+            "final_update": ("series", [r.final_step for r in rows]),
+        },
+    )
     snap_labels = [str(u) for u in snapshots] + [FINAL]
     cards = {str(u): scorecard(p) for u, p in snapshots.items()}
     cards[FINAL] = scorecard(final)
     claims = [f.label for f in cards[FINAL]]
-    verdict = np.array([[next((f.verdict for f in cards[s] if f.label == c), "") for s in snap_labels]
-                        for c in claims], dtype=object).reshape(len(claims), len(snap_labels))
+    verdict = np.array(
+        [[next((f.verdict for f in cards[s] if f.label == c), "") for s in snap_labels] for c in claims], dtype=object
+    ).reshape(len(claims), len(snap_labels))
     snapshot_updates = [*snapshots, max(r.final_step for r in rows)]
     first, since = zip(*(first_holds(list(row), snapshot_updates) for row in verdict)) if claims else ((), ())
     verdicts = xr.Dataset(
-        {"verdict": (("claim", "snapshot"), verdict),
-         "first": ("claim", np.array([-1 if f is None else f for f in first], dtype=int),
-                   {"long_name": "first update at which the claim holds (-1: never)"}),
-         "since": ("claim", np.array([-1 if s is None else s for s in since], dtype=int),
-                   {"long_name": "update from which the claim holds at every later snapshot (-1: never)"})},
-        coords={"claim": strings(claims), "snapshot": strings(snap_labels),
-                "update": ("snapshot", np.array(snapshot_updates))})
+        {
+            "verdict": (("claim", "snapshot"), verdict),
+            "first": (
+                "claim",
+                np.array([-1 if f is None else f for f in first], dtype=int),
+                {"long_name": "first update at which the claim holds (-1: never)"},
+            ),
+            "since": (
+                "claim",
+                np.array([-1 if s is None else s for s in since], dtype=int),
+                {"long_name": "update from which the claim holds at every later snapshot (-1: never)"},
+            ),
+        },
+        coords={
+            "claim": strings(claims),
+            "snapshot": strings(snap_labels),
+            "update": ("snapshot", np.array(snapshot_updates)),
+        },
+    )
     out = {"curves": curves, "verdicts": verdicts}
     roles = _roles(rows, groups, where, head_role_flags)
     if roles is not None:
@@ -296,12 +369,25 @@ def _roles(rows, groups, where, flags_of) -> xr.Dataset | None:
     kept = np.zeros(first.shape, dtype=bool)
     for o, r in enumerate(per_row):
         if r is not None:
-            first[o, :, :r[0].shape[1], :r[0].shape[2]] = r[0]
-            kept[o, :, :r[1].shape[1], :r[1].shape[2]] = r[1]
+            first[o, :, : r[0].shape[1], : r[0].shape[2]] = r[0]
+            kept[o, :, : r[1].shape[1], : r[1].shape[2]] = r[1]
     return xr.Dataset(
-        {"first": (("series", "role", "layer", "head"), first,
-                   {"long_name": "first step at which the head has the role (-1: never)"}),
-         "kept": (("series", "role", "layer", "head"), kept,
-                  {"long_name": "the head has the role at every analysed step from its first on"})},
-        coords={"series": strings(r.label for r in rows), "role": strings(ROLES), "layer": np.arange(L),
-                "head": np.arange(H)})
+        {
+            "first": (
+                ("series", "role", "layer", "head"),
+                first,
+                {"long_name": "first step at which the head has the role (-1: never)"},
+            ),
+            "kept": (
+                ("series", "role", "layer", "head"),
+                kept,
+                {"long_name": "the head has the role at every analysed step from its first on"},
+            ),
+        },
+        coords={
+            "series": strings(r.label for r in rows),
+            "role": strings(ROLES),
+            "layer": np.arange(L),
+            "head": np.arange(H),
+        },
+    )

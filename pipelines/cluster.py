@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from evolution.config import ClusterConfig
 
@@ -34,8 +34,13 @@ def worker_environ(threads: int) -> dict[str, str]:
     # is mmap'ed, page-faulted in and unmapped again: measured here, a 6-layer encoder forwarded
     # 3.9k tokens/s in a worker against 6.1k in a plain process. Fixing both thresholds restores
     # the plain-process speed (docs/decisions.md, "Worker memory allocator").
-    return {"MALLOC_TRIM_THRESHOLD_": str(MALLOC_THRESHOLD), "MALLOC_MMAP_THRESHOLD_": str(MALLOC_THRESHOLD),
-            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
+    return {
+        "MALLOC_TRIM_THRESHOLD_": str(MALLOC_THRESHOLD),
+        "MALLOC_MMAP_THRESHOLD_": str(MALLOC_THRESHOLD),
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
+    }
 
 
 def gpu_workers(device: str, *, gpus: int, n_workers: int | None) -> list[str] | None:
@@ -83,8 +88,10 @@ def dask_client(cfg: ClusterConfig, *, device: str = "cpu") -> Iterator[object |
         try:
             client = Client(cfg.address, timeout="30s")
         except OSError as exc:
-            raise ConnectionError(f"cannot reach the Dask scheduler at {cfg.address} ({exc}); start it with "
-                                  "`dask scheduler` or use cluster: local") from exc
+            raise ConnectionError(
+                f"cannot reach the Dask scheduler at {cfg.address} ({exc}); start it with "
+                "`dask scheduler` or use cluster: local"
+            ) from exc
         with client:
             yield client
         return
@@ -98,23 +105,45 @@ def dask_client(cfg: ClusterConfig, *, device: str = "cpu") -> Iterator[object |
             LocalCUDACluster = None
         if LocalCUDACluster is not None:
             logger.info("cluster: local, one dask-cuda worker per GPU (%s)", ",".join(gpus))
-            with LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(gpus), threads_per_worker=cfg.threads_per_worker,
-                                  memory_limit=cfg.memory_limit, dashboard_address=None,
-                                  silence_logs=logging.WARNING) as cluster, Client(cluster) as client:
+            with (
+                LocalCUDACluster(
+                    CUDA_VISIBLE_DEVICES=",".join(gpus),
+                    threads_per_worker=cfg.threads_per_worker,
+                    memory_limit=cfg.memory_limit,
+                    dashboard_address=None,
+                    silence_logs=logging.WARNING,
+                ) as cluster,
+                Client(cluster) as client,
+            ):
                 yield client
             return
     n = len(gpus) if gpus is not None else cfg.n_workers or default_workers(cfg.threads_per_worker)
-    logger.info("cluster: local, %d worker process(es) x %d thread(s), memory_limit=%s%s", n,
-                cfg.threads_per_worker, cfg.memory_limit, f", one per GPU ({','.join(gpus)})" if gpus else "")
+    logger.info(
+        "cluster: local, %d worker process(es) x %d thread(s), memory_limit=%s%s",
+        n,
+        cfg.threads_per_worker,
+        cfg.memory_limit,
+        f", one per GPU ({','.join(gpus)})" if gpus else "",
+    )
     # Each worker's statistical profiler samples every thread's stack every 10 ms for a dashboard
     # that a local cluster here does not serve: measured, it took 7-10% of a core beside a
     # single-threaded forward loop (benchmarks/extract.py --worker-profiler; docs/decisions.md #11).
-    settings = {"distributed.nanny.pre-spawn-environ": worker_environ(cfg.threads_per_worker),
-                "distributed.worker.profile.enabled": False}
-    with dask.config.set(settings), LocalCluster(n_workers=n, threads_per_worker=cfg.threads_per_worker,
-                                                 processes=True, memory_limit=cfg.memory_limit,
-                                                 dashboard_address=None, silence_logs=logging.WARNING
-                                                 ) as cluster, Client(cluster) as client:
+    settings = {
+        "distributed.nanny.pre-spawn-environ": worker_environ(cfg.threads_per_worker),
+        "distributed.worker.profile.enabled": False,
+    }
+    with (
+        dask.config.set(settings),
+        LocalCluster(
+            n_workers=n,
+            threads_per_worker=cfg.threads_per_worker,
+            processes=True,
+            memory_limit=cfg.memory_limit,
+            dashboard_address=None,
+            silence_logs=logging.WARNING,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         if gpus is not None:
             client.register_plugin(_VisibleDevice(gpus), name="evolution-visible-device")
         yield client

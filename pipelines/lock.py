@@ -44,8 +44,10 @@ def _holder(path: Path) -> dict:
 def _describe(holder: dict) -> str:
     if not holder:
         return "another process"
-    return (f"process {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')} "
-            f"({holder.get('command', '?')})")
+    return (
+        f"process {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')} "
+        f"({holder.get('command', '?')})"
+    )
 
 
 @contextlib.contextmanager
@@ -69,13 +71,21 @@ def workdir_lock(workdir: str | Path):
         except BlockingIOError:
             raise WorkdirBusy(
                 f"{workdir} is in use by another run: {_describe(_holder(path))}. Wait for it to finish, stop it "
-                f"(its outputs are resumable), or give this run its own --workdir") from None
+                f"(its outputs are resumable), or give this run its own --workdir"
+            ) from None
         previous = _holder(path)
         if previous:
-            logger.info("workdir lock: taking over %s, from a run that ended without releasing it (%s)",
-                        path, _describe(previous))
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "command": " ".join(["python", *sys.argv])[:300]}
+            logger.info(
+                "workdir lock: taking over %s, from a run that ended without releasing it (%s)",
+                path,
+                _describe(previous),
+            )
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(["python", *sys.argv])[:300],
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
         try:

@@ -9,8 +9,8 @@ input (nothing written), a full disk (rerun once there is room) or a workdir ano
 from __future__ import annotations
 
 import argparse
-import errno
 import contextlib
+import errno
 import logging
 import sys
 import time
@@ -37,8 +37,12 @@ _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=_FORMAT,
-                        handlers=[logging.StreamHandler(sys.stderr)], force=True)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format=_FORMAT,
+        handlers=[logging.StreamHandler(sys.stderr)],
+        force=True,
+    )
     for noisy in ("fairseq", "hydra", "distributed", "transformers", "urllib3", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -58,9 +62,16 @@ class DiskFull(RuntimeError):
     """No space left where the run writes (ENOSPC / EDQUOT); the message names where and what to do."""
 
 
-def run(config_path: str | Path, *, stage: str | None = None, force: list[str] | None = None,
-        dry_run: bool = False, workdir: str | Path | None = None, progress: bool = True,
-        overrides: dict[str, Any] | None = None) -> Context:
+def run(
+    config_path: str | Path,
+    *,
+    stage: str | None = None,
+    force: list[str] | None = None,
+    dry_run: bool = False,
+    workdir: str | Path | None = None,
+    progress: bool = True,
+    overrides: dict[str, Any] | None = None,
+) -> Context:
     """Run the pipeline as the CLI does; returns the run's :class:`Context`. ``overrides``: dotted
     keys replacing the file's (:func:`evolution.config.load_config`; the CLI's ``--set``)."""
     overrides = {**(overrides or {}), **({"workdir": str(Path(workdir).resolve())} if workdir else {})}
@@ -100,11 +111,15 @@ def _run_locked(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> N
         from pipelines.stages.extract import ExtractStage
         from pipelines.stages.metrics import MetricsStage
 
-        where = exc.filename or (f"writing under the workdir {config.workdir}, the representation store "
-                                 f"{ExtractStage().store(ctx)} or the metrics store {MetricsStage().path(ctx)}")
-        raise DiskFull(f"{where}: {exc.strerror}. Free space there, or point workdir / extract.store / "
-                       "metrics.store at a disk with room, then rerun the same command: finished results are "
-                       "kept, the interrupted one is redone (a partly written store group is never read)") from exc
+        where = exc.filename or (
+            f"writing under the workdir {config.workdir}, the representation store "
+            f"{ExtractStage().store(ctx)} or the metrics store {MetricsStage().path(ctx)}"
+        )
+        raise DiskFull(
+            f"{where}: {exc.strerror}. Free space there, or point workdir / extract.store / "
+            "metrics.store at a disk with room, then rerun the same command: finished results are "
+            "kept, the interrupted one is redone (a partly written store group is never read)"
+        ) from exc
     finally:
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
@@ -115,8 +130,7 @@ def _execute(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None
     from evolution.provenance import portable
 
     resolved = portable(config.model_dump(mode="json"), config.workdir)  # paths relative to the workdir
-    (config.workdir / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False),
-                                                         encoding="utf-8")
+    (config.workdir / "config.resolved.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
     t0 = time.perf_counter()
     # the cluster starts lazily, for the first stage that has tasks for it and after that stage's
     # own checks: a bad corpus or checkpoint stops the run before any cluster exists
@@ -136,20 +150,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.run", description=__doc__.splitlines()[0])
     parser.add_argument("config", help="the YAML config, e.g. evolution.yaml")
     parser.add_argument("--stage", choices=list(STAGES), help="run up to and including this stage")
-    parser.add_argument("--force", action="append", default=[], metavar="NAME", choices=list(STAGES),
-                        help="redo this stage and every stage after it (repeatable)")
+    parser.add_argument(
+        "--force",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=list(STAGES),
+        help="redo this stage and every stage after it (repeatable)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would run and stop")
     parser.add_argument("--workdir", help="override the config's workdir")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                        help="replace one setting of the config, the value read as YAML (repeatable), "
-                             "e.g. --set metrics.pruning=null")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="replace one setting of the config, the value read as YAML (repeatable), e.g. --set metrics.pruning=null",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
     try:
-        run(args.config, stage=args.stage, force=args.force, dry_run=args.dry_run, workdir=args.workdir,
-            progress=not args.no_progress, overrides=parse_overrides(args.overrides))
+        run(
+            args.config,
+            stage=args.stage,
+            force=args.force,
+            dry_run=args.dry_run,
+            workdir=args.workdir,
+            progress=not args.no_progress,
+            overrides=parse_overrides(args.overrides),
+        )
     except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, StoreError, ConnectionError) as exc:
         logger.error("%s", exc)
         return 2

@@ -34,15 +34,29 @@ def model_specs(model_dir) -> dict[str, dict]:
     """name -> spec dict (as ModelConfig dumps it) for 4 HF and 3 fairseq models."""
     specs = {}
     for arch in HF_ARCHS:
-        path = make_hf_model(model_dir / arch, arch=arch, words=WORDS, layers=2, d_model=16, heads=2,
-                             max_positions=32, seed=1)
-        specs[arch] = {"name": arch, "kind": "huggingface", "path": str(path), "data": None,
-                       "sentencepiece": None, "objective": None}
+        path = make_hf_model(
+            model_dir / arch, arch=arch, words=WORDS, layers=2, d_model=16, heads=2, max_positions=32, seed=1
+        )
+        specs[arch] = {
+            "name": arch,
+            "kind": "huggingface",
+            "path": str(path),
+            "data": None,
+            "sentencepiece": None,
+            "objective": None,
+        }
     for task in FAIRSEQ_TASKS:
-        ckpt, data = make_fairseq_model(model_dir / task, task=task, words=WORDS, layers=2, d_model=16, heads=2,
-                                        max_positions=32, seed=1)
-        specs[task] = {"name": task, "kind": "fairseq", "path": str(ckpt), "data": str(data),
-                       "sentencepiece": None, "objective": None}
+        ckpt, data = make_fairseq_model(
+            model_dir / task, task=task, words=WORDS, layers=2, d_model=16, heads=2, max_positions=32, seed=1
+        )
+        specs[task] = {
+            "name": task,
+            "kind": "fairseq",
+            "path": str(ckpt),
+            "data": str(data),
+            "sentencepiece": None,
+            "objective": None,
+        }
     return specs
 
 
@@ -78,11 +92,18 @@ def hf_lm_specs(model_dir) -> dict[str, dict]:
     2 heads, the word-level vocabulary of :data:`SENTENCES`."""
     specs = {}
     for name, arch in (("bert_mlm", "bert"), ("gpt2_lm", "gpt2")):
-        path = make_hf_model(model_dir / name, arch=arch, words=WORDS, layers=2, d_model=16, heads=2,
-                             max_positions=32, seed=3)
+        path = make_hf_model(
+            model_dir / name, arch=arch, words=WORDS, layers=2, d_model=16, heads=2, max_positions=32, seed=3
+        )
         _with_pretraining_head(path, arch=arch, seed=3)
-        specs[name] = {"name": name, "kind": "huggingface", "path": str(path), "data": None,
-                       "sentencepiece": None, "objective": None}
+        specs[name] = {
+            "name": name,
+            "kind": "huggingface",
+            "path": str(path),
+            "data": None,
+            "sentencepiece": None,
+            "objective": None,
+        }
     return specs
 
 
@@ -93,11 +114,22 @@ def corpus_file(tmp_path) -> Path:
     return path
 
 
-def write_config(path: Path, *, corpus: Path, models: list[dict], workdir: Path, cluster: str = "synchronous",
-                 extra: str = "") -> Path:
+def write_config(
+    path: Path, *, corpus: Path, models: list[dict], workdir: Path, cluster: str = "synchronous", extra: str = ""
+) -> Path:
     """A minimal YAML config for the given model specs."""
-    lines = [f"workdir: {workdir}", f"cluster: {cluster}", "corpus:", f"  path: {corpus}",
-             "extract:", "  chunk_tokens: 32", "  task_chunks: 2", "  max_batch_tokens: 64", "  attention:", "    sentences: 5"]
+    lines = [
+        f"workdir: {workdir}",
+        f"cluster: {cluster}",
+        "corpus:",
+        f"  path: {corpus}",
+        "extract:",
+        "  chunk_tokens: 32",
+        "  task_chunks: 2",
+        "  max_batch_tokens: 64",
+        "  attention:",
+        "    sentences: 5",
+    ]
     lines += [extra] if extra else []
     lines.append("models:")
     for m in models:

@@ -9,13 +9,12 @@ import os
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import write_config
+from test_metrics_stage import METRICS
 
 from evolution.analyses.base import Analysis, Unit
 from evolution.metrics.results import open_metrics
 from pipelines.run import run
-
-from conftest import write_config
-from test_metrics_stage import METRICS
 
 
 def test_unknown_kmeans_algorithm_is_refused_with_the_allowed_values():
@@ -59,8 +58,14 @@ def test_logged_collects_this_threads_lines_and_replay_skips_this_process(caplog
 def test_worker_log_lines_reach_the_run_log(tmp_path, corpus_file, model_specs):
     """On worker processes (a LocalCluster), the library's lines (k capped, the k-means
     chosen, openTSNE's own) end up in the run's log file, tagged with their unit."""
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, workdir=tmp_path / "w", extra=METRICS,
-                       models=[model_specs["translation"]], cluster="local")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        workdir=tmp_path / "w",
+        extra=METRICS,
+        models=[model_specs["translation"]],
+        cluster="local",
+    )
     text = cfg.read_text().replace("cluster: local", "cluster: {kind: local, n_workers: 1}")
     cfg.write_text(text.replace("mi: {k: 4, restarts: 2}", "mi: {k: 400, restarts: 2}"))
     run(cfg, progress=False)
@@ -95,13 +100,21 @@ def test_an_analysis_is_one_module_and_one_list_entry(tmp_path, corpus_file, mod
         name = "mean_norm"  # no config section: always on
 
         def units(self, inputs):
-            return [Unit(f"{m.name}-{layer}", norm_task, dict(store=inputs.store, model=m.name, layer=layer),
-                         key={"model": m.key, "layer": layer}) for m in inputs.models.values()
-                    for layer in range(m.n_layers)]
+            return [
+                Unit(
+                    f"{m.name}-{layer}",
+                    norm_task,
+                    dict(store=inputs.store, model=m.name, layer=layer),
+                    key={"model": m.key, "layer": layer},
+                )
+                for m in inputs.models.values()
+                for layer in range(m.n_layers)
+            ]
 
         def datasets(self, inputs, results):
-            v = np.array([[results[f"{m}-{layer}"]["norm"] for layer in range(inputs.models[m].n_layers)]
-                          for m in inputs.names])
+            v = np.array(
+                [[results[f"{m}-{layer}"]["norm"] for layer in range(inputs.models[m].n_layers)] for m in inputs.names]
+            )
             return {"mean_norm": xr.Dataset({"norm": (("model", "layer"), v)}, coords={"model": strings(inputs.names)})}
 
     def figure(path):
@@ -114,13 +127,20 @@ def test_an_analysis_is_one_module_and_one_list_entry(tmp_path, corpus_file, mod
 
     MeanNorm.figures = {"mean_norm": (figure, "Mean state norm per layer.")}
     monkeypatch.setattr(analyses, "ANALYSES", analyses.ANALYSES + (MeanNorm(),))
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, workdir=tmp_path / "w", extra=METRICS,
-                       models=[model_specs["translation"]])
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        workdir=tmp_path / "w",
+        extra=METRICS,
+        models=[model_specs["translation"]],
+    )
     run(cfg, progress=False)
     got = open_metrics(tmp_path / "w" / "metrics.zarr", "mean_norm").load()
     ds = open_representations(str(tmp_path / "w" / "reps.zarr"), "translation")
-    expected = [float(np.linalg.norm(ds.hidden.sel(layer=layer).values[:10], axis=1).mean())
-                for layer in range(ds.sizes["layer"])]
+    expected = [
+        float(np.linalg.norm(ds.hidden.sel(layer=layer).values[:10], axis=1).mean())
+        for layer in range(ds.sizes["layer"])
+    ]
     np.testing.assert_allclose(got.norm.sel(model="translation").values, expected, rtol=1e-6)
     assert got.attrs["analysis"] == "mean_norm" and "extract_keys" in got.attrs
     assert (tmp_path / "w" / "report" / "mean_norm.png").is_file()
@@ -135,10 +155,12 @@ def test_an_analysis_is_one_module_and_one_list_entry(tmp_path, corpus_file, mod
     cache = tmp_path / "w" / "metrics" / "cache"
     run(cfg, progress=False, workdir=tmp_path / "w2", overrides={"metrics.reuse": [str(cache)]})
     assert len(calls) == 2 * n
-    np.testing.assert_array_equal(open_metrics(tmp_path / "w2" / "metrics.zarr", "mean_norm").norm.values,
-                                  got.norm.values)
-    assert {f.name for f in (tmp_path / "w2" / "metrics" / "cache").glob("mean_norm-*")} == \
-        {f.name for f in cache.glob("mean_norm-*")}
+    np.testing.assert_array_equal(
+        open_metrics(tmp_path / "w2" / "metrics.zarr", "mean_norm").norm.values, got.norm.values
+    )
+    assert {f.name for f in (tmp_path / "w2" / "metrics" / "cache").glob("mean_norm-*")} == {
+        f.name for f in cache.glob("mean_norm-*")
+    }
     other = tmp_path / "other"  # results of other settings (another key) are not reused
     other.mkdir()
     for f in cache.glob("mean_norm-*.json"):
@@ -191,9 +213,8 @@ def test_a_rerun_finishes_the_units_it_began_before_it_starts_new_ones(tmp_path,
 def test_a_pruning_unit_is_started_exactly_when_its_checkpoint_directory_exists(tmp_path):
     """HeadPruning marks a unit ``started`` when the directory its run checkpoints into exists
     (an interrupted run left it), and no other unit."""
-    from types import SimpleNamespace
-
     from pathlib import Path
+    from types import SimpleNamespace
 
     from evolution.analyses.base import Inputs, ModelInputs
     from evolution.analyses.heads.pruning import HeadPruning
@@ -206,15 +227,32 @@ def test_a_pruning_unit_is_started_exactly_when_its_checkpoint_directory_exists(
     (corpus / "sentences.txt").write_text("a b\n", encoding="utf-8")
     weights = tmp_path / "mt.pt"
     weights.write_bytes(b"weights")
-    model = ModelInputs(name="mt", kind="fairseq", objective="mt", key="k",
-                        spec={"kind": "fairseq", "path": str(weights)}, n_layers=2, d_model=4, coords={},
-                        primary=np.ones(0, bool), annotation=None, freq_rank=np.zeros(0, int), plan=None)
+    model = ModelInputs(
+        name="mt",
+        kind="fairseq",
+        objective="mt",
+        key="k",
+        spec={"kind": "fairseq", "path": str(weights)},
+        n_layers=2,
+        d_model=4,
+        coords={},
+        primary=np.ones(0, bool),
+        annotation=None,
+        freq_rank=np.zeros(0, int),
+        plan=None,
+    )
     arrays = tmp_path / "work" / "arrays"
     arrays.mkdir(parents=True)
     cfg = MetricsConfig(pruning={"lambdas": [0.5], "updates": 2, "scratch_updates": 4})
-    inputs = Inputs(store="unused", models={"mt": model}, config=cfg, seed=0, torch_threads=1,
-                    arrays_dir=str(arrays),
-                    targets=SimpleNamespace(training_text=corpus / "data" / "train.es", sentences=["x y"]))
+    inputs = Inputs(
+        store="unused",
+        models={"mt": model},
+        config=cfg,
+        seed=0,
+        torch_threads=1,
+        arrays_dir=str(arrays),
+        targets=SimpleNamespace(training_text=corpus / "data" / "train.es", sentences=["x y"]),
+    )
     units = {u.name: u for u in HeadPruning().units(inputs)}
     assert set(units) == {"mt-scratch", "mt-full", "mt-tuned", "mt-encoder-0.5", "mt-all-0.5"}
     assert not any(u.started for u in units.values())

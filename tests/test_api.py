@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SENTENCES, write_config
 
 import evolution.api as ev
-from conftest import SENTENCES, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,12 +27,19 @@ def run_dir(tmp_path_factory, model_specs):
     tmp = tmp_path_factory.mktemp("api-run")
     corpus = tmp / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    cfg = write_config(tmp / "c.yaml", corpus=corpus, models=[model_specs["bert"], model_specs["gpt2"]],
-                       workdir=tmp / "w", extra=("metrics:\n  tokens: {top: 100, min_count: 5}\n"
-                                                 "  mi: {k: 6, restarts: 2, bootstrap: 10}\n"
-                                                 "  neighbors: {k: 5, bootstrap: 10}\n  similarity: null\n"
-                                                 "  tsne: null\n  influence: null\n  heads: null\n"
-                                                 "report: {views: null}"))
+    cfg = write_config(
+        tmp / "c.yaml",
+        corpus=corpus,
+        models=[model_specs["bert"], model_specs["gpt2"]],
+        workdir=tmp / "w",
+        extra=(
+            "metrics:\n  tokens: {top: 100, min_count: 5}\n"
+            "  mi: {k: 6, restarts: 2, bootstrap: 10}\n"
+            "  neighbors: {k: 5, bootstrap: 10}\n  similarity: null\n"
+            "  tsne: null\n  influence: null\n  heads: null\n"
+            "report: {views: null}"
+        ),
+    )
     run(cfg, progress=False)
     return tmp / "w"
 
@@ -120,7 +127,7 @@ def test_hugging_face_use_imports_neither_fairseq_nor_faiss(model_specs, tmp_pat
         import evolution.api as ev
         from evolution.metrics.results import open_metrics
         from evolution.analyses.mi import mi_by_layer
-        bert = ev.load({model_specs['bert']['path']!r}, name="bert")
+        bert = ev.load({model_specs["bert"]["path"]!r}, name="bert")
         reps = ev.represent(bert, {SENTENCES!r}, attention=3)
         mi = ev.mi(reps, k=6, restarts=2, bootstrap=5)
         nb = ev.neighbors(reps, k=5, bootstrap=5)
@@ -128,8 +135,8 @@ def test_hugging_face_use_imports_neither_fairseq_nor_faiss(model_specs, tmp_pat
         page = ev.head_view(bert, "the cat sat on the mat")
         assert mi.attrs["kmeans"]["bert"]["input"].endswith("(sklearn)"), mi.attrs["kmeans"]
         from evolution.metrics.results import write_metrics
-        write_metrics({str(tmp_path / 'm.zarr')!r}, {{"mi": mi}}, fingerprint="x")
-        fig = mi_by_layer({str(tmp_path / 'm.zarr')!r})
+        write_metrics({str(tmp_path / "m.zarr")!r}, {{"mi": mi}}, fingerprint="x")
+        fig = mi_by_layer({str(tmp_path / "m.zarr")!r})
         assert fig is not None
         bad = [m for m in sys.modules if m.split(".")[0] in ("fairseq", "faiss")]
         assert not bad, bad
@@ -146,9 +153,15 @@ def test_drawing_keeps_a_backend_the_user_chose():
     import subprocess
     import sys
 
-    code = ("import matplotlib; {pre}from evolution.analyses.plotting import plt; plt().figure(); "
-            "print(matplotlib.get_backend().lower())")
+    code = (
+        "import matplotlib; {pre}from evolution.analyses.plotting import plt; plt().figure(); "
+        "print(matplotlib.get_backend().lower())"
+    )
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    out = [subprocess.run([sys.executable, "-c", code.format(pre=pre)], capture_output=True, text=True, env=env,
-                          check=True).stdout.strip() for pre in ("matplotlib.use('svg'); ", "")]
+    out = [
+        subprocess.run(
+            [sys.executable, "-c", code.format(pre=pre)], capture_output=True, text=True, env=env, check=True
+        ).stdout.strip()
+        for pre in ("matplotlib.use('svg'); ", "")
+    ]
     assert out == ["svg", "agg"]

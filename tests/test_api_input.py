@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import SENTENCES
 
 import evolution.api as ev
-from conftest import SENTENCES
 
 
 @pytest.fixture(scope="module")
@@ -26,31 +26,39 @@ def gpt2(model_specs):
     return ev.load(model_specs["gpt2"]["path"], name="gpt2")
 
 
-@pytest.mark.parametrize("sentences, error, message", [
-    ([1, None], TypeError, r"sentences\[0\] is int 1, not a string"),
-    (["the cat", None], TypeError, r"sentences\[1\] is NoneType"),
-    ([], ValueError, "sentences is empty"),
-    (["the cat", "   "], ValueError, r"sentences\[1\] is empty"),
-    ([["the", "big cat"]], TypeError, r"sentences\[0\] is a list, read as words.*'big cat'"),
-    ([[]], TypeError, r"sentences\[0\] is a list"),
-])
+@pytest.mark.parametrize(
+    "sentences, error, message",
+    [
+        ([1, None], TypeError, r"sentences\[0\] is int 1, not a string"),
+        (["the cat", None], TypeError, r"sentences\[1\] is NoneType"),
+        ([], ValueError, "sentences is empty"),
+        (["the cat", "   "], ValueError, r"sentences\[1\] is empty"),
+        ([["the", "big cat"]], TypeError, r"sentences\[0\] is a list, read as words.*'big cat'"),
+        ([[]], TypeError, r"sentences\[0\] is a list"),
+    ],
+)
 def test_bad_sentences_are_refused_naming_the_item(bert, sentences, error, message):
     with pytest.raises(error, match=message):
         ev.represent(bert, sentences)
 
 
 def test_a_pretokenised_sentence_is_its_words(bert):
-    with ev.represent(bert, [["the", "cat", "sat"]], attention=False) as words, \
-            ev.represent(bert, ["the cat sat"], attention=False) as text:
+    with (
+        ev.represent(bert, [["the", "cat", "sat"]], attention=False) as words,
+        ev.represent(bert, ["the cat sat"], attention=False) as text,
+    ):
         np.testing.assert_array_equal(words["bert"].hidden.values, text["bert"].hidden.values)
         assert list(words["bert"].token_str.values) == list(text["bert"].token_str.values)
 
 
-@pytest.mark.parametrize("models, error, message", [
-    ("bert-base-uncased", TypeError, r"models\[0\] is str 'bert-base-uncased', not a loaded model.*ev.load"),
-    ([], ValueError, "models is empty"),
-    ({"a": "some/dir"}, TypeError, r"models\['a'\] is str"),
-])
+@pytest.mark.parametrize(
+    "models, error, message",
+    [
+        ("bert-base-uncased", TypeError, r"models\[0\] is str 'bert-base-uncased', not a loaded model.*ev.load"),
+        ([], ValueError, "models is empty"),
+        ({"a": "some/dir"}, TypeError, r"models\['a'\] is str"),
+    ],
+)
 def test_an_id_where_a_model_is_expected_is_refused(models, error, message):
     with pytest.raises(error, match=message):
         ev.represent(models, ["the cat"])
@@ -82,8 +90,10 @@ def test_plots_refuse_an_unknown_model_and_draw_each_models_own_heads():
     value = np.full((2, 3, 4, 1), np.nan)  # (model, layer, head, measure): model b has 2 heads, a 4
     value[0] = np.arange(12).reshape(3, 4, 1)
     value[1, :, :2] = np.arange(6).reshape(3, 2, 1)
-    ds = xr.Dataset({"value": (("model", "layer", "head", "measure"), value)},
-                    coords={"model": ["a", "b"], "layer": [1, 2, 3], "head": range(4), "measure": ["confidence"]})
+    ds = xr.Dataset(
+        {"value": (("model", "layer", "head", "measure"), value)},
+        coords={"model": ["a", "b"], "layer": [1, 2, 3], "head": range(4), "measure": ["confidence"]},
+    )
     fig = ev.plot.heads(ds, model="b")
     image = fig.axes[0].images[0].get_array()
     assert image.shape == (3, 2)  # b's own 2 heads, not 4 columns with 2 empty
@@ -128,10 +138,13 @@ def test_represent_releases_its_memory_and_folders(bert):
     assert not cache.exists() and stores() == known
 
 
-@pytest.mark.parametrize("tokens, words", [
-    ({"top": 3, "min_count": 2}, ["the", "on", "red"]),  # the 3 most frequent: 27, 15 and 15 occurrences
-    ({"top": 100, "min_count": 10}, ["the", "on", "red", "cat", "mat", "dog", "blue"]),  # >= 10 occurrences
-])
+@pytest.mark.parametrize(
+    "tokens, words",
+    [
+        ({"top": 3, "min_count": 2}, ["the", "on", "red"]),  # the 3 most frequent: 27, 15 and 15 occurrences
+        ({"top": 100, "min_count": 10}, ["the", "on", "red", "cat", "mat", "dog", "blue"]),  # >= 10 occurrences
+    ],
+)
 def test_tokens_selects_the_types_that_mi_and_neighbours_analyse(bert, tokens, words):
     """``tokens=`` is the config's token selection, not the API's default (the 100 most frequent
     types with >= 5 occurrences: all 13 words of the test sentences, 150 occurrences). Counted by

@@ -15,6 +15,7 @@ def _fails(tmp_path: Path, config: str, capsys, *expected: str, cluster: bool = 
     message, the earlier run's files untouched, no new stage output, and (unless ``cluster``)
     no Dask cluster started."""
     import pipelines.run
+
     w = tmp_path / "w"
     w.mkdir(exist_ok=True)
     (w / "earlier.txt").write_text("from an earlier run")
@@ -45,24 +46,45 @@ def _text(tmp_path: Path, name: str = "c.txt", content: str = "the cat sat\nthe 
 
 
 def test_malformed_yaml_names_file_line_and_column(tmp_path, capsys):
-    _fails(tmp_path, "workdir: {w}\ncorpus:\n  path: [unclosed\nmodels: []\n", capsys,
-           "bad.yaml:4:7: not valid YAML", "check the brackets")
+    _fails(
+        tmp_path,
+        "workdir: {w}\ncorpus:\n  path: [unclosed\nmodels: []\n",
+        capsys,
+        "bad.yaml:4:7: not valid YAML",
+        "check the brackets",
+    )
 
 
 def test_unknown_key_and_wrong_type_name_the_key(tmp_path, model_specs, capsys):
     c = _text(tmp_path)
     bert = model_specs["bert"]["path"]
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{path: {c}, pth: x}}}}\nmodels: [{{{{name: b, kind: huggingface, "
-                     f"path: {bert}}}}}]\n", capsys, "corpus.pth: unknown key", "docs/config.md")
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nextract: {{{{chunk_tokens: many}}}}\n"
-                     f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n", capsys,
-           "extract.chunk_tokens", "integer")
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{path: {c}, pth: x}}}}\nmodels: [{{{{name: b, kind: huggingface, "
+        f"path: {bert}}}}}]\n",
+        capsys,
+        "corpus.pth: unknown key",
+        "docs/config.md",
+    )
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nextract: {{{{chunk_tokens: many}}}}\n"
+        f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n",
+        capsys,
+        "extract.chunk_tokens",
+        "integer",
+    )
 
 
 def test_missing_and_unreadable_files(tmp_path, model_specs, capsys):
     bert = model_specs["bert"]["path"]
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{path: {tmp_path}/nope.txt}}}}\n"
-                     f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n", capsys, "nope.txt")
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{path: {tmp_path}/nope.txt}}}}\n"
+        f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n",
+        capsys,
+        "nope.txt",
+    )
     assert main([str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
 
@@ -71,31 +93,58 @@ def test_non_utf8_and_empty_corpus(tmp_path, model_specs, capsys):
     bert = model_specs["bert"]["path"]
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"the cat\n\nthe dog \xff\xfe sat\n")
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{path: {bad}}}}}\nmodels: [{{{{name: b, kind: huggingface, "
-                     f"path: {bert}}}}}]\n", capsys, "bad.txt:3: not UTF-8")
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{path: {bad}}}}}\nmodels: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n",
+        capsys,
+        "bad.txt:3: not UTF-8",
+    )
     empty = _text(tmp_path, "empty.txt", "\n  \n\n")
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{path: {empty}}}}}\nmodels: [{{{{name: b, kind: huggingface, "
-                     f"path: {bert}}}}}]\n", capsys, "empty.txt")
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{path: {empty}}}}}\nmodels: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n",
+        capsys,
+        "empty.txt",
+    )
 
 
 def test_parallel_files_of_different_lengths(tmp_path, model_specs, capsys):
     src = _text(tmp_path, "c.en", "".join(f"sentence {i}\n" for i in range(10)))
     tgt = _text(tmp_path, "c.xx", "".join(f"frase {i}\n" for i in range(9)))
     bert = model_specs["bert"]["path"]
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{source: parallel, path: {src}, target_path: {tgt}}}}}\n"
-                     f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n", capsys, "c.en", "c.xx", "10", "9")
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{source: parallel, path: {src}, target_path: {tgt}}}}}\n"
+        f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n",
+        capsys,
+        "c.en",
+        "c.xx",
+        "10",
+        "9",
+    )
 
 
 def test_bad_checkpoints_and_model_directories(tmp_path, model_specs, capsys):
     c = _text(tmp_path)
     spec = model_specs["translation"]
     # a directory, then a truncated file, where a fairseq checkpoint should be
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nmodels: [{{{{name: t, kind: fairseq, "
-                     f"path: {tmp_path}, data: {spec['data']}}}}}]\n", capsys, str(tmp_path))
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nmodels: [{{{{name: t, kind: fairseq, "
+        f"path: {tmp_path}, data: {spec['data']}}}}}]\n",
+        capsys,
+        str(tmp_path),
+    )
     truncated = tmp_path / "cut.pt"
     truncated.write_bytes(Path(spec["path"]).read_bytes()[:2000])
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nmodels: [{{{{name: t, kind: fairseq, "
-                     f"path: {truncated}, data: {spec['data']}}}}}]\n", capsys, "cut.pt", "not a fairseq checkpoint")
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nmodels: [{{{{name: t, kind: fairseq, "
+        f"path: {truncated}, data: {spec['data']}}}}}]\n",
+        capsys,
+        "cut.pt",
+        "not a fairseq checkpoint",
+    )
     # a Hugging Face directory without weights
     hf = tmp_path / "hf"
     hf.mkdir()
@@ -103,8 +152,13 @@ def test_bad_checkpoints_and_model_directories(tmp_path, model_specs, capsys):
     for f in src.iterdir():
         if "safetensors" not in f.name and not f.name.endswith(".bin"):
             (hf / f.name).write_bytes(f.read_bytes())
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nmodels: [{{{{name: b, kind: huggingface, "
-                     f"path: {hf}}}}}]\n", capsys, str(hf), "weights")
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nmodels: [{{{{name: b, kind: huggingface, path: {hf}}}}}]\n",
+        capsys,
+        str(hf),
+        "weights",
+    )
 
 
 def test_foreign_zarr_at_the_store_path_is_not_overwritten(tmp_path, model_specs, capsys):
@@ -115,16 +169,27 @@ def test_foreign_zarr_at_the_store_path_is_not_overwritten(tmp_path, model_specs
     root = zarr.open_group(store, mode="w")
     root.create_array("data", shape=(3,), dtype="i4")[:] = [1, 2, 3]
     bert = model_specs["bert"]["path"]
-    _fails(tmp_path, f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nextract: {{{{store: {store}}}}}\n"
-                     f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n", capsys, str(store))
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncorpus: {{{{path: {c}}}}}\nextract: {{{{store: {store}}}}}\n"
+        f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n",
+        capsys,
+        str(store),
+    )
     assert list(zarr.open_group(store, mode="r")["data"][:]) == [1, 2, 3]
 
 
 def test_unreachable_scheduler(tmp_path, model_specs, capsys):
     c = _text(tmp_path)
     bert = model_specs["bert"]["path"]
-    _fails(tmp_path, f"workdir: {{w}}\ncluster: tcp://127.0.0.1:9\ncorpus: {{{{path: {c}}}}}\n"
-                     f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n", capsys, "tcp://127.0.0.1:9", cluster=True)
+    _fails(
+        tmp_path,
+        f"workdir: {{w}}\ncluster: tcp://127.0.0.1:9\ncorpus: {{{{path: {c}}}}}\n"
+        f"models: [{{{{name: b, kind: huggingface, path: {bert}}}}}]\n",
+        capsys,
+        "tcp://127.0.0.1:9",
+        cluster=True,
+    )
 
 
 def test_full_disk_during_extraction(tmp_path, model_specs, corpus_file, capsys, monkeypatch):
@@ -135,17 +200,21 @@ def test_full_disk_during_extraction(tmp_path, model_specs, corpus_file, capsys,
 
     import numpy as np
     import zarr.storage
-
     from conftest import write_config
-    from evolution.store import group_is_complete, open_representations
+
     from evolution.config import load_config
+    from evolution.store import group_is_complete, open_representations
     from pipelines.stages import Context
     from pipelines.stages.extract import ExtractStage
 
     specs = [model_specs["bert"], model_specs["translation"]]
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=specs, workdir=tmp_path / "w",
-                       extra="metrics: {mi: null, neighbors: null, similarity: null, tsne: null, influence: null, "
-                             "heads: null}")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        models=specs,
+        workdir=tmp_path / "w",
+        extra="metrics: {mi: null, neighbors: null, similarity: null, tsne: null, influence: null, heads: null}",
+    )
     real, written = zarr.storage.LocalStore.set, []
 
     async def full_disk(self, key, value):
@@ -176,5 +245,7 @@ def test_full_disk_during_extraction(tmp_path, model_specs, corpus_file, capsys,
     # the completed group equals an extraction that never saw a full disk
     ref = write_config(tmp_path / "ref.yaml", corpus=corpus_file, models=specs[1:], workdir=tmp_path / "ref")
     assert main([str(ref), "--no-progress", "--stage", "extract"]) == 0
-    np.testing.assert_array_equal(open_representations(store, "translation")["hidden"].values,
-                                  open_representations(str(tmp_path / "ref" / "reps.zarr"), "translation")["hidden"].values)
+    np.testing.assert_array_equal(
+        open_representations(store, "translation")["hidden"].values,
+        open_representations(str(tmp_path / "ref" / "reps.zarr"), "translation")["hidden"].values,
+    )

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-
 from test_training import _corpus  # the 400 Genesis lines and their learnable "translation"
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,8 +70,9 @@ def _free_port() -> int:
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([str(DASK), *args], cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [str(DASK), *args], cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 @pytest.mark.slow
@@ -87,12 +87,28 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
 
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
-    procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                    tmp_path / "scheduler.log")]
+    procs = [
+        _start(["scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], tmp_path / "scheduler.log")
+    ]
     try:
-        workers = [_start(["worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                           "--memory-limit", "3GiB", "--name", f"w{i}"], tmp_path / f"worker{i}.log")
-                   for i in range(3)]
+        workers = [
+            _start(
+                [
+                    "worker",
+                    address,
+                    "--nthreads",
+                    "1",
+                    "--no-nanny",
+                    "--no-dashboard",
+                    "--memory-limit",
+                    "3GiB",
+                    "--name",
+                    f"w{i}",
+                ],
+                tmp_path / f"worker{i}.log",
+            )
+            for i in range(3)
+        ]
         procs += workers
         from distributed import Client
 
@@ -110,10 +126,17 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
         watch = Client(address, timeout="10s")
         w1 = next(a for a, w in watch.scheduler_info()["workers"].items() if w["name"] == "w1")
         cl_cfg = tmp_path / "cl.yaml"
-        cl_cfg.write_text(CONFIG.format(workdir=tmp_path / "cl", cluster=f"cluster: {{kind: address, address: "
-                                        f"{address}}}", src=src, tgt=tgt))
-        run = subprocess.Popen([sys.executable, "-m", "pipelines.run", str(cl_cfg), "--no-progress"], cwd=ROOT,
-                               stdout=(tmp_path / "run.log").open("w"), stderr=subprocess.STDOUT)
+        cl_cfg.write_text(
+            CONFIG.format(
+                workdir=tmp_path / "cl", cluster=f"cluster: {{kind: address, address: {address}}}", src=src, tgt=tgt
+            )
+        )
+        run = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.run", str(cl_cfg), "--no-progress"],
+            cwd=ROOT,
+            stdout=(tmp_path / "run.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
         # kill one worker once the extraction has written its first chunks, before it is complete, and
         # another once the metrics have cached their first units, before they are complete
         store, cache = tmp_path / "cl" / "reps.zarr", tmp_path / "cl" / "metrics" / "cache"
@@ -123,16 +146,23 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
             if killed_during_extraction is None:
                 chunks = list(store.glob("*/hidden/c/*/*/*")) if store.exists() else []
                 if chunks:  # the groups' completion markers say which models are fully extracted
-                    complete = [g for g in ("mt", "lm", "mlm") if (store / g / "zarr.json").exists()
-                                and "evolution_complete" in (store / g / "zarr.json").read_text()]
+                    complete = [
+                        g
+                        for g in ("mt", "lm", "mlm")
+                        if (store / g / "zarr.json").exists()
+                        and "evolution_complete" in (store / g / "zarr.json").read_text()
+                    ]
                     killed_during_extraction = len(complete) < 3
                     os.killpg(workers[0].pid, signal.SIGKILL)
             else:
                 units = list(cache.glob("*.json")) if cache.exists() else []
                 if units and not (tmp_path / "cl" / "metrics.zarr").exists():
                     # kill the second worker while it runs a metrics unit (the scheduler says which)
-                    busy = [str(k) for k in watch.processing(workers=[w1])[w1]
-                            if not str(k).startswith(("extract-", "warm"))]
+                    busy = [
+                        str(k)
+                        for k in watch.processing(workers=[w1])[w1]
+                        if not str(k).startswith(("extract-", "warm"))
+                    ]
                     if busy:
                         units_at_kill, killed_unit = len(units), busy[0]
                         os.killpg(workers[1].pid, signal.SIGKILL)
@@ -140,8 +170,9 @@ def test_pipeline_on_a_user_started_cluster_with_a_killed_worker(tmp_path):
             time.sleep(0.02)
         assert run.wait(timeout=900) == 0, (tmp_path / "run.log").read_text()[-4000:]
         assert killed_during_extraction, "the extraction finished before a worker could be killed"
-        assert units_at_kill is not None and units_at_kill < len(list(cache.glob("*.json"))), \
+        assert units_at_kill is not None and units_at_kill < len(list(cache.glob("*.json"))), (
             "the metrics finished before a worker could be killed"
+        )
         # the unit that died with its worker ran again elsewhere and was cached
         assert list(cache.glob(f"{killed_unit}-*.json")), killed_unit
         watch.close()

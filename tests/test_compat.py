@@ -26,8 +26,7 @@ def test_numpy_compat_long_is_restored_and_fairseq_dataset_uses_it():
             return 2
 
     # the code path that calls np.compat.long (break_mode "eos" with include_targets)
-    ds = TokenBlockDataset(Items(), sizes=[3, 2], block_size=8, pad=1, eos=2, break_mode="eos",
-                           include_targets=True)
+    ds = TokenBlockDataset(Items(), sizes=[3, 2], block_size=8, pad=1, eos=2, break_mode="eos", include_targets=True)
     source, item, _ = ds[0]
     assert item.tolist() == [4, 5, 2]
     assert source.tolist() == [2, 4, 5]  # </s> as beginning of sentence, as the LM adapter feeds it
@@ -65,8 +64,6 @@ def test_head_weights_average_to_fairsqs_averaged_weights():
     torch.testing.assert_close(heads.mean(1), averaged, atol=1e-6, rtol=1e-5)
 
 
-
-
 def test_lm_dim_args_and_exact_batching(tmp_path):
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -75,9 +72,23 @@ def test_lm_dim_args_and_exact_batching(tmp_path):
 
     def build(extra):
         parser = options.get_training_parser()
-        args = options.parse_args_and_arch(parser, input_args=[
-            str(tmp_path), "--task", "language_modeling", "--arch", "transformer_lm", "--decoder-layers", "1",
-            "--decoder-attention-heads", "2", "--decoder-ffn-embed-dim", "64", *extra])
+        args = options.parse_args_and_arch(
+            parser,
+            input_args=[
+                str(tmp_path),
+                "--task",
+                "language_modeling",
+                "--arch",
+                "transformer_lm",
+                "--decoder-layers",
+                "1",
+                "--decoder-attention-heads",
+                "2",
+                "--decoder-ffn-embed-dim",
+                "64",
+                *extra,
+            ],
+        )
         with compat.quiet():
             cfg = convert_namespace_to_omegaconf(args)
             return args, tasks.setup_task(cfg.task).build_model(cfg.model)
@@ -97,12 +108,22 @@ def test_import_fairseq_leaves_the_root_logger_alone():
     import subprocess
     import sys
 
-    code = ("import logging; from evolution.nets import compat; compat.import_fairseq(); "
-            "root = logging.getLogger(); print(len(root.handlers), root.level)")
+    code = (
+        "import logging; from evolution.nets import compat; compat.import_fairseq(); "
+        "root = logging.getLogger(); print(len(root.handlers), root.level)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", str(logging.WARNING)]
     # and the failure it prevents is real: a plain import adds a handler
-    raw = subprocess.run([sys.executable, "-c", "import logging, numpy; numpy.compat = type(numpy)('c'); "
-                          "numpy.compat.long = int; import fairseq; print(len(logging.getLogger().handlers))"],
-                         capture_output=True, text=True, check=True)
+    raw = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import logging, numpy; numpy.compat = type(numpy)('c'); "
+            "numpy.compat.long = int; import fairseq; print(len(logging.getLogger().handlers))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert int(raw.stdout.split()[-1]) >= 1

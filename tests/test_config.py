@@ -29,15 +29,21 @@ def test_defaults_and_relative_paths(tmp_path, good):
     assert cfg.cluster.kind == "local" and cfg.extract.too_long == "truncate" and cfg.extract.attention is None
 
 
-@pytest.mark.parametrize("edit, message", [
-    ("corpus: {path: c.txt, colour: red}", r"corpus\.colour: unknown key"),
-    ("corpus: {path: missing.txt}", r"corpus\.path: .*missing\.txt' does not exist"),
-    ("extract: {chunk_tokens: many}", r"extract\.chunk_tokens: .*integer"),
-    ("extract: {too_long: crop}", r"extract\.too_long: .*'truncate', 'skip' or 'error'"),
-    ("cluster: {kind: address}", r"cluster: .*give the scheduler address"),
-    ("seeed: 3", r"seeed: unknown key"),
-    ("metrics: {pruning: {models: [mtt]}}", r"metrics\.pruning\.models: no model named \['mtt'\]; the models are \['m'\]"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ("corpus: {path: c.txt, colour: red}", r"corpus\.colour: unknown key"),
+        ("corpus: {path: missing.txt}", r"corpus\.path: .*missing\.txt' does not exist"),
+        ("extract: {chunk_tokens: many}", r"extract\.chunk_tokens: .*integer"),
+        ("extract: {too_long: crop}", r"extract\.too_long: .*'truncate', 'skip' or 'error'"),
+        ("cluster: {kind: address}", r"cluster: .*give the scheduler address"),
+        ("seeed: 3", r"seeed: unknown key"),
+        (
+            "metrics: {pruning: {models: [mtt]}}",
+            r"metrics\.pruning\.models: no model named \['mtt'\]; the models are \['m'\]",
+        ),
+    ],
+)
 def test_errors_name_the_key(tmp_path, good, edit, message):
     key = edit.split(":")[0]
     text = "\n".join(line for line in good.splitlines() if not line.startswith(key + ":")) + "\n" + edit + "\n"
@@ -85,7 +91,10 @@ def test_shipped_configs_load():
     root = Path(__file__).resolve().parents[1]
     default = load_config(root / "evolution.yaml")
     assert default.train is None and [(m.name, m.kind) for m in default.models] == [
-        ("mt", "shipped"), ("lm", "shipped"), ("mlm", "shipped")]
+        ("mt", "shipped"),
+        ("lm", "shipped"),
+        ("mlm", "shipped"),
+    ]
     assert all((m.path / "model.safetensors").is_file() for m in default.models)  # committed: a fresh clone has them
     scratch = load_config(root / "configs" / "from-scratch.yaml")
     assert [m.name for m in scratch.models] == ["mt", "lm", "mlm"] and scratch.train.layers == 6
@@ -99,8 +108,16 @@ def test_shipped_configs_load():
     assert [m.path for m in full.models if m.kind == "shipped"][:1] == [default.models[0].path]
     budget = {"updates", "warmup_updates", "save_interval_updates", "seeds", "token_dropout", "checkpoints"}
     assert full.train.model_dump(exclude=budget) == scratch.train.model_dump(exclude=budget)
-    assert list(full.train.runs(full.seed)) == ["mt", "mt-seed1", "mt-tokdrop", "lm", "lm-seed1", "lm-tokdrop",
-                                                "mlm", "mlm-seed1"]
+    assert list(full.train.runs(full.seed)) == [
+        "mt",
+        "mt-seed1",
+        "mt-tokdrop",
+        "lm",
+        "lm-seed1",
+        "lm-tokdrop",
+        "mlm",
+        "mlm-seed1",
+    ]
     with pytest.raises(ConfigError, match="corpus.path"):
         load_config(root / "configs" / "wmt.yaml")
 
@@ -146,7 +163,9 @@ def test_set_overrides_replace_one_nested_key_and_leave_the_rest(tmp_path, good)
 
     path = _write(tmp_path, good + "seed: 3\nmetrics:\n  mi: {k: 7, restarts: 2}\n  pruning: {lambdas: [0.1]}\n")
     assert load_config(path).metrics.pruning.lambdas == [0.1]
-    overrides = parse_overrides(["metrics.pruning=null", "metrics.mi.k=11", "seed=5", "extract.attention={sentences: 4}"])
+    overrides = parse_overrides(
+        ["metrics.pruning=null", "metrics.mi.k=11", "seed=5", "extract.attention={sentences: 4}"]
+    )
     assert overrides == {"metrics.pruning": None, "metrics.mi.k": 11, "seed": 5, "extract.attention": {"sentences": 4}}
     cfg = load_config(path, overrides=overrides)
     assert cfg.metrics.pruning is None

@@ -6,19 +6,18 @@ import gzip
 
 import numpy as np
 import pytest
+from conftest import SENTENCES, write_config
 
 from evolution.corpus.conllu import (
     EMBEDDED,
+    NO_LABEL,
     annotation_columns,
     label_codes,
-    NO_LABEL,
     read_conllu,
     resolve_treebank,
 )
 from evolution.corpus.text import CorpusError
 from evolution.metrics.neighbors import knn, within_type_measures
-
-from conftest import SENTENCES, write_config
 
 SAMPLE = """# sent_id = a
 # text = Don't stop now.
@@ -50,9 +49,14 @@ def test_reads_words_and_skips_ranges_and_empty_nodes(tmp_path):
     assert len(read_conllu(path, max_sentences=1)) == 1
 
 
-@pytest.mark.parametrize("bad, where", [("1\tDo\tdo\tAUX\n", ":1: 4 tab-separated"),
-                                        ("2\tDo\tdo\tAUX\tVB\t_\t0\troot\t_\t_\n", ":1: word ids run"),
-                                        ("1\tDo\tdo\tAUX\tVB\t_\tx\troot\t_\t_\n", ":1: id '1' / head 'x'")])
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        ("1\tDo\tdo\tAUX\n", ":1: 4 tab-separated"),
+        ("2\tDo\tdo\tAUX\tVB\t_\t0\troot\t_\t_\n", ":1: word ids run"),
+        ("1\tDo\tdo\tAUX\tVB\t_\tx\troot\t_\t_\n", ":1: id '1' / head 'x'"),
+    ],
+)
 def test_bad_conllu_names_file_and_line(tmp_path, bad, where):
     path = tmp_path / "bad.conllu"
     path.write_text(bad, encoding="utf-8")
@@ -83,10 +87,20 @@ def test_embedded_treebank_equals_the_conllu_package():
 
 def test_annotation_columns_follow_word_ids():
     # corpus sentences 0-1 are main text, 2-3 annotated; sentence 3 truncated after 2 tokens
-    sentences = [{"upos": ["DET", "NOUN", "VERB"], "xpos": ["DT", "NN", "VBD"], "deprel": ["det", "nsubj", "root"],
-                  "head": [2, 3, 0]},
-                 {"upos": ["PRON", "VERB", "ADJ", "PUNCT"], "xpos": ["PRP", "VBZ", "JJ", "."],
-                  "deprel": ["nsubj", "root", "xcomp", "punct"], "head": [2, 0, 2, 2]}]
+    sentences = [
+        {
+            "upos": ["DET", "NOUN", "VERB"],
+            "xpos": ["DT", "NN", "VBD"],
+            "deprel": ["det", "nsubj", "root"],
+            "head": [2, 3, 0],
+        },
+        {
+            "upos": ["PRON", "VERB", "ADJ", "PUNCT"],
+            "xpos": ["PRP", "VBZ", "JJ", "."],
+            "deprel": ["nsubj", "root", "xcomp", "punct"],
+            "head": [2, 0, 2, 2],
+        },
+    ]
     sentence = np.array([0, 0, 1, 2, 2, 2, 2, 3, 3])
     word_id = np.array([0, 1, 0, 0, 1, 1, 2, 0, 1])  # "cat" split into two pieces -> both NN
     cols = annotation_columns(sentence=sentence, word_id=word_id, first=2, sentences=sentences)
@@ -95,8 +109,17 @@ def test_annotation_columns_follow_word_ids():
     assert cols["head"].tolist() == [-1, -1, -1, 2, 3, 3, 0, 2, 0]
     codes = label_codes(cols["xpos"])
     vocab = sorted({w for s in sentences[:1] for w in s["xpos"]} | {"PRP", "VBZ"})  # the labels present
-    assert [vocab[c] if c != NO_LABEL else None for c in codes] == \
-        [None, None, None, "DT", "NN", "NN", "VBD", "PRP", "VBZ"]
+    assert [vocab[c] if c != NO_LABEL else None for c in codes] == [
+        None,
+        None,
+        None,
+        "DT",
+        "NN",
+        "NN",
+        "VBD",
+        "PRP",
+        "VBZ",
+    ]
     # a word id beyond the sentence (should not happen, but never an index error)
     far = annotation_columns(sentence=np.array([2]), word_id=np.array([7]), first=2, sentences=sentences)
     assert far["upos"][0] == "" and far["head"][0] == -1
@@ -127,16 +150,18 @@ def test_same_pos_rate_and_chance_against_brute_force():
     pos = rng.integers(0, 3, size=len(types))
     # representations that encode POS (plus noise) -> rate well above chance
     x = (np.eye(3)[pos] * 3 + rng.normal(size=(len(types), 3)) * 0.5).astype(np.float32)
-    got = within_type_measures(x, types=types, position=np.zeros(len(types)), annotations={"pos": pos}, k=5,
-                               chance=True)
+    got = within_type_measures(
+        x, types=types, position=np.zeros(len(types)), annotations={"pos": pos}, k=5, chance=True
+    )
     rate, chance = _brute_within_type(x, types, pos, 5)
     assert got["same_pos"] == pytest.approx(rate, abs=1e-9)
     assert got["same_pos_chance"] == pytest.approx(chance, abs=1e-12)
     assert got["same_pos"] > 0.9 > 0.5 > got["same_pos_chance"]
     # representations that ignore POS -> the rate is near chance
     z = rng.normal(size=(len(types), 3)).astype(np.float32)
-    noise = within_type_measures(z, types=types, position=np.zeros(len(types)), annotations={"pos": pos}, k=5,
-                                 chance=True)
+    noise = within_type_measures(
+        z, types=types, position=np.zeros(len(types)), annotations={"pos": pos}, k=5, chance=True
+    )
     assert abs(noise["same_pos"] - noise["same_pos_chance"]) < 0.1
     assert noise["same_pos_chance"] == pytest.approx(chance, abs=1e-12)  # independent of the vectors
     assert knn(z, k=5).shape == (len(types), 5)
@@ -155,8 +180,15 @@ def test_hf_word_ids_are_whitespace_words():
 def _treebank(path, sentences):
     """A CoNLL-U file for whitespace sentences; tag: DT for the/a, NN for nouns, JJ for colours,
     VB otherwise; relation det / nsubj / amod / root."""
-    tags = {"the": ("DT", "det"), "a": ("DT", "det"), "cat": ("NN", "nsubj"), "dog": ("NN", "nsubj"),
-            "mat": ("NN", "obl"), "red": ("JJ", "amod"), "blue": ("JJ", "amod")}
+    tags = {
+        "the": ("DT", "det"),
+        "a": ("DT", "det"),
+        "cat": ("NN", "nsubj"),
+        "dog": ("NN", "nsubj"),
+        "mat": ("NN", "obl"),
+        "red": ("JJ", "amod"),
+        "blue": ("JJ", "amod"),
+    }
     upos = {"DT": "DET", "NN": "NOUN", "JJ": "ADJ", "VB": "VERB"}
     out = []
     for s in sentences:
@@ -180,18 +212,19 @@ METRICS = """metrics:
 
 @pytest.mark.slow
 def test_annotated_text_adds_rates_and_leaves_main_metrics_unchanged(tmp_path, corpus_file, model_specs):
-    from pipelines.run import run
     from evolution.config import load_config
     from evolution.metrics.plan import text_parts
     from evolution.metrics.results import open_metrics
     from evolution.store import open_representations
+    from pipelines.run import run
     from pipelines.stages import Context, CorpusStage
 
     tb = _treebank(tmp_path / "tb.conllu", TREEBANK_SENTENCES)
     models = [model_specs["translation"], model_specs["language_modeling"]]
     plain = write_config(tmp_path / "a.yaml", corpus=corpus_file, workdir=tmp_path / "a", extra=METRICS, models=models)
-    annotated = write_config(tmp_path / "b.yaml", corpus=corpus_file, workdir=tmp_path / "b", extra=METRICS,
-                             models=models)
+    annotated = write_config(
+        tmp_path / "b.yaml", corpus=corpus_file, workdir=tmp_path / "b", extra=METRICS, models=models
+    )
     text = annotated.read_text()
     annotated.write_text(text.replace(f"  path: {corpus_file}\n", f"  path: {corpus_file}\n  annotated: {tb}\n"))
     run(plain, progress=False)
@@ -205,9 +238,13 @@ def test_annotated_text_adds_rates_and_leaves_main_metrics_unchanged(tmp_path, c
     # the labels are token coordinates of the store (metrics read only the store)
     ds = open_representations(str(tmp_path / "b" / "reps.zarr"), "translation")
     assert ds.attrs["annotated_from"] == ann["first"]
-    parts = text_parts(sentence=ds.sentence.values, token_id=ds.token_id.values, freq_rank=ds.freq_rank.values,
-                       labels={c: ds[c].values for c in ("upos", "xpos", "deprel")},
-                       annotated_from=ds.attrs["annotated_from"])
+    parts = text_parts(
+        sentence=ds.sentence.values,
+        token_id=ds.token_id.values,
+        freq_rank=ds.freq_rank.values,
+        labels={c: ds[c].values for c in ("upos", "xpos", "deprel")},
+        annotated_from=ds.attrs["annotated_from"],
+    )
     sent, pos = ds.sentence.values, ds.position.values
     rows = np.flatnonzero(~parts["primary"])
     assert len(rows) == sum(len(s.split()) for s in TREEBANK_SENTENCES)
@@ -236,11 +273,11 @@ def test_annotated_text_adds_rates_and_leaves_main_metrics_unchanged(tmp_path, c
     for m in nb_a.measure.values:
         np.testing.assert_allclose(nb_a.value.sel(measure=m).values, nb_b.value.sel(measure=m).values, atol=0.02)
     np.testing.assert_allclose(group("a", "mi").mi.values, group("b", "mi").mi.values, atol=0.05)
-    np.testing.assert_allclose(group("a", "similarity").distance.values, group("b", "similarity").distance.values,
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        group("a", "similarity").distance.values, group("b", "similarity").distance.values, atol=1e-4
+    )
     # (PWCCA of a small frequency bin amplifies that noise more: its rank cut-off moves)
-    np.testing.assert_allclose(group("a", "change").distance.values, group("b", "change").distance.values,
-                               atol=2e-3)
+    np.testing.assert_allclose(group("a", "change").distance.values, group("b", "change").distance.values, atol=2e-3)
     ds_a = open_representations(str(tmp_path / "a" / "reps.zarr"), "translation")
     np.testing.assert_array_equal(parts["freq_rank"][parts["primary"]], ds_a.freq_rank.values)
     # change by POS tag: each tag's value is PWCCA between adjacent layers on that tag's annotated rows

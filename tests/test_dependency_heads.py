@@ -16,7 +16,7 @@ from evolution.corpus.conllu import TreebankSentence, read_conllu, resolve_treeb
 from evolution.metrics.heads import DIRECTIONS, OFFSETS
 from evolution.models.base import Tokenized
 
-GOLDEN = (5 ** 0.5 - 1) / 2
+GOLDEN = (5**0.5 - 1) / 2
 
 
 def _nsubj_offsets(s: TreebankSentence) -> list[int]:
@@ -40,8 +40,9 @@ def _write_conllu(path, sentences) -> str:
     lines = []
     for s in sentences:
         for i, w in enumerate(s.words):
-            lines.append("\t".join([str(i + 1), w, "_", s.upos[i], s.xpos[i], "_", str(s.head[i]), s.deprel[i],
-                                    "_", "_"]))
+            lines.append(
+                "\t".join([str(i + 1), w, "_", s.upos[i], s.xpos[i], "_", str(s.head[i]), s.deprel[i], "_", "_"])
+            )
         lines.append("")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return str(path)
@@ -95,7 +96,7 @@ class StubAdapter:
     def tokenize(self, text: str) -> Tokenized:
         pieces, word_ids = [], []
         for k, w in enumerate(text.split(" ")):
-            parts = [w[:len(w) // 2], w[len(w) // 2:]] if len(w) > 6 else [w]
+            parts = [w[: len(w) // 2], w[len(w) // 2 :]] if len(w) > 6 else [w]
             pieces += parts
             word_ids += [k] * len(parts)
         ids = []
@@ -128,7 +129,7 @@ class StubAdapter:
         t = max(len(x) for x in inputs)
         att = np.zeros((2, len(inputs), 2, t, t))
         for b, x in enumerate(inputs):
-            att[:, b, :, :len(x), :len(x)] = self.piece_maps(x)
+            att[:, b, :, : len(x), : len(x)] = self.piece_maps(x)
         return None, att
 
 
@@ -197,8 +198,9 @@ def group(splits, tmp_path_factory):
         results = {}
         for split, path in paths.items():
             text = save_texts(str(tmp), f"tb-{split}", {"conllu": open(path, encoding="utf-8").read()})
-            results[f"stub-dependency-{split}"] = dependency_task(spec={"name": "stub"}, treebank=path, text=text,
-                                                                  heads=cfg, max_batch_tokens=64)
+            results[f"stub-dependency-{split}"] = dependency_task(
+                spec={"name": "stub"}, treebank=path, text=text, heads=cfg, max_batch_tokens=64
+            )
     finally:
         mp.undo()
     inputs = SimpleNamespace(names=["stub"], config=SimpleNamespace(heads=cfg))
@@ -223,13 +225,15 @@ def test_dependency_directions_mean_what_their_names_say(group):
     acc = group.accuracy.isel(split=1)
     parent = acc.sel(layer=1, head=0)
     children = acc.sel(layer=1, head=1)
-    rel = [r for r in group.relation.values
-           if r not in ("nsubj", "root") and group.arcs.sel(split="score", relation=r) > 0]
+    rel = [
+        r for r in group.relation.values if r not in ("nsubj", "root") and group.arcs.sel(split="score", relation=r) > 0
+    ]
     assert len(rel) >= 10
     np.testing.assert_array_equal(parent.sel(direction="dependent_to_head", relation=rel).values, 1.0)
     assert (parent.sel(direction="head_to_dependent_clark", relation=rel).values < 1).any()
-    np.testing.assert_array_equal(children.sel(direction="head_to_dependent_clark",
-                                               relation=rel + ["nsubj"]).values, 1.0)
+    np.testing.assert_array_equal(
+        children.sel(direction="head_to_dependent_clark", relation=rel + ["nsubj"]).values, 1.0
+    )
     # the head word's row has one maximum among its dependents: some arcs are missed
     assert np.nanmin(children.sel(direction="head_to_dependent", relation=rel).values) < 1
 
@@ -271,10 +275,14 @@ def test_syntactic_heads_use_voita_directions_against_the_offset_baseline(splits
         r = relations.index(rel)
         acc = hits[..., r, :2].max(-1) / arcs[r]
         arc_list = [(d, s.head[d] - 1) for s in test for d in range(len(s)) if s.deprel[d] == rel and s.head[d]]
-        base = max(max(sum(g == d + k for d, g in arc_list), sum(d == g + k for d, g in arc_list))
-                   for k in OFFSETS) / arcs[r]
+        base = (
+            max(max(sum(g == d + k for d, g in arc_list), sum(d == g + k for d, g in arc_list)) for k in OFFSETS)
+            / arcs[r]
+        )
         np.testing.assert_array_equal(group.syntactic.sel(syntactic_relation=rel).values, acc - base >= 0.10)
     # the children head is perfect in the transposed direction, and not a syntactic nsubj head
-    assert float(group.accuracy.sel(split="score", layer=1, head=1, relation="nsubj",
-                                    direction="head_to_dependent_clark")) == 1.0
+    assert (
+        float(group.accuracy.sel(split="score", layer=1, head=1, relation="nsubj", direction="head_to_dependent_clark"))
+        == 1.0
+    )
     assert not bool(group.syntactic.sel(layer=1, head=1, syntactic_relation="nsubj"))

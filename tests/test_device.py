@@ -30,6 +30,7 @@ def test_device_names_are_checked():
 
 def test_the_config_refuses_a_bad_device(tmp_path, corpus_file, model_specs):
     from conftest import write_config
+
     from evolution.config import ConfigError, load_config
 
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"]], workdir=tmp_path / "w")
@@ -38,20 +39,26 @@ def test_the_config_refuses_a_bad_device(tmp_path, corpus_file, model_specs):
         load_config(cfg)
 
 
-@pytest.mark.parametrize("device, gpus, n_workers, expected", [
-    ("auto", 4, None, ["0", "1", "2", "3"]),   # one worker per GPU
-    ("cuda", 2, None, ["0", "1"]),
-    ("cuda:1", 2, None, ["1"]),                # one worker, on GPU 1
-    ("auto", 0, None, None),                   # no GPU: the CPU layout
-    ("cpu", 4, None, None),
-    ("auto", 4, 3, None),                      # cluster.n_workers set: the config decides
-])
+@pytest.mark.parametrize(
+    "device, gpus, n_workers, expected",
+    [
+        ("auto", 4, None, ["0", "1", "2", "3"]),  # one worker per GPU
+        ("cuda", 2, None, ["0", "1"]),
+        ("cuda:1", 2, None, ["1"]),  # one worker, on GPU 1
+        ("auto", 0, None, None),  # no GPU: the CPU layout
+        ("cpu", 4, None, None),
+        ("auto", 4, 3, None),  # cluster.n_workers set: the config decides
+    ],
+)
 def test_one_local_worker_per_gpu(device, gpus, n_workers, expected):
     assert gpu_workers(device, gpus=gpus, n_workers=n_workers) == expected
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device visible to torch on this machine (a CPU build or no GPU): "
-                                     "the CPU / GPU comparison runs where one is present")
+@pytest.mark.skipif(
+    not CUDA,
+    reason="no CUDA device visible to torch on this machine (a CPU build or no GPU): "
+    "the CPU / GPU comparison runs where one is present",
+)
 @pytest.mark.parametrize("name", ["bert", "translation", "language_modeling"])
 def test_the_same_numbers_on_cpu_and_gpu(model_specs, name):
     from evolution.models import load_adapter
@@ -70,6 +77,7 @@ def test_the_same_numbers_on_cpu_and_gpu(model_specs, name):
 
 
 # --- the metrics' products (metrics.device, evolution.metrics.backend) -------------------------------------------
+
 
 def _metric_numbers(device: str) -> dict:
     """The dense-arithmetic results of the analyses on fixed random data, computed on ``device``:
@@ -93,13 +101,27 @@ def _metric_numbers(device: str) -> dict:
     points = (centres[labels] + rng.normal(size=(4000, 8))).astype(np.float32)
     with backend.use(device):
         pair = pair_similarity(View(states[0]), View(states[1]))
-        change = change_with_replicates(states, masks, group=group, draws=sentence_draws(120, replicates=5, seed=1),
-                                        methods=["pwcca", "cka"], epsilon=1e-6, min_ratio=10, name="x")
+        change = change_with_replicates(
+            states,
+            masks,
+            group=group,
+            draws=sentence_draws(120, replicates=5, seed=1),
+            methods=["pwcca", "cka"],
+            epsilon=1e-6,
+            min_ratio=10,
+            name="x",
+        )
         clusters = kmeans(points, k=30, niter=20, seed=2)
         dist, idx = nearest(points, points[:300], 5)
-    return {"pair": np.array(pair), "change": np.asarray(change["replicates"]["pwcca"]),
-            "change_cka": np.asarray(change["replicates"]["cka"]), "mi": mutual_information(labels, clusters),
-            "dist": dist, "idx": idx, "h": mutual_information(labels, labels)}
+    return {
+        "pair": np.array(pair),
+        "change": np.asarray(change["replicates"]["pwcca"]),
+        "change_cka": np.asarray(change["replicates"]["cka"]),
+        "mi": mutual_information(labels, clusters),
+        "dist": dist,
+        "idx": idx,
+        "h": mutual_information(labels, labels),
+    }
 
 
 def _assert_close(got: dict, want: dict) -> None:
@@ -117,19 +139,26 @@ def test_the_metrics_torch_route_equals_numpy_on_the_cpu():
     _assert_close(_metric_numbers("torch:cpu"), _metric_numbers("cpu"))
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device visible to torch on this machine (a CPU build or no GPU): "
-                                     "the CPU / GPU comparison runs where one is present")
+@pytest.mark.skipif(
+    not CUDA,
+    reason="no CUDA device visible to torch on this machine (a CPU build or no GPU): "
+    "the CPU / GPU comparison runs where one is present",
+)
 def test_the_metrics_on_the_gpu_equal_the_cpu():
     _assert_close(_metric_numbers("cuda"), _metric_numbers("cpu"))
 
 
 def test_a_metrics_device_that_is_not_there_is_refused(tmp_path, corpus_file, model_specs):
     from conftest import write_config
+
     from evolution.config import ConfigError, load_config
 
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"]], workdir=tmp_path / "w")
     text = cfg.read_text()
-    cfg.write_text(text.replace("metrics:\n", "metrics:\n  device: gpu\n", 1) if "metrics:\n" in text
-                   else text + "metrics:\n  device: gpu\n")
+    cfg.write_text(
+        text.replace("metrics:\n", "metrics:\n  device: gpu\n", 1)
+        if "metrics:\n" in text
+        else text + "metrics:\n  device: gpu\n"
+    )
     with pytest.raises(ConfigError, match="metrics.device"):
         load_config(cfg)

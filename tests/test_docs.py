@@ -11,9 +11,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TEXT = {".md", ".py", ".yaml", ".yml", ".toml", ".ipynb", ".sh", ".txt", ".cfg", ".json", ".html", ".csv"}
 #: a path under one of the repository's directories, or one of its top-level files
-REFERENCE = re.compile(r"(?<![\w/.-])((?:docs|evolution|pipelines|tests|benchmarks|configs|results|notebooks|tools)"
-                       r"/[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.(?:md|py|yaml|yml|json|ipynb|html|png|csv|txt|sh|zarr)"
-                       r"|README\.md|Makefile|evolution\.yaml|constraints\.txt|environment\.yml|pyproject\.toml)\b")
+REFERENCE = re.compile(
+    r"(?<![\w/.-])((?:docs|evolution|pipelines|tests|benchmarks|configs|results|notebooks|tools)"
+    r"/[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.(?:md|py|yaml|yml|json|ipynb|html|png|csv|txt|sh|zarr)"
+    r"|README\.md|Makefile|evolution\.yaml|constraints\.txt|environment\.yml|pyproject\.toml)\b"
+)
 ABSOLUTE = re.compile(r"(?<![\w.:/-])/(?:root|home|work|tmp|Users|mnt|opt|var|private|scratch)/[\w.-]+")
 
 
@@ -27,15 +29,20 @@ def _text_files(paths, *, under: str | None = None):
         rel = p.relative_to(REPO).as_posix()
         if under is not None and not rel.startswith(under):
             continue
-        if (p.suffix in TEXT or p.name in ("Makefile", "run", "zarr.json")) and p.is_file() and \
-                p.stat().st_size < 5_000_000 and "data/ud-ewt" not in rel:
+        if (
+            (p.suffix in TEXT or p.name in ("Makefile", "run", "zarr.json"))
+            and p.is_file()
+            and p.stat().st_size < 5_000_000
+            and "data/ud-ewt" not in rel
+        ):
             yield rel, p.read_text(encoding="utf-8", errors="replace")
 
 
 def test_every_file_a_committed_text_names_exists():
     files = _tracked()
     present = {p.relative_to(REPO).as_posix() for p in files} | {
-        p.relative_to(REPO).as_posix() for p in REPO.glob("results/**/*")}
+        p.relative_to(REPO).as_posix() for p in REPO.glob("results/**/*")
+    }
     missing = []
     for rel, text in _text_files(files):
         if rel.startswith(("results/", "tests/test_docs.py")):
@@ -77,15 +84,27 @@ def test_the_summary_sentence_counts_the_verdicts(tmp_path):
     import json
 
     mod = _docs_blocks()
-    card = [{"number": n, "part": "", "claim": "c", "verdict": "holds" if n in (1, 2, 3, 5, 8) else "does not hold",
-             "measured": ""} for n in range(1, 13)]
+    card = [
+        {
+            "number": n,
+            "part": "",
+            "claim": "c",
+            "verdict": "holds" if n in (1, 2, 3, 5, 8) else "does not hold",
+            "measured": "",
+        }
+        for n in range(1, 13)
+    ]
     card.insert(11, {"number": 11, "part": "b", "claim": "c", "verdict": "holds", "measured": ""})
-    heads = [{"number": x, "claim": "c", "verdict": v, "why": ""} for x, v in
-             (("C1", "holds"), ("C2", "not measurable here"), ("K1", "holds"))]
+    heads = [
+        {"number": x, "claim": "c", "verdict": v, "why": ""}
+        for x, v in (("C1", "holds"), ("C2", "not measurable here"), ("K1", "holds"))
+    ]
     (tmp_path / "scorecard.json").write_text(json.dumps(card))
     (tmp_path / "head_verdicts.json").write_text(json.dumps(heads))
-    assert mod.summary_sentence(tmp_path) == ("5 of the paper's 12 claims hold (claims 1-3, 5 and 8), and 2 of the 3 "
-                                              "head-paper checks hold (2 hold, 1 cannot be measured on these models).")
+    assert mod.summary_sentence(tmp_path) == (
+        "5 of the paper's 12 claims hold (claims 1-3, 5 and 8), and 2 of the 3 "
+        "head-paper checks hold (2 hold, 1 cannot be measured on these models)."
+    )
     assert mod._ranges(["1", "2", "4", "5", "6", "9"]) == "1, 2, 4-6 and 9"
 
 
@@ -109,8 +128,13 @@ HEAD_ROWS = {
 
 def _heads_numbers() -> dict[str, str]:
     """results/bible-full/heads_numbers.py's rows: label -> the rest of the line."""
-    out = subprocess.run([sys.executable, str(REPO / "results" / "bible-full" / "heads_numbers.py")], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(REPO / "results" / "bible-full" / "heads_numbers.py")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     script = {}
     for line in out.splitlines():
         label, _, rest = line.partition("\t")
@@ -166,10 +190,16 @@ def test_the_bible_full_head_bullets_of_docs_heads_quote_the_committed_store():
 
     script = _heads_numbers()
     models = script["model"].split("\t")
-    col = {label: dict(zip(models, rest.split("\t"))) for label, rest in script.items()
-           if len(rest.split("\t")) == len(models)}
-    dec = {label: [layer.split(" / ") for layer in rest.split("\t")] for label, rest in script.items()
-           if label.startswith(("decoder self:", "encoder-decoder:"))}
+    col = {
+        label: dict(zip(models, rest.split("\t")))
+        for label, rest in script.items()
+        if len(rest.split("\t")) == len(models)
+    }
+    dec = {
+        label: [layer.split(" / ") for layer in rest.split("\t")]
+        for label, rest in script.items()
+        if label.startswith(("decoder self:", "encoder-decoder:"))
+    }
 
     def span(xs):
         xs = sorted(xs, key=float)
@@ -181,7 +211,8 @@ def test_the_bible_full_head_bullets_of_docs_heads_quote_the_committed_store():
     store = REPO / "results" / "bible-full"
     arch = json.loads((store / "models" / "mt" / "model.json").read_text())["model"]
     limit = xr.open_zarr(store / "metrics.zarr", group="heads", consolidated=False).attrs["config"]["heads"][
-        "positional_share"]
+        "positional_share"
+    ]
     pos = {m: x.split() for m, x in col["most positional head"].items()}
     mlm = max((m for m in models if m.startswith("mlm")), key=lambda m: float(pos[m][0]))
     assert all(float(share) <= float(pos[mlm][0]) < limit for share, _ in pos.values())
@@ -199,8 +230,10 @@ def test_the_bible_full_head_bullets_of_docs_heads_quote_the_committed_store():
     assert all(float(a) > float(b) for up, down in zip(ent, ent[1:]) for a, b in zip(up, down))
     assert all(float(a) < float(b) for up, down in zip(sharp, sharp[1:]) for a, b in zip(up, down))
     eos = sorted((x for layer in eos for x in layer), key=float)
-    itself, prev = (max((x for layer in dec[f"decoder self: most maxima on {x}"] for x in layer), key=float)
-                    for x in ("itself", "the previous token"))
+    itself, prev = (
+        max((x for layer in dec[f"decoder self: most maxima on {x}"] for x in layer), key=float)
+        for x in ("itself", "the previous token")
+    )
     assert float(itself) < limit and float(prev) < limit
     dec_rare = dec["decoder self: highest rare-token share"]
     assert min(map(float, dec_rare[0])) >= RARE_SHARE > max(float(x) for layer in dec_rare[1:] for x in layer)
@@ -209,23 +242,29 @@ def test_the_bible_full_head_bullets_of_docs_heads_quote_the_committed_store():
         "No positional head at this size": [
             f"({arch['encoder_attention_heads']} heads x {arch['encoder_layers']} layers, "
             f"d = {arch['encoder_embed_dim']})",
-            f"the MLM's are the most positional ({pct(pos[mlm][0])} of one head's maxima on the {where[pos[mlm][1]]})"],
+            f"the MLM's are the most positional ({pct(pos[mlm][0])} of one head's maxima on the {where[pos[mlm][1]]})",
+        ],
         "The sinks inflate confidence": [
             f"in the LM ({conf['lm']} without them, {sink['lm']} with) and the MLM ({conf['mlm']} against "
-            f"{sink['mlm']}), not in the MT"],
+            f"{sink['mlm']}), not in the MT"
+        ],
         "Input token dropout weakens": [
             f"{span([rare['lm'], rare['lm-seed1']])} of sentences in the base and seed-1 LM, {rare['lm-tokdrop']} with "
             f"dropout; {span([rare['mt'], rare['mt-seed1']])} in the MT, {rare['mt-tokdrop']} with dropout",
-            "Voita et al. (2019)"],
+            "Voita et al. (2019)",
+        ],
         "Syntactic heads appear only": [
             f"(an object finds its verb to the left: {span([col[obj][m] for m in models if m.startswith('lm')])} "
-            f"against the offset baseline's {baseline})"],
+            f"against the offset baseline's {baseline})"
+        ],
         "The encoder-decoder attention sharpens": [
             f"(entropy {mean[0]:.1f} -> {mean[-1]:.1f}, confidence {span(sharp[0])} -> {span(sharp[-1])})",
-            f"source's `</s>` ({pct(eos[0])[:-1]}-{pct(eos[-1])})"],
+            f"source's `</s>` ({pct(eos[0])[:-1]}-{pct(eos[-1])})",
+        ],
         "No positional decoder head": [
             f"(at most {pct(itself)} of a head's maxima on the token itself, {pct(prev)} on the previous one)",
-            f"holds the only candidate rare-token heads ({span(dec_rare[0])} of sentences)"],
+            f"holds the only candidate rare-token heads ({span(dec_rare[0])} of sentences)",
+        ],
     }
     text = (REPO / "docs" / "heads.md").read_text(encoding="utf-8")
     section = text.split("### The well-trained models and their controls", 1)[1].split("## Which heads matter", 1)[0]
@@ -277,12 +316,17 @@ def test_docs_series_quotes_the_committed_tiny_series():
     assert f"between {between[:, 1:].min():.2f} and {between[:, 1:].max():.2f}" in text
     seeds = curves["between"].sel(metric="pwcca", pair="gpt2 | gpt2-seed1")
     closest = int(seeds.sel(layer=0).argmin())
-    assert (f"start {float(seeds[0].min()):.2f}-{float(seeds[0].max()):.2f} apart, are closest at step "
-            f"{int(seeds.checkpoint[closest])} ({float(seeds.sel(layer=0).min()):.2f} at layer 0)") in text
+    assert (
+        f"start {float(seeds[0].min()):.2f}-{float(seeds[0].max()):.2f} apart, are closest at step "
+        f"{int(seeds.checkpoint[closest])} ({float(seeds.sel(layer=0).min()):.2f} at layer 0)"
+    ) in text
     assert f"to {float(seeds[-1].min()):.2f}-{float(seeds[-1].max()):.2f} at step 800" in text
     verdicts = xr.open_zarr(store, group="verdicts", consolidated=False)
-    measurable = [str(c) for c, row in zip(verdicts["claim"].values, verdicts["verdict"].values)
-                  if any(str(v) != "not measurable here" for v in row)]
+    measurable = [
+        str(c)
+        for c, row in zip(verdicts["claim"].values, verdicts["verdict"].values)
+        if any(str(v) != "not measurable here" for v in row)
+    ]
     assert f"make claims {', '.join(measurable[:-1])} and {measurable[-1]} measurable" in text
 
 
@@ -293,8 +337,9 @@ def test_the_bible_full_pruning_tables_and_sentences_quote_the_committed_store()
     import xarray as xr
 
     text = (REPO / "results" / "bible-full" / "README.md").read_text(encoding="utf-8")
-    ds = xr.open_zarr(REPO / "results" / "bible-full" / "metrics.zarr", group="heads_pruning",
-                      consolidated=False).sel(model="mt")
+    ds = xr.open_zarr(REPO / "results" / "bible-full" / "metrics.zarr", group="heads_pruning", consolidated=False).sel(
+        model="mt"
+    )
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -309,8 +354,9 @@ def test_the_bible_full_pruning_tables_and_sentences_quote_the_committed_store()
     for run in ds.run.values:
         scope, lam = str(ds.scope.sel(run=run).values), f"{float(ds.lam.sel(run=run)):g}"
         cells = rows[lam][0 if scope == "encoder" else 1]
-        counts = [int(np.nansum(kept.sel(run=run, attention=a))) for a in ("encoder_self", "decoder_self",
-                                                                          "encoder_decoder")]
+        counts = [
+            int(np.nansum(kept.sel(run=run, attention=a))) for a in ("encoder_self", "decoder_self", "encoder_decoder")
+        ]
         assert cells[1] == (str(counts[0]) if scope == "encoder" else " / ".join(map(str, counts))), run
         assert cells[2:4] == [f2(float(ds.bleu.sel(run=run))), f2(float(ds.chrf.sel(run=run)))], run
         scratch = float(ds.bleu_scratch.sel(run=run))
@@ -319,29 +365,38 @@ def test_the_bible_full_pruning_tables_and_sentences_quote_the_committed_store()
     every = rows["every head, from scratch (`pruning.scratch_full`)"][0]
     assert every[4:6] == [f2(float(ds.bleu_scratch_full)), f2(float(ds.chrf_scratch_full))]
     prose = " ".join(text.split())
-    runs = [r for r in ds.run.values if str(ds.scope.sel(run=r).values) == "all"
-            and np.isfinite(float(ds.bleu_scratch.sel(run=r)))]
+    runs = [
+        r
+        for r in ds.run.values
+        if str(ds.scope.sel(run=r).values) == "all" and np.isfinite(float(ds.bleu_scratch.sel(run=r)))
+    ]
     pruned = [float(ds.bleu.sel(run=r)) for r in runs]
     scratch = [float(ds.bleu_scratch.sel(run=r)) for r in runs]
     heads = [int(np.nansum(kept.sel(run=r))) for r in runs]
-    assert (f"against their gate-free fine-tuning ({f2(float(ds.bleu_tuned))}): {f2(pruned[0])} and "
-            f"{f2(pruned[1])} with {heads[0]} and {heads[1]} of 48 heads, "
-            f"{pruned[0] - float(ds.bleu_tuned):+.2f} and {pruned[1] - float(ds.bleu_tuned):+.2f}") in prose
-    assert (f"every head trained by their loop ({f2(float(ds.bleu_scratch_full))}): {f2(scratch[0])} and "
-            f"{f2(scratch[1])}, {scratch[0] - float(ds.bleu_scratch_full):+.2f} and "
-            f"{scratch[1] - float(ds.bleu_scratch_full):+.2f}") in prose
+    assert (
+        f"against their gate-free fine-tuning ({f2(float(ds.bleu_tuned))}): {f2(pruned[0])} and "
+        f"{f2(pruned[1])} with {heads[0]} and {heads[1]} of 48 heads, "
+        f"{pruned[0] - float(ds.bleu_tuned):+.2f} and {pruned[1] - float(ds.bleu_tuned):+.2f}"
+    ) in prose
+    assert (
+        f"every head trained by their loop ({f2(float(ds.bleu_scratch_full))}): {f2(scratch[0])} and "
+        f"{f2(scratch[1])}, {scratch[0] - float(ds.bleu_scratch_full):+.2f} and "
+        f"{scratch[1] - float(ds.bleu_scratch_full):+.2f}"
+    ) in prose
 
 
 #: the units of configs/bible-full-pruning-gap.yaml in results/bible-full/units (the regrouped seed-0
 #: run is bible-full's own every-head reference; the fixed one's key has "batches": "fixed")
-GAP_UNITS = {("fairseq-train", 0): ("heads_pruning-mt-full-51f96ef2eeeadf0c.json", "bleu"),
-             ("fairseq-train", 1): ("heads_pruning-mt-seed1-full-29fcb219183c02a4.json", "bleu"),
-             ("regrouped", 0): ("heads_pruning-mt-scratch-78b3c6a7083fc5b8.json", "bleu_scratch"),
-             ("regrouped", 1): ("heads_pruning-mt-seed1-scratch-794bb1171a7bf47e.json", "bleu_scratch"),
-             ("fixed", 0): ("heads_pruning-mt-scratch-b46219aec195d7fe.json", "bleu_scratch"),
-             ("fairseq-train", 2): ("heads_pruning-mt-seed2-full-57f37f490bfb1954.json", "bleu"),
-             ("fixed", 1): ("heads_pruning-mt-seed1-scratch-e313f85e087582fc.json", "bleu_scratch"),
-             ("fixed", 2): ("heads_pruning-mt-seed2-scratch-0259c22e15505cef.json", "bleu_scratch")}
+GAP_UNITS = {
+    ("fairseq-train", 0): ("heads_pruning-mt-full-51f96ef2eeeadf0c.json", "bleu"),
+    ("fairseq-train", 1): ("heads_pruning-mt-seed1-full-29fcb219183c02a4.json", "bleu"),
+    ("regrouped", 0): ("heads_pruning-mt-scratch-78b3c6a7083fc5b8.json", "bleu_scratch"),
+    ("regrouped", 1): ("heads_pruning-mt-seed1-scratch-794bb1171a7bf47e.json", "bleu_scratch"),
+    ("fixed", 0): ("heads_pruning-mt-scratch-b46219aec195d7fe.json", "bleu_scratch"),
+    ("fairseq-train", 2): ("heads_pruning-mt-seed2-full-57f37f490bfb1954.json", "bleu"),
+    ("fixed", 1): ("heads_pruning-mt-seed1-scratch-e313f85e087582fc.json", "bleu_scratch"),
+    ("fixed", 2): ("heads_pruning-mt-seed2-scratch-0259c22e15505cef.json", "bleu_scratch"),
+}
 
 
 def test_the_pipeline_gap_table_quotes_the_committed_units():
@@ -354,13 +409,15 @@ def test_the_pipeline_gap_table_quotes_the_committed_units():
     bleu = {k: json.loads((units / f).read_text())[v] for k, (f, v) in GAP_UNITS.items()}
     f2 = "{:.2f}".format
     text = (REPO / "docs" / "decisions.md").read_text(encoding="utf-8")
-    rows = {"| fairseq-train (the shipped base models; seed 2: `mt-seed2`) |": "fairseq-train",
-            "| the loop, its own batches (regrouped every epoch) |": "regrouped",
-            "| the loop on fairseq-train's batches (`metrics.pruning.scratch_batches: fixed`) |": "fixed"}
+    rows = {
+        "| fairseq-train (the shipped base models; seed 2: `mt-seed2`) |": "fairseq-train",
+        "| the loop, its own batches (regrouped every epoch) |": "regrouped",
+        "| the loop on fairseq-train's batches (`metrics.pruning.scratch_batches: fixed`) |": "fixed",
+    }
     lines = [line.strip() for line in text.splitlines()]
     for start, arm in rows.items():
         row = next(line for line in lines if line.startswith(start))
-        cells = [c.strip() for c in row[len(start):].strip("|").split("|")]
+        cells = [c.strip() for c in row[len(start) :].strip("|").split("|")]
         assert cells == [f2(bleu[(arm, s)]) if (arm, s) in bleu else "" for s in (0, 1, 2)], arm
     prose = " ".join(lines)
     batching = bleu[("regrouped", 0)] - bleu[("fixed", 0)]
@@ -368,26 +425,34 @@ def test_the_pipeline_gap_table_quotes_the_committed_units():
     gap = bleu[("regrouped", 0)] - bleu[("fairseq-train", 0)]
     assert f"the loop loses {f2(batching)} of the {f2(gap)} at seed 0" in prose
     assert f"it ends {f2(rest)} above fairseq-train's seed 0" in prose
-    assert f"apart, fairseq-train's seeds 0 and 1 {f2(bleu[('fairseq-train', 1)] - bleu[('fairseq-train', 0)])}" in prose
+    assert (
+        f"apart, fairseq-train's seeds 0 and 1 {f2(bleu[('fairseq-train', 1)] - bleu[('fairseq-train', 0)])}" in prose
+    )
     assert f"its own batches are {f2(bleu[('regrouped', 0)] - bleu[('regrouped', 1)])} apart" in prose
     gains = [f2(bleu[("regrouped", s)] - bleu[("fixed", s)]) for s in (0, 1)]
     regrouped, fixed = ([f2(bleu[(arm, s)]) for s in (0, 1)] for arm in ("regrouped", "fixed"))
-    assert (f"regrouping every epoch gains {gains[0]} BLEU at seed 0 and {gains[1]} at seed 1 at this budget (the "
-            f"loop's {' and '.join(regrouped)} on its own batches against its {' and '.join(fixed)} on fixed ones)"
-            ) in prose
+    assert (
+        f"regrouping every epoch gains {gains[0]} BLEU at seed 0 and {gains[1]} at seed 1 at this budget (the "
+        f"loop's {' and '.join(regrouped)} on its own batches against its {' and '.join(fixed)} on fixed ones)"
+    ) in prose
     edges = [bleu[("fixed", s)] - bleu[("fairseq-train", s)] for s in (0, 1, 2)]
-    assert (f"on the same batches the loop ends {', '.join(f2(e) for e in edges[:2])} and {f2(edges[2])} above "
-            f"fairseq-train at seeds 0, 1 and 2") in prose
+    assert (
+        f"on the same batches the loop ends {', '.join(f2(e) for e in edges[:2])} and {f2(edges[2])} above "
+        f"fairseq-train at seeds 0, 1 and 2"
+    ) in prose
     import numpy as np
     from scipy import stats
 
-    assert (f"(mean {f2(np.mean(edges))}, paired t-test over the 3 seeds p = "
-            f"{stats.ttest_1samp(edges, 0.0).pvalue:.3f})") in prose
+    assert (
+        f"(mean {f2(np.mean(edges))}, paired t-test over the 3 seeds p = {stats.ttest_1samp(edges, 0.0).pvalue:.3f})"
+    ) in prose
     fairseq = [bleu[("fairseq-train", s)] for s in (0, 1, 2)]
-    assert (f"The three fairseq-trained MT seeds of the table below span {f2(min(fairseq))}-{f2(max(fairseq))} BLEU, "
-            f"so {f2(bleu[('regrouped', 0)])} is {f2(bleu[('regrouped', 0)] - max(fairseq))} above the best") in prose
+    assert (
+        f"The three fairseq-trained MT seeds of the table below span {f2(min(fairseq))}-{f2(max(fairseq))} BLEU, "
+        f"so {f2(bleu[('regrouped', 0)])} is {f2(bleu[('regrouped', 0)] - max(fairseq))} above the best"
+    ) in prose
     readme = " ".join((REPO / "results" / "bible-full" / "README.md").read_text(encoding="utf-8").split())
-    assert (f"the loop's every-head run gives {f2(bleu[('fixed', 0)])}, {f2(batching)} less than on its own "
-            f"batches") in readme
+    assert (
+        f"the loop's every-head run gives {f2(bleu[('fixed', 0)])}, {f2(batching)} less than on its own batches"
+    ) in readme
     assert f"its seed 1 on its own batches gives {f2(bleu[('regrouped', 1)])}" in readme
-

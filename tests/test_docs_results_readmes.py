@@ -8,7 +8,6 @@ import json
 import re
 
 import numpy as np
-
 from test_docs_stores import REPO, _prose
 
 HEADS = REPO / "results" / "bible-heads"
@@ -30,8 +29,9 @@ def test_the_bible_heads_test_books_quote_its_provenance():
     MT decoder's analysed sentences in the store."""
     test = json.loads((HEADS / "report" / "provenance.json").read_text())["corpus"]["splits"]["test"]
     assert int(_open(HEADS, "heads_decoder").sentences.sel(model="mt")) == test["pairs"]
-    assert f"({', '.join(test['group_names'])}: {test['pairs']:,} verses)" in _prose("results", "bible-heads",
-                                                                                        "README.md")
+    assert f"({', '.join(test['group_names'])}: {test['pairs']:,} verses)" in _prose(
+        "results", "bible-heads", "README.md"
+    )
 
 
 def test_the_bible_heads_importance_paragraph_quotes_its_store():
@@ -47,36 +47,46 @@ def test_the_bible_heads_importance_paragraph_quotes_its_store():
     rel = imp.relevance.sel(model="mt")
     n = {str(a): int(np.isfinite(rel.sel(attention=a)).sum()) for a in imp.attention.values}
     assert n["decoder_self"] == n["encoder_decoder"]
-    assert (f"the MT's encoder self-attention ({n['encoder_self']} heads), decoder self-attention and "
-            f"encoder-decoder attention ({n['decoder_self']} heads each)") in text
+    assert (
+        f"the MT's encoder self-attention ({n['encoder_self']} heads), decoder self-attention and "
+        f"encoder-decoder attention ({n['decoder_self']} heads each)"
+    ) in text
 
     def top(attention, k):
         r = rel.sel(attention=attention).stack(h=("layer", "head")).dropna("h")
         order = np.argsort(-r.values, kind="stable")[:k]
         return ", ".join(f"({int(r['layer'][i])}, {int(r['head'][i])}) {float(r[i]):.3f}" for i in order)
 
-    assert (f"encoder {top('encoder_self', 3)}; decoder self {top('decoder_self', 1)}; "
-            f"encoder-decoder {top('encoder_decoder', 1)}.") in text
+    assert (
+        f"encoder {top('encoder_self', 3)}; decoder self {top('decoder_self', 1)}; "
+        f"encoder-decoder {top('encoder_decoder', 1)}."
+    ) in text
 
     def rho(m, a, b):
         enc = imp.sel(model=m, attention="encoder_self")
         x = {"confidence": conf.sel(model=m)} | {v: enc[v] for v in ("relevance", "importance", "importance_batch")}
         return f"{spearmanr(*(x[v].transpose('layer', 'head').values.ravel() for v in (a, b))).statistic:+.2f}"
 
-    assert (f"over the {n['encoder_self']} encoder heads: MT relevance ~ confidence "
-            f"{rho('mt', 'relevance', 'confidence')}, importance ~ confidence {rho('mt', 'importance', 'confidence')}, "
-            f"relevance ~ importance {rho('mt', 'relevance', 'importance')}; LM importance ~ confidence "
-            f"{rho('lm', 'importance', 'confidence')}; MLM {rho('mlm', 'importance', 'confidence')} (mask importance "
-            "per sentence") in text
-    assert (f"Spearman {rho('mt', 'importance', 'importance_batch')} between the two estimators, "
-            f"{rho('lm', 'importance', 'importance_batch')} for the LM, {rho('mlm', 'importance', 'importance_batch')} "
-            "for the MLM") in text
+    assert (
+        f"over the {n['encoder_self']} encoder heads: MT relevance ~ confidence "
+        f"{rho('mt', 'relevance', 'confidence')}, importance ~ confidence {rho('mt', 'importance', 'confidence')}, "
+        f"relevance ~ importance {rho('mt', 'relevance', 'importance')}; LM importance ~ confidence "
+        f"{rho('lm', 'importance', 'confidence')}; MLM {rho('mlm', 'importance', 'confidence')} (mask importance "
+        "per sentence"
+    ) in text
+    assert (
+        f"Spearman {rho('mt', 'importance', 'importance_batch')} between the two estimators, "
+        f"{rho('lm', 'importance', 'importance_batch')} for the LM, {rho('mlm', 'importance', 'importance_batch')} "
+        "for the MLM"
+    ) in text
     v2 = next(c for c in json.loads((HEADS / "report" / "head_verdicts.json").read_text()) if c["number"] == "V2")
     batch = re.search(r"batches of (\d+) sentences", " ".join(v2["details"]))[1]
     assert f"per batch of {batch} sentences the MT's heads order differently" in text
     # the report's table "Which heads matter" gives the same correlations
-    csv = (HEADS / "report" / "tab-which-heads-matter-spearman-correlations-between-importance-relevance-and-"
-           "confidence.csv").read_text()
+    csv = (
+        HEADS / "report" / "tab-which-heads-matter-spearman-correlations-between-importance-relevance-and-"
+        "confidence.csv"
+    ).read_text()
     assert f"mt,LRP relevance ~ confidence,{rho('mt', 'relevance', 'confidence')},{n['encoder_self']}" in csv
 
 
@@ -104,16 +114,19 @@ def test_the_bible_heads_verdicts_paragraph_quotes_head_verdicts_json():
     assert [n for n, c in v.items() if c["verdict"] == "does not hold"] == ["C1", "C2", "C3", "K1", "K2"]
     assert v["V1"]["verdict"] == v["V2"]["verdict"] == "not measurable here"
     assert "C1 (sinks in the upper layers) does not hold; C2" in text and "K1 and K2 do not hold" in text
-    assert "V1 (heads with roles are confident) and V2 (heads with roles are the relevant ones) not measurable" \
-           in text
-    c2 = {m: re.search(rf"{m}: (\d\.\d\d) vs (\d\.\d\d) of uniform, p = (\S+?)(?:;|$)", v["C2"]["measured"]).groups()
-          for m in ("mt", "lm", "mlm")}
+    assert "V1 (heads with roles are confident) and V2 (heads with roles are the relevant ones) not measurable" in text
+    c2 = {
+        m: re.search(rf"{m}: (\d\.\d\d) vs (\d\.\d\d) of uniform, p = (\S+?)(?:;|$)", v["C2"]["measured"]).groups()
+        for m in ("mt", "lm", "mlm")
+    }
     assert "holds for mt, mlm" in v["C2"]["why"]
     first = re.search(r"mt: entropy \d\.\d\d of uniform \(layer (\d+)\)", " ".join(v["C2"]["details"]))[1]
-    assert (f"it holds for MT (entropy {c2['mt'][0]} of uniform in layer {first} against {c2['mt'][1]}, "
-            f"p = {c2['mt'][2]}) "
-            f"and MLM ({c2['mlm'][0]} against {c2['mlm'][1]}, p = {c2['mlm'][2]}), not for the LM ({c2['lm'][0]} "
-            f"against {c2['lm'][1]})") in text
+    assert (
+        f"it holds for MT (entropy {c2['mt'][0]} of uniform in layer {first} against {c2['mt'][1]}, "
+        f"p = {c2['mt'][2]}) "
+        f"and MLM ({c2['mlm'][0]} against {c2['mlm'][1]}, p = {c2['mlm'][2]}), not for the LM ({c2['lm'][0]} "
+        f"against {c2['lm'][1]})"
+    ) in text
     earlier = v["C2"]["earlier"]
     lm_p = re.search(r"lm: [^;]* p = ([0-9.]+)", earlier["measured"])[1]
     assert earlier["verdict"] == "not measurable here" and "(lm)" in earlier["why"]
@@ -136,12 +149,16 @@ def test_the_bible_heads_confidence_bullet_quotes_its_store():
     parts = []
     for m in ("mt", "lm", "mlm"):
         new, old = v.sel(model=m, measure="confidence"), v.sel(model=m, measure="confidence_with_sink")
-        parts.append(f"{m.upper()} {float(new.mean()):.3f} against {float(old.mean()):.3f} "
-                     f"({'largest change of one head ' if m == 'mt' else ''}{float(abs(new - old).max()):.3f})")
+        parts.append(
+            f"{m.upper()} {float(new.mean()):.3f} against {float(old.mean()):.3f} "
+            f"({'largest change of one head ' if m == 'mt' else ''}{float(abs(new - old).max()):.3f})"
+        )
     n_heads = v.sel(model="mt", measure="confidence").size
     assert f"mean over the {n_heads} encoder heads: " + ", ".join(parts[:2]) + ", " + parts[2] in text
-    reach = {k: {m: int((v.sel(model=m, measure=k) >= 0.5).sum()) for m in ("mt", "lm", "mlm")}
-             for k in ("confidence", "confidence_with_sink")}
+    reach = {
+        k: {m: int((v.sel(model=m, measure=k) >= 0.5).sum()) for m in ("mt", "lm", "mlm")}
+        for k in ("confidence", "confidence_with_sink")
+    }
     assert sum(reach["confidence"].values()) == 0 and reach["confidence_with_sink"] == {"mt": 0, "lm": 0, "mlm": 1}
     assert "no head of the three models reaches 0.5 by the new definition (one MLM head did by the old)" in text
 
@@ -155,23 +172,32 @@ def test_the_bible_heads_direction_bullet_quotes_its_store():
     scored = np.isfinite(best).all(["model", "direction"])
     clark, row = best.sel(direction="head_to_dependent_clark"), best.sel(direction="head_to_dependent")
     text = _prose("results", "bible-heads", "README.md")
-    means = ", ".join(f"{m.upper()} {float(clark.sel(model=m).where(scored).mean()):.3f} against "
-                      f"{float(row.sel(model=m).where(scored).mean()):.3f}" for m in ("mt", "lm", "mlm"))
+    means = ", ".join(
+        f"{m.upper()} {float(clark.sel(model=m).where(scored).mean()):.3f} against "
+        f"{float(row.sel(model=m).where(scored).mean()):.3f}"
+        for m in ("mt", "lm", "mlm")
+    )
     assert f"(`head_to_dependent`): {means}." in text
     arcs = dep.arcs.sel(split="score")
     assert bool((arcs == arcs.isel(model=0)).all())
     big = (arcs.isel(model=0) >= 100) & scored
     diff = (clark - row).where(big)
-    assert f"Over the {int(big.sum())} relations with >= 100 test arcs the two differ by up to " \
-           f"{float(abs(diff).max()):.2f} in either direction" in text
+    assert (
+        f"Over the {int(big.sum())} relations with >= 100 test arcs the two differ by up to "
+        f"{float(abs(diff).max()):.2f} in either direction" in text
+    )
     assert float(diff.max()) > 0 > float(diff.min())
-    case = (f"LM `case` {float(clark.sel(model='lm', relation='case')):.3f} against "
-            f"{float(row.sel(model='lm', relation='case')):.3f}")
+    case = (
+        f"LM `case` {float(clark.sel(model='lm', relation='case')):.3f} against "
+        f"{float(row.sel(model='lm', relation='case')):.3f}"
+    )
     assert str(dep.relation[int(diff.sel(model="lm").argmax("relation"))].values) == "case" and case in text
     low = {m: int(diff.sel(model=m).argmin("relation")) for m in ("mt", "mlm")}
     falls = sorted(-float(diff.sel(model=m)[i]) for m, i in low.items())
-    assert (f"MT `{str(dep.relation[low['mt']].values)}` and MLM `{str(dep.relation[low['mlm']].values)}` "
-            f"{falls[0]:.2f}-{falls[1]:.2f} lower by the transposed map") in text
+    assert (
+        f"MT `{str(dep.relation[low['mt']].values)}` and MLM `{str(dep.relation[low['mlm']].values)}` "
+        f"{falls[0]:.2f}-{falls[1]:.2f} lower by the transposed map"
+    ) in text
 
 
 def test_the_bible_heads_punctuation_and_rare_token_bullets_quote_the_current_store():
@@ -186,13 +212,20 @@ def test_the_bible_heads_punctuation_and_rare_token_bullets_quote_the_current_st
     text = _prose("results", "bible-heads", "README.md")
     x = r"\d\.\d{3}"  # the former definitions' side, from runs that are not committed
     n = h.value.sel(model="mt", measure="to_punct").size
-    assert re.search(rf"mean over the {n} heads, is MT {punct['mt']} against {x}, LM {punct['lm']} against {x}, "
-                     rf"MLM {punct['mlm']} against {x}", text)
-    assert re.search(rf"unchanged for MT \({rare['mt']}\), LM {rare['lm']} against {x}, MLM {rare['mlm']} "
-                     rf"against {x}", text)
+    assert re.search(
+        rf"mean over the {n} heads, is MT {punct['mt']} against {x}, LM {punct['lm']} against {x}, "
+        rf"MLM {punct['mlm']} against {x}",
+        text,
+    )
+    assert re.search(
+        rf"unchanged for MT \({rare['mt']}\), LM {rare['lm']} against {x}, MLM {rare['mlm']} "
+        rf"against {x}",
+        text,
+    )
     assert re.search(rf"means MT {rare['mt']} -> {x}, LM {rare['lm']} -> {x}, MLM {rare['mlm']} -> {x}", text)
-    assert re.search(rf"the heads at >= 0\.2 \(a rare-token role\) from {roles} to \d / \d / \d \(MT / LM / MLM\)",
-                     text)
+    assert re.search(
+        rf"the heads at >= 0\.2 \(a rare-token role\) from {roles} to \d / \d / \d \(MT / LM / MLM\)", text
+    )
 
 
 # ------------------------------------------------------------------- results/bible-paper
@@ -215,16 +248,17 @@ def test_the_bible_paper_analysis_set_quotes_its_store_and_provenance():
     text = _prose("results", "bible-paper", "README.md")
     # the whole corpus's pieces per model, measured by the scaling benchmark on the same verses
     pieces = json.loads((REPO / "results" / "scale" / "scale.json").read_text())[str(pairs)]["tokens_per_model"]
-    for quoted in (f"`corpus.analyse: all`: {pairs:,} verse pairs, {pieces:,} English pieces per model",
-                   f"MI over the {cfg['tokens']['top']:,} most frequent types",
-                   f"{int(n[0, 0]):,} occurrences, H(X) = {float(mi.entropy.sel(model='mt', target='input')):.2f} nats",
-                   f"k = {cfg['mi']['k']:,} clusters, {cfg['mi']['niter']} Lloyd iterations, {cfg['mi']['restarts']} "
-                   "restarts",
-                   f"on the {', '.join(map(str, types[:-1]))} and {types[-1]} most frequent types (`mi_types`)",
-                   f"the neighbour rates over the {cfg['neighbors']['top']} most frequent types with up to "
-                   f"{cfg['neighbors']['max_per_type']:,} occurrences each",
-                   f"the MLM's output MI on {int(out[0]):,} corrupted positions ({cfg['mi']['mlm_corruptions']} "
-                   "corruptions per sentence)"):
+    for quoted in (
+        f"`corpus.analyse: all`: {pairs:,} verse pairs, {pieces:,} English pieces per model",
+        f"MI over the {cfg['tokens']['top']:,} most frequent types",
+        f"{int(n[0, 0]):,} occurrences, H(X) = {float(mi.entropy.sel(model='mt', target='input')):.2f} nats",
+        f"k = {cfg['mi']['k']:,} clusters, {cfg['mi']['niter']} Lloyd iterations, {cfg['mi']['restarts']} restarts",
+        f"on the {', '.join(map(str, types[:-1]))} and {types[-1]} most frequent types (`mi_types`)",
+        f"the neighbour rates over the {cfg['neighbors']['top']} most frequent types with up to "
+        f"{cfg['neighbors']['max_per_type']:,} occurrences each",
+        f"the MLM's output MI on {int(out[0]):,} corrupted positions ({cfg['mi']['mlm_corruptions']} "
+        "corruptions per sentence)",
+    ):
         assert quoted in text, quoted
 
 
@@ -245,8 +279,10 @@ def test_the_bible_paper_ceiling_sentence_quotes_mi_types():
     text = _prose("results", "bible-paper", "README.md")
     assert f"MI with the input token as a fraction of H(X), layer {first} -> {last}" in text
     assert f"| MLM: layers {first}, {low.pop()} (its minimum), {last} |" in text
-    assert (f"With {t} (mostly function-word) types MI sits at its ceiling: MT and LM keep {span(f)} of H(X) at "
-            f"every layer ({span(c)} minus the control)") in text
+    assert (
+        f"With {t} (mostly function-word) types MI sits at its ceiling: MT and LM keep {span(f)} of H(X) at "
+        f"every layer ({span(c)} minus the control)"
+    ) in text
 
 
 def test_the_bible_paper_remaining_verdicts_quote_its_scorecard():
@@ -290,9 +326,11 @@ def test_the_bible_paper_caveats_quote_its_store():
     per_cluster = float(o.n.isel(layer=0)) / float(o.k.isel(layer=0))
     text = _prose("results", "bible-paper", "README.md")
     assert f"rest on the {types} types with >= {count} occurrences in the {ud:,} UD sentences" in text
-    assert (f"the MLM's output MI at layers 0-{last} is mostly the estimator's bias (control "
-            f"{float(control.sel(layer=last)):.2f} of {float(o.mi_mean.sel(layer=last)):.2f} nats at "
-            f"{per_cluster:.0f} occurrences per cluster") in text
+    assert (
+        f"the MLM's output MI at layers 0-{last} is mostly the estimator's bias (control "
+        f"{float(control.sel(layer=last)):.2f} of {float(o.mi_mean.sel(layer=last)):.2f} nats at "
+        f"{per_cluster:.0f} occurrences per cluster"
+    ) in text
 
 
 # ------------------------------------------------------------------- results/from-scratch
@@ -313,8 +351,10 @@ def test_the_from_scratch_training_and_scores_quote_eval_json():
     assert f"training {ev['train_seconds']:,.0f} s" in text
     assert f"update {extra[0]} has the MLM alone" in text
     assert f"s ({len(kept)} models each) and" in text and f"(update {extra[0]}, the MLM alone)" in text
-    assert (f"BLEU {e['mt']['bleu']:.2f}, chrF {e['mt']['chrf']:.2f}, LM perplexity {e['lm']['ppl']:.2f}, "
-            f"MLM {e['mlm']['ppl']:.2f}") in text
+    assert (
+        f"BLEU {e['mt']['bleu']:.2f}, chrF {e['mt']['chrf']:.2f}, LM perplexity {e['lm']['ppl']:.2f}, "
+        f"MLM {e['mlm']['ppl']:.2f}"
+    ) in text
     assert f"the MT does not translate (BLEU {e['mt']['bleu']:.1f})" in text
 
 
@@ -346,12 +386,15 @@ def test_the_from_scratch_c2_json_is_what_its_script_gives_from_the_report():
     spec.loader.exec_module(script)
     now = json.loads(json.dumps(script.c2()))
     assert json.loads((SCRATCH / "c2.json").read_text()) == now
-    committed = next(c for c in json.loads((SCRATCH / "report" / "head_verdicts.json").read_text())
-                     if c["number"] == "C2")
+    committed = next(
+        c for c in json.loads((SCRATCH / "report" / "head_verdicts.json").read_text()) if c["number"] == "C2"
+    )
     assert {k: committed[k] for k in ("claim", "verdict", "why", "measured")} == {
-        k: now["earlier"][k] for k in ("claim", "verdict", "why", "measured")}
+        k: now["earlier"][k] for k in ("claim", "verdict", "why", "measured")
+    }
     failing = re.search(r"the first layer's heads are not the broader ones \(([^)]*)\)", now["why"])[1]
     names = " and ".join(m.upper() for m in failing.split(", "))
     assert now["verdict"] == "does not hold"
-    assert (f"under the lowest-layer rule it does not hold either ({names}: layer 1 is not their broadest)"
-            in _prose("results", "from-scratch", "README.md"))
+    assert f"under the lowest-layer rule it does not hold either ({names}: layer 1 is not their broadest)" in _prose(
+        "results", "from-scratch", "README.md"
+    )

@@ -51,9 +51,13 @@ def test_docs_metrics_from_scratch_table_quotes_the_committed_report():
         return " ".join(f"{x:.2f}" for x in xs)
 
     text = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
-    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]]
-             for line in text.splitlines() if line.startswith("| MI(") or line.startswith("| same token among")
-             or line.startswith("| PWCCA to the same layer")}
+    cells = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]]
+        for line in text.splitlines()
+        if line.startswith("| MI(")
+        or line.startswith("| same token among")
+        or line.startswith("| PWCCA to the same layer")
+    }
     mt, lm, mlm = cells[next(k for k in cells if k.startswith("MI(input)"))]
     assert mt == row(mi["mt"]) and lm == row(mi["lm"])
     assert mlm == f"{mi['mlm'][0]:.2f} -> {mi['mlm'][-1]:.2f} (flat)" and max(mi["mlm"]) - min(mi["mlm"]) < 0.02
@@ -72,9 +76,11 @@ def test_docs_metrics_from_scratch_table_quotes_the_committed_report():
     md = (report / "report.md").read_text(encoding="utf-8")
     k, n = re.search(r"H\(X\) = [\d.]+ for every model\. k = (\d+), occurrences = ([\d,]+)\.", md).groups()
     prose = " ".join(text.split())
-    assert (f"MI on the {n} occurrences of the {cfg['tokens']['top']} most frequent types (>= "
-            f"{cfg['tokens']['min_count']} occurrences each), k = {cfg['mi']['k']}, {cfg['mi']['restarts']} restarts, "
-            f"at most {spread:.3f} nats apart)") in prose and int(k) == cfg["mi"]["k"]
+    assert (
+        f"MI on the {n} occurrences of the {cfg['tokens']['top']} most frequent types (>= "
+        f"{cfg['tokens']['min_count']} occurrences each), k = {cfg['mi']['k']}, {cfg['mi']['restarts']} restarts, "
+        f"at most {spread:.3f} nats apart)"
+    ) in prose and int(k) == cfg["mi"]["k"]
     assert f"MI(input), H = {v[('entropy', 'input', 'mt', '')]:.3f}" in cells
     masked = f"{v[('entropy', 'masked_input', 'mlm', '')]:.3f}"  # the MI with the token fed at corrupted positions
     fed = re.search(rf"H\(X\) = {masked} for every model\. k = \d+, occurrences = ([\d,]+)\.", md)[1]
@@ -89,11 +95,14 @@ def test_docs_metrics_from_scratch_table_quotes_the_committed_report():
     timings = json.loads((report.parent / "eval.json").read_text())["timings"]
     updates = " / ".join(f"{timings[m]['updates']:,}" for m in ("mt", "lm", "mlm"))
     assert f"At this budget ({updates} updates)" in prose
-    mlm_out = {layer: tuple(v[(q, "output", "mlm", f"{layer}.0")] for q in ("mi_mean", "mi_shuffled"))
-               for layer in (0, 6)}
+    mlm_out = {
+        layer: tuple(v[(q, "output", "mlm", f"{layer}.0")] for q in ("mi_mean", "mi_shuffled")) for layer in (0, 6)
+    }
     excess = {layer: m - c for layer, (m, c) in mlm_out.items()}
-    assert (f"a curve whose excess over the control grows from {excess[0]:.2f} to {excess[6]:.2f} nats. Layer 0 stays "
-            f"flagged (control {mlm_out[0][1]:.2f} of {mlm_out[0][0]:.2f})") in prose
+    assert (
+        f"a curve whose excess over the control grows from {excess[0]:.2f} to {excess[6]:.2f} nats. Layer 0 stays "
+        f"flagged (control {mlm_out[0][1]:.2f} of {mlm_out[0][0]:.2f})"
+    ) in prose
 
 
 def test_docs_metrics_mi_sentences_quote_bible_full():
@@ -107,8 +116,10 @@ def test_docs_metrics_mi_sentences_quote_bible_full():
     text = _prose("docs", "metrics.md")
     where = frac.where(frac == frac.min(), drop=True)
     model, layer = str(where.model.values[0]), int(where.layer.values[0])
-    assert (f"keep {int(low * 100)}-{round(high * 100)}% of H(X) at every layer (bible-full: the lowest {low:.1%}, "
-            f"`{model}` at layer {layer})") in text
+    assert (
+        f"keep {int(low * 100)}-{round(high * 100)}% of H(X) at every layer (bible-full: the lowest {low:.1%}, "
+        f"`{model}` at layer {layer})"
+    ) in text
     six = float(ds.mi_mean.sel(model="mt", layer=6, target="input"))
     assert f"MI {six:.2f} at layer 6 on the `bible-full` MT" in text
 
@@ -122,9 +133,15 @@ def test_the_similarity_benchmark_texts_quote_its_committed_result():
     b = json.loads((REPO / "results" / "scale" / "similarity.json").read_text())
     for doc in (REPO / "results" / "scale" / "README.md", REPO / "benchmarks" / "README.md"):
         text = _prose(*doc.relative_to(REPO).parts)
-        for number in (f"{b['estimates_s']:.1f} s", f"{b['with_replicates_s']:.1f} s", f"{b['ratio']:.2f}x",
-                       f"{b['definition_s_per_replicate']:.1f} s per replicate", f"{b['max_difference']:.2e}",
-                       f"{b['n_occurrences']:,} occurrences", b["date"]):
+        for number in (
+            f"{b['estimates_s']:.1f} s",
+            f"{b['with_replicates_s']:.1f} s",
+            f"{b['ratio']:.2f}x",
+            f"{b['definition_s_per_replicate']:.1f} s per replicate",
+            f"{b['max_difference']:.2e}",
+            f"{b['n_occurrences']:,} occurrences",
+            b["date"],
+        ):
             assert number in text, (doc.name, number)
 
 
@@ -148,24 +165,33 @@ def test_docs_heads_from_scratch_paragraph_quotes_the_committed_report():
     (sentences,) = {r["sentences"] for r in read("heads_entropy.csv")}
     roles = read("heads_roles.csv")
     rare = {m: max(float(r["rare_token_share"]) for r in roles if r["model"] == m) for m in ("mt", "lm", "mlm")}
-    dep = {(r["model"], r["quantity"], r["direction"], r["relation"]): float(r["value"])
-           for r in read("heads_dependency.csv")}
+    dep = {
+        (r["model"], r["quantity"], r["direction"], r["relation"]): float(r["value"])
+        for r in read("heads_dependency.csv")
+    }
     text = _prose("docs", "heads.md")
     timings = json.loads((report.parent / "eval.json").read_text())["timings"]
     updates = sorted({int(t["updates"]) for t in timings.values()})
-    assert (f"### The from-scratch models (`configs/from-scratch.yaml`, the default run until decision 22; "
-            f"{updates[0]:,}-{updates[-1]:,} updates)") in text
+    assert (
+        f"### The from-scratch models (`configs/from-scratch.yaml`, the default run until decision 22; "
+        f"{updates[0]:,}-{updates[-1]:,} updates)"
+    ) in text
     assert f"Attention is still diffuse at this budget (all {int(sentences):,} analysed sentences)" in text
     mean = {m: sum(ent[(m, "entropy")]) / len(ent[(m, "entropy")]) for m in ("mt", "lm", "mlm")}
     uni = {m: sum(ent[(m, "uniform_entropy")]) / len(ent[(m, "uniform_entropy")]) for m in ("mt", "lm", "mlm")}
-    assert (f"mean entropy {mean['mt']:.2f} (MT), {mean['lm']:.2f} (LM), {mean['mlm']:.2f} (MLM) nats against "
-            f"uniform {uni['mt']:.2f} / {uni['lm']:.2f} / {uni['mlm']:.2f}") in text
+    assert (
+        f"mean entropy {mean['mt']:.2f} (MT), {mean['lm']:.2f} (LM), {mean['mlm']:.2f} (MLM) nats against "
+        f"uniform {uni['mt']:.2f} / {uni['lm']:.2f} / {uni['mlm']:.2f}"
+    ) in text
     assert not any(r["positional"] == "True" for r in roles) and "no positional head;" in text
     assert f"at most {rare['mt']:.1%} / {rare['lm']:.1%} / {rare['mlm']:.1%} of sentences" in text
 
     def above(model, direction):  # (relation, picked, baseline) where the picked head beats the baseline
-        out = [(k[3], v, dep[(model, "baseline_accuracy", direction, k[3])]) for k, v in dep.items()
-               if k[:3] == (model, "picked_accuracy", direction)]
+        out = [
+            (k[3], v, dep[(model, "baseline_accuracy", direction, k[3])])
+            for k, v in dep.items()
+            if k[:3] == (model, "picked_accuracy", direction)
+        ]
         return sorted([x for x in out if x[1] > x[2]], key=lambda x: x[2] - x[1])
 
     def quote(rows):
@@ -174,14 +200,21 @@ def test_docs_heads_from_scratch_paragraph_quotes_the_committed_report():
     lm = {d: above("lm", d) for d in ("head_to_dependent_clark", "dependent_to_head")}
     relations = {r for rows in lm.values() for r, _, _ in rows}
     scored = {k[3] for k in dep if k[0] == "lm"}
-    assert (f"for {len(relations)} of the {len(scored)} relations, by margin (head -> dependent, Clark et al.'s "
-            f"transposed map: {quote(lm['head_to_dependent_clark'])}; dependent -> head: "
-            f"{quote(lm['dependent_to_head'])})") in text
-    assert not above("mt", "head_to_dependent_clark") + above("mt", "dependent_to_head") + above(
-        "mlm", "head_to_dependent_clark") + above("mlm", "dependent_to_head")
+    assert (
+        f"for {len(relations)} of the {len(scored)} relations, by margin (head -> dependent, Clark et al.'s "
+        f"transposed map: {quote(lm['head_to_dependent_clark'])}; dependent -> head: "
+        f"{quote(lm['dependent_to_head'])})"
+    ) in text
+    assert (
+        not above("mt", "head_to_dependent_clark")
+        + above("mt", "dependent_to_head")
+        + above("mlm", "head_to_dependent_clark")
+        + above("mlm", "dependent_to_head")
+    )
     picked = [v for k, v in dep.items() if k[0] in ("mt", "mlm") and k[1] == "picked_accuracy"]
-    assert (f"every MT and MLM head picked stays below its baseline (picked heads {min(picked):.2f}-"
-            f"{max(picked):.2f})") in text
+    assert (
+        f"every MT and MLM head picked stays below its baseline (picked heads {min(picked):.2f}-{max(picked):.2f})"
+    ) in text
 
 
 def test_docs_heads_minilm_bullets_quote_the_committed_minilm_store():
@@ -207,40 +240,53 @@ def test_docs_heads_minilm_bullets_quote_the_committed_minilm_store():
 
     cls = alpha.sel(key_type="bos")
     assert float(cls.sel(layer=middle).min()) > float(cls.drop_sel(layer=middle).max())
-    assert (f"({span(cls.sel(layer=middle))} of every query's weight in layers 2-5), [SEP] gets "
-            f"{span(alpha.sel(key_type='eos'))}") in text
+    assert (
+        f"({span(cls.sel(layer=middle))} of every query's weight in layers 2-5), [SEP] gets "
+        f"{span(alpha.sel(key_type='eos'))}"
+    ) in text
     c2 = next(c for c in json.loads((root / "report" / "head_verdicts.json").read_text()) if c["number"] == "C2")
     low, rest, p = re.fullmatch(r"minilm: (\S+) vs (\S+) of uniform, p = (\S+)", c2["measured"]).groups()
     assert c2["verdict"] == "holds" and c2["earlier"]["verdict"] == "does not hold"
-    assert (f"layer 1's heads have {low} of the uniform attention's entropy, the other layers' {rest} (one-sided "
-            f"Mann-Whitney p = {p}; `results/minilm-paper/report/head_verdicts.json`). Under the earlier rule "
-            "(the lower half of the layers against the upper half) it does not hold") in text
+    assert (
+        f"layer 1's heads have {low} of the uniform attention's entropy, the other layers' {rest} (one-sided "
+        f"Mann-Whitney p = {p}; `results/minilm-paper/report/head_verdicts.json`). Under the earlier rule "
+        "(the lower half of the layers against the upper half) it does not hold"
+    ) in text
     share = norm.sel(key_type="bos", layer=middle)
-    assert (f"the large weight on [CLS] in layers 2-5 shrinks to {span(share * 100, '{:.0f}')}% of the vector "
-            "norm") in text
+    assert (
+        f"the large weight on [CLS] in layers 2-5 shrinks to {span(share * 100, '{:.0f}')}% of the vector norm"
+    ) in text
     above = (norm.sel(key_type="punct") > alpha.sel(key_type="punct")).values
     assert list(above) == [True] * 5 + [False]
-    assert ("its share of the norm is above its share of the weights in layers 1-5, and below it only in "
-            "layer 6") in text
+    assert (
+        "its share of the norm is above its share of the weights in layers 1-5, and below it only in layer 6"
+    ) in text
     rho = ds.spearman.sel(quantity="value_norm")
     assert float(rho.sel(layer=1)) <= 0 < float(rho.sel(layer=[2, 3, 4, 5, 6]).min())
     assert f"from layer 2 on, {float(rho.sel(layer=6)):.2f} in layer 6" in text
     with (root / "report" / "heads_dependency.csv").open(encoding="utf-8") as f:
-        dep = {(r["quantity"], r["relation"]): float(r["value"]) for r in csv.DictReader(f)
-               if r["direction"] == "dependent_to_head"}
+        dep = {
+            (r["quantity"], r["relation"]): float(r["value"])
+            for r in csv.DictReader(f)
+            if r["direction"] == "dependent_to_head"
+        }
 
     def pair(rel):
         return f"{dep[('picked_accuracy', rel)]:.2f} ({dep[('baseline_accuracy', rel)]:.2f})"
 
-    assert (f"the verb of an object {dep[('picked_accuracy', 'obj')]:.2f} of the time on test (offset baseline "
-            f"{dep[('baseline_accuracy', 'obj')]:.2f}), the verb of a subject {pair('nsubj')}; amod {pair('amod')}, "
-            f"advmod {pair('advmod')}") in text
+    assert (
+        f"the verb of an object {dep[('picked_accuracy', 'obj')]:.2f} of the time on test (offset baseline "
+        f"{dep[('baseline_accuracy', 'obj')]:.2f}), the verb of a subject {pair('nsubj')}; amod {pair('amod')}, "
+        f"advmod {pair('advmod')}"
+    ) in text
     positional = ds.value.where(ds.positional).sel(measure="max_prev")
     assert int(ds.positional.sum()) == 1
     assert f"One positional head ({float(positional.max()):.0%} of its maxima on the previous token)" in text
     count = ds.syntactic.sum(["layer", "head"])
-    assert (f"{int(count.sel(syntactic_relation='nsubj'))} syntactic nsubj and "
-            f"{int(count.sel(syntactic_relation='obj'))} syntactic obj heads") in text
+    assert (
+        f"{int(count.sel(syntactic_relation='nsubj'))} syntactic nsubj and "
+        f"{int(count.sel(syntactic_relation='obj'))} syntactic obj heads"
+    ) in text
 
 
 def test_the_bible_heads_readme_counts_quote_its_store():
@@ -278,10 +324,14 @@ def test_the_bible_full_pruning_prose_quotes_the_store():
     cost = {}
     for r in p.run.values:
         if str(p.scope.sel(run=r).values) == "encoder":
-            cost[int(np.nansum(p.kept.sel(run=r, attention="encoder_self")))] = tuned - round(float(p.bleu.sel(run=r)), 2)
+            cost[int(np.nansum(p.kept.sel(run=r, attention="encoder_self")))] = tuned - round(
+                float(p.bleu.sel(run=r)), 2
+            )
     text = _prose("results", "bible-full", "README.md")
-    assert (f"Half the heads cost {cost[12]:.2f} BLEU, all but five {cost[5]:.2f}, all {cost[0]:.2f} against the same "
-            "fine-tuning without gates") in text
+    assert (
+        f"Half the heads cost {cost[12]:.2f} BLEU, all but five {cost[5]:.2f}, all {cost[0]:.2f} against the same "
+        "fine-tuning without gates"
+    ) in text
     kept = p.kept.sel(run="encoder-0.06", attention="encoder_self").transpose("layer", "head").values == 1
 
     def split(x, fmt):
@@ -310,11 +360,15 @@ def test_the_bible_paper_mi_types_table_and_losses_quote_its_store():
         t = int(t)
         start = f"| {t:,} ({float(ds.entropy.sel(model='mt', types=t)):.2f}) |"
         row = next(line for line in lines if line.startswith(start))
-        cells = [x.strip() for x in row[len(start):].strip(" |").split("|")]
+        cells = [x.strip() for x in row[len(start) :].strip(" |").split("|")]
         for m, cell in zip(("mt", "lm"), cells):
             assert cell == (f"{at(f, m, t, 0)} -> {at(f, m, t, 6)} ({at(c, m, t, 0)} -> {at(c, m, t, 6)})"), (t, m)
-        assert cells[2] == (", ".join(at(f, "mlm", t, k) for k in (0, 3, 6)) + " (" +
-                            ", ".join(at(c, "mlm", t, k) for k in (0, 3, 6)) + ")"), t
+        assert cells[2] == (
+            ", ".join(at(f, "mlm", t, k) for k in (0, 3, 6))
+            + " ("
+            + ", ".join(at(c, "mlm", t, k) for k in (0, 3, 6))
+            + ")"
+        ), t
     text = " ".join(lines)
 
     def loss(m):
@@ -322,8 +376,10 @@ def test_the_bible_paper_mi_types_table_and_losses_quote_its_store():
         return [f"{float(1 - x.sel(layer=6, types=t) / x.sel(layer=0, types=t)):.1%}" for t in ds.types.values]
 
     lm, mt = loss("lm"), loss("mt")
-    assert (f"the LM's top layer loses {lm[0]} of layer 0's MI at 100 types, {lm[1]} at 250, {lm[2]} at 500 and "
-            f"{lm[3]} at 1,000") in text
+    assert (
+        f"the LM's top layer loses {lm[0]} of layer 0's MI at 100 types, {lm[1]} at 250, {lm[2]} at 500 and "
+        f"{lm[3]} at 1,000"
+    ) in text
     assert f"the MT's {mt[0]}, {mt[1]}, {mt[2]} and {mt[3]}" in text
 
 
@@ -365,8 +421,10 @@ def test_docs_metrics_bible_paper_paragraph_quotes_its_store():
     text = _prose("docs", "metrics.md")
     low = int(mi.sel(model="mlm", target="input").argmin("layer"))
     assert f"The shuffled control of MI(input) is {float(control.min()):.2f}-{float(control.max()):.2f} nats" in text
-    assert (f"is MT {ends('mt', 'input')}, LM {ends('lm', 'input')}, MLM {ends('mlm', 'input')} (its minimum at "
-            f"layer {int(mi.layer[low])})") in text
+    assert (
+        f"is MT {ends('mt', 'input')}, LM {ends('lm', 'input')}, MLM {ends('mlm', 'input')} (its minimum at "
+        f"layer {int(mi.layer[low])})"
+    ) in text
     assert f"MI(next token) of the LM {ends('lm', 'output')}" in text
     assert f"the original token {ends('mlm', 'output')} and the token fed {ends('mlm', 'masked_input')}" in text
 
@@ -385,12 +443,15 @@ def test_docs_metrics_bible_paper_syntax_sentence_quotes_its_store():
         return f"{at(m, measure, 0)} -> {at(m, measure, 6)}"
 
     text = _prose("docs", "metrics.md")
-    assert (f"chance: POS {at('mt', 'same_pos_chance', 0)}, relation {at('mt', 'same_deprel_chance', 0)}; ceiling "
-            f"{at('mt', 'same_pos_ceiling', 0)}, {at('mt', 'same_deprel_ceiling', 0)}") in text
-    assert (f"same POS MT {ends('mt', 'same_pos')}, LM {ends('lm', 'same_pos')}, MLM {ends('mlm', 'same_pos')}"
-            in text)
-    assert (f"same relation MT {ends('mt', 'same_deprel')}, LM {ends('lm', 'same_deprel')}, MLM "
-            f"{ends('mlm', 'same_deprel')}") in text
+    assert (
+        f"chance: POS {at('mt', 'same_pos_chance', 0)}, relation {at('mt', 'same_deprel_chance', 0)}; ceiling "
+        f"{at('mt', 'same_pos_ceiling', 0)}, {at('mt', 'same_deprel_ceiling', 0)}"
+    ) in text
+    assert f"same POS MT {ends('mt', 'same_pos')}, LM {ends('lm', 'same_pos')}, MLM {ends('mlm', 'same_pos')}" in text
+    assert (
+        f"same relation MT {ends('mt', 'same_deprel')}, LM {ends('lm', 'same_deprel')}, MLM "
+        f"{ends('mlm', 'same_deprel')}"
+    ) in text
     pos = v.sel(model="mlm", measure="same_pos")
     assert float(pos.sel(layer=6) - pos.sel(layer=4)) > float(pos.sel(layer=4) - pos.sel(layer=0))
     assert f"MLM {ends('mlm', 'same_pos')} (most of it in layers 5-6: {at('mlm', 'same_pos', 4)} at layer 4)" in text
@@ -407,8 +468,10 @@ def test_the_scale_table_quotes_scale_json():
     for stage in ("corpus", "extract", "metrics", "report"):
         row = next(line for line in lines if line.startswith(f"| {stage} |"))
         a, b = small[stage], full[stage]
-        assert row == (f"| {stage} | {a['seconds']:,.1f} s, {a['peak_rss_gib']:.2f} GiB | {b['seconds']:,.1f} s, "
-                       f"{b['peak_rss_gib']:.2f} GiB | x{b['peak_rss_gib'] / a['peak_rss_gib']:.2f} |"), stage
+        assert row == (
+            f"| {stage} | {a['seconds']:,.1f} s, {a['peak_rss_gib']:.2f} GiB | {b['seconds']:,.1f} s, "
+            f"{b['peak_rss_gib']:.2f} GiB | x{b['peak_rss_gib'] / a['peak_rss_gib']:.2f} |"
+        ), stage
     text = " ".join(lines)
     assert all(f"{runs[k]['tokens_per_model']:,}" in text for k in runs)
 
@@ -419,8 +482,9 @@ def test_the_from_scratch_verdict_table_quotes_the_trajectory_store():
     trajectory.zarr's ``verdicts`` group."""
     import xarray as xr
 
-    ds = xr.open_zarr(REPO / "results" / "from-scratch" / "trajectory.zarr", group="verdicts",
-                      consolidated=False).load()
+    ds = xr.open_zarr(
+        REPO / "results" / "from-scratch" / "trajectory.zarr", group="verdicts", consolidated=False
+    ).load()
     short = {"holds": "yes", "does not hold": "no", "not measurable here": "n/m"}
     lines = (REPO / "results" / "from-scratch" / "README.md").read_text(encoding="utf-8").splitlines()
     header = next(line for line in lines if line.startswith("| claim |"))
@@ -429,7 +493,9 @@ def test_the_from_scratch_verdict_table_quotes_the_trajectory_store():
         row = next(line for line in lines if line.startswith(f"| {claim} "))
         cells = _cells(row)[1:]
         want = [short[str(v)] for v in ds.verdict.sel(claim=claim).values]
-        want += [str(int(x)) if int(x) >= 0 else "never" for x in (ds.first.sel(claim=claim), ds.since.sel(claim=claim))]
+        want += [
+            str(int(x)) if int(x) >= 0 else "never" for x in (ds.first.sel(claim=claim), ds.since.sel(claim=claim))
+        ]
         assert cells == want, claim
 
 
@@ -461,8 +527,10 @@ def test_the_minilm_paper_head_verdicts_paragraph_quotes_its_json():
     from report/head_verdicts.json."""
     import json
 
-    cards = {c["number"]: c for c in json.loads(
-        (REPO / "results" / "minilm-paper" / "report" / "head_verdicts.json").read_text())}
+    cards = {
+        c["number"]: c
+        for c in json.loads((REPO / "results" / "minilm-paper" / "report" / "head_verdicts.json").read_text())
+    }
     text = _prose("results", "minilm-paper", "README.md")
     assert [n for n, c in cards.items() if c["verdict"] == "holds"] == ["C2", "C3", "V1", "K1", "K2"]
     assert cards["C1"]["verdict"] == "does not hold" and cards["V2"]["verdict"] == "not measurable here"
@@ -483,15 +551,22 @@ def test_docs_metrics_corpus_counts_quote_the_bible_paper_store():
     sel = ds.sel(model="mt", target="input")
     n, h1000, h100 = int(sel.n.sel(types=1000)), float(sel.entropy.sel(types=1000)), float(sel.entropy.sel(types=100))
     text = _prose("docs", "metrics.md")
-    assert (f"the 1,000 most frequent ({n:,} occurrences in all; H(X) = {h1000:.2f} nats, against {h100:.2f} "
-            "for the 100 most frequent)") in text
-    seconds = json.loads((REPO / "results" / "method-checks" / "bootstrap_checks.json").read_text())["mi_replicate_seconds"]
+    assert (
+        f"the 1,000 most frequent ({n:,} occurrences in all; H(X) = {h1000:.2f} nats, against {h100:.2f} "
+        "for the 100 most frequent)"
+    ) in text
+    seconds = json.loads((REPO / "results" / "method-checks" / "bootstrap_checks.json").read_text())[
+        "mi_replicate_seconds"
+    ]
     assert f"a replicate costs a few weighted bincounts, {seconds:.2f} s at {n:,} occurrences, 1,000 types" in text
     k = ds.attrs["config"]["mi"]["k"]
     assert f"Here that leaves {n / 10_000:.0f} occurrences per cluster." in text  # the paper's 10 per type
-    assert (f"`configs/bible-paper.yaml` uses k = {k:,}: two clusters per type" in text and
-            f"{n / k:.0f} occurrences per cluster (the earlier configuration, the 100 most frequent types at k = "
-            f"1,000, had {int(sel.n.sel(types=100)) / 1000:.0f})" in text)
+    assert (
+        f"`configs/bible-paper.yaml` uses k = {k:,}: two clusters per type" in text
+        and f"{n / k:.0f} occurrences per cluster (the earlier configuration, the 100 most frequent types at k = "
+        f"1,000, had {int(sel.n.sel(types=100)) / 1000:.0f})"
+        in text
+    )
 
 
 def test_docs_metrics_change_bins_sentence_quotes_both_stores():
@@ -508,10 +583,12 @@ def test_docs_metrics_change_bins_sentence_quotes_both_stores():
     full, paper = sizes("bible-full"), sizes("bible-paper")
     first = open_metrics(REPO / "results" / "bible-paper" / "metrics.zarr", "similarity").attrs["config"]
     text = _prose("docs", "metrics.md")
-    assert (f"on the test books ({full[0]:,} pieces, ranks from the training split) {full[1]:,} for ranks 1-10 "
-            f"and {full[2]:,} for 2500-5000; on the first {first['similarity']['sentences']:,} sentences of the "
-            f"whole corpus {paper[1]:,} and "
-            f"{paper[2]:,}.") in text
+    assert (
+        f"on the test books ({full[0]:,} pieces, ranks from the training split) {full[1]:,} for ranks 1-10 "
+        f"and {full[2]:,} for 2500-5000; on the first {first['similarity']['sentences']:,} sentences of the "
+        f"whole corpus {paper[1]:,} and "
+        f"{paper[2]:,}."
+    ) in text
 
 
 def test_docs_metrics_neighbour_bounds_quote_both_stores():
@@ -524,18 +601,24 @@ def test_docs_metrics_neighbour_bounds_quote_both_stores():
         store = REPO / "results" / run / "metrics.zarr"
         ds = open_metrics(store, "neighbors").load().sel(model="mt")
         v = ds.value.sel(layer=0)
-        bounds = {m: float(v.sel(measure=m)) for m in
-                  ("same_left_chance", "same_right_chance", "same_left_ceiling", "same_right_ceiling")}
+        bounds = {
+            m: float(v.sel(measure=m))
+            for m in ("same_left_chance", "same_right_chance", "same_left_ceiling", "same_right_ceiling")
+        }
         q = ds.queries
         cfg = ds.attrs["config"]
         top, cap = cfg["neighbors"]["top"] or cfg["tokens"]["top"], cfg["neighbors"]["max_per_type"]
         # every occurrence of the same types: MI's rows where the neighbour types are the tokens selection
-        whole = int(open_metrics(store, "mi").n.sel(model="mt", target="input")[0]) if top == cfg["tokens"]["top"] else None
+        whole = (
+            int(open_metrics(store, "mi").n.sel(model="mt", target="input")[0]) if top == cfg["tokens"]["top"] else None
+        )
         n = int(q.sel(measure="same_token"))
         return bounds, n, 1 - int(q.sel(measure="same_left")) / n, top, cap, whole
 
     (paper, n_paper, gap_paper, top_paper, cap_paper, _), (full, n_full, gap_full, top_full, cap_full, whole) = (
-        read("bible-paper"), read("bible-full"))
+        read("bible-paper"),
+        read("bible-full"),
+    )
     text = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
     rows = {_cells(line)[0]: _cells(line)[1:] for line in text.splitlines() if line.startswith("| bible-")}
 
@@ -568,8 +651,11 @@ def test_each_committed_resolved_config_is_the_one_its_store_was_computed_with()
             return [d for k in stored for d in differ(resolved.get(k, "<missing>"), stored[k], f"{where}.{k}")]
         return [] if resolved == stored else [where]
 
-    runs = [d for d in sorted((REPO / "results").iterdir())
-            if (d / "config.resolved.yaml").is_file() and (d / "report" / "provenance.json").is_file()]
+    runs = [
+        d
+        for d in sorted((REPO / "results").iterdir())
+        if (d / "config.resolved.yaml").is_file() and (d / "report" / "provenance.json").is_file()
+    ]
     assert len(runs) >= 4
     for d in runs:
         resolved = yaml.safe_load((d / "config.resolved.yaml").read_text(encoding="utf-8"))["metrics"]
@@ -595,21 +681,27 @@ def test_docs_metrics_replication_paragraphs_quote_the_stores():
     corpus = json.loads((full / "report" / "provenance.json").read_text())["corpus"]
     mi = open_metrics(full / "metrics.zarr", "mi").load()
     pieces = int(open_metrics(full / "metrics.zarr", "similarity").attrs["n_occurrences"])
-    assert (f"the {mi.sizes['model']} well-trained models (MT, LM, MLM, a second seed of each, MT and LM with 10% "
-            f"input token dropout), analysed on the {corpus['splits']['test']['pairs']:,} held-out test verses "
-            f"({pieces:,} pieces) and {corpus['annotated']['n_sentences']:,} UD EWT test sentences") in text
+    assert (
+        f"the {mi.sizes['model']} well-trained models (MT, LM, MLM, a second seed of each, MT and LM with 10% "
+        f"input token dropout), analysed on the {corpus['splits']['test']['pairs']:,} held-out test verses "
+        f"({pieces:,} pieces) and {corpus['annotated']['n_sentences']:,} UD EWT test sentences"
+    ) in text
     cfg = mi.attrs["config"]
     frac = mi.mi_fraction.sel(target="input", model=["mt", "mt-seed1", "lm", "lm-seed1"])
     assert float(frac.min()) >= 0.95 and f"over {mi.sizes['restart']} k-means restarts" in text
     (k,) = {int(x) for x in mi.k.sel(target="input").values.ravel()}
     assert k == cfg["mi"]["k"]
-    assert (f"MI(input) stays within 5% of H(X) for MT and LM at this analysis-set size (k = {k} for "
-            f"{int(mi.n.sel(model='mt', target='input')[0]):,} occurrences of {cfg['tokens']['top']} types)") in text
+    assert (
+        f"MI(input) stays within 5% of H(X) for MT and LM at this analysis-set size (k = {k} for "
+        f"{int(mi.n.sel(model='mt', target='input')[0]):,} occurrences of {cfg['tokens']['top']} types)"
+    ) in text
     paper = REPO / "results" / "bible-paper" / "metrics.zarr"
     pm = open_metrics(paper, "mi").load()
-    assert (f"MI over the {pm.attrs['config']['tokens']['top']:,} most frequent types, "
-            f"{int(pm.n.sel(model='mt', target='input')[0]):,} occurrences, k = {pm.attrs['config']['mi']['k']:,}, "
-            f"H(X) = {float(pm.entropy.sel(model='mt', target='input')):.2f} nats") in text
+    assert (
+        f"MI over the {pm.attrs['config']['tokens']['top']:,} most frequent types, "
+        f"{int(pm.n.sel(model='mt', target='input')[0]):,} occurrences, k = {pm.attrs['config']['mi']['k']:,}, "
+        f"H(X) = {float(pm.entropy.sel(model='mt', target='input')):.2f} nats"
+    ) in text
     types = open_metrics(paper, "mi_types").load().sel(target="input")
 
     def loss(m, t):
@@ -617,11 +709,16 @@ def test_docs_metrics_replication_paragraphs_quote_the_stores():
         return f"{float(1 - x.sel(layer=6) / x.sel(layer=0)):.1%}"
 
     low, high = int(types.types.min()), int(types.types.max())
-    assert (f"(100 -> 1,000: the LM's loss from layer 0 grows from {loss('lm', low)} to {loss('lm', high)}, the MT's "
-            f"from {loss('mt', low)} to {loss('mt', high)})") in text and (low, high) == (100, 1000)
+    assert (
+        f"(100 -> 1,000: the LM's loss from layer 0 grows from {loss('lm', low)} to {loss('lm', high)}, the MT's "
+        f"from {loss('mt', low)} to {loss('mt', high)})"
+    ) in text and (low, high) == (100, 1000)
     same = open_metrics(paper, "neighbors").load().value.sel(measure="same_token", layer=6)
-    assert (f"MT and MLM both sit at the same-token ceiling, {float(same.sel(model='mt')):.3f} and "
-            f"{float(same.sel(model='mlm')):.3f})") in text
-    n, count = re.search(r"only (\d+) token types have >= (\d+) occurrences in the annotated text",
-                         pm.attrs["notes"][0]).groups()
+    assert (
+        f"MT and MLM both sit at the same-token ceiling, {float(same.sel(model='mt')):.3f} and "
+        f"{float(same.sel(model='mlm')):.3f})"
+    ) in text
+    n, count = re.search(
+        r"only (\d+) token types have >= (\d+) occurrences in the annotated text", pm.attrs["notes"][0]
+    ).groups()
     assert f"Syntax on the UD text ({n} types with >= {count} occurrences;" in text

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import SENTENCES, write_config
 
 from evolution.extract import batches, plan_tasks
 from evolution.models import load_adapter
 from evolution.store import open_attention, open_representations
 from evolution.tokens import build_token_table
 from pipelines.run import run
-
-from conftest import SENTENCES, write_config
 
 
 def test_batches_cover_everything_within_budget():
@@ -32,7 +31,7 @@ def _partitions(items):
     first, rest = items[0], items[1:]
     for p in _partitions(rest):
         for k in range(len(p)):
-            yield p[:k] + [[first] + p[k]] + p[k + 1:]
+            yield p[:k] + [[first] + p[k]] + p[k + 1 :]
         yield [[first]] + p
 
 
@@ -40,6 +39,7 @@ def test_batches_least_cost_against_every_partition():
     """The dynamic programme over the length order reaches the least cost (padded tokens plus
     a fixed cost per batch) of all feasible groupings, found by enumerating every partition;
     filling batches greedily to the budget does not."""
+
     def cost(lengths, parts, overhead):
         return sum(overhead + len(b) * max(lengths[i] for i in b) for b in parts)
 
@@ -78,7 +78,7 @@ def test_plan_tasks_partition_tokens(model_specs, task_chunks):
     for t in tasks:
         assert t.start % 7 == 0 and (t.stop % 7 == 0 or t.stop == table.n_tokens)  # whole chunks
         assert t.stop - t.start <= 7 * task_chunks
-        covered[t.start:t.stop] += 1
+        covered[t.start : t.stop] += 1
         for s in t.sentences:  # every listed sentence overlaps the task's range
             assert table.offsets[s] < t.stop and table.offsets[s + 1] > t.start
     assert (covered == 1).all()
@@ -92,15 +92,18 @@ def _reference(adapter, sentences):
     for s in sentences:
         ids = adapter.tokenize(s).ids
         h, a = adapter.forward([adapter.build_input(ids)], attention=True)
-        hidden.append(h[:, 0, adapter.content_offset:adapter.content_offset + len(ids)])
+        hidden.append(h[:, 0, adapter.content_offset : adapter.content_offset + len(ids)])
         attention.append(a[:, 0])
     return np.concatenate(hidden, axis=1), attention
 
 
-@pytest.mark.parametrize("names", [["bert", "gpt2"], ["marian", "t5"], ["translation", "language_modeling", "masked_lm"]])
+@pytest.mark.parametrize(
+    "names", [["bert", "gpt2"], ["marian", "t5"], ["translation", "language_modeling", "masked_lm"]]
+)
 def test_pipeline_matches_one_by_one_forward(tmp_path, corpus_file, model_specs, names):
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs[n] for n in names],
-                       workdir=tmp_path / "w")
+    cfg = write_config(
+        tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs[n] for n in names], workdir=tmp_path / "w"
+    )
     run(cfg, progress=False)
     store = str(tmp_path / "w" / "reps.zarr")
     for name in names:
@@ -121,17 +124,24 @@ def test_pipeline_matches_one_by_one_forward(tmp_path, corpus_file, model_specs,
             for k in range(5):
                 t = int(att.length[k])
                 _, _, norms = adapter.forward_norms([att.input_id.values[k, :t].tolist()])
-                np.testing.assert_allclose(att.value_norm.values[k, :, :, :t], norms["value_norm"][:, 0],
-                                           rtol=2e-3, atol=2e-3)
+                np.testing.assert_allclose(
+                    att.value_norm.values[k, :, :, :t], norms["value_norm"][:, 0], rtol=2e-3, atol=2e-3
+                )
                 for name in ("weighted_norm", "summed_norm"):
-                    np.testing.assert_allclose(att[name].values[k, ..., :t, :t], norms[name][:, 0], rtol=2e-3,
-                                               atol=2e-3)
+                    np.testing.assert_allclose(
+                        att[name].values[k, ..., :t, :t], norms[name][:, 0], rtol=2e-3, atol=2e-3
+                    )
                     assert np.isnan(att[name].values[k, ..., t:, :]).all()
 
 
 def test_float16_storage_and_plain_xarray(tmp_path, corpus_file, model_specs):
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"]],
-                       workdir=tmp_path / "w", extra="  dtype: float16")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        models=[model_specs["bert"]],
+        workdir=tmp_path / "w",
+        extra="  dtype: float16",
+    )
     run(cfg, progress=False)
     ds = xr.open_zarr(tmp_path / "w" / "reps.zarr", group="bert", consolidated=False)
     assert ds.hidden.dtype == np.float16
@@ -147,13 +157,20 @@ def test_float16_storage_and_plain_xarray(tmp_path, corpus_file, model_specs):
 def test_local_cluster_equals_single_process(tmp_path, corpus_file, model_specs):
     models = [model_specs["bert"], model_specs["translation"]]
     single = write_config(tmp_path / "a.yaml", corpus=corpus_file, models=models, workdir=tmp_path / "a")
-    cluster = write_config(tmp_path / "b.yaml", corpus=corpus_file, models=models, workdir=tmp_path / "b",
-                           cluster="{kind: local, n_workers: 2}")
+    cluster = write_config(
+        tmp_path / "b.yaml",
+        corpus=corpus_file,
+        models=models,
+        workdir=tmp_path / "b",
+        cluster="{kind: local, n_workers: 2}",
+    )
     run(single, progress=False)
     run(cluster, progress=False)
     for m in ("bert", "translation"):
         a = open_representations(str(tmp_path / "a" / "reps.zarr"), m)
         b = open_representations(str(tmp_path / "b" / "reps.zarr"), m)
         np.testing.assert_array_equal(a.hidden.values, b.hidden.values)
-        np.testing.assert_array_equal(open_attention(str(tmp_path / "a" / "reps.zarr"), m).attention.values,
-                                      open_attention(str(tmp_path / "b" / "reps.zarr"), m).attention.values)
+        np.testing.assert_array_equal(
+            open_attention(str(tmp_path / "a" / "reps.zarr"), m).attention.values,
+            open_attention(str(tmp_path / "b" / "reps.zarr"), m).attention.values,
+        )

@@ -22,8 +22,10 @@ from evolution.metrics.results import write_metrics
 
 MODELS = ["mt", "mt-seed1", "mt-tokdrop", "lm", "lm-seed1", "mlm", "mlm-seed1"]
 OBJECTIVES = {m: m.split("-")[0] for m in MODELS}
-RUNS = {m: {"objective": OBJECTIVES[m], "seed": 1 if "seed1" in m else 0,
-            "token_dropout": 0.1 if "tokdrop" in m else 0.0} for m in MODELS}
+RUNS = {
+    m: {"objective": OBJECTIVES[m], "seed": 1 if "seed1" in m else 0, "token_dropout": 0.1 if "tokdrop" in m else 0.0}
+    for m in MODELS
+}
 ATTRS = {"objectives": OBJECTIVES, "runs": RUNS, "seed": 0}
 L = 5  # representation layers 0..4
 HL, HH = 4, 3  # heads: layers 1..4, heads 0..2 (not square: a transposed map changes shape)
@@ -52,9 +54,17 @@ def _similarity(rng) -> tuple[xr.Dataset, np.ndarray]:
     a, b = MODELS.index(NAN_PAIR[0]), MODELS.index(NAN_PAIR[1])
     same[:, a, b, NAN_LAYER] = same[:, b, a, NAN_LAYER] = np.nan
     d[:, a, NAN_LAYER, b, NAN_LAYER] = d[:, b, NAN_LAYER, a, NAN_LAYER] = np.nan
-    return xr.Dataset({"distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"), d)},
-                      coords={"metric": ["pwcca", "cka"], "model_a": MODELS, "layer_a": np.arange(L),
-                              "model_b": MODELS, "layer_b": np.arange(L)}, attrs=ATTRS), same
+    return xr.Dataset(
+        {"distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"), d)},
+        coords={
+            "metric": ["pwcca", "cka"],
+            "model_a": MODELS,
+            "layer_a": np.arange(L),
+            "model_b": MODELS,
+            "layer_b": np.arange(L),
+        },
+        attrs=ATTRS,
+    ), same
 
 
 def _new_similarity(rng) -> xr.Dataset:
@@ -64,9 +74,12 @@ def _new_similarity(rng) -> xr.Dataset:
     kinds = [[pair_kind(a, b, objectives=OBJECTIVES, runs=RUNS) for b in MODELS] for a in MODELS]
     width = 0.01 * (1 + np.arange(L))
     iv = np.stack([same - width, same + width], axis=-1)
-    return ds.assign(same_layer=(("metric", "model_a", "model_b", "layer"), same),
-                     interval=(("metric", "model_a", "model_b", "layer", "bound"), iv)).assign_coords(
-        layer=np.arange(L), bound=["low", "high"], pair=(("model_a", "model_b"), np.array(kinds, dtype=object)))
+    return ds.assign(
+        same_layer=(("metric", "model_a", "model_b", "layer"), same),
+        interval=(("metric", "model_a", "model_b", "layer", "bound"), iv),
+    ).assign_coords(
+        layer=np.arange(L), bound=["low", "high"], pair=(("model_a", "model_b"), np.array(kinds, dtype=object))
+    )
 
 
 def _mi(rng, *, new: bool) -> xr.Dataset:
@@ -80,11 +93,15 @@ def _mi(rng, *, new: bool) -> xr.Dataset:
             mi[i, :, 1, :] = (1.0 + 0.1 * np.arange(L))[:, None] + 0.004 * rng.standard_normal((L, 3))
     shuffled = np.where(np.isnan(mi[..., 0]), np.nan, 0.3 + 0.01 * np.arange(L)[None, :, None])
     entropy = np.array([[3.5, 3.6 if OBJECTIVES[m] == "lm" else np.nan] for m in MODELS])
-    ds = xr.Dataset({"mi": (("model", "layer", "target", "restart"), mi),
-                     "mi_shuffled": (("model", "layer", "target"), shuffled),
-                     "entropy": (("model", "target"), entropy)},
-                    coords={"model": MODELS, "layer": np.arange(L), "target": targets, "restart": np.arange(3)},
-                    attrs=ATTRS)
+    ds = xr.Dataset(
+        {
+            "mi": (("model", "layer", "target", "restart"), mi),
+            "mi_shuffled": (("model", "layer", "target"), shuffled),
+            "entropy": (("model", "target"), entropy),
+        },
+        coords={"model": MODELS, "layer": np.arange(L), "target": targets, "restart": np.arange(3)},
+        attrs=ATTRS,
+    )
     ds["mi_mean"] = ds.mi.mean("restart")
     ds["mi_corrected"] = ds.mi_mean - ds.mi_shuffled
     if new:
@@ -92,7 +109,8 @@ def _mi(rng, *, new: bool) -> xr.Dataset:
         ds["mi_corrected_fraction"] = ds.mi_corrected / ds.entropy
         for name, half in (("mi_mean", 0.02), ("mi_corrected_fraction", 0.005)):
             ds[f"{name}_interval"] = xr.concat([ds[name] - half, ds[name] + half], dim="bound").transpose(
-                "model", "layer", "target", "bound")
+                "model", "layer", "target", "bound"
+            )
         ds = ds.assign_coords(bound=["low", "high"])
     return ds
 
@@ -100,53 +118,87 @@ def _mi(rng, *, new: bool) -> xr.Dataset:
 def _mi_types() -> xr.Dataset:
     types = [10, 100]
     f = np.array([[[[0.9 - 0.02 * layer - 0.1 * k for k in range(2)]] for layer in range(L)] for _ in MODELS])
-    return xr.Dataset({"mi_fraction": (("model", "layer", "target", "types"), f),
-                       "mi_corrected_fraction": (("model", "layer", "target", "types"), f - 0.05),
-                       "n_types": (("model", "target", "types"), np.array([[[10.0, 90.0]]] * len(MODELS)))},
-                      coords={"model": MODELS, "layer": np.arange(L), "target": ["input"], "types": types},
-                      attrs=ATTRS)
+    return xr.Dataset(
+        {
+            "mi_fraction": (("model", "layer", "target", "types"), f),
+            "mi_corrected_fraction": (("model", "layer", "target", "types"), f - 0.05),
+            "n_types": (("model", "target", "types"), np.array([[[10.0, 90.0]]] * len(MODELS))),
+        },
+        coords={"model": MODELS, "layer": np.arange(L), "target": ["input"], "types": types},
+        attrs=ATTRS,
+    )
 
 
 def _neighbors(rng) -> xr.Dataset:
     measures = ["same_token", "same_left", "same_left_chance", "same_left_ceiling"]
     v = rng.uniform(0.2, 0.9, (len(MODELS), L, len(measures)))
-    return xr.Dataset({"value": (("model", "layer", "measure"), v),
-                       "interval": (("model", "layer", "measure", "bound"), np.stack([v - 0.02, v + 0.02], -1))},
-                      coords={"model": MODELS, "layer": np.arange(L), "measure": measures, "bound": ["low", "high"]},
-                      attrs=ATTRS)
+    return xr.Dataset(
+        {
+            "value": (("model", "layer", "measure"), v),
+            "interval": (("model", "layer", "measure", "bound"), np.stack([v - 0.02, v + 0.02], -1)),
+        },
+        coords={"model": MODELS, "layer": np.arange(L), "measure": measures, "bound": ["low", "high"]},
+        attrs=ATTRS,
+    )
 
 
 def _change(rng, groups: str, labels: list[str]) -> xr.Dataset:
     d = rng.uniform(0.01, 0.1, (1, len(MODELS), L - 1, len(labels)))
-    return xr.Dataset({"distance": (("metric", "model", "layer_pair", groups), d)},
-                      coords={"metric": ["pwcca"], "model": MODELS,
-                              "layer_pair": [f"{i}-{i + 1}" for i in range(L - 1)],
-                              "layer_from": ("layer_pair", np.arange(L - 1)), groups: labels}, attrs=ATTRS)
+    return xr.Dataset(
+        {"distance": (("metric", "model", "layer_pair", groups), d)},
+        coords={
+            "metric": ["pwcca"],
+            "model": MODELS,
+            "layer_pair": [f"{i}-{i + 1}" for i in range(L - 1)],
+            "layer_from": ("layer_pair", np.arange(L - 1)),
+            groups: labels,
+        },
+        attrs=ATTRS,
+    )
 
 
 def _influence(rng) -> xr.Dataset:
     d = rng.uniform(1e-4, 3e-3, (1, len(MODELS), L - 1, 3))
-    return xr.Dataset({"distance": (("metric", "model", "layer", "freq_bin"), d),
-                       "interval": (("metric", "model", "layer", "freq_bin", "bound"),
-                                    np.stack([d * 0.9, d * 1.1], -1))},
-                      coords={"metric": ["pwcca"], "model": MODELS, "layer": np.arange(1, L),
-                              "freq_bin": ["1-10", "10-100", "100-1000"], "bound": ["low", "high"]}, attrs=ATTRS)
+    return xr.Dataset(
+        {
+            "distance": (("metric", "model", "layer", "freq_bin"), d),
+            "interval": (("metric", "model", "layer", "freq_bin", "bound"), np.stack([d * 0.9, d * 1.1], -1)),
+        },
+        coords={
+            "metric": ["pwcca"],
+            "model": MODELS,
+            "layer": np.arange(1, L),
+            "freq_bin": ["1-10", "10-100", "100-1000"],
+            "bound": ["low", "high"],
+        },
+        attrs=ATTRS,
+    )
 
 
 def _tsne(rng) -> xr.Dataset:
     points = 12
     tok = np.array([["be" if p % 2 else "is" for p in range(points)]] * len(MODELS), dtype=object)
-    return xr.Dataset({"xy": (("model", "layer", "point", "component"), rng.normal(size=(len(MODELS), L, points, 2))),
-                       "token": (("model", "point"), tok),
-                       "position": (("model", "point"), np.tile(np.arange(points), (len(MODELS), 1))),
-                       "label": (("model", "point"), np.full((len(MODELS), points), "", dtype=object))},
-                      coords={"model": MODELS, "layer": np.arange(L), "point": np.arange(points),
-                              "component": ["x", "y"]}, attrs={**ATTRS, "color": "token", "masked": False})
+    return xr.Dataset(
+        {
+            "xy": (("model", "layer", "point", "component"), rng.normal(size=(len(MODELS), L, points, 2))),
+            "token": (("model", "point"), tok),
+            "position": (("model", "point"), np.tile(np.arange(points), (len(MODELS), 1))),
+            "label": (("model", "point"), np.full((len(MODELS), points), "", dtype=object)),
+        },
+        coords={"model": MODELS, "layer": np.arange(L), "point": np.arange(points), "component": ["x", "y"]},
+        attrs={**ATTRS, "color": "token", "masked": False},
+    )
 
 
 #: planted roles: (model, layer, head) -> letters
-ROLES = {("mt", 2, 1): "P", ("lm", 3, 0): "S", ("mt", 4, 2): "PS", ("mlm", 1, 2): "R", ("mlm", 2, 2): "R",
-         ("mt", 1, 0): "R"}
+ROLES = {
+    ("mt", 2, 1): "P",
+    ("lm", 3, 0): "S",
+    ("mt", 4, 2): "PS",
+    ("mlm", 1, 2): "R",
+    ("mlm", 2, 2): "R",
+    ("mt", 1, 0): "R",
+}
 #: the relations of the planted syntactic heads (one, or two of the four)
 SYNTACTIC = {("lm", 3, 0): ["nsubj"], ("mt", 4, 2): ["obj", "amod"]}
 #: rare-token shares around the group's threshold (attribute rare_share = 0.22, not the default 0.2)
@@ -184,16 +236,28 @@ def _heads(rng) -> xr.Dataset:
     rare[i, :, h] = np.nan
     shares = rng.uniform(0.0, 0.3, (n, HL, 3))
     return xr.Dataset(
-        {"value": (("model", "layer", "head", "measure"), value),
-         "positional": (("model", "layer", "head"), positional,
-                        {"long_name": ">= 90% of maxima on one relative offset (-1, 0 or +1)"}),
-         "syntactic": (("model", "layer", "head", "syntactic_relation"), syntactic),
-         "rare_token_share": (("model", "layer", "head"), rare),
-         "layer_alpha_share": (("model", "layer", "key_type"), shares),
-         "layer_norm_share": (("model", "layer", "key_type"), shares * 0.8)},
-        coords={"model": MODELS, "layer": np.arange(1, HL + 1), "head": np.arange(HH), "measure": list(MEASURES),
-                "key_type": ["bos", "eos", "punct"], "syntactic_relation": RELATIONS},
-        attrs={**ATTRS, "rare_share": RARE_SHARE_ATTR})
+        {
+            "value": (("model", "layer", "head", "measure"), value),
+            "positional": (
+                ("model", "layer", "head"),
+                positional,
+                {"long_name": ">= 90% of maxima on one relative offset (-1, 0 or +1)"},
+            ),
+            "syntactic": (("model", "layer", "head", "syntactic_relation"), syntactic),
+            "rare_token_share": (("model", "layer", "head"), rare),
+            "layer_alpha_share": (("model", "layer", "key_type"), shares),
+            "layer_norm_share": (("model", "layer", "key_type"), shares * 0.8),
+        },
+        coords={
+            "model": MODELS,
+            "layer": np.arange(1, HL + 1),
+            "head": np.arange(HH),
+            "measure": list(MEASURES),
+            "key_type": ["bos", "eos", "punct"],
+            "syntactic_relation": RELATIONS,
+        },
+        attrs={**ATTRS, "rare_share": RARE_SHARE_ATTR},
+    )
 
 
 def _dependency(rng) -> xr.Dataset:
@@ -201,34 +265,61 @@ def _dependency(rng) -> xr.Dataset:
 
     rels = RELATIONS + ["det", "case"]
     shape = (len(MODELS), len(rels), len(CLARK_DIRECTIONS))
-    return xr.Dataset({"picked_accuracy": (("model", "relation", "direction"), rng.uniform(0.1, 0.5, shape)),
-                       "baseline_accuracy": (("model", "relation", "direction"), rng.uniform(0.1, 0.5, shape)),
-                       "arcs": (("model", "split", "relation"), rng.integers(10, 100, (len(MODELS), 2, len(rels))))},
-                      coords={"model": MODELS, "relation": rels, "direction": list(CLARK_DIRECTIONS),
-                              "split": ["select", "score"], "treebank": ("split", ["ud-ewt-dev", "ud-ewt-test"])},
-                      attrs=ATTRS)
+    return xr.Dataset(
+        {
+            "picked_accuracy": (("model", "relation", "direction"), rng.uniform(0.1, 0.5, shape)),
+            "baseline_accuracy": (("model", "relation", "direction"), rng.uniform(0.1, 0.5, shape)),
+            "arcs": (("model", "split", "relation"), rng.integers(10, 100, (len(MODELS), 2, len(rels)))),
+        },
+        coords={
+            "model": MODELS,
+            "relation": rels,
+            "direction": list(CLARK_DIRECTIONS),
+            "split": ["select", "score"],
+            "treebank": ("split", ["ud-ewt-dev", "ud-ewt-test"]),
+        },
+        attrs=ATTRS,
+    )
 
 
 def _head_map(rng) -> xr.Dataset:
     units = [(m, layer, h) for m in MODELS for layer in range(1, HL + 1) for h in range(HH)]
-    return xr.Dataset({"xy": (("unit", "component"), rng.normal(size=(len(units), 2)))},
-                      coords={"unit_model": ("unit", [u[0] for u in units]),
-                              "unit_layer": ("unit", [u[1] for u in units]),
-                              "unit_head": ("unit", [u[2] for u in units]), "component": ["x", "y"]},
-                      attrs={**ATTRS, "sentences": 20})
+    return xr.Dataset(
+        {"xy": (("unit", "component"), rng.normal(size=(len(units), 2)))},
+        coords={
+            "unit_model": ("unit", [u[0] for u in units]),
+            "unit_layer": ("unit", [u[1] for u in units]),
+            "unit_head": ("unit", [u[2] for u in units]),
+            "component": ["x", "y"],
+        },
+        attrs={**ATTRS, "sentences": 20},
+    )
 
 
 def _importance(rng) -> xr.Dataset:
     shape = (2, 3, HL, HH)
-    return xr.Dataset({"importance_normalized": (("model", "attention", "layer", "head"), rng.random(shape)),
-                       "relevance": (("model", "attention", "layer", "head"), rng.random(shape))},
-                      coords={"model": ["mt", "lm"], "attention": ["encoder_self", "decoder_self", "encoder_decoder"],
-                              "layer": np.arange(1, HL + 1), "head": np.arange(HH)}, attrs=ATTRS)
+    return xr.Dataset(
+        {
+            "importance_normalized": (("model", "attention", "layer", "head"), rng.random(shape)),
+            "relevance": (("model", "attention", "layer", "head"), rng.random(shape)),
+        },
+        coords={
+            "model": ["mt", "lm"],
+            "attention": ["encoder_self", "decoder_self", "encoder_decoder"],
+            "layer": np.arange(1, HL + 1),
+            "head": np.arange(HH),
+        },
+        attrs=ATTRS,
+    )
 
 
 #: the pruning runs of the figure store: (run, scope, lambda); encoder-only runs gate no decoder head
-PRUNING_RUNS = [("encoder-0.1", "encoder", 0.1), ("encoder-0.01", "encoder", 0.01), ("all-0.1", "all", 0.1),
-                ("all-0.2", "all", 0.2)]
+PRUNING_RUNS = [
+    ("encoder-0.1", "encoder", 0.1),
+    ("encoder-0.01", "encoder", 0.01),
+    ("all-0.1", "all", 0.1),
+    ("all-0.2", "all", 0.2),
+]
 
 
 def _pruning(rng) -> xr.Dataset:
@@ -238,25 +329,44 @@ def _pruning(rng) -> xr.Dataset:
         if scope == "encoder":
             kept[0, j, 1:] = np.nan
     kept[0, 3, 2, 0] = np.nan  # an all-attention run whose encoder-decoder attention has no layer 1 (NaN: absent)
-    return xr.Dataset({"kept": (("model", "run", "attention", "layer", "head"), kept),
-                       "bleu": (("model", "run"), [[10.0, 12.0, 11.0, 9.0]]), "bleu_full": (("model",), [13.0]),
-                       "bleu_tuned": (("model",), [14.0]),  # the gate-free control: drawn as a star
-                       "lam": (("run",), [lam for *_, lam in PRUNING_RUNS]),
-                       "scope": (("run",), np.array([s for _, s, _ in PRUNING_RUNS], object))},
-                      coords={"model": ["mt"], "run": [r for r, *_ in PRUNING_RUNS],
-                              "attention": ["encoder_self", "decoder_self", "encoder_decoder"],
-                              "layer": np.arange(1, HL + 1), "head": np.arange(HH)}, attrs=ATTRS)
+    return xr.Dataset(
+        {
+            "kept": (("model", "run", "attention", "layer", "head"), kept),
+            "bleu": (("model", "run"), [[10.0, 12.0, 11.0, 9.0]]),
+            "bleu_full": (("model",), [13.0]),
+            "bleu_tuned": (("model",), [14.0]),  # the gate-free control: drawn as a star
+            "lam": (("run",), [lam for *_, lam in PRUNING_RUNS]),
+            "scope": (("run",), np.array([s for _, s, _ in PRUNING_RUNS], object)),
+        },
+        coords={
+            "model": ["mt"],
+            "run": [r for r, *_ in PRUNING_RUNS],
+            "attention": ["encoder_self", "decoder_self", "encoder_decoder"],
+            "layer": np.arange(1, HL + 1),
+            "head": np.arange(HH),
+        },
+        attrs=ATTRS,
+    )
 
 
 def _write(path, *, new: bool):
     rng = np.random.default_rng(0)
-    groups = {"similarity": _new_similarity(rng) if new else _similarity(rng)[0], "mi": _mi(rng, new=new),
-              "mi_types": _mi_types(), "neighbors": _neighbors(rng),
-              "change": _change(rng, "freq_bin", ["1-10", "10-100", "100-1000"]),
-              "change_equal": _change(rng, "freq_bin", ["q1", "q2", "q3"]),
-              "change_pos": _change(rng, "pos", ["NOUN", "VERB", "DET"]), "influence": _influence(rng),
-              "tsne_be": _tsne(rng), "heads": _heads(rng), "heads_dependency": _dependency(rng),
-              "heads_map": _head_map(rng), "heads_importance": _importance(rng), "heads_pruning": _pruning(rng)}
+    groups = {
+        "similarity": _new_similarity(rng) if new else _similarity(rng)[0],
+        "mi": _mi(rng, new=new),
+        "mi_types": _mi_types(),
+        "neighbors": _neighbors(rng),
+        "change": _change(rng, "freq_bin", ["1-10", "10-100", "100-1000"]),
+        "change_equal": _change(rng, "freq_bin", ["q1", "q2", "q3"]),
+        "change_pos": _change(rng, "pos", ["NOUN", "VERB", "DET"]),
+        "influence": _influence(rng),
+        "tsne_be": _tsne(rng),
+        "heads": _heads(rng),
+        "heads_dependency": _dependency(rng),
+        "heads_map": _head_map(rng),
+        "heads_importance": _importance(rng),
+        "heads_pruning": _pruning(rng),
+    }
     write_metrics(path, groups, fingerprint="f" * 16)
     return path
 
@@ -280,10 +390,29 @@ def drawn(store, tmp_path_factory):
     return {name: (f, f.with_suffix(".csv")) for name, f, _ in draw_all(store, out)}, out
 
 
-EXPECTED = {"mi", "mi_types", "neighbors", "similarity_pwcca", "similarity_cka", "similarity_pairs",
-            "similarity_pairs_cka", "change_pwcca", "change_equal_pwcca", "change_pos_pwcca", "influence_pwcca",
-            "tsne_be", "heads_entropy", "heads_special", "heads_dependency", "heads_map", "heads_roles",
-            "heads_importance", "heads_pruning", "heads_pruning_roles", "heads_pruning_layers"}
+EXPECTED = {
+    "mi",
+    "mi_types",
+    "neighbors",
+    "similarity_pwcca",
+    "similarity_cka",
+    "similarity_pairs",
+    "similarity_pairs_cka",
+    "change_pwcca",
+    "change_equal_pwcca",
+    "change_pos_pwcca",
+    "influence_pwcca",
+    "tsne_be",
+    "heads_entropy",
+    "heads_special",
+    "heads_dependency",
+    "heads_map",
+    "heads_roles",
+    "heads_importance",
+    "heads_pruning",
+    "heads_pruning_roles",
+    "heads_pruning_layers",
+}
 
 
 @pytest.fixture(scope="module")
@@ -303,6 +432,7 @@ def _csv(drawn, name) -> pd.DataFrame:
 
 
 # ---- every figure, from the path -------------------------------------------------------------
+
 
 def test_every_figure_function_returns_a_figure_from_the_path(figs):
     from matplotlib.figure import Figure
@@ -375,11 +505,20 @@ def test_legends_lie_outside_every_axes(figs):
 
 # ---- between-model distances as groups -------------------------------------------------------
 
+
 def _same_layer(ds: xr.Dataset, metric: str, a: str, b: str) -> np.ndarray:
     """The definition: PWCCA the mean of both directions at the same layer."""
     d = ds.distance.sel(metric=metric)
-    return np.array([(float(d.sel(model_a=a, model_b=b, layer_a=k, layer_b=k))
-                      + float(d.sel(model_a=b, model_b=a, layer_a=k, layer_b=k))) / 2 for k in range(L)])
+    return np.array(
+        [
+            (
+                float(d.sel(model_a=a, model_b=b, layer_a=k, layer_b=k))
+                + float(d.sel(model_a=b, model_b=a, layer_a=k, layer_b=k))
+            )
+            / 2
+            for k in range(L)
+        ]
+    )
 
 
 def _expected_bands(path, metric: str) -> dict[str, dict[str, np.ndarray]]:
@@ -389,22 +528,33 @@ def _expected_bands(path, metric: str) -> dict[str, dict[str, np.ndarray]]:
     ds = open_group(path, "similarity")
     by_kind: dict[str, list] = {}
     for i, a in enumerate(MODELS):
-        for b in MODELS[i + 1:]:
-            by_kind.setdefault(pair_kind(a, b, objectives=OBJECTIVES, runs=RUNS), []).append(_same_layer(ds, metric,
-                                                                                                          a, b))
-    return {k: {"min": np.nanmin(v, 0), "max": np.nanmax(v, 0), "mean": np.nanmean(v, 0), "n": len(v)}
-            for k, v in by_kind.items()}
+        for b in MODELS[i + 1 :]:
+            by_kind.setdefault(pair_kind(a, b, objectives=OBJECTIVES, runs=RUNS), []).append(
+                _same_layer(ds, metric, a, b)
+            )
+    return {
+        k: {"min": np.nanmin(v, 0), "max": np.nanmax(v, 0), "mean": np.nanmean(v, 0), "n": len(v)}
+        for k, v in by_kind.items()
+    }
 
 
 def test_pair_kind_bands_are_min_and_max_over_the_pairs_of_each_kind(drawn, figs, store):
     expected = _expected_bands(store, "pwcca")
-    assert {k: v["n"] for k, v in expected.items()} == {"seeds": 3, "objectives, shared init": 6,
-                                                        "objectives, different inits": 6, "token dropout": 1,
-                                                        "other": 5}
+    assert {k: v["n"] for k, v in expected.items()} == {
+        "seeds": 3,
+        "objectives, shared init": 6,
+        "objectives, different inits": 6,
+        "token dropout": 1,
+        "other": 5,
+    }
     table = _csv(drawn, "similarity_pairs")
     kinds = table[table.panel == "pair kinds"]
-    assert set(kinds.pair.dropna()) >= {"seeds", "objectives, shared init", "objectives, different inits",
-                                        "token dropout"}
+    assert set(kinds.pair.dropna()) >= {
+        "seeds",
+        "objectives, shared init",
+        "objectives, different inits",
+        "token dropout",
+    }
     assert "other" not in set(kinds[kinds.quantity == "min"].pair)
     for kind in ("seeds", "objectives, shared init", "objectives, different inits", "token dropout"):
         for stat in ("min", "max", "mean"):
@@ -416,14 +566,14 @@ def test_pair_kind_bands_are_min_and_max_over_the_pairs_of_each_kind(drawn, figs
     bands = [c for c in ax.collections if len(c.get_paths())]
     assert len(bands) == 4
     for band in bands:
-        kind = next(k for k, ln in lines.items() if np.allclose(band.get_facecolor()[0][:3],
-                                                                 _rgb(ln.get_color())))
+        kind = next(k for k, ln in lines.items() if np.allclose(band.get_facecolor()[0][:3], _rgb(ln.get_color())))
         np.testing.assert_allclose(lines[kind].get_ydata(), expected[kind]["mean"], rtol=1e-12)
         vertices = band.get_paths()[0].vertices
         for layer in range(L):
             at = vertices[np.isclose(vertices[:, 0], layer), 1]
-            np.testing.assert_allclose([at.min(), at.max()], [expected[kind]["min"][layer],
-                                                              expected[kind]["max"][layer]], rtol=1e-12)
+            np.testing.assert_allclose(
+                [at.min(), at.max()], [expected[kind]["min"][layer], expected[kind]["max"][layer]], rtol=1e-12
+            )
 
 
 def _rgb(color):
@@ -435,15 +585,17 @@ def _rgb(color):
 def test_old_stores_give_the_same_groups_from_distance_and_attributes(old_store, store):
     """Without ``same_layer`` and ``pair``: the same-layer distance from ``distance`` (mean of both
     directions) and the kinds from the runs in the attributes give the bands of the new layout."""
-    from evolution.analyses.similarity_figures import kind_bands, pair_kinds, same_layer
     from evolution.analyses.plotting import open_group
+    from evolution.analyses.similarity_figures import kind_bands, pair_kinds, same_layer
 
     old, new = open_group(old_store, "similarity"), open_group(store, "similarity")
     assert "same_layer" not in old and "pair" not in old.coords
     assert pair_kinds(old) == pair_kinds(new)
     for metric in ("pwcca", "cka"):
-        a, b = kind_bands(same_layer(old, metric), pair_kinds(old)), kind_bands(same_layer(new, metric),
-                                                                                pair_kinds(new))
+        a, b = (
+            kind_bands(same_layer(old, metric), pair_kinds(old)),
+            kind_bands(same_layer(new, metric), pair_kinds(new)),
+        )
         for stat in ("mean", "min", "max"):
             np.testing.assert_allclose(a[stat].values, b[stat].values, rtol=1e-12)
 
@@ -474,6 +626,7 @@ def test_objective_pairs_are_the_base_models_with_the_range_over_seed_combinatio
 
 # ---- colour scales ---------------------------------------------------------------------------
 
+
 def test_similarity_heatmap_colours_run_from_zero_to_the_data_99th_percentile(figs, store):
     from evolution.analyses.plotting import open_group
 
@@ -494,8 +647,7 @@ def test_similarity_heatmap_colours_run_from_zero_to_the_data_99th_percentile(fi
 
 def test_head_roles_heatmap_is_layer_by_head_with_planted_roles_and_a_fitted_scale(figs, drawn, store):
     table = _csv(drawn, "heads_roles")
-    exists = [(m, layer, h) for m in MODELS for layer in range(1, HL + 1) for h in range(HH)
-              if (m, h) != MISSING_HEAD]
+    exists = [(m, layer, h) for m in MODELS for layer in range(1, HL + 1) for h in range(HH) if (m, h) != MISSING_HEAD]
     assert len(table) == len(exists)  # the missing heads of a smaller model are no rows
     for row in table.itertuples():
         assert row.confidence == pytest.approx(confidence_value(row.model, row.layer, row.head), rel=1e-12)
@@ -521,8 +673,9 @@ def test_head_roles_heatmap_is_layer_by_head_with_planted_roles_and_a_fitted_sca
                     assert np.isnan(grid[layer - 1, h])
                 else:
                     assert grid[layer - 1, h] == pytest.approx(confidence_value(m, layer, h), rel=1e-12)
-        letters = {(int(round(t.get_position()[1])) + 1, int(round(t.get_position()[0]))): t.get_text()
-                   for t in ax.texts}
+        letters = {
+            (int(round(t.get_position()[1])) + 1, int(round(t.get_position()[0]))): t.get_text() for t in ax.texts
+        }
         assert letters == {(layer, h): r for (mm, layer, h), r in ROLES.items() if mm == m}
 
 
@@ -538,6 +691,7 @@ def test_dependency_heatmap_colours_follow_the_accuracy_range(figs, store):
 
 
 # ---- MI: the fraction of H(X) on an axis fit to the data -------------------------------------
+
 
 def _fraction_lines(fig, target_col: int = 0):
     bottom = [ax for ax in fig.axes if "H(X)" in ax.get_ylabel()][0]
@@ -572,17 +726,27 @@ def test_mi_csv_holds_the_store_values(drawn, store):
 
     ds = open_group(store, "mi")
     table = _csv(drawn, "mi")
-    for quantity, var in (("mi_corrected_fraction", ds.mi_corrected_fraction), ("mi_fraction", ds.mi_fraction),
-                          ("mi_shuffled", ds.mi_shuffled)):
+    for quantity, var in (
+        ("mi_corrected_fraction", ds.mi_corrected_fraction),
+        ("mi_fraction", ds.mi_fraction),
+        ("mi_shuffled", ds.mi_shuffled),
+    ):
         for m, layer in (("lm", 3), ("mt-seed1", 0), ("mlm", 4)):
-            row = table[(table.quantity == quantity) & (table.model == m) & (table.layer == layer)
-                        & (table.target == "input")]
-            assert len(row) == 1 and row.value.item() == pytest.approx(float(var.sel(model=m, layer=layer,
-                                                                                    target="input")), rel=1e-12)
-    low = table[(table.quantity == "mi_corrected_fraction_low") & (table.model == "lm") & (table.layer == 2)
-                & (table.target == "input")]
-    assert low.value.item() == pytest.approx(float(ds.mi_corrected_fraction_interval.sel(
-        model="lm", layer=2, target="input", bound="low")), rel=1e-12)
+            row = table[
+                (table.quantity == quantity) & (table.model == m) & (table.layer == layer) & (table.target == "input")
+            ]
+            assert len(row) == 1 and row.value.item() == pytest.approx(
+                float(var.sel(model=m, layer=layer, target="input")), rel=1e-12
+            )
+    low = table[
+        (table.quantity == "mi_corrected_fraction_low")
+        & (table.model == "lm")
+        & (table.layer == 2)
+        & (table.target == "input")
+    ]
+    assert low.value.item() == pytest.approx(
+        float(ds.mi_corrected_fraction_interval.sel(model="lm", layer=2, target="input", bound="low")), rel=1e-12
+    )
     # the output label exists for the LMs only
     assert set(table[table.target == "output"].model) == {"lm", "lm-seed1"}
 
@@ -597,8 +761,9 @@ def test_other_csvs_hold_the_store_values(drawn, store):
     ch = open_group(store, "change_pos")
     t = _csv(drawn, "change_pos_pwcca")
     row = t[(t.model == "lm-seed1") & (t.layer_pair == "2-3") & (t.pos == "VERB")]
-    assert row.value.item() == pytest.approx(float(ch.distance.sel(metric="pwcca", model="lm-seed1",
-                                                                    layer_pair="2-3", pos="VERB")))
+    assert row.value.item() == pytest.approx(
+        float(ch.distance.sel(metric="pwcca", model="lm-seed1", layer_pair="2-3", pos="VERB"))
+    )
     heads = open_group(store, "heads")
     t = _csv(drawn, "heads_entropy")
     row = t[(t.quantity == "entropy") & (t.model == "mt") & (t.layer == 2) & (t["head"] == 1)]
@@ -606,8 +771,9 @@ def test_other_csvs_hold_the_store_values(drawn, store):
     sim = open_group(store, "similarity")
     t = _csv(drawn, "similarity_cka")
     row = t[(t.panel == "layer vs layer") & (t.model == "lm") & (t.layer_a == 1) & (t.layer_b == 3)]
-    assert row.value.item() == pytest.approx(float(sim.distance.sel(metric="cka", model_a="lm", model_b="lm",
-                                                                    layer_a=1, layer_b=3)))
+    assert row.value.item() == pytest.approx(
+        float(sim.distance.sel(metric="cka", model_a="lm", model_b="lm", layer_a=1, layer_b=3))
+    )
 
 
 def test_figure_data_falls_back_to_the_artists():
@@ -662,10 +828,12 @@ def test_pruning_roles_count_each_runs_kept_encoder_heads_by_planted_role(drawn,
     for run in set(table.run):
         k = kept.sel(run=run).values == 1
         letters = {(layer, h): ROLES.get(("mt", layer, h), "") for layer in range(1, HL + 1) for h in range(HH)}
-        expected = {"positional": sum(k[lay - 1, h] for (lay, h), r in letters.items() if "P" in r),
-                    "syntactic": sum(k[lay - 1, h] for (lay, h), r in letters.items() if "S" in r),
-                    "rare_token": sum(k[lay - 1, h] for (lay, h), r in letters.items() if "R" in r),
-                    "other": sum(k[lay - 1, h] for (lay, h), r in letters.items() if not r)}
+        expected = {
+            "positional": sum(k[lay - 1, h] for (lay, h), r in letters.items() if "P" in r),
+            "syntactic": sum(k[lay - 1, h] for (lay, h), r in letters.items() if "S" in r),
+            "rare_token": sum(k[lay - 1, h] for (lay, h), r in letters.items() if "R" in r),
+            "other": sum(k[lay - 1, h] for (lay, h), r in letters.items() if not r),
+        }
         rows = table[table.run == run]
         assert dict(zip(rows.role, rows.heads)) == expected, run
         assert set(rows.kept_encoder_heads) == {int(k.sum())}

@@ -81,8 +81,10 @@ def test_test_time_gates_from_a_pruning_result_are_the_gates_eval_values():
         gate.log_a.copy_(torch.tensor([-6.0, -2.2, -0.5, 0.0, 1.3, 5.0]))
     gate.eval()
     expected = gate().detach()
-    result = {"prob_open": {"encoder_self": gate.prob_open().detach().view(2, 3).tolist()},
-              "kept": {"encoder_self": gate.kept().view(2, 3).tolist()}}
+    result = {
+        "prob_open": {"encoder_self": gate.prob_open().detach().view(2, 3).tolist()},
+        "kept": {"encoder_self": gate.kept().view(2, 3).tolist()},
+    }
     got = test_time_gates(result)["encoder_self"].view(-1)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     assert got[0] == 0.0 and got[-1] == 1.0 and 0.0 < float(got[2]) < 1.0  # clipped low, clipped high, between

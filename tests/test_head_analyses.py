@@ -16,9 +16,12 @@ def stage(trained, tmp_path_factory):
     from pipelines.run import main
 
     cfg = tmp_path_factory.mktemp("heads") / "heads.yaml"
-    cfg.write_text(trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
-                   "  tsne: null\n  influence: null\n  heads: null\n  importance: {sentences: 5}\n"
-                   "  probes: {max_sentences: 30}\n", encoding="utf-8")
+    cfg.write_text(
+        trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
+        "  tsne: null\n  influence: null\n  heads: null\n  importance: {sentences: 5}\n"
+        "  probes: {max_sentences: 30}\n",
+        encoding="utf-8",
+    )
     assert main([str(cfg), "--stage", "metrics", "--no-progress"]) == 0
     return trained["cfg"].workdir / "metrics.zarr"
 
@@ -42,8 +45,9 @@ def test_metrics_stage_stores_importance_and_relevance_as_computed_directly(trai
     sentences = sorted(set(reps.sentence.values.tolist()))[:5]
     ids = [reps.token_id.values[reps.sentence.values == s].tolist() for s in sentences]
     targets_text = load_targets(CorpusStage().directory(trained["ctx"])).sentences
-    a = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
-                       sentencepiece=trained["paths"].spm_model)
+    a = FairseqAdapter(
+        trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"), sentencepiece=trained["paths"].spm_model
+    )
     items = objective_items(a, ids, targets=[a.tokenize_target(targets_text[s]).ids for s in sentences])
     grads = mask_gradients(a, items, attentions=a.attention_types)
     rel = head_relevance(a, items, attentions=a.attention_types)["relevance"]
@@ -60,12 +64,14 @@ def test_metrics_stage_stores_importance_and_relevance_as_computed_directly(trai
         # layers numbered from 1, as the heads and pruning groups: layer 1 is the first layer's heads
         assert list(stored.layer.values[:layers]) == list(range(1, layers + 1))
         np.testing.assert_allclose(stored.importance.sel(layer=1).values, importance(grads[att])[0], rtol=1e-5)
-    assert int(ds.sentences.sel(model="mt")) == 5 and int(ds.steps.sel(model="mt")) == sum(len(i.positions) for i in items)
+    assert int(ds.sentences.sel(model="mt")) == 5 and int(ds.steps.sel(model="mt")) == sum(
+        len(i.positions) for i in items
+    )
     lm = ds.sel(model="lm")
     assert np.isnan(lm.relevance).all() and np.isnan(lm.importance.sel(attention="decoder_self")).all()
     assert np.isfinite(lm.importance.sel(attention="encoder_self")).all()
     norm = ds.importance_normalized.sel(model="mlm", attention="encoder_self").values
-    np.testing.assert_allclose((norm ** 2).sum(-1), 1.0)
+    np.testing.assert_allclose((norm**2).sum(-1), 1.0)
     corr = correlations(workdir / "metrics.zarr")
     r, i_ = (ds[v].sel(model="mt", attention="encoder_self").values.ravel() for v in ("relevance", "importance"))
     assert float(corr.rho.sel(model="mt", pair="relevance ~ importance")) == pytest.approx(spearmanr(r, i_).statistic)
@@ -77,12 +83,16 @@ def test_probes_group_and_right_branching_against_a_plain_loop(trained, stage):
 
     ds = xr.open_zarr(str(stage), group="heads_probes", consolidated=False).load()
     assert list(ds.probe.values) == ["attention", "attention_words", "distance_words", "right_branching"]
-    a = FairseqAdapter(trained["paths"].checkpoint("lm"), data=trained["paths"].data("lm"),
-                       sentencepiece=trained["paths"].spm_model)
+    a = FairseqAdapter(
+        trained["paths"].checkpoint("lm"), data=trained["paths"].data("lm"), sentencepiece=trained["paths"].spm_model
+    )
     # the sentences that fit the model and whose pieces map back onto the treebank's words (all
     # models share the vocabulary and the positions)
-    test = [s for s in read_conllu(resolve_treebank("ud-ewt-test"), max_sentences=30)
-            if max(a.tokenize(s.text).word_ids) + 1 == len(s) and len(a.tokenize(s.text)) <= a.max_content_tokens]
+    test = [
+        s
+        for s in read_conllu(resolve_treebank("ud-ewt-test"), max_sentences=30)
+        if max(a.tokenize(s.text).word_ids) + 1 == len(s) and len(a.tokenize(s.text)) <= a.max_content_tokens
+    ]
     assert 25 <= len(test) <= 30
     hit = total = 0
     for s in test:  # every word's head is the next word, the last word's is ROOT; punct not scored
@@ -100,8 +110,11 @@ def test_probes_group_and_right_branching_against_a_plain_loop(trained, stage):
 
     data = {}
     for split, name in (("train", "ud-ewt-dev"), ("test", "ud-ewt-test")):
-        data[split], _ = _probe_sentences(a, read_conllu(resolve_treebank(name), max_sentences=30),
-                                          max_batch_tokens=trained["cfg"].extract.max_batch_tokens)
+        data[split], _ = _probe_sentences(
+            a,
+            read_conllu(resolve_treebank(name), max_sentences=30),
+            max_batch_tokens=trained["cfg"].extract.max_batch_tokens,
+        )
     assert len(data["test"]) == len(test) and len(data["train"]) != len(data["test"])
     # fitted on dev (less its held-out share, the default 0.1), not on test
     held = round(0.1 * len(data["train"]))
@@ -111,8 +124,9 @@ def test_probes_group_and_right_branching_against_a_plain_loop(trained, stage):
 
     fit, held_out = split_held_out(data["train"], 0.1, seed=trained["cfg"].seed)
     for kind in ("attention", "attention_words"):
-        probe = fit_probe(fit, kind=kind, epochs=50, seed=trained["cfg"].seed, shuffle=True, held_out=held_out,
-                          patience=3)
+        probe = fit_probe(
+            fit, kind=kind, epochs=50, seed=trained["cfg"].seed, shuffle=True, held_out=held_out, patience=3
+        )
         assert float(ds.uas.sel(model="lm", probe=kind)) == pytest.approx(uas(probe, data["test"]), abs=1e-12), kind
         # the stored learning curve is the probe's, up to the epoch it stopped at; the kept epoch is its best
         n = len(probe.curve)
@@ -131,9 +145,12 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     from pipelines.run import main
 
     cfg = tmp_path / "prune.yaml"
-    cfg.write_text(trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
-                   "  tsne: null\n  influence: null\n  heads: null\n  pruning: {lambdas: [0.0, 30.0], updates: 30, "
-                   "lr: 0.1, gate_lr: 0.1, max_tokens: 256, scratch_updates: 3, test_sentences: 4}\n", encoding="utf-8")
+    cfg.write_text(
+        trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
+        "  tsne: null\n  influence: null\n  heads: null\n  pruning: {lambdas: [0.0, 30.0], updates: 30, "
+        "lr: 0.1, gate_lr: 0.1, max_tokens: 256, scratch_updates: 3, test_sentences: 4}\n",
+        encoding="utf-8",
+    )
     assert main([str(cfg), "--stage", "metrics", "--no-progress"]) == 0
     path = trained["cfg"].workdir / "metrics.zarr"
     ds = xr.open_zarr(str(path), group="heads_pruning", consolidated=False).load()
@@ -145,9 +162,11 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     # lambda 30 closes more heads than lambda 0
     assert np.nansum(ds.kept.sel(model="mt", run="all-30")) < np.nansum(ds.kept.sel(model="mt", run="all-0"))
     assert np.isfinite(ds.bleu_scratch.sel(model="mt", run="all-30")) and np.isnan(
-        ds.bleu_scratch.sel(model="mt", run="encoder-30"))
-    a = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
-                       sentencepiece=trained["paths"].spm_model)
+        ds.bleu_scratch.sel(model="mt", run="encoder-30")
+    )
+    a = FairseqAdapter(
+        trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"), sentencepiece=trained["paths"].spm_model
+    )
     from evolution.corpus.layout import load_targets
     from pipelines.stages import CorpusStage
 
@@ -157,7 +176,9 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     direct = evaluate.bleu_chrf(pruning.translate(a, [a.tokenize(s).ids for s in sources]), refs)
     assert float(ds.chrf_full.sel(model="mt")) == pytest.approx(direct["chrf"])
     # the control fine-tuned without gates: its own BLEU, not the unpruned model's
-    assert np.isfinite(ds.bleu_tuned.sel(model="mt")) and float(ds.chrf_tuned.sel(model="mt")) != pytest.approx(direct["chrf"])
+    assert np.isfinite(ds.bleu_tuned.sel(model="mt")) and float(ds.chrf_tuned.sel(model="mt")) != pytest.approx(
+        direct["chrf"]
+    )
     assert survivor_roles(path) is None  # no heads group in this run: roles cannot be told
     # every head from scratch (metrics.pruning.scratch_full): the same loop, seed and budget with no
     # head removed, i.e. exactly an unmasked model trained from scratch
@@ -173,12 +194,22 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     assert len(saved) == 1, saved
     texts = load_texts(str(saved[0]))
     src, tgt = _pairs(texts["train_source"].split("\n"), texts["train_target"].split("\n"))
-    plain = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
-                           sentencepiece=trained["paths"].spm_model)
+    plain = FairseqAdapter(
+        trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"), sentencepiece=trained["paths"].spm_model
+    )
     lr, warmup = _base_schedule(plain)
-    pruning.train_with_heads(plain, pruning.training_items(plain, src, tgt, max_tokens=256),
-                             directory=tmp_path / "unmasked", layout={}, updates=3, lr=lr, warmup=warmup,
-                             max_tokens=256, seed=trained["cfg"].seed, progress=False)
+    pruning.train_with_heads(
+        plain,
+        pruning.training_items(plain, src, tgt, max_tokens=256),
+        directory=tmp_path / "unmasked",
+        layout={},
+        updates=3,
+        lr=lr,
+        warmup=warmup,
+        max_tokens=256,
+        seed=trained["cfg"].seed,
+        progress=False,
+    )
     # the run without a pruning run beside it (those of the lambdas train their kept layout)
     full = [p for p in trained["cfg"].workdir.rglob("scratch/result.json") if not (p.parent.parent / "prune").exists()]
     assert len(full) == 1, full
@@ -192,22 +223,29 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     assert float(ds.chrf_scratch_full.sel(model="mt")) == pytest.approx(direct["chrf"])
     # the kept layout of lambda 30 trained from scratch: its stored BLEU and chrF are sacrebleu's on
     # the translations of those weights with those heads
-    runs = [p for p in trained["cfg"].workdir.rglob("prune/result.json")
-            if json.loads(p.read_text())["lambda"] == 30.0 and len(json.loads(p.read_text())["attentions"]) == 3]
+    runs = [
+        p
+        for p in trained["cfg"].workdir.rglob("prune/result.json")
+        if json.loads(p.read_text())["lambda"] == 30.0 and len(json.loads(p.read_text())["attentions"]) == 3
+    ]
     assert len(runs) == 1, runs
-    scratch = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
-                             sentencepiece=trained["paths"].spm_model)
-    scratch._model.load_state_dict(torch.load(str(runs[0].parent.parent / "scratch" / "state.pt"),
-                                              weights_only=True)["model"])
+    scratch = FairseqAdapter(
+        trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"), sentencepiece=trained["paths"].spm_model
+    )
+    scratch._model.load_state_dict(
+        torch.load(str(runs[0].parent.parent / "scratch" / "state.pt"), weights_only=True)["model"]
+    )
     scratch._model.eval()
     kept = pruning.kept_gates(json.loads(runs[0].read_text()))
-    direct = evaluate.bleu_chrf(pruning.translate(scratch, [scratch.tokenize(s).ids for s in sources], gates=kept), refs)
+    direct = evaluate.bleu_chrf(
+        pruning.translate(scratch, [scratch.tokenize(s).ids for s in sources], gates=kept), refs
+    )
     assert float(ds.bleu_scratch.sel(model="mt", run="all-30")) == pytest.approx(direct["bleu"])
     assert float(ds.chrf_scratch.sel(model="mt", run="all-30")) == pytest.approx(direct["chrf"])
     # the report's table: each row's cells are the group's numbers under their headers
     from evolution.analyses.heads.pruning import HeadPruning
 
-    (title, rows, _), = HeadPruning().tables(path)
+    ((title, rows, _),) = HeadPruning().tables(path)
     header, body = rows[0], rows[1:]
     by_run = {(r[header.index("lambda")], r[header.index("gated")]): dict(zip(header, r)) for r in body}
     for run in ds.run.values:
@@ -221,8 +259,9 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
         assert row["heads kept (enc / dec-self / enc-dec)"].split(" / ")[0] == str(counts[0])
     assert by_run[("-", "none")]["BLEU"] == f"{float(ds.bleu_full.sel(model='mt')):.2f}"
     assert by_run[("0", "none, fine-tuned")]["chrF"] == f"{float(ds.chrf_tuned.sel(model='mt')):.2f}"
-    assert by_run[("-", "none, from scratch")]["BLEU from scratch"] == \
-        f"{float(ds.bleu_scratch_full.sel(model='mt')):.2f}"
+    assert (
+        by_run[("-", "none, from scratch")]["BLEU from scratch"] == f"{float(ds.bleu_scratch_full.sel(model='mt')):.2f}"
+    )
 
 
 def test_pruning_references_alone_and_the_from_scratch_batches_enter_the_runs_key(trained, tmp_path):
@@ -242,9 +281,11 @@ def test_pruning_references_alone_and_the_from_scratch_batches_enter_the_runs_ke
     from pipelines.run import main
 
     workdir = tmp_path / "work"
-    base = (trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
-            "  tsne: null\n  influence: null\n  heads: null\n  pruning: {lambdas: %s, control: false, updates: 2, "
-            "lr: 0.1, gate_lr: 0.1, max_tokens: 256, scratch_updates: 4, test_sentences: 4, scratch_batches: %s}\n")
+    base = (
+        trained["cfg_path"].read_text() + "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n"
+        "  tsne: null\n  influence: null\n  heads: null\n  pruning: {lambdas: %s, control: false, updates: 2, "
+        "lr: 0.1, gate_lr: 0.1, max_tokens: 256, scratch_updates: 4, test_sentences: 4, scratch_batches: %s}\n"
+    )
 
     def run(lambdas, batching, stage="metrics"):
         cfg = tmp_path / f"{batching}.yaml"
@@ -265,14 +306,26 @@ def test_pruning_references_alone_and_the_from_scratch_batches_enter_the_runs_ke
         src, tgt = _pairs(texts["train_source"].split("\n"), texts["train_target"].split("\n"))
         for p in new:
             states[p] = torch.load(str(p.parent / "state.pt"), weights_only=True)["model"]
-            plain = FairseqAdapter(trained["paths"].checkpoint("mt"), data=trained["paths"].data("mt"),
-                                   sentencepiece=trained["paths"].spm_model)
+            plain = FairseqAdapter(
+                trained["paths"].checkpoint("mt"),
+                data=trained["paths"].data("mt"),
+                sentencepiece=trained["paths"].spm_model,
+            )
             lr, warmup = _base_schedule(plain)
             layout = json.loads(p.read_text())["layout"]
-            pruning.train_with_heads(plain, pruning.training_items(plain, src, tgt, max_tokens=256),
-                                     directory=tmp_path / "direct" / batching / p.parent.parent.name, layout=layout,
-                                     updates=4, lr=lr, warmup=warmup, max_tokens=256, seed=trained["cfg"].seed,
-                                     progress=False, batching=batching)
+            pruning.train_with_heads(
+                plain,
+                pruning.training_items(plain, src, tgt, max_tokens=256),
+                directory=tmp_path / "direct" / batching / p.parent.parent.name,
+                layout=layout,
+                updates=4,
+                lr=lr,
+                warmup=warmup,
+                max_tokens=256,
+                seed=trained["cfg"].seed,
+                progress=False,
+                batching=batching,
+            )
             for name, value in plain._model.state_dict().items():
                 torch.testing.assert_close(states[p][name], value, rtol=0, atol=0, msg=name)
     a, b = [states[p] for p in states if not (p.parent.parent / "prune").exists()]  # every head: regrouped, fixed
@@ -302,18 +355,33 @@ def test_survivor_roles_count_kept_encoder_heads_by_role_on_a_synthetic_store(tm
     syntactic[0, 0, 1, 1] = True  # layer 1 head 1: obj
     syntactic[0, 0, 0, 0] = True  # positional and syntactic: counted in both
     rare = np.array([[[0.0, 0.1, 0.5], [0.19, np.nan, 0.2]]])  # >= 0.2: layer 1 head 2, layer 2 head 2
-    xr.Dataset({"positional": (dims, positional), "syntactic": ((*dims, "syntactic_relation"), syntactic),
-                "rare_token_share": (dims, rare)},
-               coords={"model": _strings(["mt"]), "layer": [1, 2], "head": [0, 1, 2],
-                       "syntactic_relation": _strings(["nsubj", "obj"])}).to_zarr(path, group="heads", mode="w")
+    xr.Dataset(
+        {
+            "positional": (dims, positional),
+            "syntactic": ((*dims, "syntactic_relation"), syntactic),
+            "rare_token_share": (dims, rare),
+        },
+        coords={
+            "model": _strings(["mt"]),
+            "layer": [1, 2],
+            "head": [0, 1, 2],
+            "syntactic_relation": _strings(["nsubj", "obj"]),
+        },
+    ).to_zarr(path, group="heads", mode="w")
     kept = np.full((1, 2, 3, 2, 3), np.nan)
     kept[0, 0, 0] = [[1, 1, 1], [1, 0, 1]]  # run 0: all but layer 2 head 1
     kept[0, 1, 0] = [[0, 1, 0], [1, 0, 0]]  # run 1: layer 1 head 1 (syntactic), layer 2 head 0 (none)
     kept[0, 1, 1] = 1  # decoder heads are not counted
-    xr.Dataset({"kept": (("model", "run", "attention", "layer", "head"), kept)},
-               coords={"model": _strings(["mt"]), "run": _strings(["encoder-0.1", "all-0.5"]),
-                       "attention": _strings(["encoder_self", "decoder_self", "encoder_decoder"]), "layer": [1, 2],
-                       "head": [0, 1, 2]}).to_zarr(path, group="heads_pruning", mode="a")
+    xr.Dataset(
+        {"kept": (("model", "run", "attention", "layer", "head"), kept)},
+        coords={
+            "model": _strings(["mt"]),
+            "run": _strings(["encoder-0.1", "all-0.5"]),
+            "attention": _strings(["encoder_self", "decoder_self", "encoder_decoder"]),
+            "layer": [1, 2],
+            "head": [0, 1, 2],
+        },
+    ).to_zarr(path, group="heads_pruning", mode="a")
     roles = survivor_roles(path)
     # run 0 keeps 5 heads: positional {L1H0}, syntactic {L1H0, L1H1}, rare {L1H2, L2H2}, other {L2H0}
     np.testing.assert_array_equal(roles.heads.sel(model="mt", run="encoder-0.1").values, [1, 2, 2, 1])
@@ -333,15 +401,25 @@ def test_the_probes_learning_curves_are_drawn_with_their_numbers(tmp_path):
     class _Inputs:
         names = ["mt", "lm"]
 
-    curve = {"mt": {"attention": [0.20, 0.25, 0.24, 0.23], "attention_words": [0.30, 0.31],
-                    "distance_words": [0.4, 0.5, 0.45]},
-             "lm": {"attention": [0.22, 0.26, 0.27], "attention_words": [0.35, 0.41, 0.40],
-                    "distance_words": [0.5]}}
-    results = {m: {"uas": {"attention": 0.3, "attention_words": 0.4, "distance_words": 0.5, "right_branching": 0.3},
-                   "sentences": {"train": 90, "held_out": 10, "test": 50},
-                   "curves": {k: {"uas": v, "loss": [1.0 - x for x in v], "best_epoch": int(np.argmax(v)) + 1}
-                              for k, v in curve[m].items()}}
-               for m in ("mt", "lm")}
+    curve = {
+        "mt": {
+            "attention": [0.20, 0.25, 0.24, 0.23],
+            "attention_words": [0.30, 0.31],
+            "distance_words": [0.4, 0.5, 0.45],
+        },
+        "lm": {"attention": [0.22, 0.26, 0.27], "attention_words": [0.35, 0.41, 0.40], "distance_words": [0.5]},
+    }
+    results = {
+        m: {
+            "uas": {"attention": 0.3, "attention_words": 0.4, "distance_words": 0.5, "right_branching": 0.3},
+            "sentences": {"train": 90, "held_out": 10, "test": 50},
+            "curves": {
+                k: {"uas": v, "loss": [1.0 - x for x in v], "best_epoch": int(np.argmax(v)) + 1}
+                for k, v in curve[m].items()
+            },
+        }
+        for m in ("mt", "lm")
+    }
     ds = HeadProbes().datasets(_Inputs(), results)["heads_probes"]
     assert ds.sizes["epoch"] == 4 and np.isnan(ds.curve_uas.sel(model="lm", probe="attention", epoch=4))
     write_metrics(tmp_path / "m.zarr", {"heads_probes": ds}, fingerprint="test")

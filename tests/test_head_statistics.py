@@ -50,8 +50,8 @@ class StubModel:
             a[0, 0, :, rare if s < ANNOTATED_FROM else common] += 3.0
             # layer 1 head 1: half the content queries on the rarest token, the other half and the
             # special tokens' queries on the most frequent one
-            a[0, 1, content[:n // 2], rare] += 3.0
-            a[0, 1, content[n // 2:], common] += 3.0
+            a[0, 1, content[: n // 2], rare] += 3.0
+            a[0, 1, content[n // 2 :], common] += 3.0
             a[0, 1, special, common] += 3.0
             # layer 2, heads 0 and 1: sink heads, every query on the first special token
             a[1, :, :, special[0]] += 3.0
@@ -84,13 +84,19 @@ class StubModel:
 
     def forward_norms(self, xs):
         att = self._stack(xs, self.maps.get, lambda b, t: (2, b, 2, t, t))
-        norms = {"value_norm": self._stack(xs, lambda x: np.linalg.norm(self.values[x], axis=-1),
-                                           lambda b, t: (2, b, 2, t)),
-                 "weighted_norm": self._stack(xs, lambda x: self.maps[x] * np.linalg.norm(self.values[x], axis=-1)
-                                              [:, :, None, :], lambda b, t: (2, b, 2, t, t)),
-                 "summed_norm": self._stack(xs, lambda x: np.linalg.norm(
-                     np.einsum("lhqk,lhkd->lqkd", self.maps[x], self.values[x]), axis=-1),
-                     lambda b, t: (2, b, t, t))}
+        norms = {
+            "value_norm": self._stack(xs, lambda x: np.linalg.norm(self.values[x], axis=-1), lambda b, t: (2, b, 2, t)),
+            "weighted_norm": self._stack(
+                xs,
+                lambda x: self.maps[x] * np.linalg.norm(self.values[x], axis=-1)[:, :, None, :],
+                lambda b, t: (2, b, 2, t, t),
+            ),
+            "summed_norm": self._stack(
+                xs,
+                lambda x: np.linalg.norm(np.einsum("lhqk,lhkd->lqkd", self.maps[x], self.values[x]), axis=-1),
+                lambda b, t: (2, b, t, t),
+            ),
+        }
         return None, att, norms
 
 
@@ -101,10 +107,12 @@ def _sentences(seed: int = 1) -> list[list[int]]:
 
 def _store(sentences, *, with_counts: bool) -> xr.Dataset:
     ids = np.concatenate(sentences)
-    coords = {"sentence": ("token", np.repeat(np.arange(len(sentences)), [len(s) for s in sentences])),
-              "token_id": ("token", ids),
-              "token_str": ("token", np.array([PIECES.get(int(i), f"\u2581w{i}") for i in ids], dtype=object)),
-              "freq_rank": ("token", ids - 2)}  # 1 = most frequent
+    coords = {
+        "sentence": ("token", np.repeat(np.arange(len(sentences)), [len(s) for s in sentences])),
+        "token_id": ("token", ids),
+        "token_str": ("token", np.array([PIECES.get(int(i), f"\u2581w{i}") for i in ids], dtype=object)),
+        "freq_rank": ("token", ids - 2),
+    }  # 1 = most frequent
     if with_counts:
         coords["train_count"] = ("token", train_count(ids))
     return xr.Dataset(coords=coords, attrs={"annotated_from": ANNOTATED_FROM})
@@ -119,10 +127,12 @@ def _run(monkeypatch, layout, *, with_counts=True, punctuation="clark"):
     sentences = _sentences()
     model = StubModel(layout, sentences)
     monkeypatch.setattr(evolution.models, "cached_adapter", lambda spec: model)
-    monkeypatch.setattr(evolution.store, "open_representations", lambda store, name: _store(sentences,
-                                                                                            with_counts=with_counts))
-    result = heads_task(store="stub", model="stub", spec={}, causal=layout == "lm", max_batch_tokens=24,
-                        punctuation=punctuation)
+    monkeypatch.setattr(
+        evolution.store, "open_representations", lambda store, name: _store(sentences, with_counts=with_counts)
+    )
+    result = heads_task(
+        store="stub", model="stub", spec={}, causal=layout == "lm", max_batch_tokens=24, punctuation=punctuation
+    )
     inputs = SimpleNamespace(names=["stub"], config=SimpleNamespace(heads=HeadsConfig(punctuation=punctuation)))
     ds = Heads().datasets(inputs, {"stub": result})["heads"].sel(model="stub")
     return ds, model, sentences
@@ -132,7 +142,7 @@ def _inputs(model, ids):
     x = tuple(model.build_input(ids))
     n_pre = len(model.prefix)
     content = np.zeros(len(x), bool)
-    content[n_pre:n_pre + len(ids)] = True
+    content[n_pre : n_pre + len(ids)] = True
     return model.maps[x], model.values[x], content
 
 
@@ -143,7 +153,7 @@ def test_confidence_leaves_out_the_sink_keys_and_keeps_the_old_value_beside(monk
     for ids in sentences:
         a, _, content = _inputs(model, ids)
         eos = np.zeros(len(content), bool)
-        eos[len(model.prefix) + len(ids):] = True
+        eos[len(model.prefix) + len(ids) :] = True
         for layer in range(2):
             for h in range(2):
                 for q in range(len(content)):
@@ -152,10 +162,12 @@ def test_confidence_leaves_out_the_sink_keys_and_keeps_the_old_value_beside(monk
                     if not eos[q]:  # the old value: any key, every query but EOS
                         with_sink[layer][h].append(max(a[layer, h, q]))
     value = ds.value
-    np.testing.assert_allclose(value.sel(measure="confidence").values, [[np.mean(x) for x in row] for row in conf],
-                               rtol=1e-12)
-    np.testing.assert_allclose(value.sel(measure="confidence_with_sink").values,
-                               [[np.mean(x) for x in row] for row in with_sink], rtol=1e-12)
+    np.testing.assert_allclose(
+        value.sel(measure="confidence").values, [[np.mean(x) for x in row] for row in conf], rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        value.sel(measure="confidence_with_sink").values, [[np.mean(x) for x in row] for row in with_sink], rtol=1e-12
+    )
     # the sink head (layer 2, head 0): most of its weight on a special token, so its confidence
     # falls well below the old value
     sink = value.sel(layer=2, head=0)
@@ -166,13 +178,21 @@ def test_confidence_leaves_out_the_sink_keys_and_keeps_the_old_value_beside(monk
 def test_attention_to_a_special_token_the_model_lacks_is_nan(monkeypatch, layout):
     ds, model, sentences = _run(monkeypatch, layout)
     for key, measure, present in (("bos", "to_bos", bool(model.prefix)), ("eos", "to_eos", bool(model.suffix))):
-        for var in (ds.value.sel(measure=measure), ds.alpha_share.sel(key_type=key), ds.norm_share.sel(key_type=key),
-                    ds.layer_alpha_share.sel(key_type=key), ds.layer_norm_share.sel(key_type=key)):
-            assert (np.isfinite(var.values).all() if present else np.isnan(var.values).all()), (key, var.name)
+        for var in (
+            ds.value.sel(measure=measure),
+            ds.alpha_share.sel(key_type=key),
+            ds.norm_share.sel(key_type=key),
+            ds.layer_alpha_share.sel(key_type=key),
+            ds.layer_norm_share.sel(key_type=key),
+        ):
+            assert np.isfinite(var.values).all() if present else np.isnan(var.values).all(), (key, var.name)
     # punctuation the model has, absent from some sentences: 0 there, so the pooled shares are finite
     assert any(not {3, 5} & set(ids) for ids in sentences)
-    for var in (ds.value.sel(measure="to_punct"), ds.norm_share.sel(key_type="punct"),
-                ds.layer_norm_share.sel(key_type="punct")):
+    for var in (
+        ds.value.sel(measure="to_punct"),
+        ds.norm_share.sel(key_type="punct"),
+        ds.layer_norm_share.sel(key_type="punct"),
+    ):
         assert np.isfinite(var.values).all()
 
 
@@ -188,10 +208,14 @@ def test_layer_norm_share_is_the_norm_of_the_summed_vector(monkeypatch, layout):
         special = ~content
         for layer in range(2):
             for q in range(len(content)):
-                summed = [np.linalg.norm(sum(a[layer, h, q, k] * f[layer, h, k] for h in range(2)))
-                          for k in range(len(content))]
-                heads = [sum(a[layer, h, q, k] * np.linalg.norm(f[layer, h, k]) for h in range(2))
-                         for k in range(len(content))]
+                summed = [
+                    np.linalg.norm(sum(a[layer, h, q, k] * f[layer, h, k] for h in range(2)))
+                    for k in range(len(content))
+                ]
+                heads = [
+                    sum(a[layer, h, q, k] * np.linalg.norm(f[layer, h, k]) for h in range(2))
+                    for k in range(len(content))
+                ]
                 shares[layer].append(sum(np.array(summed)[special]) / sum(summed))
                 by_head_sum[layer].append(sum(np.array(heads)[special]) / sum(heads))
     got = ds.layer_norm_share.sel(key_type=["bos", "eos"]).sum("key_type", min_count=1).values
@@ -216,7 +240,8 @@ def test_spearman_sign_rarer_tokens_have_larger_value_norms(monkeypatch, with_co
         assert rho > 0.5  # the stub's norms grow with rarity: a clear positive correlation
         assert float(ds.spearman.sel(layer=layer + 1, quantity="value_norm")) == pytest.approx(rho, rel=1e-12)
         assert float(ds.spearman.sel(layer=layer + 1, quantity="alpha_received")) == pytest.approx(
-            spearmanr(received[layer], rarity).statistic, rel=1e-12)
+            spearmanr(received[layer], rarity).statistic, rel=1e-12
+        )
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -282,8 +307,9 @@ def test_positional_flag_at_the_threshold():
     none = np.zeros(T, bool)
     sums, counts, _ = head_sums(np.stack(maps)[None], bos=none, eos=np.arange(T) == T - 1, punct=none, causal=False)
     inputs = SimpleNamespace(names=["m"], config=SimpleNamespace(heads=HeadsConfig()))
-    ds = Heads().datasets(inputs, {"m": {"sums": sums, "counts": counts, "sentences": 1,
-                                         "spearman": np.full((1, 2), np.nan)}})["heads"]
+    ds = Heads().datasets(
+        inputs, {"m": {"sums": sums, "counts": counts, "sentences": 1, "spearman": np.full((1, 2), np.nan)}}
+    )["heads"]
     np.testing.assert_allclose(ds.value.sel(model="m", layer=1, measure="max_prev").values, [0.85, 0.9, 0.95])
     np.testing.assert_array_equal(ds.positional.sel(model="m", layer=1).values, [False, True, True])
 
@@ -303,7 +329,7 @@ def test_decoder_positional_flag_at_the_configured_threshold(share, expected):
     for on_prev in (17, 18, 19):  # queries 1..on_prev look back one token, later ones two
         a = np.zeros((T, T))
         for q in range(T):
-            a[q, :q + 1] = 0.01  # causal: keys up to the query only
+            a[q, : q + 1] = 0.01  # causal: keys up to the query only
             a[q, 0 if q == 0 else q - 1 if q <= on_prev else q - 2] = 1.0
         maps.append(a / a.sum(-1, keepdims=True))
     own = np.stack(maps)[None]  # (L=1, H=3, T, T)
@@ -311,9 +337,15 @@ def test_decoder_positional_flag_at_the_configured_threshold(share, expected):
     s_own, c_own, _ = head_sums(own, bos=first, eos=np.zeros(T, bool), punct=np.zeros(T, bool), causal=True)
     cross = np.random.default_rng(0).dirichlet(np.ones(S), size=(1, 3, T))
     s_cross, c_cross = cross_head_sums(cross, bos=np.zeros(S, bool), eos=np.arange(S) == S - 1, punct=np.zeros(S, bool))
-    result = {"sums": np.stack([s_own, s_cross]), "counts": {"decoder_self": c_own, "encoder_decoder": c_cross},
-              "rare_hits": np.zeros((2, 1, 3)), "rare_sentences": [0, 0], "sentences": 1, "target_tokens": T - 1,
-              "notes": []}
+    result = {
+        "sums": np.stack([s_own, s_cross]),
+        "counts": {"decoder_self": c_own, "encoder_decoder": c_cross},
+        "rare_hits": np.zeros((2, 1, 3)),
+        "rare_sentences": [0, 0],
+        "sentences": 1,
+        "target_tokens": T - 1,
+        "notes": [],
+    }
     inputs = SimpleNamespace(names=["m"], config=SimpleNamespace(heads=HeadsConfig(positional_share=share)))
     ds = Heads().datasets(inputs, {"m-decoder": result})["heads_decoder"]
     own_v = ds.value.sel(model="m", attention="decoder_self", layer=1)
@@ -334,8 +366,10 @@ def test_head_map_distance_is_the_square_root_of_the_mean_js_divergence(monkeypa
 
     rng = np.random.default_rng(7)
     words = [4, 3, 5]  # words per sentence
-    splits = {"a": [[0, 1, 1, 2, 3], [0, 0, 1, 2], [0, 1, 2, 3, 4, 4]],  # word id of each piece
-              "b": [[0, 1, 2, 3], [0, 1, 1, 2, 2], [0, 1, 1, 2, 3, 4]]}
+    splits = {
+        "a": [[0, 1, 1, 2, 3], [0, 0, 1, 2], [0, 1, 2, 3, 4, 4]],  # word id of each piece
+        "b": [[0, 1, 2, 3], [0, 1, 1, 2, 2], [0, 1, 1, 2, 3, 4]],
+    }
     layout = {"a": (1, 1, 1, 2), "b": (0, 1, 2, 1)}  # prefix, suffix, layers, heads
     stores, maps = {}, {}
     for m, wids in splits.items():
@@ -346,11 +380,19 @@ def test_head_map_distance_is_the_square_root_of_the_mean_js_divergence(monkeypa
             t = len(w) + pre + suf
             att[s, :, :, :t, :t] = rng.dirichlet(np.ones(t) * 0.7, size=(L, H, t))
         maps[m] = att
-        stores[m] = (xr.Dataset(coords={"sentence": ("token", np.repeat(np.arange(3), [len(w) for w in wids])),
-                                        "word_id": ("token", np.concatenate(wids))},
-                                attrs={"prefix_ids": [9] * pre, "suffix_ids": [8] * suf}),
-                     xr.Dataset({"length": ("sentence", [len(w) + pre + suf for w in wids])},
-                                coords={"sentence": [0, 1, 2], "layer": np.arange(L), "head": np.arange(H)}))
+        stores[m] = (
+            xr.Dataset(
+                coords={
+                    "sentence": ("token", np.repeat(np.arange(3), [len(w) for w in wids])),
+                    "word_id": ("token", np.concatenate(wids)),
+                },
+                attrs={"prefix_ids": [9] * pre, "suffix_ids": [8] * suf},
+            ),
+            xr.Dataset(
+                {"length": ("sentence", [len(w) + pre + suf for w in wids])},
+                coords={"sentence": [0, 1, 2], "layer": np.arange(L), "head": np.arange(H)},
+            ),
+        )
     monkeypatch.setattr(evolution.store, "open_representations", lambda store, m: stores[m][0])
     monkeypatch.setattr(evolution.store, "open_attention", lambda store, m: stores[m][1])
     monkeypatch.setattr(evolution.store, "open_attention_array", lambda store, m: maps[m])
@@ -374,8 +416,11 @@ def test_head_map_distance_is_the_square_root_of_the_mean_js_divergence(monkeypa
     expect = np.zeros((len(units), len(units)))
     for x, ux in enumerate(units):
         for y, uy in enumerate(units):
-            js = [jensenshannon(p, q) ** 2 for s in range(3)
-                  for p, q in zip(word_rows(ux[0], s, *ux[1:]), word_rows(uy[0], s, *uy[1:]))]
+            js = [
+                jensenshannon(p, q) ** 2
+                for s in range(3)
+                for p, q in zip(word_rows(ux[0], s, *ux[1:]), word_rows(uy[0], s, *uy[1:]))
+            ]
             expect[x, y] = np.sqrt(np.mean(js))
     assert out["queries"] == sum(words)
     np.testing.assert_allclose(out["distance"], expect, atol=1e-6)

@@ -55,13 +55,19 @@ def _holding() -> dict:
         "sink": _by_rank(list(range(7, 13)), 0.4, 0.02),  # upper heads highest; layer means 0.62 and 0.56
         # lower heads broadest, layer 1's the broadest of all (C2 and its earlier rule, the halves, hold)
         "entropy_share": _by_rank(list(range(1, 7)), 0.5, 0.03)[[1, 0, 2, 3]],
-        "confidence": confidence, "role": role,
+        "confidence": confidence,
+        "role": role,
         "norm_ratio": 0.3 + 0.02 * np.arange(L * H).reshape(L, H),  # the sinks' norm share / weight share
         "layer_norm_ratio": np.full(L, 0.5),
         "rho": np.array([0.2, 0.3, 0.4, 0.5]),
-        "relevance": importance.copy(), "importance": importance * np.array([1, 1, 10, 1])[:, None],
+        "relevance": importance.copy(),
+        "importance": importance * np.array([1, 1, 10, 1])[:, None],
         # obj, dependent -> head beats its offset: picked on select, scored on score
-        "picked": {("obj", "dependent_to_head"): 0.60}, "baseline": {}, "best": {}, "arcs": {}}
+        "picked": {("obj", "dependent_to_head"): 0.60},
+        "baseline": {},
+        "best": {},
+        "arcs": {},
+    }
     return {m: copy.deepcopy(one) for m in MODELS}
 
 
@@ -101,18 +107,27 @@ def _heads(d: dict, drop=(), with_sink_measure: bool = True) -> xr.Dataset:
         for arr in (value, alpha, norm, rare, layer_alpha, layer_norm, spearman):
             arr[i, n_layers:] = np.nan
     ds = xr.Dataset(
-        {"value": (("model", "layer", "head", "measure"), value),
-         "positional": (("model", "layer", "head"), positional),
-         "alpha_share": (("model", "layer", "head", "key_type"), alpha),
-         "norm_share": (("model", "layer", "head", "key_type"), norm),
-         "layer_alpha_share": (("model", "layer", "key_type"), layer_alpha),
-         "layer_norm_share": (("model", "layer", "key_type"), layer_norm),
-         "rare_token_share": (("model", "layer", "head"), rare),
-         "spearman": (("model", "layer", "quantity"), spearman),
-         "syntactic": (("model", "layer", "head", "syntactic_relation"), syntactic)},
-        coords={"model": MODELS, "layer": np.arange(1, L + 1), "head": np.arange(H), "measure": measures,
-                "key_type": KEYS, "quantity": ["value_norm", "alpha_received"],
-                "syntactic_relation": ["nsubj", "obj"]})
+        {
+            "value": (("model", "layer", "head", "measure"), value),
+            "positional": (("model", "layer", "head"), positional),
+            "alpha_share": (("model", "layer", "head", "key_type"), alpha),
+            "norm_share": (("model", "layer", "head", "key_type"), norm),
+            "layer_alpha_share": (("model", "layer", "key_type"), layer_alpha),
+            "layer_norm_share": (("model", "layer", "key_type"), layer_norm),
+            "rare_token_share": (("model", "layer", "head"), rare),
+            "spearman": (("model", "layer", "quantity"), spearman),
+            "syntactic": (("model", "layer", "head", "syntactic_relation"), syntactic),
+        },
+        coords={
+            "model": MODELS,
+            "layer": np.arange(1, L + 1),
+            "head": np.arange(H),
+            "measure": measures,
+            "key_type": KEYS,
+            "quantity": ["value_norm", "alpha_received"],
+            "syntactic_relation": ["nsubj", "obj"],
+        },
+    )
     return ds.drop_vars([v for v in drop if v in ds])
 
 
@@ -131,10 +146,15 @@ def _dependency(d: dict, drop=()) -> xr.Dataset:
             arcs[i, 1, RELATIONS.index(r)] = n
     dims = ("model", "relation", "direction")
     baseline = np.maximum(base, 0.0)
-    ds = xr.Dataset({"picked_accuracy": (dims, picked), "baseline_accuracy": (dims, baseline),
-                     "best_accuracy": (dims, best), "arcs": (("model", "split", "relation"), arcs)},
-                    coords={"model": MODELS, "relation": RELATIONS, "direction": list(DIRECTIONS),
-                            "split": ["select", "score"]})
+    ds = xr.Dataset(
+        {
+            "picked_accuracy": (dims, picked),
+            "baseline_accuracy": (dims, baseline),
+            "best_accuracy": (dims, best),
+            "arcs": (("model", "split", "relation"), arcs),
+        },
+        coords={"model": MODELS, "relation": RELATIONS, "direction": list(DIRECTIONS), "split": ["select", "score"]},
+    )
     return ds.drop_vars([v for v in drop if v in ds])
 
 
@@ -151,19 +171,24 @@ def _importance(d: dict, *, batch: bool = True) -> xr.Dataset:
         if m == "mt":
             rel[i, 0] = d[m]["relevance"]
     dims = ("model", "attention", "layer", "head")
-    ds = xr.Dataset({"importance": (dims, imp), "relevance": (dims, rel)},
-                    coords={"model": MODELS, "attention": attentions, "layer": np.arange(1, L + 1),
-                            "head": np.arange(H)})
+    ds = xr.Dataset(
+        {"importance": (dims, imp), "relevance": (dims, rel)},
+        coords={"model": MODELS, "attention": attentions, "layer": np.arange(1, L + 1), "head": np.arange(H)},
+    )
     if batch:
         ds["importance_batch"] = (dims, per_batch, {"batch_size": 16})
     return ds
 
 
-def _verdicts(tmp_path, d=None, *, groups=("heads", "heads_dependency", "heads_importance"), drop=(),
-              with_sink_measure=True) -> dict:
+def _verdicts(
+    tmp_path, d=None, *, groups=("heads", "heads_dependency", "heads_importance"), drop=(), with_sink_measure=True
+) -> dict:
     d = _holding() if d is None else d
-    build = {"heads": lambda: _heads(d, drop, with_sink_measure), "heads_dependency": lambda: _dependency(d, drop),
-             "heads_importance": lambda: _importance(d)}
+    build = {
+        "heads": lambda: _heads(d, drop, with_sink_measure),
+        "heads_dependency": lambda: _dependency(d, drop),
+        "heads_importance": lambda: _importance(d),
+    }
     path = tmp_path / "m.zarr"
     datasets = {g: build[g]() for g in groups}
     if not datasets:  # a store of another analysis only
@@ -195,7 +220,7 @@ def _exact_mw(x, y) -> tuple[float, float]:
     """(A, p) of "x above y" by enumerating every assignment of the pooled ranks (no ties)."""
     pooled = np.concatenate([x, y])
     ranks = pooled.argsort().argsort() + 1
-    observed = ranks[:len(x)].sum()
+    observed = ranks[: len(x)].sum()
     sums = [sum(c) for c in itertools.combinations(range(1, len(pooled) + 1), len(x))]
     a = sum((xi > yi) + 0.5 * (xi == yi) for xi in x for yi in y) / (len(x) * len(y))
     return a, float(np.mean([s >= observed for s in sums]))
@@ -205,12 +230,16 @@ def _exact_signed_rank(d) -> float:
     """One-sided p of "d below 0" by enumerating every sign pattern of the ranks (no ties)."""
     ranks = np.abs(d).argsort().argsort() + 1
     r_plus = ranks[d > 0].sum()
-    return float(np.mean([sum(r for r, s in zip(ranks, signs) if s) <= r_plus
-                          for signs in itertools.product([0, 1], repeat=len(d))]))
+    return float(
+        np.mean(
+            [sum(r for r, s in zip(ranks, signs) if s) <= r_plus for signs in itertools.product([0, 1], repeat=len(d))]
+        )
+    )
 
 
-@pytest.mark.parametrize("upper_ranks", [[12, 11, 10, 9, 7, 1], [12, 11, 10, 9, 6, 1], [12, 8, 6, 5, 3, 2],
-                                         [6, 5, 4, 3, 2, 1]])
+@pytest.mark.parametrize(
+    "upper_ranks", [[12, 11, 10, 9, 7, 1], [12, 11, 10, 9, 6, 1], [12, 8, 6, 5, 3, 2], [6, 5, 4, 3, 2, 1]]
+)
 def test_rank_greater_is_the_exact_mann_whitney_test(upper_ranks):
     v = _by_rank(upper_ranks, 0.0, 1.0)
     a, p = rank_greater(v[2:].ravel(), v[:2].ravel())
@@ -234,14 +263,15 @@ def test_rank_greater_with_ties_is_the_normal_approximation_with_tie_correction(
     u = sum((a > b) + 0.5 * (a == b) for a in x for b in y)
     m, n = len(x), len(y)
     _, counts = np.unique(np.concatenate([x, y]), return_counts=True)
-    var = m * n / 12 * ((m + n + 1) - (counts ** 3 - counts).sum() / ((m + n) * (m + n - 1)))
+    var = m * n / 12 * ((m + n + 1) - (counts**3 - counts).sum() / ((m + n) * (m + n - 1)))
     a, p = rank_greater(x, y)
     assert a == pytest.approx(u / (m * n))
     assert p == pytest.approx(norm.sf((u - m * n / 2 - 0.5) / np.sqrt(var)))
 
 
-@pytest.mark.parametrize("n, lower, upper", [(2, [1], [2]), (4, [1, 2], [3, 4]), (5, [1, 2], [4, 5]),
-                                             (7, [1, 2, 3], [5, 6, 7])])
+@pytest.mark.parametrize(
+    "n, lower, upper", [(2, [1], [2]), (4, [1, 2], [3, 4]), (5, [1, 2], [4, 5]), (7, [1, 2, 3], [5, 6, 7])]
+)
 def test_halves_leave_the_middle_layer_out(n, lower, upper):
     from evolution.report.heads_card.base import halves
 
@@ -279,21 +309,40 @@ def test_numbers_turned_around_make_every_verdict_fail(tmp_path):
     assert "does not hold for 3 of 3 models" in v["K2"].why
 
 
-@pytest.mark.parametrize("groups, drop, missing", [
-    ((), (), {"C1": "no heads group", "C2": "no heads group", "C3": "no heads_dependency group",
-              "V1": "no heads group", "V2": "no heads_importance group", "K1": "no heads group",
-              "K2": "no heads group"}),
-    (("heads", "heads_dependency"), (), {"V2": "no heads_importance group"}),
-    (("heads", "heads_importance"), (), {"C3": "no heads_dependency group"}),
-    (("heads", "heads_dependency", "heads_importance"), ("alpha_share",), {"C1": "no alpha_share",
-                                                                           "K1": "no alpha_share"}),
-    (("heads", "heads_dependency", "heads_importance"), ("norm_share",), {"K1": "no norm_share"}),
-    (("heads", "heads_dependency", "heads_importance"), ("layer_norm_share",), {"K2": "no layer_norm_share"}),
-    (("heads", "heads_dependency", "heads_importance"), ("spearman",), {"K1": "no spearman"}),
-    (("heads", "heads_dependency", "heads_importance"), ("picked_accuracy",), {"C3": "no picked_accuracy"}),
-    (("heads", "heads_dependency", "heads_importance"), ("positional", "syntactic", "rare_token_share"),
-     {"V1": "stores no head role", "V2": "no head role"}),
-])
+@pytest.mark.parametrize(
+    "groups, drop, missing",
+    [
+        (
+            (),
+            (),
+            {
+                "C1": "no heads group",
+                "C2": "no heads group",
+                "C3": "no heads_dependency group",
+                "V1": "no heads group",
+                "V2": "no heads_importance group",
+                "K1": "no heads group",
+                "K2": "no heads group",
+            },
+        ),
+        (("heads", "heads_dependency"), (), {"V2": "no heads_importance group"}),
+        (("heads", "heads_importance"), (), {"C3": "no heads_dependency group"}),
+        (
+            ("heads", "heads_dependency", "heads_importance"),
+            ("alpha_share",),
+            {"C1": "no alpha_share", "K1": "no alpha_share"},
+        ),
+        (("heads", "heads_dependency", "heads_importance"), ("norm_share",), {"K1": "no norm_share"}),
+        (("heads", "heads_dependency", "heads_importance"), ("layer_norm_share",), {"K2": "no layer_norm_share"}),
+        (("heads", "heads_dependency", "heads_importance"), ("spearman",), {"K1": "no spearman"}),
+        (("heads", "heads_dependency", "heads_importance"), ("picked_accuracy",), {"C3": "no picked_accuracy"}),
+        (
+            ("heads", "heads_dependency", "heads_importance"),
+            ("positional", "syntactic", "rare_token_share"),
+            {"V1": "stores no head role", "V2": "no head role"},
+        ),
+    ],
+)
 def test_a_missing_group_or_variable_is_not_measurable_and_named(tmp_path, groups, drop, missing):
     v = _verdicts(tmp_path, groups=groups, drop=drop)
     for label, f in v.items():
@@ -415,8 +464,9 @@ def test_the_earlier_rule_is_in_head_verdicts_json_beside_c2_only(tmp_path):
 def test_c1_needs_half_of_an_upper_layers_attention_on_the_sinks(tmp_path, top, verdict):
     d = _holding()
     for x in d.values():
-        x["sink"] = np.array([[0.05, 0.06, 0.07], [0.08, 0.09, 0.10], [top - 0.01, top, top + 0.01],
-                              [0.30, 0.31, 0.32]])
+        x["sink"] = np.array(
+            [[0.05, 0.06, 0.07], [0.08, 0.09, 0.10], [top - 0.01, top, top + 0.01], [0.30, 0.31, 0.32]]
+        )
     v = _verdicts(tmp_path, d)
     assert v["C1"].verdict == verdict
     assert all(f"upper maximum {top:.2f} at layer 3" in _line(v["C1"], m) for m in MODELS)
@@ -547,10 +597,12 @@ def test_v2_reads_lrp_relevance_where_stored_else_importance_normalised_per_laye
     d["mt"]["importance"] = np.where(d["mt"]["role"], 0.01, 0.5)  # mask importance says the opposite for MT
     v = _verdicts(tmp_path, d)
     assert v["V2"].verdict == HOLDS, v["V2"].why
-    assert _line(v["V2"], "mt").startswith("mt: 3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token) "
-                                           "LRP relevance")
-    assert _line(v["V2"], "lm").startswith("lm: 3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token) "
-                                           "mask importance")
+    assert _line(v["V2"], "mt").startswith(
+        "mt: 3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token) LRP relevance"
+    )
+    assert _line(v["V2"], "lm").startswith(
+        "lm: 3 head(s) with a role (1 positional, 1 syntactic, 1 rare-token) mask importance"
+    )
     # layer 3 (no role) is 10x larger in raw importance: read raw, the roles would not rank first
     assert _p(v["V2"].measured, "lm") == pytest.approx(1 / 220, abs=6e-4)
     assert any(x.startswith("mt: Spearman(LRP relevance, confidence)") for x in v["V2"].details)
@@ -623,8 +675,10 @@ def test_the_report_shows_the_head_verdicts_with_their_summary(tmp_path, monkeyp
     write_metrics(path, {"heads": _heads(d)}, fingerprint="test")  # C3, V2: not measurable
     page = write_report(path, tmp_path / "report")
     html, md = page.read_text(), (tmp_path / "report" / "report.md").read_text()
-    assert "4 of 8 head verdicts hold" in html and "**4 of 8 head verdicts hold; 3 not measurable here; 1 do not " \
-                                                  "hold.**" in md
+    assert (
+        "4 of 8 head verdicts hold" in html
+        and "**4 of 8 head verdicts hold; 3 not measurable here; 1 do not hold.**" in md
+    )
     # a heads-only store: no representation scorecard of twelve "not measurable" rows above them
     assert "claims hold" not in html and 'id="scorecard"' not in html and "Findings scorecard" not in md
     assert not (tmp_path / "report" / "scorecard.json").exists()
@@ -638,7 +692,15 @@ def test_the_report_shows_the_head_verdicts_with_their_summary(tmp_path, monkeyp
     assert "href=" not in c3.split("</td>")[0]  # no dependency figure on the page: no link
     card = json.loads((tmp_path / "report" / "head_verdicts.json").read_text())
     assert [(f["number"], f["verdict"]) for f in card] == [
-        ("C1", HOLDS), ("C2", HOLDS), ("C3", NA), ("V1", HOLDS), ("V2", NA), ("V3", NA), ("K1", HOLDS), ("K2", FAILS)]
+        ("C1", HOLDS),
+        ("C2", HOLDS),
+        ("C3", NA),
+        ("V1", HOLDS),
+        ("V2", NA),
+        ("V3", NA),
+        ("K1", HOLDS),
+        ("K2", FAILS),
+    ]
 
 
 # ------------------------------------------------------------------- the committed stores
@@ -680,8 +742,10 @@ def test_the_committed_heads_run_has_importance_verdicts():
 # ------------------------------------------------------------------- V2 under the per-batch estimator
 
 
-_BATCH_HEAD = ("per-batch mask importance (batches of 16 sentences, abs of the batch loss's gradient, as Hugging "
-               "Face's run_bertology.py): ")
+_BATCH_HEAD = (
+    "per-batch mask importance (batches of 16 sentences, abs of the batch loss's gradient, as Hugging "
+    "Face's run_bertology.py): "
+)
 # the LM's heads with a role below most of their layer-mates once each layer is divided by its l2 norm
 _REORDERED = np.array([[0.30, 0.50, 0.40], [0.45, 0.35, 0.60], [0.20, 0.55, 0.25], [0.50, 0.40, 0.33]])
 
@@ -718,7 +782,7 @@ def test_v2_per_batch_line_gives_the_verdict_with_the_lms_per_batch_importance(t
     lm_sentence, lm_batch = (HOLDS, FAILS) if per_batch_fails else (FAILS, HOLDS)
     assert f"; lm: {lm_batch} (A = " in line and f"; per sentence: {lm_sentence}); mlm: {HOLDS} (A = " in line
     assert line.endswith("; mt: reads LRP relevance (translation model), unaffected"), line
-    normalised = _REORDERED / np.sqrt((_REORDERED ** 2).sum(1, keepdims=True))
+    normalised = _REORDERED / np.sqrt((_REORDERED**2).sum(1, keepdims=True))
     a, p = _exact_mw(normalised[role], normalised[~role])
     assert (a, p) == (pytest.approx(2 / 9), pytest.approx(102 / 110))  # U = 6 of 27; 204 of the 220 rank sums >= 12
     if per_batch_fails:
@@ -730,8 +794,9 @@ def test_v2_per_batch_line_gives_the_verdict_with_the_lms_per_batch_importance(t
     # the main verdict is what the same store without the per-batch variable gives
     plain = tmp_path / "plain"
     plain.mkdir()
-    write_metrics(plain / "m.zarr", {"heads": _heads(d), "heads_importance": _importance(d, batch=False)},
-                  fingerprint="test")
+    write_metrics(
+        plain / "m.zarr", {"heads": _heads(d), "heads_importance": _importance(d, batch=False)}, fingerprint="test"
+    )
     before = {f.label: f for f in head_verdicts(plain / "m.zarr")}["V2"]
     assert not [x for x in before.details if x.startswith("per-batch")]
     assert (before.verdict, before.why, before.measured, before.rule) == (v.verdict, v.why, v.measured, v.rule)
@@ -744,6 +809,8 @@ def test_v2_per_batch_line_leaves_out_a_model_without_per_batch_numbers(tmp_path
     d = _holding()
     d["mlm"]["importance_batch"] = np.full((L, H), np.nan)
     line = _batch_line(_verdicts(tmp_path, d)["V2"])
-    assert line == (_BATCH_HEAD + f"{HOLDS}; lm: {HOLDS} (A = 1.00, p = 0.005; per sentence: {HOLDS}); mlm: left out "
-                    "(no per-batch importance stored (its unit predates heads_importance version 3)); mt: reads LRP "
-                    "relevance (translation model), unaffected")
+    assert line == (
+        _BATCH_HEAD + f"{HOLDS}; lm: {HOLDS} (A = 1.00, p = 0.005; per sentence: {HOLDS}); mlm: left out "
+        "(no per-batch importance stored (its unit predates heads_importance version 3)); mt: reads LRP "
+        "relevance (translation model), unaffected"
+    )

@@ -15,8 +15,8 @@ from evolution.metrics.heads import (
     OFFSETS,
     dependency_hits,
     head_sums,
-    js_divergence_sums,
     is_punctuation,
+    js_divergence_sums,
     key_shares,
     word_attention,
     word_units,
@@ -25,16 +25,11 @@ from evolution.metrics.heads import (
 
 def test_word_attention_by_hand():
     # positions: [CLS] play ##ing [SEP] -> units 0, 1, 1, 2
-    alpha = np.array([[0.1, 0.2, 0.3, 0.4],
-                      [0.5, 0.1, 0.2, 0.2],
-                      [0.0, 0.6, 0.2, 0.2],
-                      [0.25, 0.25, 0.25, 0.25]])
+    alpha = np.array([[0.1, 0.2, 0.3, 0.4], [0.5, 0.1, 0.2, 0.2], [0.0, 0.6, 0.2, 0.2], [0.25, 0.25, 0.25, 0.25]])
     units = [0, 1, 1, 2]
     mean = word_attention(alpha, units)
     # to the word: sum over its pieces (columns 1 and 2); from the word: mean of rows 1 and 2
-    expected = np.array([[0.1, 0.5, 0.4],
-                         [(0.5 + 0.0) / 2, (0.3 + 0.8) / 2, (0.2 + 0.2) / 2],
-                         [0.25, 0.5, 0.25]])
+    expected = np.array([[0.1, 0.5, 0.4], [(0.5 + 0.0) / 2, (0.3 + 0.8) / 2, (0.2 + 0.2) / 2], [0.25, 0.5, 0.25]])
     np.testing.assert_allclose(mean, expected)
     first = word_attention(alpha, units, rule="first")
     np.testing.assert_allclose(first[1], [0.5, 0.3, 0.2])  # the first piece's row only
@@ -55,12 +50,20 @@ def test_word_units_put_special_tokens_in_units_of_their_own():
 def test_dependency_hits_by_hand():
     # "the cat sat": the -> cat (det), cat -> sat (nsubj), sat = root
     heads, rels = [2, 3, 0], [0, 1, 2]  # codes: det, nsubj, root
-    a = np.array([[0.1, 0.8, 0.1],    # the: most to cat (its head)
-                  [0.2, 0.1, 0.7],    # cat: most to sat (its head)
-                  [0.1, 0.3, 0.6]])   # sat: itself excluded, then cat (its nsubj dependent)
-    other = np.array([[0.1, 0.1, 0.8],   # the: sat (wrong head)
-                      [0.9, 0.05, 0.05],  # cat: the (its dependent, not its head)
-                      [0.5, 0.4, 0.1]])   # sat: the (not a dependent of sat)
+    a = np.array(
+        [
+            [0.1, 0.8, 0.1],  # the: most to cat (its head)
+            [0.2, 0.1, 0.7],  # cat: most to sat (its head)
+            [0.1, 0.3, 0.6],
+        ]
+    )  # sat: itself excluded, then cat (its nsubj dependent)
+    other = np.array(
+        [
+            [0.1, 0.1, 0.8],  # the: sat (wrong head)
+            [0.9, 0.05, 0.05],  # cat: the (its dependent, not its head)
+            [0.5, 0.4, 0.1],
+        ]
+    )  # sat: the (not a dependent of sat)
     hits, arcs, offset_hits = dependency_hits(np.stack([a, other])[None], heads, rels, 3)
     np.testing.assert_array_equal(arcs, [1, 1, 0])  # the root's arc is not counted
     # directions: dependent_to_head (row of the dependent), head_to_dependent (row of the head),
@@ -120,8 +123,9 @@ def test_entropy_matches_scipy_and_causal_baseline():
     causal /= causal.sum(-1, keepdims=True)  # each query over keys <= itself
     mask = np.zeros(T, bool)
     sums, counts, _ = head_sums(causal, bos=mask, eos=mask, punct=mask, causal=True)
-    ref = np.array([[np.mean([scipy_entropy(causal[l, h, i, :i + 1]) for i in range(T)]) for h in range(3)]
-                    for l in range(2)])
+    ref = np.array(
+        [[np.mean([scipy_entropy(causal[l, h, i, : i + 1]) for i in range(T)]) for h in range(3)] for l in range(2)]
+    )
     np.testing.assert_allclose(_measure(sums, counts, "entropy"), ref, rtol=1e-12)
     np.testing.assert_allclose(_measure(sums, counts, "uniform_entropy"), np.mean(np.log(np.arange(1, T + 1))))
 
@@ -161,24 +165,29 @@ def test_punctuation_pieces():
 def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs, caplog):
     """The heads group of a run equals a direct computation from the models' attention (scipy
     entropy, numpy shares), for a model with norms (translation) and one without (gpt2)."""
+    from conftest import write_config
+    from test_conllu import TREEBANK_SENTENCES, _treebank
+    from test_metrics_stage import METRICS
+
     from evolution.metrics.results import open_metrics
     from pipelines.run import run
 
-    from conftest import write_config
-    from test_metrics_stage import METRICS
-
-    from test_conllu import TREEBANK_SENTENCES, _treebank
-
     dev = _treebank(tmp_path / "dev.conllu", TREEBANK_SENTENCES[:8])
     test = _treebank(tmp_path / "test.conllu", TREEBANK_SENTENCES[3:])
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, workdir=tmp_path / "w",
-                       extra=METRICS + f"\n  heads: {{select: {dev}, score: {test}}}",
-                       models=[model_specs["translation"], model_specs["gpt2"]])
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        workdir=tmp_path / "w",
+        extra=METRICS + f"\n  heads: {{select: {dev}, score: {test}}}",
+        models=[model_specs["translation"], model_specs["gpt2"]],
+    )
     with caplog.at_level(logging.WARNING, logger="evolution.analyses.heads"):
         run(cfg, progress=False)
     # of Voita et al.'s relations, the toy treebank lacks obj and advmod: one warning naming them and the key
-    assert any("['obj', 'advmod'] do not occur" in r.getMessage() and "metrics.heads.relations" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "['obj', 'advmod'] do not occur" in r.getMessage() and "metrics.heads.relations" in r.getMessage()
+        for r in caplog.records
+    )
     heads = open_metrics(tmp_path / "w" / "metrics.zarr", "heads").load()
     assert heads.value.dims == ("model", "layer", "head", "measure") and list(heads.layer.values) == [1, 2]
     # the statistics stream over every sentence of the analysis set: recompute from the adapter's own
@@ -197,12 +206,14 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs, caplog):
             _, att = adapter.forward([inp], attention=True)
             ent += [scipy_entropy(row) for row in att[1, 0, 0]]  # layer 2, head 0
             eos_share += list(att[0, 0, 1, :, -1])  # layer 1, head 1: weight on the last input position
-        assert heads.value.sel(model=model, layer=2, head=0, measure="entropy").item() == pytest.approx(np.mean(ent),
-                                                                                                       rel=1e-6)
+        assert heads.value.sel(model=model, layer=2, head=0, measure="entropy").item() == pytest.approx(
+            np.mean(ent), rel=1e-6
+        )
         assert heads.sentences.sel(model=model).item() == len(np.unique(reps.sentence.values))
         if model == "translation":  # the MT encoder's input ends in </s>
-            assert heads.alpha_share.sel(model=model, layer=1, head=1, key_type="eos").item() == \
-                pytest.approx(np.mean(eos_share), rel=1e-6)
+            assert heads.alpha_share.sel(model=model, layer=1, head=1, key_type="eos").item() == pytest.approx(
+                np.mean(eos_share), rel=1e-6
+            )
     # the MT encoder's input has no BOS: attention to it is NaN, the rest finite
     assert np.isnan(heads.norm_share.sel(model="translation", key_type="bos")).all()
     assert np.isnan(heads.alpha_share.sel(model="translation", key_type="bos")).all()
@@ -229,11 +240,13 @@ def test_heads_analysis_end_to_end(tmp_path, corpus_file, model_specs, caplog):
     assert np.isnan(dep.offset_accuracy.sel(relation="root")).all()  # the root has no arc to a word
     assert set(dep.syntactic_relation.values) == {"nsubj", "amod"}  # of nsubj, obj, amod, advmod: in the toy treebank
     voita = ["dependent_to_head", "head_to_dependent"]  # syntactic heads: not Clark's transposed map
-    margin = (dep.accuracy.sel(split="score", direction=voita).max("direction")
-              - dep.offset_accuracy.sel(split="score", direction=voita).max(("offset", "direction")))
+    margin = dep.accuracy.sel(split="score", direction=voita).max("direction") - dep.offset_accuracy.sel(
+        split="score", direction=voita
+    ).max(("offset", "direction"))
     np.testing.assert_array_equal(dep.syntactic.values, (margin >= 0.1).sel(relation=["nsubj", "amod"]).values)
-    np.testing.assert_array_equal(heads.syntactic.sel(model="translation").values,
-                                  dep.syntactic.sel(model="translation").values)
+    np.testing.assert_array_equal(
+        heads.syntactic.sel(model="translation").values, dep.syntactic.sel(model="translation").values
+    )
     assert (tmp_path / "w" / "report" / "heads_dependency.png").is_file()
     # Jensen-Shannon distances: a metric's diagonal is 0 and it is symmetric; every head of both models
     hm = open_metrics(tmp_path / "w" / "metrics.zarr", "heads_map").load()
@@ -326,8 +339,12 @@ def test_decoder_attention_matches_fairseq_and_a_manual_softmax(model_specs):
         np.testing.assert_allclose(own[:, b, :, :tt, :tt], one_own[:, 0], atol=1e-5)
         np.testing.assert_allclose(cross[:, b, :, :tt, :ts], one_cross[:, 0], atol=1e-5)
         queries = []
-        hooks = [layer.self_attn.register_forward_pre_hook(lambda m, a, k: queries.append(k.get("query", a[0] if a else None)),
-                                                          with_kwargs=True) for layer in model.decoder.layers]
+        hooks = [
+            layer.self_attn.register_forward_pre_hook(
+                lambda m, a, k: queries.append(k.get("query", a[0] if a else None)), with_kwargs=True
+            )
+            for layer in model.decoder.layers
+        ]
         with torch.inference_mode():
             enc = model.encoder(src, src_lengths=torch.as_tensor([ts]))
             for layer in range(L):
@@ -340,7 +357,7 @@ def test_decoder_attention_matches_fairseq_and_a_manual_softmax(model_specs):
             x = queries[layer][:, 0]  # (T, d) the layer's self-attention input
             d_head = m.embed_dim // m.num_heads
             with torch.inference_mode():
-                q = (m.q_proj(x) * d_head ** -0.5).view(tt, m.num_heads, d_head).transpose(0, 1)
+                q = (m.q_proj(x) * d_head**-0.5).view(tt, m.num_heads, d_head).transpose(0, 1)
                 k = m.k_proj(x).view(tt, m.num_heads, d_head).transpose(0, 1)
                 scores = q @ k.transpose(1, 2) + torch.triu(torch.full((tt, tt), float("-inf")), diagonal=1)
             np.testing.assert_allclose(one_own[layer, 0], torch.softmax(scores, -1).numpy(), atol=1e-5)
@@ -359,10 +376,15 @@ def test_cross_head_sums_against_a_loop():
     sums, counts = cross_head_sums(alpha, bos=bos, eos=eos, punct=punct)
     for layer, head in [(0, 0), (1, 2)]:
         rows = alpha[layer, head]
-        expect = {"entropy": np.mean([scipy_entropy(r) for r in rows]), "uniform_entropy": np.log(5),
-                  "to_bos": rows[:, 0].mean(), "to_eos": rows[:, 4].mean(), "to_punct": rows[:, 2:4].sum(1).mean(),
-                  "confidence": np.mean([max(r[1:4]) for r in rows]),  # source keys 1-3: BOS and </s> left out
-                  "confidence_with_sink": rows.max(1).mean()}
+        expect = {
+            "entropy": np.mean([scipy_entropy(r) for r in rows]),
+            "uniform_entropy": np.log(5),
+            "to_bos": rows[:, 0].mean(),
+            "to_eos": rows[:, 4].mean(),
+            "to_punct": rows[:, 2:4].sum(1).mean(),
+            "confidence": np.mean([max(r[1:4]) for r in rows]),  # source keys 1-3: BOS and </s> left out
+            "confidence_with_sink": rows.max(1).mean(),
+        }
         for name, value in expect.items():
             assert _measure(sums[layer, head], counts, name) == pytest.approx(value)
     # a source without BOS (the MT encoder's input): attention to it is NaN
@@ -377,20 +399,21 @@ def test_decoder_heads_end_to_end(tmp_path, model_specs):
     """A translation model on a parallel corpus: the ``heads_decoder`` group equals the
     adapter's teacher-forced maps pooled by hand over every analysed sentence with its own
     reference line (scipy's entropy; numpy shares), and the report has its table."""
+    from conftest import SENTENCES
+
     from evolution.corpus import layout
     from evolution.metrics.results import open_metrics
     from evolution.models import load_adapter
     from evolution.store import open_representations
     from pipelines.run import run
 
-    from conftest import SENTENCES
-
     src, tgt = tmp_path / "c.en", tmp_path / "c.xx"
     src.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
     tgt.write_text("".join(" ".join(reversed(s.split())) + " .\n" for s in SENTENCES), encoding="utf-8")
     spec = model_specs["translation"]
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""workdir: {tmp_path / 'w'}
+    cfg.write_text(
+        f"""workdir: {tmp_path / "w"}
 cluster: synchronous
 corpus: {{source: parallel, path: {src}, target_path: {tgt}, languages: [en, xx],
           split: {{valid: 0.125, test: 0.5, block_lines: 4}}}}
@@ -401,8 +424,10 @@ metrics:
   neighbors: {{k: 2}}
   tsne: {{selections: []}}
 models:
-  - {{name: mt, kind: fairseq, path: {spec['path']}, data: {spec['data']}}}
-""", encoding="utf-8")
+  - {{name: mt, kind: fairseq, path: {spec["path"]}, data: {spec["data"]}}}
+""",
+        encoding="utf-8",
+    )
     run(cfg, progress=False)
     dec = open_metrics(tmp_path / "w" / "metrics.zarr", "heads_decoder").load()
     assert dec.value.dims == ("model", "attention", "layer", "head", "measure")
@@ -417,21 +442,27 @@ models:
         rows = np.flatnonzero(reps.sentence.values == s)
         source = adapter.build_input(reps.token_id.values[rows[np.argsort(reps.position.values[rows])]].tolist())
         assert " ".join(reps.token_str.values[rows]) == " ".join(reversed(targets[s][:-2].split()))  # its own line
-        own, cross = adapter.forward_decoder([source], [adapter.build_decoder_input(adapter.tokenize_target(targets[s]).ids)])
+        own, cross = adapter.forward_decoder(
+            [source], [adapter.build_decoder_input(adapter.tokenize_target(targets[s]).ids)]
+        )
         ent += [scipy_entropy(row) for row in cross[0, 0, 1]]  # layer 1, head 1
         eos += list(cross[0, 0, 0, :, -1])  # layer 1, head 0: the source's </s>
-        conf += [max(row[1:q + 1]) for q, row in enumerate(own[0, 0, 1]) if q > 0]  # the start symbol left out
+        conf += [max(row[1 : q + 1]) for q, row in enumerate(own[0, 0, 1]) if q > 0]  # the start symbol left out
         conf_sink += list(own[0, 0, 1].max(-1))
         self_prev += list(np.diagonal(own[0, 0, 0], offset=-1))
     v = dec.value.sel(model="mt", layer=1)
     assert v.sel(attention="encoder_decoder", head=1, measure="entropy").item() == pytest.approx(np.mean(ent), rel=1e-6)
     assert v.sel(attention="encoder_decoder", head=0, measure="to_eos").item() == pytest.approx(np.mean(eos), rel=1e-6)
-    assert v.sel(attention="decoder_self", head=1, measure="confidence").item() == pytest.approx(np.mean(conf), rel=1e-6)
+    assert v.sel(attention="decoder_self", head=1, measure="confidence").item() == pytest.approx(
+        np.mean(conf), rel=1e-6
+    )
     assert v.sel(attention="decoder_self", head=1, measure="confidence_with_sink").item() == pytest.approx(
-        np.mean(conf_sink), rel=1e-6)
+        np.mean(conf_sink), rel=1e-6
+    )
     assert np.isnan(v.sel(attention="decoder_self", measure="to_eos")).all()  # the decoder's input has no EOS
-    assert v.sel(attention="decoder_self", head=0, measure="to_prev").item() == pytest.approx(np.mean(self_prev),
-                                                                                          rel=1e-6)
+    assert v.sel(attention="decoder_self", head=0, measure="to_prev").item() == pytest.approx(
+        np.mean(self_prev), rel=1e-6
+    )
     assert np.isnan(v.sel(attention="encoder_decoder", measure="to_self")).all()
     assert not dec.positional.sel(attention="encoder_decoder").any()
     assert "### Decoder heads of the translation model" in (tmp_path / "w" / "report" / "report.md").read_text()

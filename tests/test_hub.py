@@ -45,8 +45,11 @@ def test_a_hub_id_loads_offline_from_the_cache(hub_cache, tmp_path, monkeypatch,
     monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"workdir: {tmp_path / 'w'}\ncorpus: {{path: {corpus_file}}}\n"
-                   f"models:\n  - {{name: minilm, kind: huggingface, path: {HUB_ID}}}\n", encoding="utf-8")
+    cfg.write_text(
+        f"workdir: {tmp_path / 'w'}\ncorpus: {{path: {corpus_file}}}\n"
+        f"models:\n  - {{name: minilm, kind: huggingface, path: {HUB_ID}}}\n",
+        encoding="utf-8",
+    )
     model = load_config(cfg).models[0]
     assert model.hub_id == HUB_ID
     assert model.path == hub_cache / ("models--" + HUB_ID.replace("/", "--")) / "snapshots" / COMMIT
@@ -62,8 +65,11 @@ def test_an_uncached_id_offline_says_what_to_do(hub_cache, tmp_path, monkeypatch
     monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"workdir: {tmp_path / 'w'}\ncorpus: {{path: {corpus_file}}}\n"
-                   "models:\n  - {name: bert, kind: huggingface, path: bert-base-uncased}\n", encoding="utf-8")
+    cfg.write_text(
+        f"workdir: {tmp_path / 'w'}\ncorpus: {{path: {corpus_file}}}\n"
+        "models:\n  - {name: bert, kind: huggingface, path: bert-base-uncased}\n",
+        encoding="utf-8",
+    )
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     message = str(err.value)
@@ -78,7 +84,10 @@ def test_a_local_directory_is_not_taken_for_a_hub_id(tmp_path, corpus_file, mode
     local = tmp_path / "bert"
     shutil.copytree(model_specs["bert"]["path"], local)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"workdir: {tmp_path / 'w'}\ncorpus: {{path: {corpus_file}}}\n"
-                   "models:\n  - {name: b, kind: huggingface, path: bert}\n", encoding="utf-8")
+    cfg.write_text(
+        f"workdir: {tmp_path / 'w'}\ncorpus: {{path: {corpus_file}}}\n"
+        "models:\n  - {name: b, kind: huggingface, path: bert}\n",
+        encoding="utf-8",
+    )
     model = load_config(cfg).models[0]
     assert model.hub_id is None and model.path == local

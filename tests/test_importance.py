@@ -10,8 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from evolution.metrics.importance import (importance, mask_gradients, normalize_by_layer, objective_items,
-                                          sentence_losses)
+from evolution.metrics.importance import (
+    importance,
+    mask_gradients,
+    normalize_by_layer,
+    objective_items,
+    sentence_losses,
+)
 from evolution.models.fairseq import FairseqAdapter
 from evolution.nets.gates import HardConcreteGate, head_gates, remove_heads
 
@@ -57,11 +62,18 @@ def test_mask_gradient_equals_central_finite_differences(trained, run):
         fd = np.zeros((L, H))
         for layer in range(L):
             for h in range(H):
-                up, down = ({x: torch.ones(L if x == att else len(a.output_projections(x)), H, dtype=torch.float64)
-                             for x in attentions} for _ in range(2))
+                up, down = (
+                    {
+                        x: torch.ones(L if x == att else len(a.output_projections(x)), H, dtype=torch.float64)
+                        for x in attentions
+                    }
+                    for _ in range(2)
+                )
                 up[att][layer, h] += eps
                 down[att][layer, h] -= eps
-                fd[layer, h] = (_loss_with_shared_gates(a, items, up) - _loss_with_shared_gates(a, items, down)) / (2 * eps)
+                fd[layer, h] = (_loss_with_shared_gates(a, items, up) - _loss_with_shared_gates(a, items, down)) / (
+                    2 * eps
+                )
         np.testing.assert_allclose(grads[att][0], fd, rtol=2e-3, atol=1e-6)
         assert np.abs(fd).max() > 1e-4  # the heads matter to the loss at all
 
@@ -116,7 +128,7 @@ def test_importance_is_the_mean_of_absolute_gradients_and_layers_normalise_to_un
     g = np.array([[[2.0, -1.0, 0.5]], [[-2.0, 3.0, 0.5]], [[1.0, -2.0, -0.5]]])  # (N=3, L=1, H=3)
     np.testing.assert_allclose(importance(g), [[5 / 3, 2.0, 0.5]])
     scores = np.array([[3.0, 4.0], [0.0, 0.0], [1.0, 1.0]])
-    np.testing.assert_allclose(normalize_by_layer(scores), [[0.6, 0.8], [0.0, 0.0], [2 ** -0.5, 2 ** -0.5]])
+    np.testing.assert_allclose(normalize_by_layer(scores), [[0.6, 0.8], [0.0, 0.0], [2**-0.5, 2**-0.5]])
     # a head the model does not have (NaN in a padded store) stays NaN and is left out of its layer's norm
     padded = np.array([[3.0, np.nan, 4.0], [np.nan, np.nan, np.nan], [0.0, 2.0, np.nan]])
     np.testing.assert_allclose(normalize_by_layer(padded), [[0.6, np.nan, 0.8], [np.nan] * 3, [0.0, 1.0, np.nan]])
@@ -162,12 +174,15 @@ def test_hard_concrete_gate_probabilities_against_sampling():
     assert gate.kept().tolist() == [False, True, True]
 
 
-
 # -- Hugging Face models: a BertForMaskedLM and a GPT2LMHeadModel with non-zero biases, built locally
 # (tests/conftest.py: hf_lm_specs), and a bare BertModel without its pretraining head (model_specs) --
 
-HF_SENTENCES = ["the cat sat on the mat and the dog ran to the red mat", "a dog ran to the cat",
-                "the mat was red and the dog was blue", "on the mat sat a red cat"]
+HF_SENTENCES = [
+    "the cat sat on the mat and the dog ran to the red mat",
+    "a dog ran to the cat",
+    "the mat was red and the dog was blue",
+    "on the mat sat a red cat",
+]
 
 
 def _hf(specs, name, *, double=True):
@@ -203,8 +218,10 @@ def test_hf_mask_gradient_equals_central_finite_differences(hf_lm_specs, name):
             up, down = torch.ones(L, H, dtype=torch.float64), torch.ones(L, H, dtype=torch.float64)
             up[layer, h] += eps
             down[layer, h] -= eps
-            fd[layer, h] = (_loss_with_shared_gates(a, items, {"encoder_self": up})
-                            - _loss_with_shared_gates(a, items, {"encoder_self": down})) / (2 * eps)
+            fd[layer, h] = (
+                _loss_with_shared_gates(a, items, {"encoder_self": up})
+                - _loss_with_shared_gates(a, items, {"encoder_self": down})
+            ) / (2 * eps)
     np.testing.assert_allclose(grads.sum(0), fd, rtol=1e-6, atol=1e-9)
     assert np.abs(fd).max() > 1e-2 and np.abs(fd).min() > 1e-5  # every head matters to the loss
 
@@ -229,8 +246,9 @@ def test_hf_losses_are_the_libraries_own_pretraining_losses(hf_lm_specs):
     (item,) = objective_items(bert, [long], seed=5)
     fed = tok.convert_ids_to_tokens(item.inputs)
     assert fed[0] == "[CLS]" and fed[-1] == "[SEP]" and len(item.positions) > 0
-    assert [tok.convert_ids_to_tokens(int(i)) for i in item.labels] == \
-        [HF_SENTENCES[0].split()[p - 1] for p in item.positions]  # the original words
+    assert [tok.convert_ids_to_tokens(int(i)) for i in item.labels] == [
+        HF_SENTENCES[0].split()[p - 1] for p in item.positions
+    ]  # the original words
     assert all(fed[p] != HF_SENTENCES[0].split()[p - 1] for p in item.positions)
     assert all(fed[p] == "[MASK]" or fed[p] not in tok.all_special_tokens for p in item.positions)
     labels = torch.full((1, len(item.inputs)), -100)
@@ -274,8 +292,8 @@ def test_hf_gates_multiply_each_heads_output(hf_lm_specs):
     d, dh = cut.d_model, cut.d_model // cut.num_heads
     c_attn = cut.lm_model.transformer.h[1].attn.c_attn  # Conv1D: y = x W + b, W (d, 3d) = [q | k | v]
     with torch.no_grad():
-        c_attn.weight[:, 2 * d:2 * d + dh] = 0.0
-        c_attn.bias[2 * d:2 * d + dh] = 0.0
+        c_attn.weight[:, 2 * d : 2 * d + dh] = 0.0
+        c_attn.bias[2 * d : 2 * d + dh] = 0.0
         removed = cut.logits([ids])
         plain = gpt2.logits([ids])
     np.testing.assert_allclose(gated.numpy(), removed.numpy(), rtol=1e-10, atol=1e-10)
@@ -308,10 +326,17 @@ def hf_stage(tmp_path_factory, hf_lm_specs, model_specs):
     tmp = tmp_path_factory.mktemp("hf-importance")
     corpus = tmp / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    extra = "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n  tsne: null\n  influence: null\n" \
-            "  importance: {sentences: 6}"
-    cfg = write_config(tmp / "c.yaml", corpus=corpus, workdir=tmp / "w", extra=extra,
-                       models=[hf_lm_specs["bert_mlm"], hf_lm_specs["gpt2_lm"], model_specs["bert"]])
+    extra = (
+        "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n  tsne: null\n  influence: null\n"
+        "  importance: {sentences: 6}"
+    )
+    cfg = write_config(
+        tmp / "c.yaml",
+        corpus=corpus,
+        workdir=tmp / "w",
+        extra=extra,
+        models=[hf_lm_specs["bert_mlm"], hf_lm_specs["gpt2_lm"], model_specs["bert"]],
+    )
     assert main([str(cfg), "--stage", "metrics", "--no-progress"]) == 0
     return cfg
 
@@ -351,8 +376,9 @@ def test_metrics_stage_stores_hf_importance_as_computed_directly(hf_stage, hf_lm
     for name in ("bert_mlm", "gpt2_lm"):
         conf = heads.value.sel(model=name, measure="confidence").values.ravel()
         imp = ds.importance.sel(model=name, attention="encoder_self").values.ravel()
-        assert float(corr.rho.sel(model=name, pair="importance ~ confidence")) == \
-            pytest.approx(spearmanr(imp, conf).statistic)
+        assert float(corr.rho.sel(model=name, pair="importance ~ confidence")) == pytest.approx(
+            spearmanr(imp, conf).statistic
+        )
 
 
 def test_sentence_losses_are_each_items_mean_nll_over_its_own_positions():
@@ -366,8 +392,11 @@ def test_sentence_losses_are_each_items_mean_nll_over_its_own_positions():
         def logits(self, inputs, decoder_inputs=None):
             return logits
 
-    items = [Item([1], None, np.array([0, 3]), np.array([5, 1])), Item([1], None, np.array([1, 2, 3]), np.array([0, 2, 4])),
-             Item([1], None, np.array([2]), np.array([3]))]
+    items = [
+        Item([1], None, np.array([0, 3]), np.array([5, 1])),
+        Item([1], None, np.array([1, 2, 3]), np.array([0, 2, 4])),
+        Item([1], None, np.array([2]), np.array([3])),
+    ]
     logp = torch.log_softmax(logits, -1).numpy()
     expected = [np.mean([-logp[b, p, y] for p, y in zip(it.positions, it.labels)]) for b, it in enumerate(items)]
     np.testing.assert_allclose(sentence_losses(Stub(), items).numpy(), expected, rtol=1e-12)
@@ -395,8 +424,11 @@ def test_batch_importance_against_a_plain_loop_with_a_shorter_last_batch():
                 expected[layer, h] += abs(loss_gradient) / len(batches)
     np.testing.assert_allclose(batch_importance(g, tokens, batch_size=3), expected, rtol=1e-12)
     np.testing.assert_allclose(batch_importance(g, tokens, batch_size=1), importance(g), rtol=1e-14)
-    np.testing.assert_allclose(batch_importance(g, tokens, batch_size=100),
-                               np.abs((g * tokens[:, None, None]).sum(0) / tokens.sum()), rtol=1e-12)
+    np.testing.assert_allclose(
+        batch_importance(g, tokens, batch_size=100),
+        np.abs((g * tokens[:, None, None]).sum(0) / tokens.sum()),
+        rtol=1e-12,
+    )
     assert BATCH_SIZE == 16  # experiments/MT/prune_wmt.sh --batch-size 16
     assert not np.allclose(batch_importance(g, tokens, batch_size=3), importance(g))
     with pytest.raises(ValueError, match="one count per sentence"):
@@ -418,8 +450,9 @@ def test_batch_importance_signs_cancel_within_a_batch_by_hand():
     np.testing.assert_allclose(batch_importance(g, tokens, batch_size=16), [[0.02, 0.26]], rtol=1e-12)
     np.testing.assert_allclose(batch_importance(g, tokens, batch_size=2), [[0.02, 0.26]], rtol=1e-12)
     np.testing.assert_allclose(batch_importance(g, tokens, batch_size=1), [[0.4, 0.25]], rtol=1e-14)
-    np.testing.assert_allclose(normalize_by_layer(batch_importance(g, tokens)), [[0.02, 0.26]] / np.hypot(0.02, 0.26),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        normalize_by_layer(batch_importance(g, tokens)), [[0.02, 0.26]] / np.hypot(0.02, 0.26), rtol=1e-12
+    )
 
 
 def test_heads_importance_group_stores_both_estimators_and_reads_units_without_the_per_batch_one(tmp_path):
@@ -435,28 +468,39 @@ def test_heads_importance_group_stores_both_estimators_and_reads_units_without_t
 
     per_sentence = [[0.4, 0.1, 0.3], [0.2, 0.6, 0.5]]
     per_batch = [[0.1, 0.05, 0.3], [0.25, 0.2, 0.5]]
-    new = {"attentions": ["encoder_self"], "sentences": 20, "importance": {"encoder_self": per_sentence},
-           "importance_sem": {"encoder_self": [[0.01] * 3] * 2}, "importance_batch": {"encoder_self": per_batch},
-           "batch_size": 16}
+    new = {
+        "attentions": ["encoder_self"],
+        "sentences": 20,
+        "importance": {"encoder_self": per_sentence},
+        "importance_sem": {"encoder_self": [[0.01] * 3] * 2},
+        "importance_batch": {"encoder_self": per_batch},
+        "batch_size": 16,
+    }
     old = {k: v for k, v in new.items() if k not in ("importance_batch", "batch_size")}
     ds = HeadImportance().datasets(SimpleNamespace(names=["new", "old"]), {"new": new, "old": old})["heads_importance"]
     enc = dict(attention="encoder_self")
     np.testing.assert_allclose(ds.importance_batch.sel(model="new", **enc).values, per_batch)
     rows = np.array(per_batch)
-    np.testing.assert_allclose(ds.importance_batch_normalized.sel(model="new", **enc).values,
-                               rows / np.sqrt((rows ** 2).sum(1, keepdims=True)), rtol=1e-12)
-    assert np.isnan(ds.importance_batch.sel(model="old")).all() and np.isnan(ds.importance_batch_normalized.sel(
-        model="old")).all()
+    np.testing.assert_allclose(
+        ds.importance_batch_normalized.sel(model="new", **enc).values,
+        rows / np.sqrt((rows**2).sum(1, keepdims=True)),
+        rtol=1e-12,
+    )
+    assert (
+        np.isnan(ds.importance_batch.sel(model="old")).all()
+        and np.isnan(ds.importance_batch_normalized.sel(model="old")).all()
+    )
     np.testing.assert_allclose(ds.importance.sel(model="old", **enc).values, per_sentence)
     assert np.isnan(ds.importance_batch.sel(model="new", attention="decoder_self")).all()
     assert ds.importance_batch.attrs["batch_size"] == 16
     assert ds.importance_batch.dims == ds.importance.dims == ds.importance_batch_normalized.dims
     write_metrics(tmp_path / "m.zarr", {"heads_importance": ds}, fingerprint="test")
     ((title, table, caption),) = HeadImportance().tables(tmp_path / "m.zarr")
-    both = ("mask importance per sentence (Michel et al. eq. 2) ~ mask importance per batch of 16 (Hugging Face's "
-            "run_bertology.py)")
-    assert table[1:] == [["new", both, f"{spearmanr(np.ravel(per_sentence), np.ravel(per_batch)).statistic:+.2f}",
-                          "6"]]
+    both = (
+        "mask importance per sentence (Michel et al. eq. 2) ~ mask importance per batch of 16 (Hugging Face's "
+        "run_bertology.py)"
+    )
+    assert table[1:] == [["new", both, f"{spearmanr(np.ravel(per_sentence), np.ravel(per_batch)).statistic:+.2f}", "6"]]
     assert "per sentence" in caption and "per batch of 16" in caption and "importance_batch" in caption
 
 
@@ -480,6 +524,7 @@ def test_metrics_stage_stores_the_per_batch_estimator_of_the_hf_models(hf_stage,
         items = [it for it in objective_items(a, ids, seed=cfg.seed) if it is not None]
         grads = mask_gradients(a, items, attentions=a.attention_types)["encoder_self"]
         stored = ds.importance_batch.sel(model=name, attention="encoder_self").values
-        np.testing.assert_allclose(stored, batch_importance(grads, [len(it.labels) for it in items], batch_size=16),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(
+            stored, batch_importance(grads, [len(it.labels) for it in items], batch_size=16), rtol=1e-5
+        )
         assert len({len(it.labels) for it in items}) > 1  # the weights matter

@@ -35,7 +35,7 @@ class _Adapter:
         return [0, *ids]  # a BOS at position 0: content_offset 1
 
     def forward(self, inputs):
-        h = np.stack([self.token[np.asarray(x)] + self.position[:len(x)] for x in inputs])  # (B, T, L+1, d)
+        h = np.stack([self.token[np.asarray(x)] + self.position[: len(x)] for x in inputs])  # (B, T, L+1, d)
         return h.transpose(2, 0, 1, 3), None
 
     def forward_masked_keys(self, inputs, *, masked):
@@ -44,7 +44,7 @@ class _Adapter:
             u = inputs[b][pos]
             for t, v in enumerate(inputs[b]):
                 if t != pos:
-                    h[block + 1:, b, t] += self.effect(u) * self.delta[u, v, block + 1:]
+                    h[block + 1 :, b, t] += self.effect(u) * self.delta[u, v, block + 1 :]
         return h
 
     def masked_key_states(self, inputs, *, base, masked):  # the adapters' default: from forward_masked_keys
@@ -96,9 +96,12 @@ def _loop_reference(adapter, content, samples, *, n_boot, seed, method):
         return out
 
     point = distances(universe)
-    boot = np.stack([distances([universe[k] for k in np.random.default_rng([seed, r]).integers(0, len(universe),
-                                                                                               len(universe))])
-                     for r in range(n_boot)])
+    boot = np.stack(
+        [
+            distances([universe[k] for k in np.random.default_rng([seed, r]).integers(0, len(universe), len(universe))])
+            for r in range(n_boot)
+        ]
+    )
     return point, boot
 
 
@@ -109,16 +112,27 @@ def test_influence_bootstrap_against_a_plain_loop(method):
     sentences' rows; the bins differ (rare tokens have the largest effect), so an interval
     taken from another bin's rows differs."""
     content, sentence, position, token = _corpus()
-    samples = sample_influencers(sentence=sentence, position=position, freq_rank=token, bins=BINS, max_per_bin=25,
-                                 seed=1)
+    samples = sample_influencers(
+        sentence=sentence, position=position, freq_rank=token, bins=BINS, max_per_bin=25, seed=1
+    )
     adapter = _Adapter(_effect)
-    got = token_influence(adapter, content_ids=content, samples=samples, n_bins=3, methods=(method,), min_ratio=2,
-                          bootstrap=40, seed=5, max_rows=7)
+    got = token_influence(
+        adapter,
+        content_ids=content,
+        samples=samples,
+        n_bins=3,
+        methods=(method,),
+        min_ratio=2,
+        bootstrap=40,
+        seed=5,
+        max_rows=7,
+    )
     point, boot = _loop_reference(adapter, content, samples, n_boot=40, seed=5, method=method)
     np.testing.assert_allclose(got["distance"][method], point, rtol=1e-7, atol=1e-12)
     np.testing.assert_allclose(got["replicates"][method], boot, rtol=1e-7, atol=1e-12)
-    np.testing.assert_allclose(got["interval"][method], np.moveaxis(np.percentile(boot, [2.5, 97.5], axis=0), 0, -1),
-                               rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(
+        got["interval"][method], np.moveaxis(np.percentile(boot, [2.5, 97.5], axis=0), 0, -1), rtol=1e-7, atol=1e-12
+    )
     iv = np.asarray(got["interval"][method])
     d = np.asarray(got["distance"][method])
     assert ((iv[..., 0] <= d) & (d <= iv[..., 1])).all()
@@ -131,8 +145,9 @@ def test_influence_sizes_per_bin_are_counted():
     the rows pooled (other tokens of each masked occurrence's sentence), counted directly."""
     content, sentence, position, token = _corpus()
     lengths = np.bincount(sentence)
-    samples = sample_influencers(sentence=sentence, position=position, freq_rank=token, bins=BINS, max_per_bin=25,
-                                 seed=1)
+    samples = sample_influencers(
+        sentence=sentence, position=position, freq_rank=token, bins=BINS, max_per_bin=25, seed=1
+    )
     avail = bin_occurrences(sentence=sentence, freq_rank=token, bins=BINS)
     for b, (lo, hi) in enumerate(BINS):
         assert avail[b] == sum(1 for s, t in zip(sentence, token) if lo <= t < hi and lengths[s] >= 3)
@@ -154,16 +169,27 @@ def test_influence_group_stores_each_bins_interval():
     from evolution.config import InfluenceConfig
 
     content, sentence, position, token = _corpus()
-    samples = sample_influencers(sentence=sentence, position=position, freq_rank=token, bins=BINS, max_per_bin=25,
-                                 seed=1)
+    samples = sample_influencers(
+        sentence=sentence, position=position, freq_rank=token, bins=BINS, max_per_bin=25, seed=1
+    )
     effects = {"mt": _effect, "lm": lambda u: 0.1 if u < 6 else 0.4}
     icfg = InfluenceConfig(max_per_bin=25, min_ratio=2, freq_bins=[1, 6, 20, 50], bootstrap=30)
-    results = {m: token_influence(_Adapter(f), content_ids=content, samples=samples, n_bins=3, min_ratio=2,
-                                  bootstrap=30, seed=0) for m, f in effects.items()}
-    model = SimpleNamespace(primary=np.ones(len(sentence), bool), coords={"sentence": sentence}, freq_rank=token,
-                            ranked_types=49, frequency="analysed text")
-    inputs = SimpleNamespace(names=["mt", "lm"], models={"mt": model, "lm": model},
-                             config=SimpleNamespace(influence=icfg))
+    results = {
+        m: token_influence(
+            _Adapter(f), content_ids=content, samples=samples, n_bins=3, min_ratio=2, bootstrap=30, seed=0
+        )
+        for m, f in effects.items()
+    }
+    model = SimpleNamespace(
+        primary=np.ones(len(sentence), bool),
+        coords={"sentence": sentence},
+        freq_rank=token,
+        ranked_types=49,
+        frequency="analysed text",
+    )
+    inputs = SimpleNamespace(
+        names=["mt", "lm"], models={"mt": model, "lm": model}, config=SimpleNamespace(influence=icfg)
+    )
     ds = Influence().datasets(inputs, results)["influence"]
     assert ds.interval.dims == ("metric", "model", "layer", "freq_bin", "bound")
     assert list(ds.freq_bin.values) == ["1-6", "6-20", "20-50"]
@@ -178,14 +204,23 @@ def test_influence_group_stores_each_bins_interval():
                 assert float(ds.distance.sel(**cell)) == r["distance"]["pwcca"][n - 1][b]
                 np.testing.assert_array_equal(ds.interval.sel(**cell).values, r["interval"]["pwcca"][n - 1][b])
                 lo, hi = np.percentile(ds.distance_replicates.sel(**cell).values, [2.5, 97.5])
-                assert (float(ds.interval.sel(**cell, bound="low")), float(ds.interval.sel(**cell, bound="high"))) \
-                    == pytest.approx((lo, hi))
+                assert (
+                    float(ds.interval.sel(**cell, bound="low")),
+                    float(ds.interval.sel(**cell, bound="high")),
+                ) == pytest.approx((lo, hi))
     table = _bin_size_table(ds)  # the report's sizes table: the same for both models here
-    assert table[1] == ["1-6", f"{avail[0]:,}", f"{min(25, avail[0]):,}", str(results["mt"]["sentences"][0]),
-                        f"{results['mt']['rows'][0][0]:,}"]
+    assert table[1] == [
+        "1-6",
+        f"{avail[0]:,}",
+        f"{min(25, avail[0]):,}",
+        str(results["mt"]["sentences"][0]),
+        f"{results['mt']['rows'][0][0]:,}",
+    ]
     # the two models: the rare bin leads in mt, trails in lm (their intervals say so at layer 1)
     iv = ds.interval.sel(metric="pwcca", layer=1)
-    assert float(iv.sel(model="mt", freq_bin="1-6", bound="low")) > float(iv.sel(model="mt", freq_bin="6-20",
-                                                                                  bound="high"))
-    assert float(iv.sel(model="lm", freq_bin="1-6", bound="high")) < float(iv.sel(model="lm", freq_bin="6-20",
-                                                                                   bound="low"))
+    assert float(iv.sel(model="mt", freq_bin="1-6", bound="low")) > float(
+        iv.sel(model="mt", freq_bin="6-20", bound="high")
+    )
+    assert float(iv.sel(model="lm", freq_bin="1-6", bound="high")) < float(
+        iv.sel(model="lm", freq_bin="6-20", bound="low")
+    )

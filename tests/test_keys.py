@@ -31,8 +31,11 @@ metrics:
 def _project(root: Path) -> Path:
     """A project directory: a config, a parallel corpus and the shipped MT (its vocabulary beside it)."""
     (root / "data").mkdir(parents=True)
-    lines = [ln for ln in (ROOT / "evolution/data/web-genesis.en.txt").read_text(encoding="utf-8").splitlines()
-             if 3 <= len(ln.split()) <= 25][:100]
+    lines = [
+        ln
+        for ln in (ROOT / "evolution/data/web-genesis.en.txt").read_text(encoding="utf-8").splitlines()
+        if 3 <= len(ln.split()) <= 25
+    ][:100]
     (root / "data" / "corpus.en").write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
     (root / "data" / "corpus.es").write_text("".join(ln[::-1] + "\n" for ln in lines), encoding="utf-8")
     models = ROOT / "results" / "bible-full" / "models"
@@ -51,8 +54,12 @@ def _keys(config: Path) -> dict[str, str]:
 
     ctx = Context(config=load_config(config))
     model = ctx.config.models[0]
-    return {"corpus": CorpusStage().key(ctx), "training text": CorpusStage().training_key(ctx),
-            "extract": ExtractStage().model_key(ctx, model), "metrics": MetricsStage().fingerprint(ctx)}
+    return {
+        "corpus": CorpusStage().key(ctx),
+        "training text": CorpusStage().training_key(ctx),
+        "extract": ExtractStage().model_key(ctx, model),
+        "metrics": MetricsStage().fingerprint(ctx),
+    }
 
 
 def test_a_copy_of_the_project_elsewhere_has_the_same_keys(tmp_path):
@@ -67,6 +74,7 @@ def test_a_copy_of_the_project_elsewhere_has_the_same_keys(tmp_path):
     # as do other weights under the same name
     (tmp_path / "a" / "models" / "mt" / "model.json").write_text(
         (tmp_path / "a" / "models" / "mt" / "model.json").read_text(encoding="utf-8").replace("{", '{"x": 1, ', 1),
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     moved = _keys(tmp_path / "a" / "c.yaml")
     assert moved["extract"] != here["extract"] and moved["corpus"] == here["corpus"]

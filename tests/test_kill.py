@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import xarray as xr
-
 from conftest import write_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,10 +52,14 @@ KILL_AT = {
 
 
 def _child(cfg: Path, stage: str) -> int:
-    code = "import os, signal, sys\n" + textwrap.dedent(KILL_AT[stage]) + textwrap.dedent(f"""
+    code = (
+        "import os, signal, sys\n"
+        + textwrap.dedent(KILL_AT[stage])
+        + textwrap.dedent(f"""
         from pipelines.run import main
         sys.exit(main([{str(cfg)!r}, "--no-progress"]))
     """)
+    )
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True).returncode
 
 
@@ -69,13 +72,14 @@ def _groups(path: Path) -> dict[str, xr.Dataset]:
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", ["corpus", "metrics", "report"])
 def test_kill_9_in_a_stage_then_rerun_equals_an_uninterrupted_run(tmp_path, corpus_file, model_specs, stage):
-    from pipelines.run import main
-
     from test_metrics_stage import METRICS
 
+    from pipelines.run import main
+
     models = [model_specs["translation"], model_specs["gpt2"]]
-    ref = write_config(tmp_path / "ref.yaml", corpus=corpus_file, workdir=tmp_path / "ref", models=models,
-                       extra=METRICS)
+    ref = write_config(
+        tmp_path / "ref.yaml", corpus=corpus_file, workdir=tmp_path / "ref", models=models, extra=METRICS
+    )
     assert main([str(ref), "--no-progress"]) == 0
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, workdir=tmp_path / "w", models=models, extra=METRICS)
     assert _child(cfg, stage) == -signal.SIGKILL
@@ -92,7 +96,9 @@ def test_kill_9_in_a_stage_then_rerun_equals_an_uninterrupted_run(tmp_path, corp
     for g in a:
         xr.testing.assert_equal(a[g], b[g])
     assert (w / "report" / "report.html").is_file()
-    assert sorted(p.name for p in (w / "report").iterdir()) == sorted(p.name for p in (tmp_path / "ref" / "report").iterdir())
+    assert sorted(p.name for p in (w / "report").iterdir()) == sorted(
+        p.name for p in (tmp_path / "ref" / "report").iterdir()
+    )
 
 
 @pytest.mark.slow
@@ -104,8 +110,13 @@ def test_training_killed_mid_interval_resumes(tmp_path):
     src, tgt = _corpus(tmp_path)
     cfg = tmp_path / "train.yaml"
     cfg.write_text(CONFIG.format(workdir=tmp_path / "run", src=src, tgt=tgt), encoding="utf-8")
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.run", str(cfg), "--no-progress", "--stage", "train"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.run", str(cfg), "--no-progress", "--stage", "train"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 600
     first = None
     while proc.poll() is None and time.time() < deadline:

@@ -15,8 +15,10 @@ from pathlib import Path
 from conftest import write_config
 
 ROOT = Path(__file__).resolve().parents[1]
-HOLD = ("import sys, time\nfrom pipelines.lock import workdir_lock\n"
-        "with workdir_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(120)\n")
+HOLD = (
+    "import sys, time\nfrom pipelines.lock import workdir_lock\n"
+    "with workdir_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(120)\n"
+)
 
 
 def _holder(workdir: Path) -> subprocess.Popen:
@@ -26,8 +28,13 @@ def _holder(workdir: Path) -> subprocess.Popen:
 
 
 def _run(config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.run", str(config), "--no-progress"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.run", str(config), "--no-progress"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_a_second_run_on_a_busy_workdir_exits_2_naming_the_other(tmp_path, corpus_file, model_specs):

@@ -33,12 +33,19 @@ def test_the_pwcca_parts_of_the_committed_result_are_what_the_script_computes():
     assert committed["settings"]["pwcca"]["rows_per_dim"][:2] == [12, 62]
     for new, old in zip(script.pwcca_bias(rows_per_dim=(12, 62)), committed["pwcca_bias"][:2], strict=True):
         assert new["rows_per_dim"] == old["rows_per_dim"]
-        np.testing.assert_allclose([new["estimate"], *new["plain"], *new["centred"]],
-                                   [old["estimate"], *old["plain"], *old["centred"]], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(
+            [new["estimate"], *new["plain"], *new["centred"]],
+            [old["estimate"], *old["plain"], *old["centred"]],
+            rtol=0,
+            atol=1e-9,
+        )
     new = script.pwcca_repeated()
-    np.testing.assert_allclose([new[c][v] for c in ("repeated", "control") for v in ("pwcca", "b_rotated")],
-                               [committed["pwcca_repeated"][c][v] for c in ("repeated", "control")
-                                for v in ("pwcca", "b_rotated")], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        [new[c][v] for c in ("repeated", "control") for v in ("pwcca", "b_rotated")],
+        [committed["pwcca_repeated"][c][v] for c in ("repeated", "control") for v in ("pwcca", "b_rotated")],
+        rtol=0,
+        atol=1e-9,
+    )
 
 
 def test_pwcca_moves_with_a_rotation_of_b_only_where_correlations_repeat():
@@ -91,49 +98,67 @@ def test_docs_metrics_quotes_the_bootstrap_checks():
     f3 = "{:.3f}".format
     rows = {x["rows_per_dim"]: x for x in r["pwcca_bias"]}
     low = rows[12]
-    assert (f"an estimate of {f3(low['estimate'])} at 12 occurrences per dimension, plain percentile interval "
-            f"[{f3(low['plain'][0])}, {f3(low['plain'][1])}], excluding it;") in text
+    assert (
+        f"an estimate of {f3(low['estimate'])} at 12 occurrences per dimension, plain percentile interval "
+        f"[{f3(low['plain'][0])}, {f3(low['plain'][1])}], excluding it;"
+    ) in text
     for n in (62, 312):
         x = rows[n]
         assert f"{f3(x['estimate'])} in [{f3(x['plain'][0])}, {f3(x['plain'][1])}]" in text
     rep = r["pwcca_repeated"]
     control = abs(rep["control"]["pwcca"] - rep["control"]["b_rotated"])
-    assert (f"moves PWCCA from {rep['repeated']['pwcca']:.4f} to {rep['repeated']['b_rotated']:.4f}, where with "
-            f"distinct correlations (the control) it moves by {control:.0e}") in text
+    assert (
+        f"moves PWCCA from {rep['repeated']['pwcca']:.4f} to {rep['repeated']['b_rotated']:.4f}, where with "
+        f"distinct correlations (the control) it moves by {control:.0e}"
+    ) in text
     s = r["settings"]
     assert f"synthetic views, d = {s['pwcca']['d']}, `benchmarks/bootstrap_checks.py`" in text
     assert f"views that share {_words[s['repeated']['shared']]} directions exactly" in text
-    assert (f"{s['mi']['types']} Zipf types, k = {s['mi']['k']}, "
-            f"{' and '.join(f'{n:,}' for n in s['mi']['sizes'])} occurrences, {s['mi']['seeds']} seeds") in text
+    assert (
+        f"{s['mi']['types']} Zipf types, k = {s['mi']['k']}, "
+        f"{' and '.join(f'{n:,}' for n in s['mi']['sizes'])} occurrences, {s['mi']['seeds']} seeds"
+    ) in text
     rep = s["replicate"]
-    assert f"at {rep['n']:,} occurrences, {rep['types']:,} types, k = {rep['k']:,} and {rep['restarts']} restarts" in text
+    assert (
+        f"at {rep['n']:,} occurrences, {rep['types']:,} types, k = {rep['k']:,} and {rep['restarts']} restarts" in text
+    )
     seconds = r["mi_replicate_seconds"]
-    assert (f"{seconds:.2f} s at 822,374 occurrences, 1,000 types, k = 2,000 and 3 restarts on one core "
-            f"(`benchmarks/bootstrap_checks.py`; 200 replicates: ~{200 * seconds:.0f} s per layer and target)") in text
+    assert (
+        f"{seconds:.2f} s at 822,374 occurrences, 1,000 types, k = 2,000 and 3 restarts on one core "
+        f"(`benchmarks/bootstrap_checks.py`; 200 replicates: ~{200 * seconds:.0f} s per layer and target)"
+    ) in text
     cov = r["mi_coverage"]
     seeds = len({x["seed"] for x in cov})
     miss = [x[k]["miss_widths"] for x in cov for k in ("mi", "corrected")]
-    assert f"60,000 occurrences, {seeds} seeds) the plain percentile intervals missed the estimate by " \
-           f"{min(miss):.1f}-{max(miss):.1f} of their widths at every seed" in text
+    assert (
+        f"60,000 occurrences, {seeds} seeds) the plain percentile intervals missed the estimate by "
+        f"{min(miss):.1f}-{max(miss):.1f} of their widths at every seed" in text
+    )
 
     assert f"over the bootstrapped data set and {r['fresh']} fresh ones, partitioned by the same clusters" in text
     restart = [x["restart_sd"] for x in cov]
     fresh = [x["mi"]["fresh_sd"] for x in cov]
-    assert (f"{min(restart):.3f}-{max(restart):.3f} nats over {s['mi']['restarts']} restarts, as over the data "
-            f"sets ({min(fresh):.3f}-{max(fresh):.3f})") in text
+    assert (
+        f"{min(restart):.3f}-{max(restart):.3f} nats over {s['mi']['restarts']} restarts, as over the data "
+        f"sets ({min(fresh):.3f}-{max(fresh):.3f})"
+    ) in text
     sizes = s["mi"]["sizes"]
     docstring = " ".join((REPO / "evolution" / "metrics" / "mi.py").read_text(encoding="utf-8").split())
-    assert (f"missed the estimate by {min(miss):.1f}-{max(miss):.1f} widths at {sizes[0] / s['mi']['k']:.0f}-"
-            f"{sizes[-1] / s['mi']['k']:.0f} occurrences per cluster") in docstring
+    assert (
+        f"missed the estimate by {min(miss):.1f}-{max(miss):.1f} widths at {sizes[0] / s['mi']['k']:.0f}-"
+        f"{sizes[-1] / s['mi']['k']:.0f} occurrences per cluster"
+    ) in docstring
 
     def ratios(n, k):
         return [x[k]["width"] / x[k]["fresh_width"] for x in cov if x["n"] == n]
 
     big = {k: ratios(60_000, k) for k in ("mi", "corrected")}
-    assert (f"at 60,000, {min(big['mi']):.2f}-{max(big['mi']):.2f} of it for the MI (mean {np.mean(big['mi']):.2f}) "
-            f"and {min(big['corrected']):.2f}-{max(big['corrected']):.2f} for MI minus the control (mean "
-            f"{np.mean(big['corrected']):.2f}); at 10,000 wider (means {np.mean(ratios(10_000, 'mi')):.2f} and "
-            f"{np.mean(ratios(10_000, 'corrected')):.2f})") in text
+    assert (
+        f"at 60,000, {min(big['mi']):.2f}-{max(big['mi']):.2f} of it for the MI (mean {np.mean(big['mi']):.2f}) "
+        f"and {min(big['corrected']):.2f}-{max(big['corrected']):.2f} for MI minus the control (mean "
+        f"{np.mean(big['corrected']):.2f}); at 10,000 wider (means {np.mean(ratios(10_000, 'mi')):.2f} and "
+        f"{np.mean(ratios(10_000, 'corrected')):.2f})"
+    ) in text
     assert all(np.mean(ratios(10_000, k)) > 1 for k in ("mi", "corrected"))
 
 
@@ -169,16 +194,21 @@ def test_docs_metrics_quotes_the_type_counts():
     ds = open_metrics(store, "mi_types").sel(model="mt", target="input")
     sel = r["selection"]
     assert sel["occurrences"] == int(ds.n.sel(types=1000)) and sel["entropy"] == pytest.approx(
-        float(ds.entropy.sel(types=1000)), abs=1e-9)  # the script counts the store's own occurrences
+        float(ds.entropy.sel(types=1000)), abs=1e-9
+    )  # the script counts the store's own occurrences
     text = " ".join((REPO / "docs" / "metrics.md").read_text(encoding="utf-8").split())
     c, tr = r["types"]["corpus"], r["types"]["train"]
-    assert (f"{c['1000']} types with >= 1,000 occurrences (training split: {tr['1000']}), {c['200']} with >= 200 "
-            f"({tr['200']}), {c['100']:,} with >= 100 ({tr['100']})") in text
+    assert (
+        f"{c['1000']} types with >= 1,000 occurrences (training split: {tr['1000']}), {c['200']} with >= 200 "
+        f"({tr['200']}), {c['100']:,} with >= 100 ({tr['100']})"
+    ) in text
     prop = r["proportional"]
     ks = ", ".join(f"{p['k']:,}" for p in prop[:-1]) + f" and {prop[-1]['k']:,}"
     controls = ", ".join(f"{p['control']:.2f}" for p in prop[:-1]) + f" and {prop[-1]['control']:.2f}"
-    assert f"the shuffled control is {controls} nats for k = {ks} ({prop[-1]['control'] / sel['entropy']:.0%} of H(X)" \
-           in text
+    assert (
+        f"the shuffled control is {controls} nats for k = {ks} ({prop[-1]['control'] / sel['entropy']:.0%} of H(X)"
+        in text
+    )
 
     reach = ", ".join(f"{p['mi_fraction']:.1%}" for p in prop[:-1]) + f" and {prop[-1]['mi_fraction']:.1%}"
     assert f"the MI such a clustering can reach {reach} of H(X)" in text

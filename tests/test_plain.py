@@ -15,8 +15,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "results" / "bible-full" / "models"
-SENTENCES = ["In the beginning God created the heaven and the earth.", "And God said, Let there be light.",
-             "Jesus wept."]
+SENTENCES = [
+    "In the beginning God created the heaven and the earth.",
+    "And God said, Let there be light.",
+    "Jesus wept.",
+]
 TOLERANCE = 1e-5
 
 
@@ -33,15 +36,22 @@ def _padded_max(a: np.ndarray, b: np.ndarray, lengths: list[int], *, axes: int) 
 @pytest.mark.parametrize("objective", ["mt", "lm", "mlm"])
 def test_the_plain_network_equals_fairseqs(objective):
     pytest.importorskip("fairseq")
-    from evolution.models.shipped_torch import PlainAdapter
     from evolution.models.shipped_fairseq import ShippedAdapter
+    from evolution.models.shipped_torch import PlainAdapter
 
     fs, pl = ShippedAdapter(MODELS / objective), PlainAdapter(MODELS / objective)
     inputs = [fs.build_input(fs.tokenize(s).ids) for s in SENTENCES]
     assert inputs == [pl.build_input(pl.tokenize(s).ids) for s in SENTENCES]
-    assert (pl.num_layers, pl.num_heads, pl.d_model, pl.max_positions, pl.prefix, pl.suffix, pl.mask_id,
-            pl.ordinary_ids) == (fs.num_layers, fs.num_heads, fs.d_model, fs.max_positions, fs.prefix, fs.suffix,
-                                 fs.mask_id, fs.ordinary_ids)
+    assert (
+        pl.num_layers,
+        pl.num_heads,
+        pl.d_model,
+        pl.max_positions,
+        pl.prefix,
+        pl.suffix,
+        pl.mask_id,
+        pl.ordinary_ids,
+    ) == (fs.num_layers, fs.num_heads, fs.d_model, fs.max_positions, fs.prefix, fs.suffix, fs.mask_id, fs.ordinary_ids)
     lengths = [len(x) for x in inputs]
     h1, a1, n1 = fs.forward_norms(inputs)
     h2, a2, n2 = pl.forward_norms(inputs)
@@ -52,8 +62,12 @@ def test_the_plain_network_equals_fairseqs(objective):
     for x, y in zip(fs.forward_qk(inputs[:1]), pl.forward_qk(inputs[:1])):
         np.testing.assert_allclose(y, x, rtol=0, atol=TOLERANCE)
     masked = [(0, 1), (2, 3), (5, len(inputs[0]) - 1)]
-    np.testing.assert_allclose(pl.forward_masked_keys([inputs[0]] * 3, masked=masked),
-                               fs.forward_masked_keys([inputs[0]] * 3, masked=masked), rtol=0, atol=TOLERANCE)
+    np.testing.assert_allclose(
+        pl.forward_masked_keys([inputs[0]] * 3, masked=masked),
+        fs.forward_masked_keys([inputs[0]] * 3, masked=masked),
+        rtol=0,
+        atol=TOLERANCE,
+    )
     if objective == "mt":
         target = [fs.build_decoder_input(fs.tokenize_target("En el principio creó Dios los cielos y la tierra.").ids)]
         for x, y in zip(fs.forward_decoder(inputs[:1], target), pl.forward_decoder(inputs[:1], target)):
@@ -69,8 +83,8 @@ def test_greedy_translations_equal_fairseqs_generator():
     import torch
     from fairseq.sequence_generator import SequenceGenerator
 
-    from evolution.models.shipped_torch import PlainAdapter
     from evolution.models.shipped_fairseq import ShippedAdapter
+    from evolution.models.shipped_torch import PlainAdapter
 
     fs, pl = ShippedAdapter(MODELS / "mt"), PlainAdapter(MODELS / "mt")
     lines = (ROOT / "evolution" / "data" / "web-genesis.en.txt").read_text(encoding="utf-8").splitlines()[:12]
@@ -91,7 +105,7 @@ def test_a_shipped_model_runs_without_fairseq(tmp_path):
 import sys
 sys.modules["fairseq"] = None  # any import of fairseq fails
 import evolution.api as ev
-mt = ev.load({str(MODELS / 'mt')!r})
+mt = ev.load({str(MODELS / "mt")!r})
 reps = ev.represent([mt], {SENTENCES!r}, attention=True)
 hidden = reps["mt"].hidden
 assert hidden.shape[0] == 7 and hidden.shape[2] == 128, hidden.shape

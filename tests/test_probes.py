@@ -57,8 +57,9 @@ def treebank(seed, count, *, direction="dependent", d=8, noise=0.1):
         maps = rng.dirichlet(np.ones(n + 2), size=(K, n + 2))
         if direction is not None:
             maps[CARRIER] = (1 - noise) * arc_map(heads, direction) + noise * maps[CARRIER]
-        out.append(ProbeSentence(attention=maps, heads=heads, punct=rng.random(n) < 0.1,
-                                 embeddings=rng.normal(size=(n, d))))
+        out.append(
+            ProbeSentence(attention=maps, heads=heads, punct=rng.random(n) < 0.1, embeddings=rng.normal(size=(n, d)))
+        )
     return out
 
 
@@ -83,8 +84,9 @@ def test_word_level_attention_against_a_loop():
     with pytest.raises(ValueError, match="special"):
         word_level_attention(attn, [-1, 0, 0, -1, 1, 2, 2, 2, 3, -1])
     emb = rng.normal(size=(len(word_ids), 5))
-    np.testing.assert_allclose(word_level_embeddings(emb, word_ids),
-                               [emb[rows].mean(0) for rows in units[1:-1]], atol=1e-12)
+    np.testing.assert_allclose(
+        word_level_embeddings(emb, word_ids), [emb[rows].mean(0) for rows in units[1:-1]], atol=1e-12
+    )
 
 
 def test_distance_features_by_hand():
@@ -169,8 +171,12 @@ def test_distance_baseline_learns_previous_word_heads():
     rng = np.random.default_rng(4)
 
     def sentences(count):  # word i's head is word i - 1, the first word's is ROOT: heads = 0, 1, ..., n-1
-        return [ProbeSentence(attention=None, heads=np.arange(n), punct=np.zeros(n, bool),
-                              embeddings=rng.normal(size=(n, 8))) for n in rng.integers(5, 16, size=count)]
+        return [
+            ProbeSentence(
+                attention=None, heads=np.arange(n), punct=np.zeros(n, bool), embeddings=rng.normal(size=(n, 8))
+            )
+            for n in rng.integers(5, 16, size=count)
+        ]
 
     probe = fit_probe(sentences(150), kind="distance_words", seed=0)  # the paper's 1 epoch, lr 0.002
     assert uas(probe, sentences(100)) >= 0.95
@@ -204,8 +210,7 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="n\\+2"):
         ProbeSentence(attention=np.zeros((2, 4, 4)), heads=[0, 1, 1], punct=None)
     with pytest.raises(ValueError, match="embeddings"):
-        fit_probe([ProbeSentence(attention=np.zeros((2, 5, 5)), heads=[0, 1, 1], punct=None)],
-                  kind="attention_words")
+        fit_probe([ProbeSentence(attention=np.zeros((2, 5, 5)), heads=[0, 1, 1], punct=None)], kind="attention_words")
     with pytest.raises(ValueError, match="kind"):
         fit_probe(treebank(0, 2), kind="bilinear")
 
@@ -244,8 +249,12 @@ def test_early_stopping_stops_after_patience_and_keeps_the_best_epochs_weights()
     rng = np.random.default_rng(7)
 
     def sentences(count):
-        return [ProbeSentence(attention=None, heads=random_tree(rng, n), punct=np.zeros(n, bool),
-                              embeddings=rng.normal(size=(n, 8))) for n in rng.integers(5, 12, size=count)]
+        return [
+            ProbeSentence(
+                attention=None, heads=random_tree(rng, n), punct=np.zeros(n, bool), embeddings=rng.normal(size=(n, 8))
+            )
+            for n in rng.integers(5, 12, size=count)
+        ]
 
     fit, held = sentences(12), sentences(30)
     probe = fit_probe(fit, kind="distance_words", epochs=60, lr=0.01, seed=0, held_out=held, patience=4)

@@ -12,8 +12,12 @@ from evolution.models.fairseq import FairseqAdapter
 from evolution.nets.gates import remove_heads
 from evolution.training import pruning
 
-SOURCES = ["And God said, Let there be light", "and there was light.", "The earth was without form and void",
-           "God saw the light, that it was good"] * 3
+SOURCES = [
+    "And God said, Let there be light",
+    "and there was light.",
+    "The earth was without form and void",
+    "God saw the light, that it was good",
+] * 3
 TARGETS = [" ".join(w[::-1] for w in s.split()) for s in SOURCES]
 
 
@@ -27,8 +31,17 @@ def test_a_large_penalty_closes_gates_and_no_penalty_keeps_them(trained, tmp_pat
     for lam in (0.0, 20.0):
         a = _mt(trained)
         items = pruning.training_items(a, SOURCES, TARGETS)
-        results[lam] = pruning.prune(a, items, directory=tmp_path / f"lam{lam}", lam=lam, attentions=a.attention_types,
-                                     updates=40, lr=0.05, max_tokens=200, progress=False)
+        results[lam] = pruning.prune(
+            a,
+            items,
+            directory=tmp_path / f"lam{lam}",
+            lam=lam,
+            attentions=a.attention_types,
+            updates=40,
+            lr=0.05,
+            max_tokens=200,
+            progress=False,
+        )
     total = {lam: sum(np.sum(r["prob_open"][att]) for att in r["prob_open"]) for lam, r in results.items()}
     heads = sum(np.size(results[0.0]["prob_open"][att]) for att in results[0.0]["prob_open"])
     assert total[20.0] < 0.25 * heads < total[0.0]
@@ -48,16 +61,27 @@ def test_gate_lr_moves_the_gates_and_lr_the_model(trained, tmp_path):
         a = _mt(trained)
         before = [p.detach().clone() for p in a._model.parameters()]
         items = pruning.training_items(a, SOURCES, TARGETS)
-        results[gate_lr] = pruning.prune(a, items, directory=tmp_path / f"g{gate_lr}", lam=20.0,
-                                         attentions=a.attention_types, updates=40, lr=1e-5, gate_lr=gate_lr,
-                                         max_tokens=200, progress=False)
+        results[gate_lr] = pruning.prune(
+            a,
+            items,
+            directory=tmp_path / f"g{gate_lr}",
+            lam=20.0,
+            attentions=a.attention_types,
+            updates=40,
+            lr=1e-5,
+            gate_lr=gate_lr,
+            max_tokens=200,
+            progress=False,
+        )
         moved[gate_lr] = max(float((p.detach() - q).abs().max()) for p, q in zip(a._model.parameters(), before))
     heads = sum(np.size(v) for v in results[None]["prob_open"].values())
     total = {g: sum(np.sum(v) for v in r["prob_open"].values()) for g, r in results.items()}
     initial = heads / (1 + np.exp(0.33 * np.log(0.1 / 1.1)))  # P(open) at log alpha 0: 0.69 per head
     assert total[0.05] < 0.25 * heads
     assert total[None] == pytest.approx(initial, rel=0.01)  # 40 x 1e-5 moves no gate
-    assert sum(np.sum(k) for k in results[0.05]["kept"].values()) < sum(np.sum(k) for k in results[None]["kept"].values())
+    assert sum(np.sum(k) for k in results[0.05]["kept"].values()) < sum(
+        np.sum(k) for k in results[None]["kept"].values()
+    )
     for g in moved:
         assert 0 < moved[g] <= 40 * 1e-5 * 1.5  # at most ~lr per update (bias correction: a little more)
 
@@ -68,8 +92,17 @@ def test_without_gates_the_run_fine_tunes_the_model_only(trained, tmp_path):
     a = _mt(trained)
     before = [p.detach().clone() for p in a._model.parameters()]
     items = pruning.training_items(a, SOURCES, TARGETS)
-    r = pruning.prune(a, items, directory=tmp_path / "tuned", lam=0.0, attentions=(), updates=5, lr=1e-3,
-                      max_tokens=200, progress=False)
+    r = pruning.prune(
+        a,
+        items,
+        directory=tmp_path / "tuned",
+        lam=0.0,
+        attentions=(),
+        updates=5,
+        lr=1e-3,
+        max_tokens=200,
+        progress=False,
+    )
     assert r["kept"] == {} and r["prob_open"] == {} and pruning.kept_gates(r) == {}
     assert all(h["penalty"] == 0.0 and h["open"] == {} for h in r["history"])
     assert any(not torch.equal(p.detach(), q) for p, q in zip(a._model.parameters(), before))
@@ -78,8 +111,17 @@ def test_without_gates_the_run_fine_tunes_the_model_only(trained, tmp_path):
 def test_an_interrupted_pruning_run_resumes_to_the_same_numbers(trained, tmp_path, monkeypatch):
     a = _mt(trained)
     items = pruning.training_items(a, SOURCES, TARGETS)
-    straight = pruning.prune(a, items, directory=tmp_path / "straight", lam=1.0, updates=8, lr=0.01,
-                             max_tokens=100, save_every=4, progress=False)
+    straight = pruning.prune(
+        a,
+        items,
+        directory=tmp_path / "straight",
+        lam=1.0,
+        updates=8,
+        lr=0.01,
+        max_tokens=100,
+        save_every=4,
+        progress=False,
+    )
     b = _mt(trained)
     real_step = torch.optim.Adam.step
     calls = {"n": 0}
@@ -93,14 +135,31 @@ def test_an_interrupted_pruning_run_resumes_to_the_same_numbers(trained, tmp_pat
     with monkeypatch.context() as m:
         m.setattr(torch.optim.Adam, "step", dying_step)
         with pytest.raises(KeyboardInterrupt):
-            pruning.prune(b, items, directory=tmp_path / "resumed", lam=1.0, updates=8, lr=0.01, max_tokens=100,
-                          save_every=4, progress=False)
+            pruning.prune(
+                b,
+                items,
+                directory=tmp_path / "resumed",
+                lam=1.0,
+                updates=8,
+                lr=0.01,
+                max_tokens=100,
+                save_every=4,
+                progress=False,
+            )
     assert not (tmp_path / "resumed" / "result.json").exists()
     c = _mt(trained)
-    resumed = pruning.prune(c, items, directory=tmp_path / "resumed", lam=1.0, updates=8, lr=0.01, max_tokens=100,
-                            save_every=4, progress=False)
-    np.testing.assert_allclose(resumed["prob_open"]["encoder_self"], straight["prob_open"]["encoder_self"],
-                               rtol=1e-6)
+    resumed = pruning.prune(
+        c,
+        items,
+        directory=tmp_path / "resumed",
+        lam=1.0,
+        updates=8,
+        lr=0.01,
+        max_tokens=100,
+        save_every=4,
+        progress=False,
+    )
+    np.testing.assert_allclose(resumed["prob_open"]["encoder_self"], straight["prob_open"]["encoder_self"], rtol=1e-6)
     for p, q in zip(a._model.parameters(), c._model.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
 
@@ -109,8 +168,10 @@ def test_translations_of_the_gated_model_equal_the_model_with_heads_removed(trai
     a = _mt(trained)
     b = _mt(trained)
     sources = [a.tokenize(s).ids for s in SOURCES[:4]]
-    kept = {att: torch.ones(len(a.output_projections(att)), a.attention_modules(att)[0].num_heads)
-            for att in a.attention_types}
+    kept = {
+        att: torch.ones(len(a.output_projections(att)), a.attention_modules(att)[0].num_heads)
+        for att in a.attention_types
+    }
     kept["encoder_self"][0, 1] = 0
     kept["decoder_self"][0, 0] = 0
     kept["encoder_decoder"][0, 1] = 0
@@ -122,8 +183,9 @@ def test_translations_of_the_gated_model_equal_the_model_with_heads_removed(trai
     removed = pruning.translate(b, sources, beam=2)
     assert gated == removed
     # the pruned heads matter: the teacher-forced outputs with and without the gates differ
-    from evolution.nets.gates import head_gates
     import contextlib
+
+    from evolution.nets.gates import head_gates
 
     src, dec = [a.build_input(sources[0])], [a.build_decoder_input(sources[0])]
     with torch.no_grad():
@@ -142,8 +204,10 @@ def test_label_smoothed_loss_by_hand():
     item = Item(inputs=[1, 2], decoder_inputs=[1, 2], positions=np.array([0, 1]), labels=np.array([0, 2]))
     total, n = pruning.label_smoothed_loss(logits, [item], smoothing=0.1)
     eps_i = 0.1 / 2
-    expected = sum((1 - 0.1 - eps_i) * -np.log(p[y]) + eps_i * -np.log(p).sum()
-                   for p, y in (([0.5, 0.25, 0.25], 0), ([0.2, 0.2, 0.6], 2)))
+    expected = sum(
+        (1 - 0.1 - eps_i) * -np.log(p[y]) + eps_i * -np.log(p).sum()
+        for p, y in (([0.5, 0.25, 0.25], 0), ([0.2, 0.2, 0.6], 2))
+    )
     assert n == 2 and float(total) == pytest.approx(expected, rel=1e-6)
 
 
@@ -153,14 +217,19 @@ def test_label_smoothed_loss_of_a_batch_is_the_sum_over_its_items():
     from evolution.metrics.importance import Item
 
     logits = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(0))
-    items = [Item([1], [1, 2, 3], np.array([0, 2]), np.array([1, 3])),
-             Item([1], [1, 2, 3, 4], np.array([1, 2, 3]), np.array([4, 0, 2])),
-             Item([1], [1], np.array([0]), np.array([2]))]
+    items = [
+        Item([1], [1, 2, 3], np.array([0, 2]), np.array([1, 3])),
+        Item([1], [1, 2, 3, 4], np.array([1, 2, 3]), np.array([4, 0, 2])),
+        Item([1], [1], np.array([0]), np.array([2])),
+    ]
     total, n = pruning.label_smoothed_loss(logits, items, smoothing=0.2)
     logp = torch.log_softmax(logits.double(), -1).numpy()
     eps_i = 0.2 / 4
-    expected = sum((1 - 0.2 - eps_i) * -logp[b, p, y] - eps_i * logp[b, p].sum()
-                   for b, it in enumerate(items) for p, y in zip(it.positions, it.labels))
+    expected = sum(
+        (1 - 0.2 - eps_i) * -logp[b, p, y] - eps_i * logp[b, p].sum()
+        for b, it in enumerate(items)
+        for p, y in zip(it.positions, it.labels)
+    )
     assert n == 6 and float(total) == pytest.approx(expected, rel=1e-5)
 
 
@@ -244,16 +313,24 @@ def test_the_from_scratch_control_starts_from_a_fresh_initialisation_not_the_pre
     pretrained = _mt(trained)
     before = {k: v.detach().clone() for k, v in pretrained._model.state_dict().items()}
     norms = [m for m in pretrained._model.modules() if isinstance(m, torch.nn.LayerNorm)]
-    assert norms and not all(torch.equal(m.weight, torch.ones_like(m.weight)) and
-                             torch.equal(m.bias, torch.zeros_like(m.bias)) for m in norms)  # the premise
+    assert norms and not all(
+        torch.equal(m.weight, torch.ones_like(m.weight)) and torch.equal(m.bias, torch.zeros_like(m.bias))
+        for m in norms
+    )  # the premise
     a = _mt(trained)
     items = pruning.training_items(a, SOURCES, TARGETS)
-    layout = {att: np.ones((len(a.output_projections(att)), a.attention_modules(att)[0].num_heads))
-              for att in a.attention_types}
-    pruning.train_with_heads(a, items, directory=tmp_path / "scratch", layout=layout, updates=0, max_tokens=200,
-                             seed=3, progress=False)
-    same = [k for k, v in a._model.state_dict().items()
-            if v.dim() >= 2 and v.is_floating_point() and torch.equal(v, before[k])]
+    layout = {
+        att: np.ones((len(a.output_projections(att)), a.attention_modules(att)[0].num_heads))
+        for att in a.attention_types
+    }
+    pruning.train_with_heads(
+        a, items, directory=tmp_path / "scratch", layout=layout, updates=0, max_tokens=200, seed=3, progress=False
+    )
+    same = [
+        k
+        for k, v in a._model.state_dict().items()
+        if v.dim() >= 2 and v.is_floating_point() and torch.equal(v, before[k])
+    ]
     assert same == [], f"the from-scratch run starts from the pretrained {same}"
     for name, m in a._model.named_modules():
         if isinstance(m, torch.nn.LayerNorm):

@@ -39,9 +39,18 @@ def _seed(trained) -> int:
 def _train_args(trained, save_dir, *, updates: int, dropout: float | None = None) -> list[str]:
     """What trainer.run_args gives fairseq-train for run ``mt``, into ``save_dir``."""
     cfg, paths = trained["cfg"], trained["paths"]
-    args = recipe.train_args(cfg.train, objective="mt", data=paths.data("mt"), languages=_languages(paths),
-                             updates=updates, seed=_seed(trained), save_dir=save_dir,
-                             init_encoder=paths.init(_seed(trained)), token_dropout=0.0, cpu=True)
+    args = recipe.train_args(
+        cfg.train,
+        objective="mt",
+        data=paths.data("mt"),
+        languages=_languages(paths),
+        updates=updates,
+        seed=_seed(trained),
+        save_dir=save_dir,
+        init_encoder=paths.init(_seed(trained)),
+        token_dropout=0.0,
+        cpu=True,
+    )
     if dropout is not None:
         args += ["--dropout", str(dropout)]  # argparse: the last one wins
     return args + ["--log-interval", "1"]
@@ -59,19 +68,29 @@ def _fairseq_start(args):
     import_fairseq()
     register()
     with quiet():
-        cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(),
-                                                                          input_args=args))
+        cfg = convert_namespace_to_omegaconf(
+            options.parse_args_and_arch(options.get_training_parser(), input_args=args)
+        )
         np.random.seed(cfg.common.seed)
         utils.set_torch_seed(cfg.common.seed)
         task = tasks.setup_task(cfg.task)
         model = task.build_model(cfg.model)
         task.load_dataset("train", combine=True, epoch=1)
         itr = task.get_batch_iterator(
-            dataset=task.dataset("train"), max_tokens=cfg.dataset.max_tokens, max_sentences=cfg.dataset.batch_size,
-            max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions(),
-                                                      cfg.dataset.max_tokens),
-            ignore_invalid_inputs=True, required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
-            seed=cfg.common.seed, num_shards=1, shard_id=0, num_workers=0, epoch=1)
+            dataset=task.dataset("train"),
+            max_tokens=cfg.dataset.max_tokens,
+            max_sentences=cfg.dataset.batch_size,
+            max_positions=utils.resolve_max_positions(
+                task.max_positions(), model.max_positions(), cfg.dataset.max_tokens
+            ),
+            ignore_invalid_inputs=True,
+            required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
+            seed=cfg.common.seed,
+            num_shards=1,
+            shard_id=0,
+            num_workers=0,
+            epoch=1,
+        )
     return cfg, task, model, itr
 
 
@@ -106,8 +125,10 @@ def _no_dropout(model):
 
 
 def _all_heads(adapter):
-    return {a: torch.ones(len(adapter.output_projections(a)), adapter.attention_modules(a)[0].num_heads)
-            for a in adapter.attention_types}
+    return {
+        a: torch.ones(len(adapter.output_projections(a)), adapter.attention_modules(a)[0].num_heads)
+        for a in adapter.attention_types
+    }
 
 
 def _loop(trained, adapter, directory, *, updates, batches=None):
@@ -119,9 +140,22 @@ def _loop(trained, adapter, directory, *, updates, batches=None):
         orig = pruning.BATCHINGS["regrouped"]
         pruning.BATCHINGS["regrouped"] = lambda items, *, max_tokens, seed: pruning_batches
     try:
-        return pruning._run(adapter, [], directory=directory, updates=updates, lr=cfg.lr, max_tokens=cfg.max_tokens,
-                            seed=_seed(trained), gates={}, fixed=_all_heads(adapter), lam=0.0, save_every=10 ** 6,
-                            progress=False, smoothing=0.1, warmup=cfg.warmup_updates)
+        return pruning._run(
+            adapter,
+            [],
+            directory=directory,
+            updates=updates,
+            lr=cfg.lr,
+            max_tokens=cfg.max_tokens,
+            seed=_seed(trained),
+            gates={},
+            fixed=_all_heads(adapter),
+            lam=0.0,
+            save_every=10**6,
+            progress=False,
+            smoothing=0.1,
+            warmup=cfg.warmup_updates,
+        )
     finally:
         if batches is not None:
             pruning.BATCHINGS["regrouped"] = orig
@@ -153,8 +187,11 @@ FUNCTION_FREE = ("k_proj.bias",)
 
 
 def _max_diff(a: dict, b: dict) -> float:
-    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a
-               if a[k].is_floating_point() and not k.endswith(FUNCTION_FREE))
+    return max(
+        float((a[k].float() - b[k].float()).abs().max())
+        for k in a
+        if a[k].is_floating_point() and not k.endswith(FUNCTION_FREE)
+    )
 
 
 def _loop_from_fairseqs_start(trained, fairseq_run, directory) -> dict:
@@ -169,8 +206,9 @@ def _loop_from_fairseqs_start(trained, fairseq_run, directory) -> dict:
     return {k: v.detach() for k, v in adapter._model.state_dict().items()}
 
 
-def test_with_fairseqs_batches_start_and_no_dropout_the_loop_gives_fairseq_trains_weights(trained, fairseq_run,
-                                                                                           tmp_path, monkeypatch):
+def test_with_fairseqs_batches_start_and_no_dropout_the_loop_gives_fairseq_trains_weights(
+    trained, fairseq_run, tmp_path, monkeypatch
+):
     """Everything but the batches, the initial weights and dropout is the same training: Adam
     (0.9, 0.98), eps 1e-8, no weight decay, no clipping, inverse_sqrt from 1e-7 over the warm-up,
     label smoothing 0.1 over every vocabulary entry with padding excluded, the loss summed over
@@ -188,8 +226,10 @@ def test_with_fairseqs_batches_start_and_no_dropout_the_loop_gives_fairseq_train
     monkeypatch.setattr(torch.optim, "Adam", FairseqAdamImpl)
     diff_fairseq_adam = _max_diff(_loop_from_fairseqs_start(trained, fairseq_run, tmp_path / "fairseq-adam"), want)
     monkeypatch.undo()
-    print(f"\nfairseq-train moved the weights by up to {moved:.3g} in {UPDATES} updates; the loop ends {diff:.3g} "
-          f"from them ({diff_fairseq_adam:.3g} with fairseq's Adam)")
+    print(
+        f"\nfairseq-train moved the weights by up to {moved:.3g} in {UPDATES} updates; the loop ends {diff:.3g} "
+        f"from them ({diff_fairseq_adam:.3g} with fairseq's Adam)"
+    )
     assert moved > 1e-4
     assert diff < 1e-2 * moved
     assert diff_fairseq_adam < 1e-4 * moved
@@ -201,9 +241,22 @@ def test_with_fairseqs_batches_start_and_no_dropout_the_loop_gives_fairseq_train
     _no_dropout(adapter2._model)
     items = pruning.training_items(adapter2, *_train_text(paths), max_tokens=trained["cfg"].train.max_tokens)
     cfg = trained["cfg"].train
-    pruning._run(adapter2, items, directory=tmp_path / "own", updates=UPDATES, lr=cfg.lr, max_tokens=cfg.max_tokens,
-                 seed=_seed(trained), gates={}, fixed=_all_heads(adapter2), lam=0.0, save_every=10 ** 6,
-                 progress=False, smoothing=0.1, warmup=cfg.warmup_updates)
+    pruning._run(
+        adapter2,
+        items,
+        directory=tmp_path / "own",
+        updates=UPDATES,
+        lr=cfg.lr,
+        max_tokens=cfg.max_tokens,
+        seed=_seed(trained),
+        gates={},
+        fixed=_all_heads(adapter2),
+        lam=0.0,
+        save_every=10**6,
+        progress=False,
+        smoothing=0.1,
+        warmup=cfg.warmup_updates,
+    )
     own = _max_diff({k: v.detach() for k, v in adapter2._model.state_dict().items()}, want)
     print(f"with the loop's own batches it ends {own:.3g} from them")
     assert own > 10 * diff
@@ -263,7 +316,8 @@ def test_fairseq_fixes_each_batchs_sentences_the_loop_regroups_them_every_epoch(
 
 
 def test_a_shipped_models_scratch_start_shares_fairseq_trains_embeddings_and_decoder_not_its_encoder(
-        trained, fairseq_run, tmp_path):
+    trained, fairseq_run, tmp_path
+):
     """train_with_heads seeds torch with the run's seed and builds the model from the adapter's
     arguments. A shipped model's arguments have no --init-encoder (shipped._MACHINE_PATHS), so
     the encoder is the one EvolutionMT.build_model draws after the decoder, where fairseq-train
@@ -276,17 +330,30 @@ def test_a_shipped_models_scratch_start_shares_fairseq_trains_embeddings_and_dec
     init = fairseq_run["initial"]
     pack_training(paths.root, out=tmp_path / "shipped", runs=["mt"])
     starts = {}
-    for kind, adapter in (("shipped", ShippedAdapter(tmp_path / "shipped" / "mt")),
-                          ("checkpoint", FairseqAdapter(paths.checkpoint("mt"), data=paths.data("mt"),
-                                                        sentencepiece=paths.spm_model))):
-        pruning.train_with_heads(adapter, [], directory=tmp_path / kind, layout=_all_heads(adapter), updates=0,
-                                 seed=_seed(trained), progress=False)
+    for kind, adapter in (
+        ("shipped", ShippedAdapter(tmp_path / "shipped" / "mt")),
+        ("checkpoint", FairseqAdapter(paths.checkpoint("mt"), data=paths.data("mt"), sentencepiece=paths.spm_model)),
+    ):
+        pruning.train_with_heads(
+            adapter,
+            [],
+            directory=tmp_path / kind,
+            layout=_all_heads(adapter),
+            updates=0,
+            seed=_seed(trained),
+            progress=False,
+        )
         starts[kind] = {k: v.detach().clone() for k, v in adapter._model.state_dict().items()}
     assert _max_diff(starts["checkpoint"], init) == 0.0
     s = starts["shipped"]
     same = sorted(k for k in init if init[k].is_floating_point() and torch.equal(s[k], init[k]))
-    differ = sorted(k for k in init if init[k].is_floating_point() and not torch.equal(s[k], init[k])
-                    and not torch.all(init[k] == init[k].flatten()[0]))  # constants (biases 0, norms 1) are equal
+    differ = sorted(
+        k
+        for k in init
+        if init[k].is_floating_point()
+        and not torch.equal(s[k], init[k])
+        and not torch.all(init[k] == init[k].flatten()[0])
+    )  # constants (biases 0, norms 1) are equal
     assert "encoder.embed_tokens.weight" in same and any(k.startswith("decoder.layers.") for k in same)
     assert differ and all(k.startswith("encoder.layers.") for k in differ), differ
 

@@ -13,8 +13,18 @@ from evolution.metrics.results import write_metrics
 from evolution.report.scorecard.base import FAILS, HOLDS, NA
 
 
-def _store(tmp_path, *, pruned, scratch, tuned=20.0, scratch_full=19.0, models=("mt", "mt-seed1", "mt-seed2"),
-           runs=None, continuous=None, scratch_runs=("all-0.04", "all-0.06")):
+def _store(
+    tmp_path,
+    *,
+    pruned,
+    scratch,
+    tuned=20.0,
+    scratch_full=19.0,
+    models=("mt", "mt-seed1", "mt-seed2"),
+    runs=None,
+    continuous=None,
+    scratch_runs=("all-0.04", "all-0.06"),
+):
     """``pruned`` / ``scratch``: (model, run) BLEU of the two all-attention runs (lambdas 0.04 and
     0.06); the references ``tuned`` (pruned arm) and ``scratch_full`` (from-scratch arm) per model."""
     names = ["encoder-0.04", "all-0.04", "encoder-0.06", "all-0.06"]
@@ -26,18 +36,27 @@ def _store(tmp_path, *, pruned, scratch, tuned=20.0, scratch_full=19.0, models=(
         if r in scratch_runs:
             bs[:, j] = np.asarray(scratch)[:, [1, 3].index(j)]
     cont = np.full((n, 4), np.nan) if continuous is None else np.where(np.isnan(bs), np.nan, bleu + continuous)
-    ds = xr.Dataset({"bleu": (("model", "run"), bleu), "bleu_scratch": (("model", "run"), bs),
-                     "bleu_continuous": (("model", "run"), cont),
-                     "bleu_tuned": (("model",), np.broadcast_to(np.asarray(tuned, float), (n,)).copy()),
-                     "bleu_scratch_full": (("model",), np.broadcast_to(np.asarray(scratch_full, float), (n,)).copy()),
-                     "bleu_full": (("model",), np.full(n, 19.5)), "chrf_full": (("model",), np.full(n, 45.0)),
-                     "chrf": (("model", "run"), np.full((n, 4), 44.0)),
-                     "chrf_tuned": (("model",), np.full(n, 45.5)),
-                     "kept": (("model", "run", "attention", "layer", "head"), np.ones((n, 4, 3, 2, 2))),
-                     "lam": (("run",), [0.04, 0.04, 0.06, 0.06]),
-                     "scope": (("run",), np.array(["encoder", "all", "encoder", "all"], dtype=object))},
-                    coords={"model": np.array(models, dtype=object), "run": np.array(names, dtype=object),
-                            "attention": np.array(ATTENTIONS, dtype=object)})
+    ds = xr.Dataset(
+        {
+            "bleu": (("model", "run"), bleu),
+            "bleu_scratch": (("model", "run"), bs),
+            "bleu_continuous": (("model", "run"), cont),
+            "bleu_tuned": (("model",), np.broadcast_to(np.asarray(tuned, float), (n,)).copy()),
+            "bleu_scratch_full": (("model",), np.broadcast_to(np.asarray(scratch_full, float), (n,)).copy()),
+            "bleu_full": (("model",), np.full(n, 19.5)),
+            "chrf_full": (("model",), np.full(n, 45.0)),
+            "chrf": (("model", "run"), np.full((n, 4), 44.0)),
+            "chrf_tuned": (("model",), np.full(n, 45.5)),
+            "kept": (("model", "run", "attention", "layer", "head"), np.ones((n, 4, 3, 2, 2))),
+            "lam": (("run",), [0.04, 0.04, 0.06, 0.06]),
+            "scope": (("run",), np.array(["encoder", "all", "encoder", "all"], dtype=object)),
+        },
+        coords={
+            "model": np.array(models, dtype=object),
+            "run": np.array(names, dtype=object),
+            "attention": np.array(ATTENTIONS, dtype=object),
+        },
+    )
     ds.attrs["runs"] = runs or {}
     path = tmp_path / "m.zarr"
     write_metrics(path, {"heads_pruning": ds}, fingerprint="test")
@@ -96,14 +115,18 @@ def test_fewer_than_three_seeds_or_no_scratch_layout_is_not_measurable(tmp_path)
     f = _v3(two)
     assert f.verdict == NA and "2 seed(s)" in f.why and "needs >= 3" in f.why
     # a token-dropout model is no seed of the base recipe
-    tok = _store(tmp_path / "b", pruned=[[19.6, 19.6]] * 3, scratch=[[18.0, 18.0]] * 3,
-                 models=("mt", "mt-seed1", "mt-tokdrop"), runs={"mt-tokdrop": {"token_dropout": 0.1}})
+    tok = _store(
+        tmp_path / "b",
+        pruned=[[19.6, 19.6]] * 3,
+        scratch=[[18.0, 18.0]] * 3,
+        models=("mt", "mt-seed1", "mt-tokdrop"),
+        runs={"mt-tokdrop": {"token_dropout": 0.1}},
+    )
     f = _v3(tok)
     assert f.verdict == NA and "mt-tokdrop (token dropout" in f.why
     none = _store(tmp_path / "c", pruned=[[19.6, 19.6]] * 3, scratch=[[18.0, 18.0]] * 3, scratch_runs=())
     assert "no lambda's layout trained from scratch" in _v3(none).why
-    no_ref = _store(tmp_path / "d", pruned=[[19.6, 19.6]] * 3, scratch=[[18.0, 18.0]] * 3,
-                    tuned=[20.0, np.nan, 20.0])
+    no_ref = _store(tmp_path / "d", pruned=[[19.6, 19.6]] * 3, scratch=[[18.0, 18.0]] * 3, tuned=[20.0, np.nan, 20.0])
     f = _v3(no_ref)
     assert f.verdict == NA and "mt-seed1 (no gate-free fine-tuned reference" in f.why
 
@@ -133,8 +156,16 @@ def test_the_seed_table_reads_each_arm_against_its_own_reference(tmp_path):
     pruned = [[19.6, 19.1], [19.0, 19.3], [19.9, 18.8], [25.0, 25.0]]
     scratch = [[18.0, 17.1], [18.6, 17.9], [17.3, 17.6], [10.0, 10.0]]
     tuned, scratch_full = [20.1, 19.4, 20.3, 30.0], [19.0, 18.2, 19.6, 5.0]
-    path = _store(tmp_path, pruned=pruned, scratch=scratch, tuned=tuned, scratch_full=scratch_full, continuous=0.25,
-                  models=("mt", "mt-seed1", "mt-seed2", "mt-tokdrop"), runs={"mt-tokdrop": {"token_dropout": 0.1}})
+    path = _store(
+        tmp_path,
+        pruned=pruned,
+        scratch=scratch,
+        tuned=tuned,
+        scratch_full=scratch_full,
+        continuous=0.25,
+        models=("mt", "mt-seed1", "mt-seed2", "mt-tokdrop"),
+        runs={"mt-tokdrop": {"token_dropout": 0.1}},
+    )
     title, rows, caption = HeadPruning().tables(path)[-1]
     assert "3 seeds" in title and "mt, mt-seed1, mt-seed2" in caption
     assert rows[0][-1] == "per seed (mt, mt-seed1, mt-seed2)"

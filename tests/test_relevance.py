@@ -55,10 +55,10 @@ def _lm_relevances(a, ids, rules: bool):
     biases = [[p for n, p in layer.named_parameters() if n.endswith("bias")] for layer in layers]
     flat = [b for group in biases for b in group]
     rel = relevance(y, [*inputs, *flat])
-    r_inputs = [float(r.sum()) for r in rel[:len(inputs)]]
+    r_inputs = [float(r.sum()) for r in rel[: len(inputs)]]
     r_bias, k = [], len(inputs)
     for group in biases:
-        r_bias.append(sum(float(r.sum()) for r in rel[k:k + len(group)]))
+        r_bias.append(sum(float(r.sum()) for r in rel[k : k + len(group)]))
         k += len(group)
     return float(y.detach()), r_inputs, r_bias
 
@@ -98,8 +98,9 @@ def test_relevance_is_conserved_end_to_end_on_the_tiny_mt_model(trained):
 
 def test_head_relevance_normalised_per_layer_and_batched_like_one_step_at_a_time(trained):
     a = _adapter(trained, "mt")
-    items = objective_items(a, [a.tokenize(s).ids for s in SOURCES],
-                            targets=[a.tokenize_target(t).ids for t in TARGETS])
+    items = objective_items(
+        a, [a.tokenize(s).ids for s in SOURCES], targets=[a.tokenize_target(t).ids for t in TARGETS]
+    )
     together = head_relevance(a, items, attentions=a.attention_types, per_step=True, max_batch_tokens=10_000)
     n_steps = sum(len(it.positions) for it in items)
     assert together["steps"] == n_steps
@@ -127,8 +128,9 @@ def test_a_head_gated_off_has_no_relevance(trained):
 
 
 def test_normalize_over_heads_by_hand():
-    np.testing.assert_allclose(normalize_over_heads(np.array([[1.0, 3.0], [0.0, 0.0], [2.0, 2.0]])),
-                               [[0.25, 0.75], [0.0, 0.0], [0.5, 0.5]])
+    np.testing.assert_allclose(
+        normalize_over_heads(np.array([[1.0, 3.0], [0.0, 0.0], [2.0, 2.0]])), [[0.25, 0.75], [0.0, 0.0], [0.5, 0.5]]
+    )
 
 
 def test_one_steps_head_relevance_against_a_plain_computation(trained):
@@ -150,5 +152,5 @@ def test_one_steps_head_relevance_against_a_plain_computation(trained):
     H = a.num_heads
     for layer, (z, g) in enumerate(zip(captured, grads)):
         r = (z * g).detach().numpy()[:, 0, :]  # (T, H * d_head)
-        per_head = np.array([np.abs(r[:, h * (r.shape[1] // H):(h + 1) * (r.shape[1] // H)]).sum() for h in range(H)])
+        per_head = np.array([np.abs(r[:, h * (r.shape[1] // H) : (h + 1) * (r.shape[1] // H)]).sum() for h in range(H)])
         np.testing.assert_allclose(ours[layer], per_head / per_head.sum(), rtol=1e-6)

@@ -21,8 +21,10 @@ from evolution.report.scorecard import FAILS, HOLDS, NA, Finding
 
 MODELS = ["mt", "lm", "mlm", "mt-seed1", "mt-tokdrop"]
 OBJECTIVE = {m: m.split("-")[0] for m in MODELS}
-RUNS = {m: {"objective": OBJECTIVE[m], "seed": 1 if "seed1" in m else 0,
-            "token_dropout": 0.1 if "tokdrop" in m else 0.0} for m in MODELS}
+RUNS = {
+    m: {"objective": OBJECTIVE[m], "seed": 1 if "seed1" in m else 0, "token_dropout": 0.1 if "tokdrop" in m else 0.0}
+    for m in MODELS
+}
 L = 4
 LONG_ROWS = 25  # rows of the long table (more than the 10 shown)
 OUTSIDE = "/opt/elsewhere/data/sword"  # an absolute path outside the workdir
@@ -36,12 +38,16 @@ def _mi() -> xr.Dataset:
     mi[MODELS.index("mlm"), :, 1, :] = (0.5 - 0.05 * np.arange(L))[:, None]  # masked_input: the MLM only; the
     # other rows are NaN and left out
     shape = (len(MODELS), L, len(targets))
-    return xr.Dataset({"mi": (("model", "layer", "target", "restart"), mi),
-                       "mi_shuffled": (("model", "layer", "target"), np.full(shape, 0.1)),
-                       "k": (("model", "layer", "target"), np.full(shape, 30.0)),
-                       "n": (("model", "layer", "target"), np.full(shape, 1234.0)),
-                       "entropy": (("model", "target"), np.full((len(MODELS), 2), 3.5))},
-                      coords={"model": MODELS, "layer": np.arange(L), "target": targets, "restart": [0, 1]})
+    return xr.Dataset(
+        {
+            "mi": (("model", "layer", "target", "restart"), mi),
+            "mi_shuffled": (("model", "layer", "target"), np.full(shape, 0.1)),
+            "k": (("model", "layer", "target"), np.full(shape, 30.0)),
+            "n": (("model", "layer", "target"), np.full(shape, 1234.0)),
+            "entropy": (("model", "target"), np.full((len(MODELS), 2), 3.5)),
+        },
+        coords={"model": MODELS, "layer": np.arange(L), "target": targets, "restart": [0, 1]},
+    )
 
 
 def _neighbors() -> xr.Dataset:
@@ -51,22 +57,34 @@ def _neighbors() -> xr.Dataset:
     v[..., 1] = 0.481  # one constant everywhere
     v[..., 2] = np.linspace(0.3, 0.34, len(MODELS))[:, None]  # layer-independent, one value per model
     iv = np.stack([v - 0.01, v + 0.01], axis=-1)
-    return xr.Dataset({"value": (("model", "layer", "measure"), v),
-                       "interval": (("model", "layer", "measure", "bound"), iv)},
-                      coords={"model": MODELS, "layer": np.arange(L), "measure": measures, "bound": ["low", "high"]})
+    return xr.Dataset(
+        {"value": (("model", "layer", "measure"), v), "interval": (("model", "layer", "measure", "bound"), iv)},
+        coords={"model": MODELS, "layer": np.arange(L), "measure": measures, "bound": ["low", "high"]},
+    )
 
 
 def _write_store(workdir: Path) -> Path:
-    attrs = {"objectives": OBJECTIVE, "runs": RUNS, "seed": 0, "representations": f"{workdir}/reps.zarr",
-             "notes": [f"read {workdir}/corpus/abc/sentences.txt", f"treebank at {OUTSIDE}/ud.conllu"]
-             + [f"note {i}" for i in range(12)],
-             "config": {"tokens": {"top": 50}, "heads": {"treebank": f"{OUTSIDE}/ud.conllu"}},
-             "versions": {"code": "abc123def456", "python": "3.11.7", "torch": "2.13.0", "numpy": "2.4.6",
-                          "platform": "Linux"},
-             "extract_keys": {m: f"{i:016x}" for i, m in enumerate(MODELS)}}
+    attrs = {
+        "objectives": OBJECTIVE,
+        "runs": RUNS,
+        "seed": 0,
+        "representations": f"{workdir}/reps.zarr",
+        "notes": [f"read {workdir}/corpus/abc/sentences.txt", f"treebank at {OUTSIDE}/ud.conllu"]
+        + [f"note {i}" for i in range(12)],
+        "config": {"tokens": {"top": 50}, "heads": {"treebank": f"{OUTSIDE}/ud.conllu"}},
+        "versions": {
+            "code": "abc123def456",
+            "python": "3.11.7",
+            "torch": "2.13.0",
+            "numpy": "2.4.6",
+            "platform": "Linux",
+        },
+        "extract_keys": {m: f"{i:016x}" for i, m in enumerate(MODELS)},
+    }
     path = workdir / "metrics.zarr"
-    write_metrics(path, {"mi": _mi().assign_attrs(attrs), "neighbors": _neighbors().assign_attrs(attrs)},
-                  fingerprint="f" * 16)
+    write_metrics(
+        path, {"mi": _mi().assign_attrs(attrs), "neighbors": _neighbors().assign_attrs(attrs)}, fingerprint="f" * 16
+    )
     return path
 
 
@@ -90,41 +108,83 @@ class Extra(Analysis):
     """Stands in for the analyses: a known and an unknown figure, a long and a constant table."""
 
     name = "extra"
-    figures = {"mi": (_line_figure, "MI caption."), "heads_entropy": (_wide_figure, "Wide caption."),
-               "mean_norm": (_line_figure, "Mean norm caption."), "absent": (lambda p: None, "Never drawn.")}
+    figures = {
+        "mi": (_line_figure, "MI caption."),
+        "heads_entropy": (_wide_figure, "Wide caption."),
+        "mean_norm": (_line_figure, "Mean norm caption."),
+        "absent": (lambda p: None, "Never drawn."),
+    }
 
     def tables(self, path):
-        long_rows = [["model", "relation", "accuracy"]] + [[f"m{i}", f"rel{i}", f"{i / 100:.2f}"]
-                                                             for i in range(LONG_ROWS)]
+        long_rows = [["model", "relation", "accuracy"]] + [
+            [f"m{i}", f"rel{i}", f"{i / 100:.2f}"] for i in range(LONG_ROWS)
+        ]
         flat = [["model", "0", "1", "2"]] + [[m, "7.00", "7.00", "7.00"] for m in MODELS]
         return [("Dependency heads", long_rows, "Long caption."), ("Flat quantity", flat, "")]
 
 
 def _finding(number, verdict, *, part="", figure="", paper="", details=()):
-    return Finding(number, f"claim {number}{part}", f"rule {number}", f"measured {number}", verdict,
-                   why=f"why {number}" if verdict != HOLDS else "", paper=paper, figure=figure, details=details,
-                   part=part)
+    return Finding(
+        number,
+        f"claim {number}{part}",
+        f"rule {number}",
+        f"measured {number}",
+        verdict,
+        why=f"why {number}" if verdict != HOLDS else "",
+        paper=paper,
+        figure=figure,
+        details=details,
+        part=part,
+    )
 
 
 #: 5 hold, 4 not measurable, 3 fail; a further line (11b) that holds and must not be counted
-VERDICTS = {1: HOLDS, 2: NA, 3: FAILS, 4: HOLDS, 5: HOLDS, 6: NA, 7: FAILS, 8: HOLDS, 9: NA, 10: NA, 11: HOLDS,
-            12: FAILS}
-FINDINGS = [_finding(n, v, figure={1: "mi", 2: "absent", 3: "nonexistent"}.get(n, ""),
-                     paper="0.60 vs 0.53" if n == 1 else "", details=("detail a", "detail b") if n == 1 else ())
-            for n, v in VERDICTS.items()]
+VERDICTS = {
+    1: HOLDS,
+    2: NA,
+    3: FAILS,
+    4: HOLDS,
+    5: HOLDS,
+    6: NA,
+    7: FAILS,
+    8: HOLDS,
+    9: NA,
+    10: NA,
+    11: HOLDS,
+    12: FAILS,
+}
+FINDINGS = [
+    _finding(
+        n,
+        v,
+        figure={1: "mi", 2: "absent", 3: "nonexistent"}.get(n, ""),
+        paper="0.60 vs 0.53" if n == 1 else "",
+        details=("detail a", "detail b") if n == 1 else (),
+    )
+    for n, v in VERDICTS.items()
+]
 FINDINGS.insert(11, _finding(11, HOLDS, part="b"))
 
-TRAINING = {"runs": {m: RUNS[m] for m in ("mt", "lm")},
-            "timings": {"mt": {"seconds": 600.0, "updates": 100}, "lm": {"updates": 100}},
-            "train_seconds": 0.0, "evaluation": {"mt": {"bleu": 12.345}, "lm": {"ppl": 40.0}, "unigram_ppl": 500.0},
-            "config": {"layers": 4}, "key": "trainkey"}
+TRAINING = {
+    "runs": {m: RUNS[m] for m in ("mt", "lm")},
+    "timings": {"mt": {"seconds": 600.0, "updates": 100}, "lm": {"updates": 100}},
+    "train_seconds": 0.0,
+    "evaluation": {"mt": {"bleu": 12.345}, "lm": {"ppl": 40.0}, "unigram_ppl": 500.0},
+    "config": {"layers": 4},
+    "key": "trainkey",
+}
 
-CORPUS = {"key": "corpuskey", "inputs": {"a": "h1"}, "analysed_split": "test", "languages": ["en", "es"],
-          "config": {"source": "bible", "modules": ["engWEB", "spaRV"], "sword_root": OUTSIDE,
-                     "annotated": "ud-ewt-test"},
-          "splits": {"train": {"pairs": 900}, "test": {"pairs": 80, "source_words": 1600, "group_names": ["Josh"]}},
-          "annotated": {"first": 80, "n_sentences": 20, "n_words": 300}, "n_sentences": 100,
-          "source": f"{OUTSIDE}:engWEB+spaRV"}
+CORPUS = {
+    "key": "corpuskey",
+    "inputs": {"a": "h1"},
+    "analysed_split": "test",
+    "languages": ["en", "es"],
+    "config": {"source": "bible", "modules": ["engWEB", "spaRV"], "sword_root": OUTSIDE, "annotated": "ud-ewt-test"},
+    "splits": {"train": {"pairs": 900}, "test": {"pairs": 80, "source_words": 1600, "group_names": ["Josh"]}},
+    "annotated": {"first": 80, "n_sentences": 20, "n_words": 300},
+    "n_sentences": 100,
+    "source": f"{OUTSIDE}:engWEB+spaRV",
+}
 
 
 class Parsed(HTMLParser):
@@ -186,18 +246,39 @@ def report(tmp_path_factory):
     views = lambda p: p.write_text("<!doctype html><title>views</title>", encoding="utf-8")  # noqa: E731
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(analyses, "ANALYSES", (Extra(),))
-        page = write_report(path, workdir / "report", title="synthetic", training=TRAINING, corpus=CORPUS,
-                            findings=FINDINGS, pages={"views.html": views},
-                            links=[("views.html", "Attention views", "head view"),
-                                   ("missing.html", "Missing page", "never written")])
+        page = write_report(
+            path,
+            workdir / "report",
+            title="synthetic",
+            training=TRAINING,
+            corpus=CORPUS,
+            findings=FINDINGS,
+            pages={"views.html": views},
+            links=[("views.html", "Attention views", "head view"), ("missing.html", "Missing page", "never written")],
+        )
         again = workdir / "again"
-        write_report(path, again, title="synthetic", training=TRAINING, corpus=CORPUS, findings=FINDINGS,
-                     pages={"views.html": views}, links=[("views.html", "Attention views", "head view")],
-                     workdir=workdir)
+        write_report(
+            path,
+            again,
+            title="synthetic",
+            training=TRAINING,
+            corpus=CORPUS,
+            findings=FINDINGS,
+            pages={"views.html": views},
+            links=[("views.html", "Attention views", "head view")],
+            workdir=workdir,
+        )
     out = page.parent
     text = page.read_text(encoding="utf-8")
-    return {"dir": out, "workdir": workdir, "html": text, "md": (out / "report.md").read_text(encoding="utf-8"),
-            "parsed": Parsed(text), "again": again, "store": path}
+    return {
+        "dir": out,
+        "workdir": workdir,
+        "html": text,
+        "md": (out / "report.md").read_text(encoding="utf-8"),
+        "parsed": Parsed(text),
+        "again": again,
+        "store": path,
+    }
 
 
 def test_the_html_parses_with_every_element_closed_and_unique_ids(report):
@@ -303,14 +384,14 @@ def test_every_figure_links_to_itself_at_its_natural_size(report):
 
 def test_long_tables_fold_after_ten_rows_and_constant_tables_are_one_sentence(report):
     html, md, out = report["html"], report["md"], report["dir"]
-    block = html[html.index('<h4 id="tab-dependency-heads">'):]
-    block = block[:block.index("</details>")]
+    block = html[html.index('<h4 id="tab-dependency-heads">') :]
+    block = block[: block.index("</details>")]
     shown, folded = block.split("<details>")
     assert [f"m{i}" for i in range(10)] == re.findall(r"<td>(m\d+)</td>", shown)
     assert [f"m{i}" for i in range(10, LONG_ROWS)] == re.findall(r"<td>(m\d+)</td>", folded)
     assert f"Show the other {LONG_ROWS - 10} of {LONG_ROWS} rows" in folded
-    md_block = md[md.index("#### Dependency heads"):]
-    md_block = md_block[:md_block.index("Long caption.")]
+    md_block = md[md.index("#### Dependency heads") :]
+    md_block = md_block[: md_block.index("Long caption.")]
     md_shown, md_folded = md_block.split("<details>")
     assert re.findall(r"^\| (m\d+) ", md_shown, re.M) == [f"m{i}" for i in range(10)]
     assert re.findall(r"^\| (m\d+) ", md_folded, re.M) == [f"m{i}" for i in range(10, LONG_ROWS)]
@@ -323,14 +404,14 @@ def test_long_tables_fold_after_ten_rows_and_constant_tables_are_one_sentence(re
     # layer-independent values (one per model): one sentence naming each model's value
     assert "the same at every layer: mt 0.300, lm 0.310, mlm 0.320, mt-seed1 0.330, mt-tokdrop 0.340" in html
     # rows that are NaN everywhere are left out: masked_input has the MLM only
-    mi = html[html.index("MI with the token fed"):]
-    assert re.findall(r"<td>([a-z-0-9]+)</td><td class=\"num\">", mi[:mi.index("</table>")]) == ["mlm"]
+    mi = html[html.index("MI with the token fed") :]
+    assert re.findall(r"<td>([a-z-0-9]+)</td><td class=\"num\">", mi[: mi.index("</table>")]) == ["mlm"]
 
 
 def test_text_is_left_aligned_and_only_numeric_columns_right_aligned(report):
     html = report["html"]
     assert re.search(r"th,td\{[^}]*text-align:left", html) and "td.num,th.num{text-align:right" in html
-    block = html[html.index('<h4 id="tab-dependency-heads">'):]
+    block = html[html.index('<h4 id="tab-dependency-heads">') :]
     first = re.search(r"<tr><td>m0</td>(.*?)</tr>", block).group(1)
     assert first == '<td>rel0</td><td class="num">0.00</td>'
 
@@ -342,8 +423,10 @@ def test_no_absolute_path_on_the_page_paths_relative_to_the_workdir(report):
     for f in files:
         text = f.read_text(encoding="utf-8")
         assert str(workdir) not in text and "/opt/" not in text, f.name
-        assert not re.search(r"(?<![\w.:/<~-])/[\w.-]+/[\w.-]+", text), (f.name, re.search(
-            r"(?<![\w.:/<~-])/[\w.-]+/[\w.-]+", text))
+        assert not re.search(r"(?<![\w.:/<~-])/[\w.-]+/[\w.-]+", text), (
+            f.name,
+            re.search(r"(?<![\w.:/<~-])/[\w.-]+/[\w.-]+", text),
+        )
     html = report["html"]
     assert "<td>representations</td><td>reps.zarr</td>" in html
     assert "read corpus/abc/sentences.txt" in html and "treebank at …/ud.conllu" in html
@@ -380,17 +463,17 @@ def test_training_total_is_written_only_when_stored_and_consistent(report):
 
 def test_provenance_is_a_short_table_with_the_full_record_folded(report):
     html = report["html"]
-    prov = html[html.index('<h2 id="provenance">'):]
+    prov = html[html.index('<h2 id="provenance">') :]
     assert "<td>code version</td><td>abc123def456</td>" in prov
     assert "<td>libraries</td><td>python 3.11.7, torch 2.13.0, numpy 2.4.6</td>" in prov
     assert "<td>seed</td><td>0</td>" in prov and "<td>metrics store key</td><td>ffffffffffffffff</td>" in prov
     assert "<td>corpus key</td><td>corpuskey" in prov and "<td>training key</td><td>trainkey" in prov
     assert re.search(r'<details><summary>The full record \(<a href="provenance.json">', prov)
     assert prov.index("<details>") < prov.index("<pre>") < prov.index("</details>")
-    notes = html[html.index('<h2 id="notes">'):html.index('<h2 id="provenance">')]
+    notes = html[html.index('<h2 id="notes">') : html.index('<h2 id="provenance">')]
     assert notes.count("<li>") == 14 and "Show the other 4 of 14 notes" in notes
-    md_notes = report["md"][report["md"].index("## Notes"):]
-    md_notes = md_notes[:md_notes.index("## Provenance")]
+    md_notes = report["md"][report["md"].index("## Notes") :]
+    md_notes = md_notes[: md_notes.index("## Provenance")]
     assert md_notes.count("\n- ") == 14 and "Show the other 4 of 14 notes" in md_notes  # every note in both pages
 
 
@@ -410,20 +493,25 @@ def test_the_summary_counts_the_stores_own_scorecard(tmp_path, monkeypatch):
     write_report(path, tmp_path / "report")
     card = [f for f in json.loads((tmp_path / "report" / "scorecard.json").read_text()) if not f.get("part")]
     counts = {v: sum(f["verdict"] == v for f in card) for v in (HOLDS, NA, FAILS)}
-    assert (f"**{counts[HOLDS]} of {len(card)} claims hold; {counts[NA]} not measurable here; "
-            f"{counts[FAILS]} do not hold.**") in (tmp_path / "report" / "report.md").read_text()
+    assert (
+        f"**{counts[HOLDS]} of {len(card)} claims hold; {counts[NA]} not measurable here; "
+        f"{counts[FAILS]} do not hold.**"
+    ) in (tmp_path / "report" / "report.md").read_text()
 
 
-@pytest.mark.parametrize("name, section, title", [
-    ("similarity_pwcca", "similarity", "Distances between layers and models (PWCCA)"),
-    ("change_pos_pwcca", "change", "Change between adjacent layers by POS tag (PWCCA)"),
-    ("change_pwcca", "change", "Change between adjacent layers by frequency (PWCCA)"),
-    ("tsne_be_masked", "tsne", "t-SNE of the 'be' selection at masked positions"),
-    ("tsne_is_deprel", "tsne", "t-SNE of the 'is_deprel' selection"),
-    ("heads_dependency", "heads-dependency", "Dependency relations by head"),
-    ("heads_pruning_layers", "heads-importance", "Heads kept per attention type and layer"),
-    ("mean_norm", "other", "Mean norm"),
-])
+@pytest.mark.parametrize(
+    "name, section, title",
+    [
+        ("similarity_pwcca", "similarity", "Distances between layers and models (PWCCA)"),
+        ("change_pos_pwcca", "change", "Change between adjacent layers by POS tag (PWCCA)"),
+        ("change_pwcca", "change", "Change between adjacent layers by frequency (PWCCA)"),
+        ("tsne_be_masked", "tsne", "t-SNE of the 'be' selection at masked positions"),
+        ("tsne_is_deprel", "tsne", "t-SNE of the 'is_deprel' selection"),
+        ("heads_dependency", "heads-dependency", "Dependency relations by head"),
+        ("heads_pruning_layers", "heads-importance", "Heads kept per attention type and layer"),
+        ("mean_norm", "other", "Mean norm"),
+    ],
+)
 def test_figure_identifiers_map_to_sections_and_titles(name, section, title):
     from evolution.report.sections import figure_place
 
@@ -431,14 +519,17 @@ def test_figure_identifiers_map_to_sections_and_titles(name, section, title):
     assert (spec.id, got) == (section, title)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("{w}/reps.zarr", "reps.zarr"),
-    ("at {w}: done", "at .: done"),
-    ('"{w}/a/b.txt"', '"a/b.txt"'),
-    ("{w}-other/x.txt", "…/x.txt"),  # a sibling of the workdir is not under it
-    ("/srv/data/sword and /srv", "…/sword and /srv"),  # one component: not told from a word
-    ("to </s> and 1/2 and and/or, https://example.org/a/b", "to </s> and 1/2 and and/or, https://example.org/a/b"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("{w}/reps.zarr", "reps.zarr"),
+        ("at {w}: done", "at .: done"),
+        ('"{w}/a/b.txt"', '"a/b.txt"'),
+        ("{w}-other/x.txt", "…/x.txt"),  # a sibling of the workdir is not under it
+        ("/srv/data/sword and /srv", "…/sword and /srv"),  # one component: not told from a word
+        ("to </s> and 1/2 and and/or, https://example.org/a/b", "to </s> and 1/2 and and/or, https://example.org/a/b"),
+    ],
+)
 def test_scrub_paths(tmp_path, text, expected):
     from evolution.report.paths import scrub_paths
 

@@ -18,8 +18,10 @@ from evolution.report.scorecard import FAILS, HOLDS, NA, scorecard
 
 MODELS = ["mt", "lm", "mlm", "mt-seed1", "lm-seed1", "mlm-seed1", "mt-tokdrop", "lm-tokdrop"]
 OBJECTIVE = {m: m.split("-")[0] for m in MODELS}
-RUNS = {m: {"objective": OBJECTIVE[m], "seed": 1 if "seed1" in m else 0,
-            "token_dropout": 0.1 if "tokdrop" in m else 0.0} for m in MODELS}
+RUNS = {
+    m: {"objective": OBJECTIVE[m], "seed": 1 if "seed1" in m else 0, "token_dropout": 0.1 if "tokdrop" in m else 0.0}
+    for m in MODELS
+}
 L = 4  # layers 0..3
 H = 4.0
 Z = 1.959964
@@ -30,8 +32,15 @@ def _replicates(model: str) -> list[str]:
     return [model, f"{model}-seed1"] if model in ("mt", "lm", "mlm") else [model]
 
 
-def _mi(curves: dict[tuple[str, str], list[float]], *, sd: float = 0.01, sentence_sd: float = 0.0,
-        shuffled: float | dict = 0.1, entropy: float = H, layers: int = L) -> xr.Dataset:
+def _mi(
+    curves: dict[tuple[str, str], list[float]],
+    *,
+    sd: float = 0.01,
+    sentence_sd: float = 0.0,
+    shuffled: float | dict = 0.1,
+    entropy: float = H,
+    layers: int = L,
+) -> xr.Dataset:
     """MI per (model, target): ``curves`` give mi_mean; the two restarts sit at mean -/+ sd/sqrt(2)
     (so their ddof=1 sd is ``sd``); the corrected MI's sentence interval is mean -/+ Z sentence_sd.
     ``layers``: the number of layers of the curves (default :data:`L`)."""
@@ -48,19 +57,31 @@ def _mi(curves: dict[tuple[str, str], list[float]], *, sd: float = 0.01, sentenc
             shuf[i, :, j] = s
     mean = mi.mean(-1)
     corrected = mean - shuf
-    iv = np.stack([corrected - Z * sentence_sd, corrected + Z * sentence_sd], axis=-1) if sentence_sd else \
-        np.full(shape + (2,), np.nan)
-    return xr.Dataset({"mi": (("model", "layer", "target", "restart"), mi),
-                       "mi_shuffled": (("model", "layer", "target"), shuf),
-                       "mi_mean": (("model", "layer", "target"), mean),
-                       "mi_corrected": (("model", "layer", "target"), corrected),
-                       "mi_fraction": (("model", "layer", "target"), mean / entropy),
-                       "mi_corrected_interval": (("model", "layer", "target", "bound"), iv),
-                       "k": (("model", "layer", "target"), np.full(shape, 30.0)),
-                       "n": (("model", "layer", "target"), np.full(shape, 3000.0)),
-                       "entropy": (("model", "target"), np.full((len(MODELS), 3), entropy))},
-                      coords={"model": MODELS, "layer": np.arange(layers), "target": targets, "restart": [0, 1],
-                              "bound": ["low", "high"]})
+    iv = (
+        np.stack([corrected - Z * sentence_sd, corrected + Z * sentence_sd], axis=-1)
+        if sentence_sd
+        else np.full(shape + (2,), np.nan)
+    )
+    return xr.Dataset(
+        {
+            "mi": (("model", "layer", "target", "restart"), mi),
+            "mi_shuffled": (("model", "layer", "target"), shuf),
+            "mi_mean": (("model", "layer", "target"), mean),
+            "mi_corrected": (("model", "layer", "target"), corrected),
+            "mi_fraction": (("model", "layer", "target"), mean / entropy),
+            "mi_corrected_interval": (("model", "layer", "target", "bound"), iv),
+            "k": (("model", "layer", "target"), np.full(shape, 30.0)),
+            "n": (("model", "layer", "target"), np.full(shape, 3000.0)),
+            "entropy": (("model", "target"), np.full((len(MODELS), 3), entropy)),
+        },
+        coords={
+            "model": MODELS,
+            "layer": np.arange(layers),
+            "target": targets,
+            "restart": [0, 1],
+            "bound": ["low", "high"],
+        },
+    )
 
 
 def _neighbors(rates: dict[tuple[str, str], list[float]], half_width: float = 0.01) -> xr.Dataset:
@@ -72,9 +93,10 @@ def _neighbors(rates: dict[tuple[str, str], list[float]], half_width: float = 0.
     for m in MODELS:
         v[MODELS.index(m), :, 3], v[MODELS.index(m), :, 4] = 0.11, 0.62
     iv = np.stack([v - half_width, v + half_width], axis=-1)
-    return xr.Dataset({"value": (("model", "layer", "measure"), v),
-                       "interval": (("model", "layer", "measure", "bound"), iv)},
-                      coords={"model": MODELS, "layer": np.arange(L), "measure": measures, "bound": ["low", "high"]})
+    return xr.Dataset(
+        {"value": (("model", "layer", "measure"), v), "interval": (("model", "layer", "measure", "bound"), iv)},
+        coords={"model": MODELS, "layer": np.arange(L), "measure": measures, "bound": ["low", "high"]},
+    )
 
 
 def _similarity(pair: dict[str, float], half_width: float = 0.01, overrides: dict | None = None) -> xr.Dataset:
@@ -95,15 +117,32 @@ def _similarity(pair: dict[str, float], half_width: float = 0.01, overrides: dic
     for layer in range(L):
         dist[0, :, layer, :, layer] = same[0, :, :, layer]
     iv = np.stack([same - half_width, same + half_width], axis=-1)
-    return xr.Dataset({"distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"), dist),
-                       "same_layer": (("metric", "model_a", "model_b", "layer"), same),
-                       "interval": (("metric", "model_a", "model_b", "layer", "bound"), iv)},
-                      coords={"metric": ["pwcca"], "model_a": MODELS, "layer_a": np.arange(L), "model_b": MODELS,
-                              "layer_b": np.arange(L), "layer": np.arange(L), "bound": ["low", "high"]})
+    return xr.Dataset(
+        {
+            "distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"), dist),
+            "same_layer": (("metric", "model_a", "model_b", "layer"), same),
+            "interval": (("metric", "model_a", "model_b", "layer", "bound"), iv),
+        },
+        coords={
+            "metric": ["pwcca"],
+            "model_a": MODELS,
+            "layer_a": np.arange(L),
+            "model_b": MODELS,
+            "layer_b": np.arange(L),
+            "layer": np.arange(L),
+            "bound": ["low", "high"],
+        },
+    )
 
 
-def _change(frequent: float, rare: float, *, half_width: float = 0.005, first_pair: tuple[float, float] | None = None,
-            mlm_top: tuple[float, float] | None = None) -> xr.Dataset:
+def _change(
+    frequent: float,
+    rare: float,
+    *,
+    half_width: float = 0.005,
+    first_pair: tuple[float, float] | None = None,
+    mlm_top: tuple[float, float] | None = None,
+) -> xr.Dataset:
     """Change by frequency: bins 1-10 (frequent), 10-100 (rare) and an empty 100-1000. ``first_pair``
     (frequent, rare) overrides layer pair 0-1, which the paper does not plot; ``mlm_top`` (frequent,
     rare) the MLM's top pair."""
@@ -118,16 +157,32 @@ def _change(frequent: float, rare: float, *, half_width: float = 0.005, first_pa
     iv = np.stack([d - half_width, d + half_width], axis=-1)
     n = np.full((len(MODELS), 3), 0.0)
     n[:, 0], n[:, 1] = 5000, 800
-    return xr.Dataset({"distance": (("metric", "model", "layer_pair", "freq_bin"), d),
-                       "interval": (("metric", "model", "layer_pair", "freq_bin", "bound"), iv),
-                       "n_occurrences": (("model", "freq_bin"), n)},
-                      coords={"metric": ["pwcca"], "model": MODELS, "layer_pair": ["0-1", "1-2", "2-3"],
-                              "layer_from": ("layer_pair", [0, 1, 2]), "layer_to": ("layer_pair", [1, 2, 3]),
-                              "freq_bin": bins, "bound": ["low", "high"]}, attrs={"frequency": "training split"})
+    return xr.Dataset(
+        {
+            "distance": (("metric", "model", "layer_pair", "freq_bin"), d),
+            "interval": (("metric", "model", "layer_pair", "freq_bin", "bound"), iv),
+            "n_occurrences": (("model", "freq_bin"), n),
+        },
+        coords={
+            "metric": ["pwcca"],
+            "model": MODELS,
+            "layer_pair": ["0-1", "1-2", "2-3"],
+            "layer_from": ("layer_pair", [0, 1, 2]),
+            "layer_to": ("layer_pair", [1, 2, 3]),
+            "freq_bin": bins,
+            "bound": ["low", "high"],
+        },
+        attrs={"frequency": "training split"},
+    )
 
 
-def _influence(base: dict[str, tuple[list[float], list[float]]], drop: dict[str, tuple[float, float]], *,
-               half_width: float = 0.005, seed_shift: float = 0.002) -> xr.Dataset:
+def _influence(
+    base: dict[str, tuple[list[float], list[float]]],
+    drop: dict[str, tuple[float, float]],
+    *,
+    half_width: float = 0.005,
+    seed_shift: float = 0.002,
+) -> xr.Dataset:
     """``base[objective] = (rare per layer 1..3, frequent per layer 1..3)`` for the base model (the seed
     replicate is shifted by ``seed_shift`` in its rare bin); ``drop[objective] = (rare, frequent)`` at
     layer 1 of the token-dropout model (other layers 0.05)."""
@@ -139,40 +194,83 @@ def _influence(base: dict[str, tuple[list[float], list[float]]], drop: dict[str,
         d[0, MODELS.index(f"{o}-tokdrop"), 0] = [frequent, rare]
     iv = np.stack([d - half_width, d + half_width], axis=-1)
     samples = np.full((len(MODELS), L - 1, 2), 500.0)
-    return xr.Dataset({"distance": (("metric", "model", "layer", "freq_bin"), d),
-                       "interval": (("metric", "model", "layer", "freq_bin", "bound"), iv),
-                       "samples": (("model", "layer", "freq_bin"), samples)},
-                      coords={"metric": ["pwcca"], "model": MODELS, "layer": [1, 2, 3], "freq_bin": ["1-10", "10-100"],
-                              "bound": ["low", "high"]})
+    return xr.Dataset(
+        {
+            "distance": (("metric", "model", "layer", "freq_bin"), d),
+            "interval": (("metric", "model", "layer", "freq_bin", "bound"), iv),
+            "samples": (("model", "layer", "freq_bin"), samples),
+        },
+        coords={
+            "metric": ["pwcca"],
+            "model": MODELS,
+            "layer": [1, 2, 3],
+            "freq_bin": ["1-10", "10-100"],
+            "bound": ["low", "high"],
+        },
+    )
 
 
-PAPER_MI = {("lm", "input"): [3.9, 3.7, 3.5, 3.0], ("mlm", "input"): [3.9, 3.2, 3.0, 3.6],
-            ("mt", "input"): [3.9, 3.8, 3.6, 3.4], ("lm", "output"): [1.0, 1.3, 1.6, 2.0],
-            ("mlm", "output"): [0.5, 0.8, 1.1, 1.4], ("mlm", "masked_input"): [1.2, 0.9, 0.6, 0.3]}
-PAPER_RATES = {("mlm", "same_token"): [1, .95, .92, .9], ("mt", "same_token"): [1, .9, .8, .6],
-               ("lm", "same_token"): [1, .8, .5, .3], ("mt", "position_distance"): [1, 2, 2, 2],
-               ("lm", "position_distance"): [1, 3, 4, 5], ("mlm", "position_distance"): [1, 3, 5, 6],
-               ("lm", "same_left"): [.2, .6, .4, .25]}
+PAPER_MI = {
+    ("lm", "input"): [3.9, 3.7, 3.5, 3.0],
+    ("mlm", "input"): [3.9, 3.2, 3.0, 3.6],
+    ("mt", "input"): [3.9, 3.8, 3.6, 3.4],
+    ("lm", "output"): [1.0, 1.3, 1.6, 2.0],
+    ("mlm", "output"): [0.5, 0.8, 1.1, 1.4],
+    ("mlm", "masked_input"): [1.2, 0.9, 0.6, 0.3],
+}
+PAPER_RATES = {
+    ("mlm", "same_token"): [1, 0.95, 0.92, 0.9],
+    ("mt", "same_token"): [1, 0.9, 0.8, 0.6],
+    ("lm", "same_token"): [1, 0.8, 0.5, 0.3],
+    ("mt", "position_distance"): [1, 2, 2, 2],
+    ("lm", "position_distance"): [1, 3, 4, 5],
+    ("mlm", "position_distance"): [1, 3, 5, 6],
+    ("lm", "same_left"): [0.2, 0.6, 0.4, 0.25],
+}
 PAPER_PAIRS = {"seed": 0.1, frozenset({"lm", "mt"}): 0.6, frozenset({"mt", "mlm"}): 0.3, frozenset({"lm", "mlm"}): 0.5}
-PAPER_INFLUENCE = dict(base={"mt": ([0.30, 0.10, 0.08], [0.10, 0.09, 0.08]), "lm": ([0.40, 0.2, 0.1], [0.2, 0.1, 0.1])},
-                       drop={"mt": (0.08, 0.1), "lm": (0.15, 0.2)})
+PAPER_INFLUENCE = dict(
+    base={"mt": ([0.30, 0.10, 0.08], [0.10, 0.09, 0.08]), "lm": ([0.40, 0.2, 0.1], [0.2, 0.1, 0.1])},
+    drop={"mt": (0.08, 0.1), "lm": (0.15, 0.2)},
+)
 
-PAPER = dict(mi=_mi(PAPER_MI), neighbors=_neighbors(PAPER_RATES), similarity=_similarity(PAPER_PAIRS),
-             change=_change(frequent=0.12, rare=0.05, mlm_top=(0.06, 0.09)), influence=_influence(**PAPER_INFLUENCE))
+PAPER = dict(
+    mi=_mi(PAPER_MI),
+    neighbors=_neighbors(PAPER_RATES),
+    similarity=_similarity(PAPER_PAIRS),
+    change=_change(frequent=0.12, rare=0.05, mlm_top=(0.06, 0.09)),
+    influence=_influence(**PAPER_INFLUENCE),
+)
 
 REVERSED = dict(
-    mi=_mi({("lm", "input"): [3.9, 3.0, 3.2, 3.5], ("mlm", "input"): [3.9, 3.6, 3.3, 3.0],
-            ("mt", "input"): [3.9, 3.5, 3.0, 2.0], ("lm", "output"): [2.0, 1.6, 1.3, 1.0],
-            ("mlm", "output"): [1.4, 1.1, 0.8, 0.5], ("mlm", "masked_input"): [0.3, 0.6, 0.9, 1.2]}),
-    neighbors=_neighbors({("mlm", "same_token"): [1, .8, .5, .3], ("mt", "same_token"): [1, .9, .8, .6],
-                          ("lm", "same_token"): [1, .95, .92, .9], ("mt", "position_distance"): [1, 3, 5, 7],
-                          ("lm", "position_distance"): [1, 3, 4, 5], ("mlm", "position_distance"): [1, 3, 5, 6],
-                          ("lm", "same_left"): [.2, .3, .4, .5]}),
-    similarity=_similarity({"seed": 0.55, frozenset({"lm", "mt"}): 0.3, frozenset({"mt", "mlm"}): 0.6,
-                            frozenset({"lm", "mlm"}): 0.5}),
+    mi=_mi(
+        {
+            ("lm", "input"): [3.9, 3.0, 3.2, 3.5],
+            ("mlm", "input"): [3.9, 3.6, 3.3, 3.0],
+            ("mt", "input"): [3.9, 3.5, 3.0, 2.0],
+            ("lm", "output"): [2.0, 1.6, 1.3, 1.0],
+            ("mlm", "output"): [1.4, 1.1, 0.8, 0.5],
+            ("mlm", "masked_input"): [0.3, 0.6, 0.9, 1.2],
+        }
+    ),
+    neighbors=_neighbors(
+        {
+            ("mlm", "same_token"): [1, 0.8, 0.5, 0.3],
+            ("mt", "same_token"): [1, 0.9, 0.8, 0.6],
+            ("lm", "same_token"): [1, 0.95, 0.92, 0.9],
+            ("mt", "position_distance"): [1, 3, 5, 7],
+            ("lm", "position_distance"): [1, 3, 4, 5],
+            ("mlm", "position_distance"): [1, 3, 5, 6],
+            ("lm", "same_left"): [0.2, 0.3, 0.4, 0.5],
+        }
+    ),
+    similarity=_similarity(
+        {"seed": 0.55, frozenset({"lm", "mt"}): 0.3, frozenset({"mt", "mlm"}): 0.6, frozenset({"lm", "mlm"}): 0.5}
+    ),
     change=_change(frequent=0.05, rare=0.12, mlm_top=(0.12, 0.05)),
-    influence=_influence(base={"mt": ([0.10, 0.30, 0.08], [0.20, 0.09, 0.08]), "lm": ([0.1, 0.3, 0.1], [0.2, 0.1, 0.1])},
-                         drop={"mt": (0.3, 0.1), "lm": (0.3, 0.2)}),
+    influence=_influence(
+        base={"mt": ([0.10, 0.30, 0.08], [0.20, 0.09, 0.08]), "lm": ([0.1, 0.3, 0.1], [0.2, 0.1, 0.1])},
+        drop={"mt": (0.3, 0.1), "lm": (0.3, 0.2)},
+    ),
 )
 
 
@@ -201,8 +299,9 @@ def _with(**changes) -> dict:
 def test_numbers_shaped_as_the_paper_hold_every_claim(tmp_path):
     by = _card(tmp_path, PAPER)
     assert [k for k in by if k.isdigit()] == [str(n) for n in range(1, 13)]
-    assert {k: f.verdict for k, f in by.items()} == {**dict.fromkeys(map(str, range(1, 13)), HOLDS), "11b": HOLDS}, \
-        [(k, f.why) for k, f in by.items() if f.verdict != HOLDS]
+    assert {k: f.verdict for k, f in by.items()} == {**dict.fromkeys(map(str, range(1, 13)), HOLDS), "11b": HOLDS}, [
+        (k, f.why) for k, f in by.items() if f.verdict != HOLDS
+    ]
     assert "mt 0.600 [0.590, 0.610]" in by["6"].measured
     assert "d(LM, MT) 0.600-0.600" in by["9"].measured and "8 replicate combination(s)" in by["9"].measured
     for f in by.values():  # every claim carries the paper's value and the figure that shows it
@@ -211,16 +310,24 @@ def test_numbers_shaped_as_the_paper_hold_every_claim(tmp_path):
 
 def test_each_claim_turned_around_does_not_hold(tmp_path):
     by = _card(tmp_path, REVERSED)
-    assert {k: f.verdict for k, f in by.items()} == {**dict.fromkeys(map(str, range(1, 13)), FAILS), "11b": FAILS}, \
-        [(k, f.verdict, f.why) for k, f in by.items() if f.verdict != FAILS]
+    assert {k: f.verdict for k, f in by.items()} == {**dict.fromkeys(map(str, range(1, 13)), FAILS), "11b": FAILS}, [
+        (k, f.verdict, f.why) for k, f in by.items() if f.verdict != FAILS
+    ]
 
 
 def test_saturation_overlap_and_missing_controls_make_claims_not_measurable(tmp_path):
     groups = _with(
         mi=_mi({("lm", "input"): [3.99] * 4, ("mlm", "input"): [3.99, 3.98, 3.97, 3.99], ("mt", "input"): [3.99] * 4}),
-        neighbors=_neighbors({("mlm", "same_token"): [1, .9, .8, .62], ("mt", "same_token"): [1, .9, .8, .61],
-                              ("lm", "same_token"): [1, .9, .8, .60], ("lm", "same_left"): [.2, .4, .38, .36]},
-                             half_width=0.05))
+        neighbors=_neighbors(
+            {
+                ("mlm", "same_token"): [1, 0.9, 0.8, 0.62],
+                ("mt", "same_token"): [1, 0.9, 0.8, 0.61],
+                ("lm", "same_token"): [1, 0.9, 0.8, 0.60],
+                ("lm", "same_left"): [0.2, 0.4, 0.38, 0.36],
+            },
+            half_width=0.05,
+        ),
+    )
     runs = {m: r for m, r in RUNS.items() if m in ("mt", "lm", "mlm")}
     by = _card(tmp_path, groups, runs)
     for n in ("1", "2", "3"):
@@ -245,6 +352,7 @@ def test_the_report_opens_with_the_scorecard(tmp_path):
 
 # --- MI: control-subtracted values, combined uncertainty, saturation, every replicate -----------------
 
+
 def _lm_top(drop: float, **kw) -> dict:
     """PAPER with the LM input curve falling by ``drop`` from layer 2 to the top, flat elsewhere."""
     return _with(mi=_mi({**PAPER_MI, ("lm", "input"): [3.9, 3.7, 3.5, 3.5 - drop]}, **kw))
@@ -255,14 +363,14 @@ def test_an_mi_difference_counts_beyond_two_combined_sd(tmp_path, factor, verdic
     """Restart sd 0.01 and sentence sd 0.02 per value: combined sd of a difference sqrt(2 (0.01^2 +
     0.02^2)). A fall of 1.5 of it does not count, 2.5 does. Ignoring the sentence interval, or a
     factor of 1, would let the 1.5 case hold."""
-    combined = np.sqrt(2 * (0.01 ** 2 + 0.02 ** 2))
+    combined = np.sqrt(2 * (0.01**2 + 0.02**2))
     by = _card(tmp_path, _lm_top(factor * combined, sd=0.01, sentence_sd=0.02))
     assert by["1"].verdict == verdict, by["1"].why
 
 
 @pytest.mark.parametrize("factor, verdict", [(1.5, FAILS), (2.5, HOLDS)])
 def test_the_mt_lm_difference_counts_beyond_two_combined_sd(tmp_path, factor, verdict):
-    combined = np.sqrt(2 * (0.01 ** 2 + 0.02 ** 2))
+    combined = np.sqrt(2 * (0.01**2 + 0.02**2))
     mi = {**PAPER_MI, ("mt", "input"): [3.9, 3.8, 3.6, 3.0 + factor * combined], ("lm", "input"): [3.9, 3.7, 3.5, 3.0]}
     by = _card(tmp_path, _with(mi=_mi(mi, sd=0.01, sentence_sd=0.02)))
     assert by["3"].verdict == verdict, by["3"].why
@@ -333,6 +441,7 @@ def test_claim_5_fails_when_one_seed_replicate_fails(tmp_path, target, curve):
 
 # --- neighbours: every replicate, intervals ---------------------------------------------------------
 
+
 def test_same_token_order_must_hold_for_every_replicate(tmp_path):
     nb = _neighbors(PAPER_RATES)
     nb["value"].loc[dict(model="mlm-seed1", measure="same_token", layer=L - 1)] = 0.5  # below mt's 0.6
@@ -342,8 +451,12 @@ def test_same_token_order_must_hold_for_every_replicate(tmp_path):
 
 
 def test_position_distance_with_overlapping_intervals_is_not_measurable(tmp_path):
-    rates = {**PAPER_RATES, ("mt", "position_distance"): [1, 2, 2, 4.95], ("lm", "position_distance"): [1, 3, 4, 5],
-             ("mlm", "position_distance"): [1, 3, 5, 5.05]}
+    rates = {
+        **PAPER_RATES,
+        ("mt", "position_distance"): [1, 2, 2, 4.95],
+        ("lm", "position_distance"): [1, 3, 4, 5],
+        ("mlm", "position_distance"): [1, 3, 5, 5.05],
+    }
     by = _card(tmp_path, _with(neighbors=_neighbors(rates, half_width=0.1)))
     assert by["7"].verdict == NA and "overlap" in by["7"].why
 
@@ -355,6 +468,7 @@ def test_left_context_reports_chance_and_ceiling(tmp_path):
 
 
 # --- similarity: intervals, seeds vs objectives, change by frequency ---------------------------------
+
 
 def test_lm_mt_farther_with_overlapping_intervals_is_not_measurable(tmp_path):
     pairs = {**PAPER_PAIRS, frozenset({"lm", "mt"}): 0.31, frozenset({"mt", "mlm"}): 0.30}
@@ -411,6 +525,7 @@ def test_mlm_reversal_with_overlapping_intervals_is_not_measurable(tmp_path):
 
 # --- influence: MT and LM, layer 1, token dropout beyond the seed spread ------------------------------
 
+
 def test_rare_influence_needs_lm_as_well_as_mt(tmp_path):
     """MT shows it; the LM's rare bin is not its top bin at layer 1: the claim does not hold."""
     base = {**PAPER_INFLUENCE["base"], "lm": ([0.15, 0.2, 0.1], [0.2, 0.1, 0.1])}
@@ -447,10 +562,19 @@ def _influence_three_bins(mt_middle: list[float], **kw) -> xr.Dataset:
     for m in ("mt", "mt-seed1"):
         middle["distance"].loc[dict(model=m)] = np.asarray(mt_middle)[None, :, None]
     hw = kw.get("half_width", 0.005)
-    middle["interval"] = xr.concat([middle.distance - hw, middle.distance + hw], dim="bound").transpose(
-        *two.interval.dims).assign_coords(bound=["low", "high"])
-    ds = xr.concat([two.isel(freq_bin=[0]), middle.assign_coords(freq_bin=["10-100"]),
-                    two.isel(freq_bin=[1]).assign_coords(freq_bin=["100-1000"])], dim="freq_bin")
+    middle["interval"] = (
+        xr.concat([middle.distance - hw, middle.distance + hw], dim="bound")
+        .transpose(*two.interval.dims)
+        .assign_coords(bound=["low", "high"])
+    )
+    ds = xr.concat(
+        [
+            two.isel(freq_bin=[0]),
+            middle.assign_coords(freq_bin=["10-100"]),
+            two.isel(freq_bin=[1]).assign_coords(freq_bin=["100-1000"]),
+        ],
+        dim="freq_bin",
+    )
     return ds
 
 
@@ -479,6 +603,7 @@ def test_rare_influence_needs_the_rare_bin_to_peak_at_layer_1(tmp_path):
 
 
 # --- each rule at its own boundary, against the answer worked out by hand ------------------------------
+
 
 def test_claim_1_top_layer_equal_to_layer_2_is_no_fall(tmp_path):
     """Claim 1 on its boundary: no restart spread and no sentence interval, so 2 combined sd is 0
@@ -512,8 +637,9 @@ def test_claim_2_finds_the_minimum_of_the_middle_layers(tmp_path, curve, layer):
     by = _card(tmp_path, _with(mi=_mi({**PAPER_MI, ("mlm", "input"): curve})))
     assert by["2"].verdict == HOLDS, (by["2"].verdict, by["2"].why, by["2"].measured)
     for replicate in ("mlm", "mlm-seed1"):
-        assert re.search(rf"(^|; ){replicate}: layer 0 0\.95 H [^,]*, minimum 0\.75 H \([^)]*\) at layer {layer},",
-                         by["2"].measured), by["2"].measured
+        assert re.search(
+            rf"(^|; ){replicate}: layer 0 0\.95 H [^,]*, minimum 0\.75 H \([^)]*\) at layer {layer},", by["2"].measured
+        ), by["2"].measured
 
 
 def test_claim_9_reads_the_interval_of_each_named_pair(tmp_path):
@@ -522,8 +648,7 @@ def test_claim_9_reads_the_interval_of_each_named_pair(tmp_path):
     pair, LM-MLM at 0.59 ([0.57, 0.61]), overlaps LM-MT, and the seed replicates' pairs sit
     elsewhere (LM-MT 0.7, MT-MLM 0.2): reading any other pair's interval prints other numbers (and
     for LM-MLM in MT-MLM's place turns the verdict into "not measurable")."""
-    pairs = {"seed": 0.1, frozenset({"lm", "mt"}): 0.6, frozenset({"mt", "mlm"}): 0.3,
-             frozenset({"lm", "mlm"}): 0.59}
+    pairs = {"seed": 0.1, frozenset({"lm", "mt"}): 0.6, frozenset({"mt", "mlm"}): 0.3, frozenset({"lm", "mlm"}): 0.59}
     overrides = {}
     for layer in range(L):
         for lm in ("lm", "lm-seed1"):
@@ -541,14 +666,16 @@ def test_claim_9_reads_the_interval_of_each_named_pair(tmp_path):
     assert "d(LM, MT) 0.600-0.700, d(MT, MLM) 0.200-0.300" in f.measured, f.measured
 
 
-@pytest.mark.parametrize("pair, distance, seeds, objectives", [
-    # one objective's seeds far apart (0.4), the others' close (0.1); objectives no closer than 0.3
-    (frozenset({"lm", "lm-seed1"}), 0.4, "0.400", "0.300"),
-    # seeds at 0.1; one pair of objectives (MT of seed 1, base LM) closer than that, at 0.05
-    (frozenset({"mt-seed1", "lm"}), 0.05, "0.100", "0.050"),
-])
-def test_claim_10_compares_the_farthest_seeds_with_the_closest_objectives(tmp_path, pair, distance, seeds,
-                                                                        objectives):
+@pytest.mark.parametrize(
+    "pair, distance, seeds, objectives",
+    [
+        # one objective's seeds far apart (0.4), the others' close (0.1); objectives no closer than 0.3
+        (frozenset({"lm", "lm-seed1"}), 0.4, "0.400", "0.300"),
+        # seeds at 0.1; one pair of objectives (MT of seed 1, base LM) closer than that, at 0.05
+        (frozenset({"mt-seed1", "lm"}), 0.05, "0.100", "0.050"),
+    ],
+)
+def test_claim_10_compares_the_farthest_seeds_with_the_closest_objectives(tmp_path, pair, distance, seeds, objectives):
     """Claim 10's rule: at every layer from 1 up, the *largest* distance between two seeds of one
     objective below the *smallest* distance between two objectives. In both cases some seed pair
     is closer than every objective pair, but the farthest seed pair is not: the claim does not

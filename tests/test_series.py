@@ -30,10 +30,12 @@ def test_head_roles_first_step_and_kept():
     head 1 takes it at 0 and loses it at 20; head 2 takes it only at the last step (kept); role 1
     is taken by head 1 at 20 after a step that was not analysed (None breaks nothing)."""
     t, f = True, False
-    flags = [np.array([[[f, t, f]], [[f, f, f]]]),   # step 0
-             np.array([[[t, t, f]], [[f, f, f]]]),   # step 10
-             None,                                    # step 15: not analysed
-             np.array([[[t, f, t]], [[f, t, f]]])]   # step 20
+    flags = [
+        np.array([[[f, t, f]], [[f, f, f]]]),  # step 0
+        np.array([[[t, t, f]], [[f, f, f]]]),  # step 10
+        None,  # step 15: not analysed
+        np.array([[[t, f, t]], [[f, t, f]]]),
+    ]  # step 20
     first, kept = head_roles(flags, [0, 10, 15, 20])
     np.testing.assert_array_equal(first, [[[10, 0, 20]], [[-1, 20, -1]]])
     np.testing.assert_array_equal(kept, [[[t, f, t]], [[f, t, f]]])
@@ -51,8 +53,11 @@ def _series_dirs(root: Path, name: str, steps, *, arch: str = "gpt2", seed_of=la
 def _config(root: Path, models: str, *, trajectory: bool = True) -> Path:
     (root / "t.txt").write_text("in the beginning god created the heaven and the earth\n" * 4, encoding="utf-8")
     path = root / "c.yaml"
-    path.write_text(f"corpus: {{source: text, path: t.txt}}\nmodels:\n{models}\n"
-                    + ("metrics: {trajectory: {}}\n" if trajectory else ""), encoding="utf-8")
+    path.write_text(
+        f"corpus: {{source: text, path: t.txt}}\nmodels:\n{models}\n"
+        + ("metrics: {trajectory: {}}\n" if trajectory else ""),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -61,7 +66,11 @@ def test_a_glob_of_checkpoints_is_a_series_ordered_by_step(tmp_path):
     cfg = load_config(_config(tmp_path, '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-*"}'))
     members = cfg.series()["g"]
     assert [(m.name, m.step, m.series) for m in members] == [  # by number, not as the glob sorts (1000 < 50)
-        ("g@0", 0, "g"), ("g@50", 50, "g"), ("g@100", 100, "g"), ("g@1000", 1000, "g")]
+        ("g@0", 0, "g"),
+        ("g@50", 50, "g"),
+        ("g@100", 100, "g"),
+        ("g@1000", 1000, "g"),
+    ]
     assert [m.path.name for m in members] == ["checkpoint-0", "checkpoint-50", "checkpoint-100", "checkpoint-1000"]
     assert [m.name for m in cfg.models] == ["g@1000"]  # the final member is analysed as a model
 
@@ -76,15 +85,18 @@ def test_a_name_without_a_step_takes_the_step_its_checkpoint_records(tmp_path):
     assert [m.step for m in load_config(cfg_path).series()["g"]] == [0, 70]
 
 
-@pytest.mark.parametrize("case, models, message", [
-    ("nothing", '  - {name: g, kind: huggingface, checkpoints: "nothing-*"}', "matches nothing"),
-    ("one", '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-5*"}', "at least two checkpoints"),
-    ("twice", '  - {name: g, kind: huggingface, checkpoints: "ckpt/*"}', "step 50 is also"),
-    ("both", '  - {name: g, kind: huggingface, checkpoints: "ckpt/*", revisions: [step1]}', "not both"),
-    ("path", '  - {name: g, kind: huggingface, checkpoints: "ckpt/*", path: ckpt}', "remove 'path'"),
-    ("at", '  - {name: "g@1", kind: huggingface, checkpoints: "ckpt/*"}', "without '@'"),
-    ("kind", '  - {name: g, kind: shipped, revisions: [step1, step2], path: org/model}', "kind: huggingface"),
-])
+@pytest.mark.parametrize(
+    "case, models, message",
+    [
+        ("nothing", '  - {name: g, kind: huggingface, checkpoints: "nothing-*"}', "matches nothing"),
+        ("one", '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-5*"}', "at least two checkpoints"),
+        ("twice", '  - {name: g, kind: huggingface, checkpoints: "ckpt/*"}', "step 50 is also"),
+        ("both", '  - {name: g, kind: huggingface, checkpoints: "ckpt/*", revisions: [step1]}', "not both"),
+        ("path", '  - {name: g, kind: huggingface, checkpoints: "ckpt/*", path: ckpt}', "remove 'path'"),
+        ("at", '  - {name: "g@1", kind: huggingface, checkpoints: "ckpt/*"}', "without '@'"),
+        ("kind", "  - {name: g, kind: shipped, revisions: [step1, step2], path: org/model}", "kind: huggingface"),
+    ],
+)
 def test_bad_series_are_refused_naming_the_member_and_the_fix(tmp_path, case, models, message):
     root = _series_dirs(tmp_path, "ckpt", [0, 50])
     if case == "twice":
@@ -96,7 +108,7 @@ def test_bad_series_are_refused_naming_the_member_and_the_fix(tmp_path, case, mo
 def test_trajectory_without_checkpoints_or_a_series_is_refused(tmp_path):
     _series_dirs(tmp_path, "ckpt", [0])
     with pytest.raises(ConfigError, match="checkpoint series"):
-        load_config(_config(tmp_path, '  - {name: g, kind: huggingface, path: ckpt/checkpoint-0}'))
+        load_config(_config(tmp_path, "  - {name: g, kind: huggingface, path: ckpt/checkpoint-0}"))
 
 
 def test_hub_revisions_resolve_from_the_local_cache_offline(tmp_path, monkeypatch):
@@ -109,18 +121,24 @@ def test_hub_revisions_resolve_from_the_local_cache_offline(tmp_path, monkeypatc
     to_hub_cache(cache, repo_id="lab/tiny", revisions={f"step{s}": root / f"checkpoint-{s}" for s in (0, 500, 2000)})
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    cfg = load_config(_config(tmp_path, "  - {name: tiny, kind: huggingface, path: lab/tiny, "
-                                        "revisions: [step2000, step0, step500]}"))
+    cfg = load_config(
+        _config(tmp_path, "  - {name: tiny, kind: huggingface, path: lab/tiny, revisions: [step2000, step0, step500]}")
+    )
     members = cfg.series()["tiny"]
     assert [(m.name, m.revision, m.hub_id) for m in members] == [
-        ("tiny@0", "step0", "lab/tiny"), ("tiny@500", "step500", "lab/tiny"), ("tiny@2000", "step2000", "lab/tiny")]
+        ("tiny@0", "step0", "lab/tiny"),
+        ("tiny@500", "step500", "lab/tiny"),
+        ("tiny@2000", "step2000", "lab/tiny"),
+    ]
     for m in members:
         assert m.path.parent.name == "snapshots" and str(m.path).startswith(str(cache))
-        assert (m.path / "model.safetensors").read_bytes() == (root / f"checkpoint-{m.step}" /
-                                                                 "model.safetensors").read_bytes()
+        assert (m.path / "model.safetensors").read_bytes() == (
+            root / f"checkpoint-{m.step}" / "model.safetensors"
+        ).read_bytes()
     with pytest.raises(ConfigError, match=r"revision 'step9000' \(member tiny@9000\).*not in the Hugging Face cache"):
-        load_config(_config(tmp_path, "  - {name: tiny, kind: huggingface, path: lab/tiny, "
-                                      "revisions: [step0, step9000]}"))
+        load_config(
+            _config(tmp_path, "  - {name: tiny, kind: huggingface, path: lab/tiny, revisions: [step0, step9000]}")
+        )
     with pytest.raises(ConfigError, match=r"revision 'main'.*no step in the revision's name"):
         load_config(_config(tmp_path, "  - {name: tiny, kind: huggingface, path: lab/tiny, revisions: [step0, main]}"))
 
@@ -134,8 +152,9 @@ def test_steps_that_hold_the_same_weights_are_found(tmp_path):
     for s in (200, 300):
         shutil.copy(root / "checkpoint-100" / "model.safetensors", root / f"checkpoint-{s}" / "model.safetensors")
         (root / f"checkpoint-{s}" / "trainer_state.json").write_text(json.dumps({"global_step": s}), encoding="utf-8")
-    members = load_config(_config(tmp_path, '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-*"}'
-                                  )).series()["g"]
+    members = load_config(
+        _config(tmp_path, '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-*"}')
+    ).series()["g"]
     assert same_weights(members) == [["g@100", "g@200", "g@300"]]
     assert same_weights(members[:2]) == []
 
@@ -160,17 +179,23 @@ def test_fairseq_and_shipped_checkpoints_give_their_recorded_steps(tmp_path):
     assert recorded_step(runs / "checkpoint_best.pt", "fairseq") == 70
     (tmp_path / "t.txt").write_text("in the beginning god created the heaven and the earth\n", encoding="utf-8")
     cfg_path = tmp_path / "c.yaml"
-    cfg_path.write_text(f"corpus: {{source: text, path: t.txt}}\nmodels:\n  - {{name: lm, kind: fairseq, "
-                        f"checkpoints: 'ckpts/checkpoint_*.pt', data: {data}}}\n", encoding="utf-8")
+    cfg_path.write_text(
+        f"corpus: {{source: text, path: t.txt}}\nmodels:\n  - {{name: lm, kind: fairseq, "
+        f"checkpoints: 'ckpts/checkpoint_*.pt', data: {data}}}\n",
+        encoding="utf-8",
+    )
     members = load_config(cfg_path).series()["lm"]
     assert [(m.name, m.path.name, m.data) for m in members] == [
-        ("lm@50", "checkpoint_1_50.pt", data), ("lm@70", "checkpoint_best.pt", data),
-        ("lm@100", "checkpoint_2_100.pt", data)]
+        ("lm@50", "checkpoint_1_50.pt", data),
+        ("lm@70", "checkpoint_best.pt", data),
+        ("lm@100", "checkpoint_2_100.pt", data),
+    ]
     shipped = Path(__file__).resolve().parents[1] / "results" / "bible-full" / "models" / "mt"
     assert recorded_step(shipped, "shipped") == json.loads((shipped / "model.json").read_text())["updates"]
 
 
 # --- the steps, the rows and the trajectory's groups on synthetic stores (known answers) -------------
+
 
 def test_the_step_of_a_path_is_read_from_its_last_component_only():
     """A number in a directory above the checkpoint (a seed, a run) is not its step."""
@@ -203,7 +228,7 @@ def _roles_by_loop(flags, steps):
         taken = [i for i, (has, _) in enumerate(seq) if has]
         if taken:
             first[idx] = seq[taken[0]][1]
-            kept[idx] = all(has for has, _ in seq[taken[0]:])
+            kept[idx] = all(has for has, _ in seq[taken[0] :])
     return first, kept
 
 
@@ -250,15 +275,24 @@ def test_series_rows_snapshot_every_member_but_the_last_and_checkpoints_ascend()
     that only some rows have come in ascending order, each with the rows that have it."""
     from evolution.trajectory import checkpoint_models, series_rows
 
-    rows = series_rows({"a": [_trained("a@0", 0), _trained("a@300", 300), _trained("a@400", 400)],
-                        "b": [_trained("b@100", 100), _trained("b@200", 200), _trained("b@300", 300),
-                              _trained("b@500", 500)]})
+    rows = series_rows(
+        {
+            "a": [_trained("a@0", 0), _trained("a@300", 300), _trained("a@400", 400)],
+            "b": [_trained("b@100", 100), _trained("b@200", 200), _trained("b@300", 300), _trained("b@500", 500)],
+        }
+    )
     assert [(r.label, sorted(r.members), r.final.name, r.final_step) for r in rows] == [
-        ("a", [0, 300], "a@400", 400), ("b", [100, 200, 300], "b@500", 500)]
+        ("a", [0, 300], "a@400", 400),
+        ("b", [100, 200, 300], "b@500", 500),
+    ]
     got = checkpoint_models(rows)
     assert list(got) == [0, 100, 200, 300]
     assert {u: [m.name for m in ms] for u, ms in got.items()} == {
-        0: ["a@0"], 100: ["b@100"], 200: ["b@200"], 300: ["a@300", "b@300"]}
+        0: ["a@0"],
+        100: ["b@100"],
+        200: ["b@200"],
+        300: ["a@300", "b@300"],
+    }
 
 
 def _value(name: str, layer: int, what: str) -> float:
@@ -280,36 +314,63 @@ def _store(path: Path, models: list[str], *, to_final=(), sim=None, intervals=Fa
     lay = np.arange(layers)
     mi = np.array([[[_value(m, l, "mi") * 2.0, 0.5] for l in lay] for m in models])  # (model, layer, target)
     same = np.array([[[_value(m, l, "same")] for l in lay] for m in models])
-    groups = {"mi": xr.Dataset({"mi_mean": (("model", "layer", "target"), mi),
-                                "entropy": (("model", "target"), np.full((len(models), 2), 2.0))},
-                               coords={"model": models, "layer": lay, "target": ["input", "output"]}),
-              "neighbors": xr.Dataset({"value": (("model", "layer", "measure"), same)},
-                                      coords={"model": models, "layer": lay, "measure": ["same_token"]})}
+    groups = {
+        "mi": xr.Dataset(
+            {
+                "mi_mean": (("model", "layer", "target"), mi),
+                "entropy": (("model", "target"), np.full((len(models), 2), 2.0)),
+            },
+            coords={"model": models, "layer": lay, "target": ["input", "output"]},
+        ),
+        "neighbors": xr.Dataset(
+            {"value": (("model", "layer", "measure"), same)},
+            coords={"model": models, "layer": lay, "measure": ["same_token"]},
+        ),
+    }
     if intervals:
-        groups["mi"]["mi_mean_interval"] = (("model", "layer", "target", "bound"),
-                                            np.stack([mi - 0.02, mi + 0.04], axis=-1))
-        groups["neighbors"]["interval"] = (("model", "layer", "measure", "bound"),
-                                           np.stack([same - 0.01, same + 0.02], axis=-1))
+        groups["mi"]["mi_mean_interval"] = (
+            ("model", "layer", "target", "bound"),
+            np.stack([mi - 0.02, mi + 0.04], axis=-1),
+        )
+        groups["neighbors"]["interval"] = (
+            ("model", "layer", "measure", "bound"),
+            np.stack([same - 0.01, same + 0.02], axis=-1),
+        )
         groups["mi"] = groups["mi"].assign_coords(bound=["low", "high"])
         groups["neighbors"] = groups["neighbors"].assign_coords(bound=["low", "high"])
     if to_final:
         d = np.array([[[_value(m, l, k) for l in lay] for m in to_final] for k in ("pwcca", "cka")])
-        groups["to_final"] = xr.Dataset({"distance": (("metric", "model", "layer"), d)},
-                                        coords={"metric": ["pwcca", "cka"], "model": list(to_final), "layer": lay})
+        groups["to_final"] = xr.Dataset(
+            {"distance": (("metric", "model", "layer"), d)},
+            coords={"metric": ["pwcca", "cka"], "model": list(to_final), "layer": lay},
+        )
     if sim is not None:
         same_layer = np.full((2, len(models), len(models), layers), np.nan)
         for (a, b), v in sim.items():
             same_layer[:, models.index(a), models.index(b), :] = v
         groups["similarity"] = xr.Dataset(
-            {"same_layer": (("metric", "model_a", "model_b", "layer"), same_layer),
-             "distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"),
-                          np.full((2, len(models), layers, len(models), layers), np.nan))},
-            coords={"metric": ["pwcca", "cka"], "model_a": models, "model_b": models, "layer": lay,
-                    "layer_a": lay, "layer_b": lay})
+            {
+                "same_layer": (("metric", "model_a", "model_b", "layer"), same_layer),
+                "distance": (
+                    ("metric", "model_a", "layer_a", "model_b", "layer_b"),
+                    np.full((2, len(models), layers, len(models), layers), np.nan),
+                ),
+            },
+            coords={
+                "metric": ["pwcca", "cka"],
+                "model_a": models,
+                "model_b": models,
+                "layer": lay,
+                "layer_a": lay,
+                "layer_b": lay,
+            },
+        )
     if heads is not None:
         names = list(heads)
-        groups["heads"] = xr.Dataset({"positional": (("model", "layer", "head"), np.array([heads[m] for m in names]))},
-                                     coords={"model": names, "layer": np.arange(1), "head": np.arange(2)})
+        groups["heads"] = xr.Dataset(
+            {"positional": (("model", "layer", "head"), np.array([heads[m] for m in names]))},
+            coords={"model": names, "layer": np.arange(1), "head": np.arange(2)},
+        )
     write_metrics(str(path), groups, fingerprint="test")
     return path
 
@@ -323,15 +384,29 @@ def test_collect_places_each_rows_models_at_their_steps(tmp_path):
     from evolution.trajectory import Row, collect
 
     t, f = True, False
-    snaps = {10: _store(tmp_path / "s10", ["a@10", "b@10"], to_final=["a@10", "b@10"], intervals=True,
-                        sim={("a@10", "b@10"): np.array([[0.31, 0.32], [0.61, 0.62]])},
-                        heads={"a@10": [[t, f]], "b@10": [[f, f]]}),
-             20: _store(tmp_path / "s20", ["b@20"], to_final=["b@20"], heads={"b@20": [[f, t]]}),
-             30: _store(tmp_path / "s30", ["a@30"], to_final=["a@30"], heads={"a@30": [[t, t]]})}
-    final = _store(tmp_path / "final", ["a", "b"], intervals=True, sim={("a", "b"): np.array([[0.2, 0.2], [0.5, 0.5]])},
-                   heads={"a": [[f, t]], "b": [[f, t]]})
-    rows = [Row("a", {10: _trained("a@10"), 30: _trained("a@30")}, _trained("a"), 50, "lm"),
-            Row("b", {10: _trained("b@10"), 20: _trained("b@20")}, _trained("b"), 40, "mlm")]
+    snaps = {
+        10: _store(
+            tmp_path / "s10",
+            ["a@10", "b@10"],
+            to_final=["a@10", "b@10"],
+            intervals=True,
+            sim={("a@10", "b@10"): np.array([[0.31, 0.32], [0.61, 0.62]])},
+            heads={"a@10": [[t, f]], "b@10": [[f, f]]},
+        ),
+        20: _store(tmp_path / "s20", ["b@20"], to_final=["b@20"], heads={"b@20": [[f, t]]}),
+        30: _store(tmp_path / "s30", ["a@30"], to_final=["a@30"], heads={"a@30": [[t, t]]}),
+    }
+    final = _store(
+        tmp_path / "final",
+        ["a", "b"],
+        intervals=True,
+        sim={("a", "b"): np.array([[0.2, 0.2], [0.5, 0.5]])},
+        heads={"a": [[f, t]], "b": [[f, t]]},
+    )
+    rows = [
+        Row("a", {10: _trained("a@10"), 30: _trained("a@30")}, _trained("a"), 50, "lm"),
+        Row("b", {10: _trained("b@10"), 20: _trained("b@20")}, _trained("b"), 40, "mlm"),
+    ]
     out = collect(final, snaps, rows=rows)
     curves = out["curves"]
     steps = [10, 20, 30, 40, 50]
@@ -352,14 +427,16 @@ def test_collect_places_each_rows_models_at_their_steps(tmp_path):
             np.testing.assert_allclose(same, [_value(m, l, "same") for l in (0, 1)], err_msg=f"{s} {u}")
             for metric in ("pwcca", "cka"):
                 expected = [0.0, 0.0] if "@" not in m else [_value(m, l, metric) for l in (0, 1)]
-                np.testing.assert_allclose(curves["to_final"].sel(metric=metric, series=s, checkpoint=u), expected,
-                                           err_msg=f"{s} {u} {metric}")
+                np.testing.assert_allclose(
+                    curves["to_final"].sel(metric=metric, series=s, checkpoint=u), expected, err_msg=f"{s} {u} {metric}"
+                )
             iv = curves["same_token_interval"].sel(series=s, checkpoint=u)
             if u in (10, 40, 50):  # the stores with intervals: s10 and the final one
                 np.testing.assert_allclose(iv.sel(bound="low"), same - 0.01)
                 np.testing.assert_allclose(iv.sel(bound="high"), same + 0.02)
-                np.testing.assert_allclose(curves["mi_input_interval"].sel(series=s, checkpoint=u, bound="high"),
-                                           mi + 0.02)
+                np.testing.assert_allclose(
+                    curves["mi_input_interval"].sel(series=s, checkpoint=u, bound="high"), mi + 0.02
+                )
             else:
                 assert np.isnan(iv).all(), (s, u)
     assert list(curves["pair"].values) == ["a | b"]
@@ -384,12 +461,21 @@ def test_collect_labels_each_pair_of_three_rows_with_its_own_distances(tmp_path)
     from evolution.trajectory import Row, collect
 
     d = {("a", "b"): 0.1, ("a", "c"): 0.2, ("b", "c"): 0.3}
-    snap = _store(tmp_path / "s5", ["a@5", "b@5", "c@5"], to_final=["a@5", "b@5", "c@5"],
-                  sim={("a@5", "b@5"): np.full((2, 2), 0.1), ("a@5", "c@5"): np.full((2, 2), 0.2),
-                       ("c@5", "b@5"): np.full((2, 2), 0.3)})
-    final = _store(tmp_path / "final", ["a", "b", "c"],
-                   sim={("a", "b"): np.full((2, 2), 0.5), ("c", "a"): np.full((2, 2), 0.6),
-                        ("b", "c"): np.full((2, 2), 0.7)})
+    snap = _store(
+        tmp_path / "s5",
+        ["a@5", "b@5", "c@5"],
+        to_final=["a@5", "b@5", "c@5"],
+        sim={
+            ("a@5", "b@5"): np.full((2, 2), 0.1),
+            ("a@5", "c@5"): np.full((2, 2), 0.2),
+            ("c@5", "b@5"): np.full((2, 2), 0.3),
+        },
+    )
+    final = _store(
+        tmp_path / "final",
+        ["a", "b", "c"],
+        sim={("a", "b"): np.full((2, 2), 0.5), ("c", "a"): np.full((2, 2), 0.6), ("b", "c"): np.full((2, 2), 0.7)},
+    )
     rows = [Row(s, {5: _trained(f"{s}@5")}, _trained(s), 9) for s in "abc"]
     curves = collect(final, {5: snap}, rows=rows)["curves"]
     assert list(curves["pair"].values) == ["a | b", "a | c", "b | c"]
@@ -431,14 +517,17 @@ def test_a_snapshots_key_follows_its_members_and_the_final_member(tmp_path):
     assert key(0) != before
 
 
-@pytest.mark.parametrize("steps, scale", [
-    ([0, 40, 80, 120], "linear"),        # saved every N steps
-    ([100, 200, 300, 350], "linear"),    # every N steps and a final one between
-    ([1, 2, 4, 8, 16], "log"),           # kept updates F, F R, F R^2, ...
-    ([1, 2, 4], "log"),                  # three doubling steps are no grid either
-    ([25, 50, 100, 600], "log"),
-    ([0, 1, 2, 4, 8, 16], "symlog"),     # Pythia's early steps, with step 0
-])
+@pytest.mark.parametrize(
+    "steps, scale",
+    [
+        ([0, 40, 80, 120], "linear"),  # saved every N steps
+        ([100, 200, 300, 350], "linear"),  # every N steps and a final one between
+        ([1, 2, 4, 8, 16], "log"),  # kept updates F, F R, F R^2, ...
+        ([1, 2, 4], "log"),  # three doubling steps are no grid either
+        ([25, 50, 100, 600], "log"),
+        ([0, 1, 2, 4, 8, 16], "symlog"),  # Pythia's early steps, with step 0
+    ],
+)
 def test_the_step_axis_is_linear_for_evenly_saved_steps_and_log_otherwise(steps, scale):
     from evolution.analyses.plotting import plt
     from evolution.report.trajectory import _step_axis
@@ -458,14 +547,18 @@ def test_role_rows_list_every_head_that_takes_a_role_from_its_first_step():
 
     first = np.full((2, len(ROLES), 1, 2), -1)
     kept = np.zeros(first.shape, dtype=bool)
-    first[0, 0, 0, 1], kept[0, 0, 0, 1] = 0, True     # a: positional head (0, 1) from step 0 on
-    first[1, 2, 0, 0] = 40                             # b: rare-token head (0, 0) at 40, lost later
+    first[0, 0, 0, 1], kept[0, 0, 0, 1] = 0, True  # a: positional head (0, 1) from step 0 on
+    first[1, 2, 0, 0] = 40  # b: rare-token head (0, 0) at 40, lost later
     dims = ("series", "role", "layer", "head")
-    roles = xr.Dataset({"first": (dims, first), "kept": (dims, kept)},
-                       coords={"series": ["a", "b"], "role": list(ROLES), "layer": [0], "head": [0, 1]})
-    assert role_rows(roles) == [["series", "role", "layer", "head", "first step", "kept"],
-                                ["a", "positional", "0", "1", "0", "yes"],
-                                ["b", "rare_token", "0", "0", "40", "no"]]
+    roles = xr.Dataset(
+        {"first": (dims, first), "kept": (dims, kept)},
+        coords={"series": ["a", "b"], "role": list(ROLES), "layer": [0], "head": [0, 1]},
+    )
+    assert role_rows(roles) == [
+        ["series", "role", "layer", "head", "first step", "kept"],
+        ["a", "positional", "0", "1", "0", "yes"],
+        ["b", "rare_token", "0", "0", "40", "no"],
+    ]
 
 
 def _curves():
@@ -473,14 +566,31 @@ def _curves():
     import xarray as xr
 
     x, lay = [0, 10, 20], [0, 1]
-    to_final = np.array([[[[0.5, 0.6], [0.3, 0.4], [0.0, 0.0]], [[0.7, 0.8], [0.2, 0.1], [0.0, 0.0]]],
-                         [[[0.05, 0.06], [0.03, 0.04], [0.0, 0.0]], [[0.07, 0.08], [0.02, 0.01], [0.0, 0.0]]]])
-    between = np.array([[[[0.9, 0.8], [np.nan, np.nan], [0.4, 0.3]], [[np.nan] * 2] * 3],
-                        [[[0.19, 0.18], [np.nan, np.nan], [0.14, 0.13]], [[np.nan] * 2] * 3]])
-    return xr.Dataset({"to_final": (("metric", "series", "checkpoint", "layer"), to_final),
-                       "between": (("metric", "pair", "checkpoint", "layer"), between)},
-                      coords={"metric": ["pwcca", "cka"], "series": ["a", "b"], "pair": ["a | b", "a | c"],
-                              "checkpoint": x, "layer": lay})
+    to_final = np.array(
+        [
+            [[[0.5, 0.6], [0.3, 0.4], [0.0, 0.0]], [[0.7, 0.8], [0.2, 0.1], [0.0, 0.0]]],
+            [[[0.05, 0.06], [0.03, 0.04], [0.0, 0.0]], [[0.07, 0.08], [0.02, 0.01], [0.0, 0.0]]],
+        ]
+    )
+    between = np.array(
+        [
+            [[[0.9, 0.8], [np.nan, np.nan], [0.4, 0.3]], [[np.nan] * 2] * 3],
+            [[[0.19, 0.18], [np.nan, np.nan], [0.14, 0.13]], [[np.nan] * 2] * 3],
+        ]
+    )
+    return xr.Dataset(
+        {
+            "to_final": (("metric", "series", "checkpoint", "layer"), to_final),
+            "between": (("metric", "pair", "checkpoint", "layer"), between),
+        },
+        coords={
+            "metric": ["pwcca", "cka"],
+            "series": ["a", "b"],
+            "pair": ["a | b", "a | c"],
+            "checkpoint": x,
+            "layer": lay,
+        },
+    )
 
 
 def test_the_between_figure_draws_each_measured_pairs_pwcca_distance():
@@ -492,8 +602,9 @@ def test_the_between_figure_draws_each_measured_pairs_pwcca_distance():
     assert len(fig.axes) == 1 and fig.axes[0].get_title() == "a | b"  # "a | c" has no common step
     for layer, line in enumerate(fig.axes[0].lines):
         np.testing.assert_array_equal(line.get_xdata(), [0, 20])
-        np.testing.assert_allclose(line.get_ydata(), curves["between"].sel(metric="pwcca", pair="a | b",
-                                                                            layer=layer).values[[0, 2]])
+        np.testing.assert_allclose(
+            line.get_ydata(), curves["between"].sel(metric="pwcca", pair="a | b", layer=layer).values[[0, 2]]
+        )
     plt().close(fig)
 
 
@@ -505,11 +616,13 @@ def test_the_api_plot_draws_the_metric_asked_for(metric):
     curves = _curves()
     fig = ev.plot.trajectory(curves, "to_final", series="b", metric=metric)
     for layer, line in enumerate(fig.axes[0].lines):
-        np.testing.assert_allclose(line.get_ydata(), curves["to_final"].sel(metric=metric, series="b",
-                                                                             layer=layer).values)
+        np.testing.assert_allclose(
+            line.get_ydata(), curves["to_final"].sel(metric=metric, series="b", layer=layer).values
+        )
     fig = ev.plot.trajectory(curves, "between", pair="a | b", metric=metric)
-    np.testing.assert_allclose(fig.axes[-1].lines[0].get_ydata(),
-                               curves["between"].sel(metric=metric, pair="a | b", layer=0).values[[0, 2]])
+    np.testing.assert_allclose(
+        fig.axes[-1].lines[0].get_ydata(), curves["between"].sel(metric=metric, pair="a | b", layer=0).values[[0, 2]]
+    )
     plt().close("all")
 
 
@@ -517,8 +630,10 @@ def test_load_series_names_the_series_after_its_directory(tmp_path):
     import evolution.api as ev
 
     root = _series_dirs(tmp_path, "gpt2-small", [0, 10])
-    for series in (ev.load_series(f"{root}/", checkpoints="checkpoint-*", device="cpu"),
-                   ev.load_series(checkpoints=str(root / "checkpoint-*"), device="cpu")):
+    for series in (
+        ev.load_series(f"{root}/", checkpoints="checkpoint-*", device="cpu"),
+        ev.load_series(checkpoints=str(root / "checkpoint-*"), device="cpu"),
+    ):
         assert series.name == "gpt2-small" and series.steps == [0, 10] and series.final.name == "gpt2-small@10"
 
 
@@ -533,34 +648,53 @@ def test_a_shallower_series_is_at_distance_zero_only_at_its_own_layers(tmp_path)
 
     def store(path, models, *, to_final=None):
         lay = np.arange(3)
-        mi = np.array([[[0.9 - 0.1 * l, 0.5] if (m.startswith("deep") or l < 2) else [np.nan, np.nan]
-                        for l in lay] for m in models])
-        groups = {"mi": xr.Dataset({"mi_mean": (("model", "layer", "target"), mi),
-                                    "entropy": (("model", "target"), np.full((len(models), 2), 2.0))},
-                                   coords={"model": models, "layer": lay, "target": ["input", "output"]})}
+        mi = np.array(
+            [
+                [[0.9 - 0.1 * l, 0.5] if (m.startswith("deep") or l < 2) else [np.nan, np.nan] for l in lay]
+                for m in models
+            ]
+        )
+        groups = {
+            "mi": xr.Dataset(
+                {
+                    "mi_mean": (("model", "layer", "target"), mi),
+                    "entropy": (("model", "target"), np.full((len(models), 2), 2.0)),
+                },
+                coords={"model": models, "layer": lay, "target": ["input", "output"]},
+            )
+        }
         if to_final is not None:
-            groups["to_final"] = xr.Dataset({"distance": (("metric", "model", "layer"), to_final)},
-                                            coords={"metric": ["pwcca", "cka"], "model": models, "layer": lay})
+            groups["to_final"] = xr.Dataset(
+                {"distance": (("metric", "model", "layer"), to_final)},
+                coords={"metric": ["pwcca", "cka"], "model": models, "layer": lay},
+            )
         write_metrics(str(path), groups, fingerprint="test")
         return path
 
     d = np.array([[[0.3, 0.3, 0.3], [0.4, 0.4, np.nan]], [[0.2, 0.2, 0.2], [0.25, 0.25, np.nan]]])
     snap = store(tmp_path / "s10", ["deep@10", "shallow@10"], to_final=d)
     final = store(tmp_path / "final", ["deep@20", "shallow@20"])
-    rows = [Row("deep", {10: _trained("deep@10", 10)}, _trained("deep@20", 20), 20),
-            Row("shallow", {10: _trained("shallow@10", 10)}, _trained("shallow@20", 20), 20)]
+    rows = [
+        Row("deep", {10: _trained("deep@10", 10)}, _trained("deep@20", 20), 20),
+        Row("shallow", {10: _trained("shallow@10", 10)}, _trained("shallow@20", 20), 20),
+    ]
     curves = collect(final, {10: snap}, rows=rows)["curves"]
-    np.testing.assert_array_equal(curves["to_final"].sel(metric="pwcca", series="shallow", checkpoint=20),
-                                  [0.0, 0.0, np.nan])
+    np.testing.assert_array_equal(
+        curves["to_final"].sel(metric="pwcca", series="shallow", checkpoint=20), [0.0, 0.0, np.nan]
+    )
     np.testing.assert_array_equal(curves["to_final"].sel(metric="cka", series="deep", checkpoint=20), [0.0] * 3)
-    np.testing.assert_array_equal(curves["to_final"].sel(metric="pwcca", series="shallow", checkpoint=10),
-                                  [0.4, 0.4, np.nan])
+    np.testing.assert_array_equal(
+        curves["to_final"].sel(metric="pwcca", series="shallow", checkpoint=10), [0.4, 0.4, np.nan]
+    )
 
 
 def test_a_series_named_where_a_model_is_expected_points_to_its_last_member(tmp_path):
     _series_dirs(tmp_path, "ckpt", [0, 50])
     path = _config(tmp_path, '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-*"}')
     path.write_text(path.read_text(encoding="utf-8") + "report: {views: {models: [g]}}\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"report.views.models: no model named \['g'\].*g is a checkpoint series: "
-                                          r"name its last member, g@50"):
+    with pytest.raises(
+        ConfigError,
+        match=r"report.views.models: no model named \['g'\].*g is a checkpoint series: "
+        r"name its last member, g@50",
+    ):
         load_config(path)

@@ -70,7 +70,8 @@ def test_every_saved_step_is_a_member_and_the_last_is_the_analysed_model(run):
     cfg = run.config
     assert [m.name for m in cfg.models] == [f"gpt2@{STEPS}", f"bert@{STEPS}"]
     assert {u: [m.name for m in ms] for u, ms in TrajectoryStage().checkpoints(run).items()} == {
-        u: [f"gpt2@{u}", f"bert@{u}"] for u in range(0, STEPS, EVERY)}
+        u: [f"gpt2@{u}", f"bert@{u}"] for u in range(0, STEPS, EVERY)
+    }
 
 
 def test_distance_to_the_final_member_falls_with_training(run):
@@ -99,11 +100,14 @@ def test_curves_between_series_are_the_snapshots_similarity(run):
     stage = TrajectoryStage()
     curves = open_group(stage.path(run), "curves")
     assert list(curves["pair"].values) == ["gpt2 | bert"]
-    for step, path, a, b in ((40, stage.snapshot(run, 40), "gpt2@40", "bert@40"),
-                             (STEPS, MetricsStage().path(run), f"gpt2@{STEPS}", f"bert@{STEPS}")):
+    for step, path, a, b in (
+        (40, stage.snapshot(run, 40), "gpt2@40", "bert@40"),
+        (STEPS, MetricsStage().path(run), f"gpt2@{STEPS}", f"bert@{STEPS}"),
+    ):
         sim = open_group(path, "similarity")["same_layer"].sel(metric="pwcca", model_a=a, model_b=b)
-        np.testing.assert_allclose(curves["between"].sel(metric="pwcca", pair="gpt2 | bert", checkpoint=step),
-                                   sim.values)
+        np.testing.assert_allclose(
+            curves["between"].sel(metric="pwcca", pair="gpt2 | bert", checkpoint=step), sim.values
+        )
     assert float(curves["between"].sel(metric="pwcca").min()) > 0.2  # an LM and an MLM from two inits
 
 
@@ -180,10 +184,16 @@ def test_the_api_gives_the_pipelines_trajectory(run, series):
     assert gpt2.steps == [0, 40, 80, 120] and gpt2.final.name == "gpt2@120" and bert[40].name == "bert@40"
     sentences = read_text_corpus(series / "genesis.txt", max_sentences=SENTENCES).sentences
     cfg = run.config.metrics
-    traj = ev.trajectory([gpt2, bert], sentences, tokens=cfg.tokens.model_dump(),
-                         options={"mi": {"k": 20, "restarts": 2, "bootstrap": 5},
-                                  "neighbors": {"k": 5, "max_per_type": 50, "bootstrap": 5},
-                                  "similarity": {"sentences": 250, "bootstrap": 4, "equal_bins": 0}})
+    traj = ev.trajectory(
+        [gpt2, bert],
+        sentences,
+        tokens=cfg.tokens.model_dump(),
+        options={
+            "mi": {"k": 20, "restarts": 2, "bootstrap": 5},
+            "neighbors": {"k": 5, "max_per_type": 50, "bootstrap": 5},
+            "similarity": {"sentences": 250, "bootstrap": 4, "equal_bins": 0},
+        },
+    )
     ref = open_group(TrajectoryStage().path(run), "curves")
     for var in ("to_final", "between"):
         np.testing.assert_allclose(traj["curves"][var].values, ref[var].values, atol=1e-6, err_msg=var)
@@ -204,16 +214,28 @@ def test_intervals_per_step_only_where_asked(run, series, tmp_path):
     assert np.isnan(ref.sel(checkpoint=40)).all() and np.isfinite(ref.sel(checkpoint=STEPS)).all()
     gpt2 = ev.load_series(series / "ckpt" / "gpt2", checkpoints="step*", name="gpt2", device="cpu")
     sentences = read_text_corpus(series / "genesis.txt", max_sentences=150).sentences
-    traj = ev.trajectory(gpt2, sentences, analyses=["mi", "neighbors"], intervals=True, workdir=tmp_path / "w",
-                         options={"mi": {"k": 10, "restarts": 1, "bootstrap": 5},
-                                  "neighbors": {"k": 5, "max_per_type": 50, "bootstrap": 5}})
+    traj = ev.trajectory(
+        gpt2,
+        sentences,
+        analyses=["mi", "neighbors"],
+        intervals=True,
+        workdir=tmp_path / "w",
+        options={
+            "mi": {"k": 10, "restarts": 1, "bootstrap": 5},
+            "neighbors": {"k": 5, "max_per_type": 50, "bootstrap": 5},
+        },
+    )
     curves = traj["curves"]
     for var in ("same_token", "mi_input"):  # every step has its interval, and it has a width
         iv = curves[f"{var}_interval"].sel(series="gpt2")
         assert np.isfinite(iv).all() and (iv.sel(bound="high") > iv.sel(bound="low")).all(), var
     snap = open_group(tmp_path / "w" / "trajectory" / "update-40" / "metrics.zarr", "neighbors")
-    np.testing.assert_allclose(curves["same_token_interval"].sel(series="gpt2", checkpoint=40),
-                               snap["interval"].sel(model="gpt2@40", measure="same_token"))
+    np.testing.assert_allclose(
+        curves["same_token_interval"].sel(series="gpt2", checkpoint=40),
+        snap["interval"].sel(model="gpt2@40", measure="same_token"),
+    )
     mi = open_group(tmp_path / "w" / "trajectory" / "update-80" / "metrics.zarr", "mi").sel(model="gpt2@80")
-    np.testing.assert_allclose(curves["mi_input_interval"].sel(series="gpt2", checkpoint=80),
-                               (mi["mi_mean_interval"] / mi["entropy"]).sel(target="input"))
+    np.testing.assert_allclose(
+        curves["mi_input_interval"].sel(series="gpt2", checkpoint=80),
+        (mi["mi_mean_interval"] / mi["entropy"]).sel(target="input"),
+    )

@@ -103,14 +103,20 @@ def test_shipped_directory_moves_with_its_vocabulary(shipped, tmp_path):
 
 def test_config_kind_shipped(shipped, tmp_path, corpus_file):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"workdir: {tmp_path / 'run'}\ncorpus: {{path: {corpus_file}}}\n"
-                   f"models:\n  - {{name: mt, kind: shipped, path: {shipped / 'mt'}}}\n", encoding="utf-8")
+    cfg.write_text(
+        f"workdir: {tmp_path / 'run'}\ncorpus: {{path: {corpus_file}}}\n"
+        f"models:\n  - {{name: mt, kind: shipped, path: {shipped / 'mt'}}}\n",
+        encoding="utf-8",
+    )
     model = load_config(cfg).models[0]
     adapter = load_adapter(model.model_dump(mode="json"))
     assert adapter.objective == "mt" and adapter.name == "mt"
     bad = tmp_path / "bad.yaml"
-    bad.write_text(f"workdir: {tmp_path / 'run'}\ncorpus: {{path: {corpus_file}}}\n"
-                   f"models:\n  - {{name: v, kind: shipped, path: {shipped / 'vocab'}}}\n", encoding="utf-8")
+    bad.write_text(
+        f"workdir: {tmp_path / 'run'}\ncorpus: {{path: {corpus_file}}}\n"
+        f"models:\n  - {{name: v, kind: shipped, path: {shipped / 'vocab'}}}\n",
+        encoding="utf-8",
+    )
     with pytest.raises(Exception, match="model.json and model.safetensors"):
         load_config(bad)
 
@@ -173,8 +179,12 @@ def test_vocabulary_names_no_path_and_segments_as_the_trained_one(trained, shipp
     assert str(paths.root).encode() not in copy and b"train." not in copy
     a = spm.SentencePieceProcessor(model_file=str(paths.spm_model))
     b = spm.SentencePieceProcessor(model_file=str(shipped / "vocab" / "spm.model"))
-    lines = [t for split in ("train", "test") for lang in (paths.src, paths.tgt)
-             for t in (paths.text / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()]
+    lines = [
+        t
+        for split in ("train", "test")
+        for lang in (paths.src, paths.tgt)
+        for t in (paths.text / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+    ]
     assert lines and all(a.encode(t) == b.encode(t) for t in lines)
     assert a.get_piece_size() == b.get_piece_size()
     assert [a.get_score(i) for i in range(a.get_piece_size())] == [b.get_score(i) for i in range(b.get_piece_size())]
@@ -233,9 +243,14 @@ def test_shipped_summary_shows_updates_and_only_the_scores_of_these_weights(tmp_
         (tmp_path / name).mkdir()
         shutil.copy(committed / name / "model.json", tmp_path / name / "model.json")
     meta = json.loads((tmp_path / "mt" / "model.json").read_text())
-    (tmp_path / "scores.json").write_text(json.dumps({
-        "mt": {"bleu": 12.345, "chrf": 40.25, "weights_sha256": meta["weights_sha256"]},
-        "lm-tokdrop": {"ppl": 43.2, "weights_sha256": "0" * 64}}))
+    (tmp_path / "scores.json").write_text(
+        json.dumps(
+            {
+                "mt": {"bleu": 12.345, "chrf": 40.25, "weights_sha256": meta["weights_sha256"]},
+                "lm-tokdrop": {"ppl": 43.2, "weights_sha256": "0" * 64},
+            }
+        )
+    )
     summary = shipped_summary({"mt": tmp_path / "mt", "lm-tokdrop": tmp_path / "lm-tokdrop"})
     assert summary["evaluation"] == {"mt": {"bleu": 12.345, "chrf": 40.25}}
     assert "lm-tokdrop are of other weights" in caplog.text
@@ -253,10 +268,12 @@ def test_report_of_shipped_models_shows_their_scores_and_redraws_when_they_chang
     from pipelines.stages import STAGES, Context
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"workdir: {tmp_path / 'run'}\ncorpus: {{path: {corpus_file}}}\n"
-                   f"models:\n  - {{name: mt, kind: shipped, path: {shipped / 'mt'}}}\n"
-                   "metrics: {mi: null, neighbors: null, similarity: null, tsne: null, influence: null, heads: null}\n",
-                   encoding="utf-8")
+    cfg.write_text(
+        f"workdir: {tmp_path / 'run'}\ncorpus: {{path: {corpus_file}}}\n"
+        f"models:\n  - {{name: mt, kind: shipped, path: {shipped / 'mt'}}}\n"
+        "metrics: {mi: null, neighbors: null, similarity: null, tsne: null, influence: null, heads: null}\n",
+        encoding="utf-8",
+    )
     run(cfg, progress=False)
     runs_csv = tmp_path / "run" / "report" / "tab-runs.csv"
     updates = json.loads((shipped / "mt" / "model.json").read_text())["updates"]

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import write_config
 
 from evolution.analyses.base import Inputs, ModelInputs
 from evolution.analyses.similarity import Similarity, pair_kind
 from evolution.config import MetricsConfig
 from evolution.metrics.plan import OccurrencePlan
 from evolution.metrics.similarity import View, centre_intervals, equal_size_bins, pwcca
-
-from conftest import write_config
 
 
 def test_equal_size_bins_against_a_plain_loop():
@@ -42,28 +41,58 @@ def test_equal_size_bins_against_a_plain_loop():
 def test_pair_kinds_of_the_papers_design():
     """The 8 models of configs/bible-full.yaml: base MT / LM / MLM (seed 0, one initial encoder),
     their seed-1 replicates (another), MT and LM with token dropout (seed 0)."""
-    runs = {"mt": ("mt", 0, 0.0), "mt-seed1": ("mt", 1, 0.0), "mt-tokdrop": ("mt", 0, 0.1), "lm": ("lm", 0, 0.0),
-            "lm-seed1": ("lm", 1, 0.0), "lm-tokdrop": ("lm", 0, 0.1), "mlm": ("mlm", 0, 0.0),
-            "mlm-seed1": ("mlm", 1, 0.0)}
+    runs = {
+        "mt": ("mt", 0, 0.0),
+        "mt-seed1": ("mt", 1, 0.0),
+        "mt-tokdrop": ("mt", 0, 0.1),
+        "lm": ("lm", 0, 0.0),
+        "lm-seed1": ("lm", 1, 0.0),
+        "lm-tokdrop": ("lm", 0, 0.1),
+        "mlm": ("mlm", 0, 0.0),
+        "mlm-seed1": ("mlm", 1, 0.0),
+    }
     runs = {m: {"objective": o, "seed": s, "token_dropout": p} for m, (o, s, p) in runs.items()}
     objectives = {m: r["objective"] for m, r in runs.items()}
-    expected = {("mt", "mt"): "same model", ("mt", "mt-seed1"): "seeds", ("lm-seed1", "lm"): "seeds",
-                ("mt", "lm"): "objectives, shared init", ("lm-seed1", "mlm-seed1"): "objectives, shared init",
-                ("mt", "lm-seed1"): "objectives, different inits", ("mlm-seed1", "lm"): "objectives, different inits",
-                ("mt", "mt-tokdrop"): "token dropout", ("lm-tokdrop", "lm"): "token dropout",
-                ("mt-tokdrop", "lm"): "other", ("mt-tokdrop", "mt-seed1"): "other"}
+    expected = {
+        ("mt", "mt"): "same model",
+        ("mt", "mt-seed1"): "seeds",
+        ("lm-seed1", "lm"): "seeds",
+        ("mt", "lm"): "objectives, shared init",
+        ("lm-seed1", "mlm-seed1"): "objectives, shared init",
+        ("mt", "lm-seed1"): "objectives, different inits",
+        ("mlm-seed1", "lm"): "objectives, different inits",
+        ("mt", "mt-tokdrop"): "token dropout",
+        ("lm-tokdrop", "lm"): "token dropout",
+        ("mt-tokdrop", "lm"): "other",
+        ("mt-tokdrop", "mt-seed1"): "other",
+    }
     for (a, b), kind in expected.items():
         assert pair_kind(a, b, objectives=objectives, runs=runs) == kind, (a, b)
     assert pair_kind("bert", "gpt2", objectives={"bert": "mlm", "gpt2": "lm"}, runs={}) == "objectives"
 
 
 def _inputs(models: dict[str, str], runs: dict) -> Inputs:
-    mi = {name: ModelInputs(name=name, kind="trained", objective=o, key=name, spec={}, n_layers=3, d_model=4,
-                            coords={}, primary=np.ones(1, bool), annotation=None, freq_rank=np.ones(1, np.int32),
-                            plan=OccurrencePlan(), frequency="training split")
-          for name, o in models.items()}
-    return Inputs(store="unused", models=mi, config=MetricsConfig(), seed=0, torch_threads=1, arrays_dir=".",
-                  attrs={"runs": runs})
+    mi = {
+        name: ModelInputs(
+            name=name,
+            kind="trained",
+            objective=o,
+            key=name,
+            spec={},
+            n_layers=3,
+            d_model=4,
+            coords={},
+            primary=np.ones(1, bool),
+            annotation=None,
+            freq_rank=np.ones(1, np.int32),
+            plan=OccurrencePlan(),
+            frequency="training split",
+        )
+        for name, o in models.items()
+    }
+    return Inputs(
+        store="unused", models=mi, config=MetricsConfig(), seed=0, torch_threads=1, arrays_dir=".", attrs={"runs": runs}
+    )
 
 
 def test_same_layer_distances_by_pair_from_a_result():
@@ -71,9 +100,11 @@ def test_same_layer_distances_by_pair_from_a_result():
     layer 0 included; ``pair`` names what two models differ in; the bins' sizes per model."""
     rng = np.random.default_rng(1)
     models = {"mt": "mt", "lm": "lm", "mt-seed1": "mt"}
-    runs = {"mt": {"objective": "mt", "seed": 0, "token_dropout": 0.0},
-            "lm": {"objective": "lm", "seed": 0, "token_dropout": 0.0},
-            "mt-seed1": {"objective": "mt", "seed": 1, "token_dropout": 0.0}}
+    runs = {
+        "mt": {"objective": "mt", "seed": 0, "token_dropout": 0.0},
+        "lm": {"objective": "lm", "seed": 0, "token_dropout": 0.0},
+        "mt-seed1": {"objective": "mt", "seed": 1, "token_dropout": 0.0},
+    }
     views = [[m, layer] for m in models for layer in range(3)]
     pw = rng.uniform(0.3, 0.9, size=(9, 9))
     np.fill_diagonal(pw, 1.0)
@@ -82,8 +113,12 @@ def test_same_layer_distances_by_pair_from_a_result():
     sizes = {"n": [40, 7], "types": [2, 5], "rank_lo": [1, 3], "rank_hi": [3, 10]}
     results = {"+".join(models): {"views": views, "similarity": {"pwcca": pw.tolist(), "cka": ck.tolist()}, "n": 47}}
     for m in models:  # one change unit per model
-        results[f"+change-{m}"] = {"change": {meth: rng.uniform(size=(2, 2)).tolist() for meth in ("pwcca", "cka")},
-                                   "bins": [[1, 3], [3, 10]], "notes": [], "sizes": sizes}
+        results[f"+change-{m}"] = {
+            "change": {meth: rng.uniform(size=(2, 2)).tolist() for meth in ("pwcca", "cka")},
+            "bins": [[1, 3], [3, 10]],
+            "notes": [],
+            "sizes": sizes,
+        }
     out = Similarity().datasets(_inputs(models, runs), results)
     ds = out["similarity"]
     for a_i, a in enumerate(models):
@@ -91,9 +126,11 @@ def test_same_layer_distances_by_pair_from_a_result():
             for layer in range(3):
                 i, j = 3 * a_i + layer, 3 * b_i + layer
                 assert ds.same_layer.sel(metric="pwcca", model_a=a, model_b=b, layer=layer).item() == pytest.approx(
-                    1 - (pw[i, j] + pw[j, i]) / 2)
+                    1 - (pw[i, j] + pw[j, i]) / 2
+                )
                 assert ds.same_layer.sel(metric="cka", model_a=a, model_b=b, layer=layer).item() == pytest.approx(
-                    1 - ck[i, j])
+                    1 - ck[i, j]
+                )
     assert ds.pair.sel(model_a="mt", model_b="mt-seed1").item() == "seeds"
     assert ds.pair.sel(model_a="lm", model_b="mt").item() == "objectives, shared init"
     assert ds.pair.sel(model_a="lm", model_b="mt-seed1").item() == "objectives, different inits"
@@ -110,8 +147,7 @@ def test_same_layer_distances_by_pair_from_a_result():
 
 def test_centre_intervals_moves_the_percentiles_onto_the_estimate():
     bounds = np.array([[[0.10, 0.20], [0.5, 0.9]]])
-    np.testing.assert_allclose(centre_intervals(bounds, [[0.15, 0.7]], [[0.18, 0.6]]),
-                               [[[0.13, 0.23], [0.4, 0.8]]])
+    np.testing.assert_allclose(centre_intervals(bounds, [[0.15, 0.7]], [[0.18, 0.6]]), [[[0.13, 0.23], [0.4, 0.8]]])
 
 
 # --- the groups of a run ----------------------------------------------------------------------------------------
@@ -128,13 +164,19 @@ METRICS = """metrics:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, model_specs):
     from conftest import SENTENCES
+
     from pipelines.run import run
 
     tmp = tmp_path_factory.mktemp("similarity")
     corpus = tmp / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    cfg = write_config(tmp / "c.yaml", corpus=corpus, workdir=tmp / "w", extra=METRICS,
-                       models=[model_specs["translation"], model_specs["language_modeling"]])
+    cfg = write_config(
+        tmp / "c.yaml",
+        corpus=corpus,
+        workdir=tmp / "w",
+        extra=METRICS,
+        models=[model_specs["translation"], model_specs["language_modeling"]],
+    )
     run(cfg, progress=False)
     return tmp / "w"
 
@@ -165,17 +207,18 @@ def test_bins_sizes_and_distances_against_the_store(run_dir):
         equal_masks = [index == b for b in range(3)]
         for group, masks in ((change, rank_masks), (equal, equal_masks)):
             np.testing.assert_array_equal(group.n_occurrences.sel(model=model).values, [m.sum() for m in masks])
-            np.testing.assert_array_equal(group.n_types.sel(model=model).values,
-                                          [len(np.unique(ranks[m])) for m in masks])
+            np.testing.assert_array_equal(
+                group.n_types.sel(model=model).values, [len(np.unique(ranks[m])) for m in masks]
+            )
             for b, mask in enumerate(masks):
                 for layer in range(hidden.shape[0] - 1):
-                    expected = 1 - pwcca(View(hidden[layer][mask], min_ratio=2), View(hidden[layer + 1][mask],
-                                                                                           min_ratio=2))
+                    expected = 1 - pwcca(
+                        View(hidden[layer][mask], min_ratio=2), View(hidden[layer + 1][mask], min_ratio=2)
+                    )
                     got = group.distance.sel(metric="pwcca", model=model).isel(layer_pair=layer, freq_bin=b).item()
                     assert got == pytest.approx(expected, abs=1e-9)
         np.testing.assert_array_equal(equal.rank_lo.sel(model=model).values, [ranks[m].min() for m in equal_masks])
-        np.testing.assert_array_equal(equal.rank_hi.sel(model=model).values,
-                                      [ranks[m].max() + 1 for m in equal_masks])
+        np.testing.assert_array_equal(equal.rank_hi.sel(model=model).values, [ranks[m].max() + 1 for m in equal_masks])
         sizes = equal.n_occurrences.sel(model=model).values
         assert sizes.max() - sizes.min() <= 1
         rank_sizes = change.n_occurrences.sel(model=model).values
@@ -206,8 +249,7 @@ def _repeated_correlations(x: np.ndarray, y: np.ndarray, *, min_ratio: float) ->
     """Whether two views' canonical correlations repeat a value (two within 1e-6): there PWCCA's
     weights depend on an arbitrary basis of the repeated directions, so the definition is not
     determined by the data to better than its rounding."""
-    rho = np.linalg.svd(View(x, min_ratio=min_ratio).basis_.T @ View(y, min_ratio=min_ratio).basis_,
-                        compute_uv=False)
+    rho = np.linalg.svd(View(x, min_ratio=min_ratio).basis_.T @ View(y, min_ratio=min_ratio).basis_, compute_uv=False)
     return bool(len(rho) > 1 and np.min(-np.diff(rho)) < 1e-6)
 
 
@@ -240,22 +282,52 @@ def test_the_runs_intervals_equal_resampled_svds_of_its_states(run_dir):
     bins = list(zip(change.rank_lo.values.tolist(), change.rank_hi.values.tolist()))
     every, split = _subsets(freq_rank, bins=bins, similarity=cfg)
     n_layers = {m: int(_store(run_dir, m).sizes["layer"]) for m in models}
-    states = {(g, layer): read_rows(str(run_dir / "reps.zarr"), g, layer, a[f"rows/{g}"]).astype(np.float64)
-              for g in models for layer in range(n_layers[g])}
-    ref = bootstrap_replicates(read=lambda g, layer: states[(g, layer)], sentence=a["sentence"], masks=every,
-                               models=models, n_layers=n_layers, methods=["pwcca", "cka"], replicates=range(8),
-                               seed=0, epsilon=cfg.epsilon, min_ratio=cfg.min_ratio)
+    states = {
+        (g, layer): read_rows(str(run_dir / "reps.zarr"), g, layer, a[f"rows/{g}"]).astype(np.float64)
+        for g in models
+        for layer in range(n_layers[g])
+    }
+    ref = bootstrap_replicates(
+        read=lambda g, layer: states[(g, layer)],
+        sentence=a["sentence"],
+        masks=every,
+        models=models,
+        n_layers=n_layers,
+        methods=["pwcca", "cka"],
+        replicates=range(8),
+        seed=0,
+        epsilon=cfg.epsilon,
+        min_ratio=cfg.min_ratio,
+    )
     group = np.unique(a["sentence"], return_inverse=True)[1]
     sums = SentenceSums(group, n_groups=group.max() + 1)
     picks = [sums.resample_rows(d) for d in sentence_draws(group.max() + 1, replicates=8, seed=0)]
     L = max(n_layers.values())
-    posed_between = np.array([not any(_repeated_correlations(states[(models[0], layer)][idx],
-                                                             states[(models[1], layer)][idx], min_ratio=2)
-                                      for idx in picks) for layer in range(L)])
-    posed_change = {g: np.array([[not any(len(sel) >= 2 * states[(g, 0)].shape[1] and _repeated_correlations(
-        states[(g, layer)][sel], states[(g, layer + 1)][sel], min_ratio=2)
-        for sel in (idx[mask[idx]] for idx in picks)) for mask in every.values()] for layer in range(L - 1)])
-        for g in models}
+    posed_between = np.array(
+        [
+            not any(
+                _repeated_correlations(states[(models[0], layer)][idx], states[(models[1], layer)][idx], min_ratio=2)
+                for idx in picks
+            )
+            for layer in range(L)
+        ]
+    )
+    posed_change = {
+        g: np.array(
+            [
+                [
+                    not any(
+                        len(sel) >= 2 * states[(g, 0)].shape[1]
+                        and _repeated_correlations(states[(g, layer)][sel], states[(g, layer + 1)][sel], min_ratio=2)
+                        for sel in (idx[mask[idx]] for idx in picks)
+                    )
+                    for mask in every.values()
+                ]
+                for layer in range(L - 1)
+            ]
+        )
+        for g in models
+    }
     s = summarise_replicates([ref])
     compared = posed = 0
     for m in ("pwcca", "cka"):

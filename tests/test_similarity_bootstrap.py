@@ -13,7 +13,12 @@ import pytest
 
 from evolution.metrics.resample import SentenceSums, sentence_counts, sentence_draws
 from evolution.metrics.similarity import View, bootstrap_replicates, summarise_replicates
-from evolution.metrics.similarity_bootstrap import MARGIN, between_replicates, change_with_replicates, pair_with_replicates
+from evolution.metrics.similarity_bootstrap import (
+    MARGIN,
+    between_replicates,
+    change_with_replicates,
+    pair_with_replicates,
+)
 
 TOLERANCE = 1e-8
 METHODS = ["pwcca", "cka"]
@@ -43,17 +48,38 @@ def _fast(sentence, states, n_layers, masks, *, replicates: int, seed: int, epsi
     models = list(states)
     group = np.unique(sentence, return_inverse=True)[1]
     draws = sentence_draws(group.max() + 1, replicates=replicates, seed=seed)
-    views = {layer: {g: View(states[g][layer], epsilon=epsilon, min_ratio=min_ratio, margin=MARGIN)
-                     for g in models if layer < n_layers[g]} for layer in range(max(n_layers.values()))}
-    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
-    between = between_replicates(views, sums=SentenceSums(group, n_groups=group.max() + 1), draws=draws,
-                                 pairs=pairs, methods=METHODS, epsilon=epsilon, min_ratio=min_ratio,
-                                 states=lambda g, layer: states[g][layer])
+    views = {
+        layer: {
+            g: View(states[g][layer], epsilon=epsilon, min_ratio=min_ratio, margin=MARGIN)
+            for g in models
+            if layer < n_layers[g]
+        }
+        for layer in range(max(n_layers.values()))
+    }
+    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1 :]]
+    between = between_replicates(
+        views,
+        sums=SentenceSums(group, n_groups=group.max() + 1),
+        draws=draws,
+        pairs=pairs,
+        methods=METHODS,
+        epsilon=epsilon,
+        min_ratio=min_ratio,
+        states=lambda g, layer: states[g][layer],
+    )
     change, estimates = {m: {} for m in METHODS}, {}
     top = max(n_layers.values()) - 1
     for g in models:
-        got = change_with_replicates(states[g][:n_layers[g]], masks, group=group, draws=draws, methods=METHODS,
-                                     epsilon=epsilon, min_ratio=min_ratio, name=g)
+        got = change_with_replicates(
+            states[g][: n_layers[g]],
+            masks,
+            group=group,
+            draws=draws,
+            methods=METHODS,
+            epsilon=epsilon,
+            min_ratio=min_ratio,
+            name=g,
+        )
         estimates[g] = got["estimate"]
         for m in METHODS:
             v = got["replicates"][m]
@@ -75,9 +101,18 @@ def _assert_same(fast, ref):
 def test_replicates_and_intervals_equal_the_resampled_svds():
     sentence, states, n_layers, masks = _states()
     kw = dict(replicates=12, seed=5, epsilon=1e-6, min_ratio=3.0)
-    ref = bootstrap_replicates(read=lambda g, layer: states[g][layer], models=list(states), n_layers=n_layers,
-                               sentence=sentence, masks=masks, methods=METHODS, replicates=range(12), seed=5,
-                               epsilon=1e-6, min_ratio=3.0)
+    ref = bootstrap_replicates(
+        read=lambda g, layer: states[g][layer],
+        models=list(states),
+        n_layers=n_layers,
+        sentence=sentence,
+        masks=masks,
+        methods=METHODS,
+        replicates=range(12),
+        seed=5,
+        epsilon=1e-6,
+        min_ratio=3.0,
+    )
     fast, _ = _fast(sentence, states, n_layers, masks, **kw)
     _assert_same(fast, ref)
     # the small subset (about 260 rows against 3 x 12 = 36 needed... per replicate) and the model
@@ -87,8 +122,7 @@ def test_replicates_and_intervals_equal_the_resampled_svds():
     s_ref, s_fast = summarise_replicates([ref]), summarise_replicates([fast])
     for key in ("between", "between_mean"):
         for m in METHODS:
-            np.testing.assert_allclose(np.asarray(s_fast[key][m]), np.asarray(s_ref[key][m]), rtol=0,
-                                       atol=TOLERANCE)
+            np.testing.assert_allclose(np.asarray(s_fast[key][m]), np.asarray(s_ref[key][m]), rtol=0, atol=TOLERANCE)
 
 
 def test_subsets_below_the_minimum_in_some_resamples():
@@ -96,8 +130,16 @@ def test_subsets_below_the_minimum_in_some_resamples():
     sentence, states, n_layers, masks = _states(1)
     need = masks["small"].sum() / 12  # min_ratio at which the full subset just passes
     kw = dict(seed=2, epsilon=1e-6, min_ratio=float(need * 0.97))
-    ref = bootstrap_replicates(read=lambda g, layer: states[g][layer], models=list(states), n_layers=n_layers,
-                               sentence=sentence, masks=masks, methods=METHODS, replicates=range(10), **kw)
+    ref = bootstrap_replicates(
+        read=lambda g, layer: states[g][layer],
+        models=list(states),
+        n_layers=n_layers,
+        sentence=sentence,
+        masks=masks,
+        methods=METHODS,
+        replicates=range(10),
+        **kw,
+    )
     fast, _ = _fast(sentence, states, n_layers, masks, replicates=10, **kw)
     small = np.asarray(fast["change"]["cka"]["a"])[:, :, 2]
     assert np.isnan(small).any() and np.isfinite(small).any()
@@ -113,9 +155,18 @@ def test_a_direction_of_one_sentence_goes_to_the_definition(caplog):
     for g in states:
         for x in states[g]:
             x[:, -1] = np.where(first, np.arange(len(x)) % 5 - 2.0, 0.0)
-    ref = bootstrap_replicates(read=lambda g, layer: states[g][layer], models=list(states), n_layers=n_layers,
-                               sentence=sentence, masks=masks, methods=METHODS, replicates=range(8), seed=1,
-                               epsilon=1e-6, min_ratio=3.0)
+    ref = bootstrap_replicates(
+        read=lambda g, layer: states[g][layer],
+        models=list(states),
+        n_layers=n_layers,
+        sentence=sentence,
+        masks=masks,
+        methods=METHODS,
+        replicates=range(8),
+        seed=1,
+        epsilon=1e-6,
+        min_ratio=3.0,
+    )
     with caplog.at_level(logging.INFO, logger="evolution.metrics.similarity_bootstrap"):
         fast, _ = _fast(sentence, states, n_layers, masks, replicates=8, seed=1, epsilon=1e-6, min_ratio=3.0)
     assert any("from their resampled rows" in r.getMessage() for r in caplog.records)
@@ -130,8 +181,7 @@ def test_estimates_equal_the_definition():
     sentence, states, n_layers, masks = _states(3)
     _, estimates = _fast(sentence, states, n_layers, masks, replicates=2, seed=0, epsilon=1e-6, min_ratio=3.0)
     for g in states:
-        ref, _ = adjacent_change(states[g][:n_layers[g]], masks, methods=METHODS, epsilon=1e-6, min_ratio=3.0,
-                                 name=g)
+        ref, _ = adjacent_change(states[g][: n_layers[g]], masks, methods=METHODS, epsilon=1e-6, min_ratio=3.0, name=g)
         for m in METHODS:
             np.testing.assert_allclose(estimates[g][m], np.asarray(ref[m]), rtol=0, atol=1e-12)
 
@@ -175,8 +225,9 @@ def test_one_pair_and_its_replicates_equal_the_resampled_views(dead):
     draws = sentence_draws(40, replicates=10, seed=4)
     min_ratio = len(group) / 6 * 0.99  # the full rows pass; resamples with fewer rows do not
     est, reps = pair_with_replicates(x, y, group=group, draws=draws, epsilon=1e-6, min_ratio=min_ratio)
-    np.testing.assert_allclose(est, pair_similarity(View(x, min_ratio=min_ratio), View(y, min_ratio=min_ratio)),
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        est, pair_similarity(View(x, min_ratio=min_ratio), View(y, min_ratio=min_ratio)), rtol=0, atol=1e-12
+    )
     sums = SentenceSums(group, n_groups=40)
     for r in range(10):
         idx = sums.resample_rows(draws[r])
@@ -209,28 +260,44 @@ def test_change_intervals_go_to_their_own_rank_bin_and_equal_size_bin():
     for _ in range(2):
         states.append(states[-1] + noise[:, None] * rng.normal(size=(len(sentence), d)))
     rank_bins = [(1, 4), (4, 91)]
-    by_hand = {"change": [(rank >= lo) & (rank < hi) for lo, hi in rank_bins],
-               "change_equal": [(rank >= 1 + 30 * b) & (rank < 31 + 30 * b) for b in range(3)]}
-    truth = {kind: {m: np.asarray(v) for m, v in adjacent_change(states, dict(enumerate(masks)), methods=METHODS,
-                                                                  epsilon=1e-6, min_ratio=3.0, name="g")[0].items()}
-             for kind, masks in by_hand.items()}  # (layer pair, bin) per kind
+    by_hand = {
+        "change": [(rank >= lo) & (rank < hi) for lo, hi in rank_bins],
+        "change_equal": [(rank >= 1 + 30 * b) & (rank < 31 + 30 * b) for b in range(3)],
+    }
+    truth = {
+        kind: {
+            m: np.asarray(v)
+            for m, v in adjacent_change(
+                states, dict(enumerate(masks)), methods=METHODS, epsilon=1e-6, min_ratio=3.0, name="g"
+            )[0].items()
+        }
+        for kind, masks in by_hand.items()
+    }  # (layer pair, bin) per kind
 
     every, split = _subsets(rank, bins=rank_bins, similarity=SimilarityConfig(equal_bins=3, min_ratio=3.0))
     assert split == (2, 3)
     for got, want in zip(every.values(), by_hand["change"] + by_hand["change_equal"]):
         np.testing.assert_array_equal(got, want)
     draws = sentence_draws(n_sentences, replicates=n_rep, seed=3)
-    got = change_with_replicates(states, every, group=sentence, draws=draws, methods=METHODS, epsilon=1e-6,
-                                 min_ratio=3.0, name="g")
+    got = change_with_replicates(
+        states, every, group=sentence, draws=draws, methods=METHODS, epsilon=1e-6, min_ratio=3.0, name="g"
+    )
     layers = len(states)
-    estimate = {"views": [["g", layer] for layer in range(layers)],
-                "similarity": {m: np.eye(layers).tolist() for m in METHODS}, "bins": rank_bins,
-                "change": {m: {"g": got["estimate"][m][:, :2].tolist()} for m in METHODS},
-                "change_equal": {m: {"g": got["estimate"][m][:, 2:].tolist()} for m in METHODS},
-                "equal_sizes": {"n": [900, 900, 900]}}
-    block = {"first": 0, "replicates": n_rep, "pairs": [],
-             "between": {m: np.zeros((n_rep, layers, 0)) for m in METHODS},  # no pair of models here
-             "change": {m: {"g": got["replicates"][m]} for m in METHODS}}
+    estimate = {
+        "views": [["g", layer] for layer in range(layers)],
+        "similarity": {m: np.eye(layers).tolist() for m in METHODS},
+        "bins": rank_bins,
+        "change": {m: {"g": got["estimate"][m][:, :2].tolist()} for m in METHODS},
+        "change_equal": {m: {"g": got["estimate"][m][:, 2:].tolist()} for m in METHODS},
+        "equal_sizes": {"n": [900, 900, 900]},
+    }
+    block = {
+        "first": 0,
+        "replicates": n_rep,
+        "pairs": [],
+        "between": {m: np.zeros((n_rep, layers, 0)) for m in METHODS},  # no pair of models here
+        "change": {m: {"g": got["replicates"][m]} for m in METHODS},
+    }
     interval = with_intervals(estimate, [block])["interval"]
     for m in METHODS:
         every_truth = np.concatenate([truth["change"][m], truth["change_equal"][m]], axis=1)

@@ -12,13 +12,28 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 import zarr
-
 from conftest import write_config
+
 from evolution.store import portable_strings
 
 #: the data types of the Zarr v3 core specification, plus its ``string`` extension
-PORTABLE = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
-            "float64", "complex64", "complex128", "string"}
+PORTABLE = {
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "string",
+}
 
 
 def _data_types(root: Path) -> dict[str, str]:
@@ -34,8 +49,12 @@ def _data_types(root: Path) -> dict[str, str]:
 def test_a_run_writes_only_portable_types(tmp_path, corpus_file, model_specs):
     from pipelines.run import run
 
-    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["bert"], model_specs["gpt2"]],
-                       workdir=tmp_path / "w")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        models=[model_specs["bert"], model_specs["gpt2"]],
+        workdir=tmp_path / "w",
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run(cfg, progress=False)
@@ -49,8 +68,10 @@ def test_a_run_writes_only_portable_types(tmp_path, corpus_file, model_specs):
 
 
 def test_portable_strings_round_trip():
-    ds = xr.Dataset({"label": (("x",), np.array(["a", "ñandú", "c"])), "v": (("x",), [1.0, 2.0, 3.0])},
-                    coords={"model": ("m", ["mt", "lm"]), "raw": ("x", np.array([b"p", b"q", b"r"]))})
+    ds = xr.Dataset(
+        {"label": (("x",), np.array(["a", "ñandú", "c"])), "v": (("x",), [1.0, 2.0, 3.0])},
+        coords={"model": ("m", ["mt", "lm"]), "raw": ("x", np.array([b"p", b"q", b"r"]))},
+    )
     store = zarr.storage.MemoryStore()
     with warnings.catch_warnings():
         warnings.simplefilter("error")

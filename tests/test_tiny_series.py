@@ -106,8 +106,8 @@ def test_a_checkpoint_loads_in_the_adapter(series, arch):
 def test_the_series_resolves_offline_from_a_hub_cache(series, tmp_path, monkeypatch):
     from huggingface_hub import snapshot_download
 
-    from evolution.models.huggingface import HuggingFaceAdapter
     from evolution.models.hub import resolve
+    from evolution.models.huggingface import HuggingFaceAdapter
 
     repo_id = "local/tiny-bert"
     revisions = {f"step{s}": d for s, d in series["bert"].items()}
@@ -139,8 +139,22 @@ def test_the_series_resolves_offline_from_a_hub_cache(series, tmp_path, monkeypa
 
 
 def test_the_command_line_trains_and_fills_a_hub_cache(tmp_path, capsys):
-    assert main([str(tmp_path / "out"), "--arch", "gpt2", "--steps", "2", "--every", "1",
-                 "--hub-cache", str(tmp_path / "hub")]) == 0
+    assert (
+        main(
+            [
+                str(tmp_path / "out"),
+                "--arch",
+                "gpt2",
+                "--steps",
+                "2",
+                "--every",
+                "1",
+                "--hub-cache",
+                str(tmp_path / "hub"),
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["losses.json", "step0", "step1", "step2"]
     refs = tmp_path / "hub" / "models--local--tiny-gpt2" / "refs"
     assert sorted(p.name for p in refs.iterdir()) == ["main", "step0", "step1", "step2"]
@@ -151,7 +165,8 @@ def test_the_command_line_trains_and_fills_a_hub_cache(tmp_path, capsys):
 
 
 def test_a_pretraining_checkpoint_loads_as_the_bare_model_quietly_and_a_missing_weight_is_warned(
-        series, tmp_path, caplog, capfd):
+    series, tmp_path, caplog, capfd
+):
     """A BertForMaskedLM checkpoint read as the bare BertModel: its MLM head is unused and BERT's
     pooler is absent, neither of which enters the hidden states, so no load table is printed and
     the log says it in one line; a checkpoint that lacks an encoder weight is warned about, since

@@ -64,6 +64,10 @@ def test_frequency_bins_keep_what_ranks_can_reach():
 
     bins, notes = frequency_bins([1, 10, 25, 50, 100, 250], ranked_types=50, basis="training split")
     assert bins == [(1, 10), (10, 25), (25, 50), (50, 100)]
-    assert len(notes) == 1 and "[100, 250)" in notes[0] and "50 token types" in notes[0] and "training split" in notes[0]
-    assert frequency_bins([1, 10, 25], ranked_types=9, basis="analysed text") == ([(1, 10)], [
-        "frequency-rank bins [10, 25) omitted: the analysed text has 9 token types"])
+    assert (
+        len(notes) == 1 and "[100, 250)" in notes[0] and "50 token types" in notes[0] and "training split" in notes[0]
+    )
+    assert frequency_bins([1, 10, 25], ranked_types=9, basis="analysed text") == (
+        [(1, 10)],
+        ["frequency-rank bins [10, 25) omitted: the analysed text has 9 token types"],
+    )

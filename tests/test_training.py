@@ -25,8 +25,11 @@ ENCODER_PREFIX = {"mt": "encoder.", "lm": "decoder.encoder.", "mlm": "encoder."}
 
 def _corpus(tmp: Path) -> tuple[Path, Path]:
     """Genesis lines and a 'translation' that is learnable: each word reversed, order kept."""
-    lines = [ln for ln in (ROOT / "evolution/data/web-genesis.en.txt").read_text(encoding="utf-8").splitlines()
-             if 3 <= len(ln.split()) <= 25][:400]
+    lines = [
+        ln
+        for ln in (ROOT / "evolution/data/web-genesis.en.txt").read_text(encoding="utf-8").splitlines()
+        if 3 <= len(ln.split()) <= 25
+    ][:400]
     src, tgt = tmp / "corpus.en", tmp / "corpus.xx"
     src.write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
     tgt.write_text("".join(" ".join(w[::-1] for w in ln.split()) + "\n" for ln in lines), encoding="utf-8")
@@ -67,7 +70,7 @@ extract:
 def _encoder_state(checkpoint: Path, objective: str) -> dict[str, torch.Tensor]:
     state = torch.load(str(checkpoint), map_location="cpu", weights_only=False)["model"]
     prefix = ENCODER_PREFIX[objective]
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def test_three_objectives_start_from_identical_encoders(trained):
@@ -152,7 +155,7 @@ def test_input_token_dropout_replaces_ordinary_tokens_only_in_training(trained):
     encoder.train()
     torch.manual_seed(0)
     dropped = encoder._drop_input_tokens(tokens)
-    changed = (dropped != tokens)
+    changed = dropped != tokens
     assert not changed[:, 0].any() and not changed[:, -1].any()  # specials never replaced
     rate = changed[:, 1:-1].float().mean().item()
     # replaced with p = 0.1; a replacement may draw the same token (1 / vocabulary)
@@ -169,8 +172,7 @@ def test_interrupted_training_resumes_from_the_last_checkpoint(trained, tmp_path
     (copy.run_dir("lm") / "done.json").unlink()  # as if the process had been killed after update 4
     for f in copy.run_dir("lm").glob("args.json"):
         f.unlink()
-    cfg = trained["cfg"].train.model_copy(update={"updates": trained["cfg"].train.updates.model_copy(
-        update={"lm": 6})})
+    cfg = trained["cfg"].train.model_copy(update={"updates": trained["cfg"].train.updates.model_copy(update={"lm": 6})})
     spec = cfg.runs(0)["lm"]
     result = trainer.train_run(copy, cfg, "lm", spec, languages=("en", "xx"), progress=False)
     assert result["resumed_from"] == 4 and result["updates"] == 6
@@ -226,8 +228,19 @@ def test_run_names_of_seeds_and_token_dropout():
     from evolution.config import TrainConfig
 
     runs = TrainConfig(seeds=[0, 1, 2], token_dropout=["mt", "lm"]).runs(0)
-    assert list(runs) == ["mt", "mt-seed1", "mt-seed2", "mt-tokdrop", "lm", "lm-seed1", "lm-seed2", "lm-tokdrop",
-                          "mlm", "mlm-seed1", "mlm-seed2"]
+    assert list(runs) == [
+        "mt",
+        "mt-seed1",
+        "mt-seed2",
+        "mt-tokdrop",
+        "lm",
+        "lm-seed1",
+        "lm-seed2",
+        "lm-tokdrop",
+        "mlm",
+        "mlm-seed1",
+        "mlm-seed2",
+    ]
     assert runs["lm-tokdrop"] == {"objective": "lm", "seed": 0, "token_dropout": 0.1}
     assert runs["mlm-seed2"]["seed"] == 2
 
@@ -245,16 +258,17 @@ def test_masked_key_changes_only_what_attends_to_it(trained):
         i, block = len(inp) // 2, 1
         base = adapter.forward([inp])[0][:, 0]
         masked = adapter.forward_masked_keys([inp], masked=[(block, i)])[:, 0]
-        np.testing.assert_array_equal(base[:block + 1], masked[:block + 1])  # input and block 0 output
+        np.testing.assert_array_equal(base[: block + 1], masked[: block + 1])  # input and block 0 output
         # one block run from its unmasked input states gives the whole stack's layer, for every block
         rows = [(b, p) for b in range(adapter.num_layers) for p in (1, i, len(inp) - 1)]
         whole = adapter.forward_masked_keys([inp] * len(rows), masked=rows)
         alone = adapter.masked_key_states(inp, base=base, masked=rows)
-        np.testing.assert_allclose(alone, np.stack([whole[b + 1, r] for r, (b, _) in enumerate(rows)]),
-                                   rtol=0, atol=1e-5)
+        np.testing.assert_allclose(
+            alone, np.stack([whole[b + 1, r] for r, (b, _) in enumerate(rows)]), rtol=0, atol=1e-5
+        )
         changed = np.abs(masked[block + 1] - base[block + 1]).max(axis=-1) > 1e-6
         if o == "lm":
-            assert not changed[:i].any() and changed[i + 1:].all()
+            assert not changed[:i].any() and changed[i + 1 :].all()
         else:
             assert changed[np.arange(len(inp)) != i].all()
 
@@ -266,15 +280,24 @@ def test_mlm_output_states_are_those_of_the_corrupted_input(trained):
     paths = trained["paths"]
     adapter = FairseqAdapter(paths.checkpoint("mlm"), data=paths.data("mlm"), sentencepiece=paths.spm_model)
     assert adapter.mask_id == len(adapter.dictionary) - 1
-    content = {s: adapter.tokenize(t).ids for s, t in enumerate(
-        ["In the beginning God created the heavens and the earth", "God saw the light and it was good"] * 20)}
+    content = {
+        s: adapter.tokenize(t).ids
+        for s, t in enumerate(
+            ["In the beginning God created the heavens and the earth", "God saw the light and it was good"] * 20
+        )
+    }
     states, labels = masked_states(adapter, content, seed=3)
     assert states.shape[0] == 3 and states.shape[1] == len(labels) > 0
     # recompute sentence 0 by hand: same corruption, the states at its changed positions come first
     # only if sentence 0 sorts first; check instead that every label is an original token and that
     # the first sentence's corrupted forward reproduces its rows
-    new, changed = corrupt(content[0], rng=np.random.default_rng([3, 0]), mask_id=adapter.mask_id,
-                           low=adapter.ordinary_ids[0], high=adapter.ordinary_ids[1])
+    new, changed = corrupt(
+        content[0],
+        rng=np.random.default_rng([3, 0]),
+        mask_id=adapter.mask_id,
+        low=adapter.ordinary_ids[0],
+        high=adapter.ordinary_ids[1],
+    )
     if len(changed):
         h = adapter.forward([adapter.build_input(new)])[0][:, 0, adapter.content_offset + changed]
         match = [np.flatnonzero(np.isclose(states[-1], h[-1, j], atol=1e-5).all(axis=1)) for j in range(len(changed))]
@@ -305,9 +328,11 @@ def test_training_key_ignores_what_is_analysed(tmp_path):
         return CorpusStage().key(ctx), TrainStage().key(ctx)
 
     corpus0, train0 = keys(base)
-    for changed in (base.replace("max_sentences: 30", "max_sentences: 10"),
-                    base.replace("max_sentences: 30", "max_sentences: 30\n  analyse: valid"),
-                    base.replace("max_sentences: 30", "max_sentences: 30\n  annotated: ud-ewt-test")):
+    for changed in (
+        base.replace("max_sentences: 30", "max_sentences: 10"),
+        base.replace("max_sentences: 30", "max_sentences: 30\n  analyse: valid"),
+        base.replace("max_sentences: 30", "max_sentences: 30\n  annotated: ud-ewt-test"),
+    ):
         corpus1, train1 = keys(changed)
         assert corpus1 != corpus0 and train1 == train0
     assert keys(base.replace("max_sentences: 30", "max_sentences: 30\n  max_length_ratio: 3"))[1] != train0
@@ -343,8 +368,12 @@ def test_more_corruptions_add_occurrences_and_keep_the_first(trained):
 
     paths = trained["paths"]
     adapter = FairseqAdapter(paths.checkpoint("mlm"), data=paths.data("mlm"), sentencepiece=paths.spm_model)
-    content = {s: adapter.tokenize(t).ids for s, t in enumerate(
-        ["In the beginning God created the heavens and the earth", "God saw the light and it was good"] * 20)}
+    content = {
+        s: adapter.tokenize(t).ids
+        for s, t in enumerate(
+            ["In the beginning God created the heavens and the earth", "God saw the light and it was good"] * 20
+        )
+    }
     one, labels_one = masked_states(adapter, content, seed=3)
     three, labels_three = masked_states(adapter, content, seed=3, corruptions=3)
     assert not Counter(labels_one.tolist()) - Counter(labels_three.tolist())
@@ -357,17 +386,18 @@ def test_more_corruptions_add_occurrences_and_keep_the_first(trained):
 def test_norms_of_our_encoder_match_a_materialised_computation(trained):
     """Kobayashi et al. (2020) norms of this project's shared encoder (MT / LM / MLM), against
     the direct (T x T x H x d) computation from the returned hidden states and the weights."""
-    from evolution.models.fairseq import FairseqAdapter
-
     from test_models import check_norms_against_materialised, fairseq_norm_reference
+
+    from evolution.models.fairseq import FairseqAdapter
 
     paths = trained["paths"]
     for o in ("mt", "lm", "mlm"):
         adapter = FairseqAdapter(paths.checkpoint(o), data=paths.data(o), sentencepiece=paths.spm_model)
         assert adapter.supports_norms and hasattr(adapter._model, "shared_encoder")
         value_input, weights = fairseq_norm_reference(adapter)
-        check_norms_against_materialised(adapter, value_input, weights,
-                                         ["And God saw the light that it was good", "In the beginning"])
+        check_norms_against_materialised(
+            adapter, value_input, weights, ["And God saw the light that it was good", "In the beginning"]
+        )
 
 
 def test_train_counts_are_counts_in_the_training_split(trained):
@@ -392,8 +422,12 @@ def test_train_counts_are_counts_in_the_training_split(trained):
         # train_rank: the piece's place when the training split's types are sorted by count (ties: the
         # smaller dictionary id first), 0 for a piece training never saw; train_types counts them
         ids = dict(zip(ds.token_str.values.tolist(), ds.token_id.values.tolist()))
-        id_of = {p: i for i, p in enumerate(line.split()[0] for line in (paths.root / "dict.txt").read_text(
-            encoding="utf-8").splitlines())}
+        id_of = {
+            p: i
+            for i, p in enumerate(
+                line.split()[0] for line in (paths.root / "dict.txt").read_text(encoding="utf-8").splitlines()
+            )
+        }
         order = sorted(counts, key=lambda p: (-counts[p], id_of.get(p, 10**9)))
         rank = {p: r for r, p in enumerate(order, start=1)}
         got = dict(zip(ds.token_str.values.tolist(), ds.train_rank.values.tolist()))
@@ -447,10 +481,10 @@ def test_influence_on_the_trained_encoder_against_a_manual_masked_forward(traine
     (independent reference implementations) between the other tokens' layer-n states of a plain
     forward and of a forward written out block by block here, in which fairseq's own encoder
     layers get the token as a padding key at block n only."""
+    from test_metrics import reference_cka, reference_pwcca
+
     from evolution.metrics.influence import token_influence
     from evolution.models.fairseq import FairseqAdapter
-
-    from test_metrics import reference_cka, reference_pwcca
 
     paths = trained["paths"]
     adapter = FairseqAdapter(paths.checkpoint("mt"), data=paths.data("mt"), sentencepiece=paths.spm_model)
@@ -458,8 +492,9 @@ def test_influence_on_the_trained_encoder_against_a_manual_masked_forward(traine
     lines = [ln for ln in (paths.text / "train.en").read_text(encoding="utf-8").splitlines() if ln.strip()][:30]
     content = {s: adapter.tokenize(t).ids[:20] for s, t in enumerate(lines)}
     samples = sorted((s, pos, 0) for s, ids in content.items() for pos in (1, len(ids) // 2) if len(ids) >= 4)
-    got = token_influence(adapter, content_ids=content, samples=samples, n_bins=1, methods=("pwcca", "cka"),
-                          min_ratio=10.0)
+    got = token_influence(
+        adapter, content_ids=content, samples=samples, n_bins=1, methods=("pwcca", "cka"), min_ratio=10.0
+    )
     L = adapter.num_layers
     normal, masked = {n: [] for n in range(1, L + 1)}, {n: [] for n in range(1, L + 1)}
     for s, pos, _ in samples:
@@ -485,7 +520,9 @@ def test_influence_on_the_trained_encoder_against_a_manual_masked_forward(traine
         assert len(a) >= 10 * adapter.d_model
         assert got["distance"]["pwcca"][n - 1][0] == pytest.approx(1 - reference_pwcca(a, b)[0], abs=1e-4)
         assert got["distance"]["cka"][n - 1][0] == pytest.approx(1 - reference_cka(a, b), abs=1e-4)
-        assert np.abs(a - b).max() > 1e-3 and got["distance"]["pwcca"][n - 1][0] > 1e-4  # masking one key moves the others
+        assert (
+            np.abs(a - b).max() > 1e-3 and got["distance"]["pwcca"][n - 1][0] > 1e-4
+        )  # masking one key moves the others
 
 
 def test_masked_tsne_states_are_those_of_the_masked_word(trained):
@@ -498,15 +535,19 @@ def test_masked_tsne_states_are_those_of_the_masked_word(trained):
 
     paths = trained["paths"]
     adapter = FairseqAdapter(paths.checkpoint("mlm"), data=paths.data("mlm"), sentencepiece=paths.spm_model)
-    lines = ["In the beginning God created the heavens and the earth", "God saw the light and it was good",
-             "And God said, Let there be light: and there was light"]
+    lines = [
+        "In the beginning God created the heavens and the earth",
+        "God saw the light and it was good",
+        "And God said, Let there be light: and there was light",
+    ]
     content = {s: adapter.tokenize(t).ids for s, t in enumerate(lines)}
     points = [(0, 2), (1, 0), (2, 5), (2, 6)]
     states = masked_point_states(adapter, content, points, seed=4, max_batch_tokens=64)
     low, high = adapter.ordinary_ids
     for i, (s, pos) in enumerate(points):
-        new, _ = corrupt(content[s], rng=np.random.default_rng([4, s, pos]), mask_id=adapter.mask_id, low=low,
-                         high=high)
+        new, _ = corrupt(
+            content[s], rng=np.random.default_rng([4, s, pos]), mask_id=adapter.mask_id, low=low, high=high
+        )
         new[pos] = adapter.mask_id
         h = adapter.forward([adapter.build_input(new)])[0][:, 0, adapter.content_offset + pos]
         np.testing.assert_allclose(states[:, i], h, atol=1e-5)
@@ -591,6 +632,12 @@ def test_kept_checkpoints_are_those_of_the_uninterrupted_run(trained, tmp_path, 
     assert not same(weights(kept.kept(run, 1)), weights(kept.kept(run, 2)))
     state = torch.load(str(kept.kept(run, 2)), map_location="cpu", weights_only=False)
     assert state["last_optimizer_state"] is None  # weights and arguments only
-    adapter = load_adapter({"kind": "fairseq", "path": str(kept.kept(run, 2)), "data": str(kept.data(run)),
-                            "sentencepiece": str(kept.spm_model)})
+    adapter = load_adapter(
+        {
+            "kind": "fairseq",
+            "path": str(kept.kept(run, 2)),
+            "data": str(kept.data(run)),
+            "sentencepiece": str(kept.spm_model),
+        }
+    )
     assert adapter.num_layers == 2  # the kept file loads as a model

@@ -26,14 +26,20 @@ def _config() -> str:
     from test_training import CONFIG
 
     out = CONFIG
-    for old, new in (("max_sentences: 30", "max_sentences: 60"),
-                     ("  updates: {{mt: 4, lm: 4, mlm: 4}}\n", "  lr: 0.01\n  updates: {{mt: 4, lm: 4, mlm: 6}}\n"
-                                                             "  checkpoints: {{first: 1, factor: 2}}\n"),
-                     ("  token_dropout: [lm]\n", ""),
-                     ("  max_batch_tokens: 128\n", "  max_batch_tokens: 128\n  attention: {{sentences: 10}}\n")):
+    for old, new in (
+        ("max_sentences: 30", "max_sentences: 60"),
+        (
+            "  updates: {{mt: 4, lm: 4, mlm: 4}}\n",
+            "  lr: 0.01\n  updates: {{mt: 4, lm: 4, mlm: 6}}\n  checkpoints: {{first: 1, factor: 2}}\n",
+        ),
+        ("  token_dropout: [lm]\n", ""),
+        ("  max_batch_tokens: 128\n", "  max_batch_tokens: 128\n  attention: {{sentences: 10}}\n"),
+    ):
         assert old in out, old
         out = out.replace(old, new)
-    return out + """metrics:
+    return (
+        out
+        + """metrics:
   tokens: {{top: 20, min_count: 5}}
   mi: {{k: 4, restarts: 2, bootstrap: 5}}
   neighbors: {{k: 3, max_per_type: 20, bootstrap: 5}}
@@ -44,6 +50,7 @@ def _config() -> str:
 report:
   views: null
 """
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +75,10 @@ def test_every_kept_checkpoint_is_a_snapshot_with_its_own_settings(trajectory):
 
     stage = TrajectoryStage()
     assert {u: [m.name for m in ms] for u, ms in stage.checkpoints(trajectory).items()} == {
-        1: ["mt@1", "lm@1", "mlm@1"], 2: ["mt@2", "lm@2", "mlm@2"], 4: ["mlm@4"]}  # mlm trains 6 updates
+        1: ["mt@1", "lm@1", "mlm@1"],
+        2: ["mt@2", "lm@2", "mlm@2"],
+        4: ["mlm@4"],
+    }  # mlm trains 6 updates
     mi = open_group(stage.snapshot(trajectory, 2), "mi")
     assert list(mi["model"].values) == ["mt@2", "lm@2", "mlm@2"]
     assert int(mi["k"].max()) <= 4 and mi.sizes["restart"] == 2  # the run's metrics.mi settings
@@ -117,8 +127,10 @@ def test_curves_place_each_snapshot_at_its_update_and_objective(trajectory):
     assert list(curves["checkpoint"].values) == [1, 2, 4, 6]  # kept updates and the finals (mt, lm: 4; mlm: 6)
     nb = open_group(stage.snapshot(trajectory, 1), "neighbors")
     for objective in ("mt", "lm", "mlm"):
-        np.testing.assert_allclose(curves["same_token"].sel(series=objective, checkpoint=1),
-                                   nb["value"].sel(model=f"{objective}@1", measure="same_token"))
+        np.testing.assert_allclose(
+            curves["same_token"].sel(series=objective, checkpoint=1),
+            nb["value"].sel(model=f"{objective}@1", measure="same_token"),
+        )
     final = open_group(MetricsStage().path(trajectory), "mi")
     expected = (final["mi_mean"] / final["entropy"]).sel(model="mlm", target="input")
     np.testing.assert_allclose(curves["mi_input"].sel(series="mlm", checkpoint=6), expected)
@@ -126,8 +138,10 @@ def test_curves_place_each_snapshot_at_its_update_and_objective(trajectory):
     assert np.isnan(curves["mi_input"].sel(series="mt", checkpoint=4)).all() == False  # noqa: E712 (mt's final)
     assert float(curves["to_final"].sel(series="mlm", checkpoint=6).max()) == 0.0
     td = open_group(stage.snapshot(trajectory, 4), "to_final")
-    np.testing.assert_allclose(curves["to_final"].sel(series="mlm", checkpoint=4, metric="cka"),
-                               td["distance"].sel(model="mlm@4", metric="cka"))
+    np.testing.assert_allclose(
+        curves["to_final"].sel(series="mlm", checkpoint=4, metric="cka"),
+        td["distance"].sel(model="mlm@4", metric="cka"),
+    )
 
 
 def test_verdicts_per_snapshot_are_the_scorecard_of_each_store(trajectory):
@@ -187,7 +201,16 @@ def test_curve_tick_labels_do_not_overprint_on_the_log_axis():
     from evolution.report.trajectory import _spaced_labels
 
     assert _spaced_labels([25, 50, 100, 200, 400, 600, 700, 800, 1000]) == [
-        "25", "50", "100", "200", "400", "600", "", "", "1000"]
+        "25",
+        "50",
+        "100",
+        "200",
+        "400",
+        "600",
+        "",
+        "",
+        "1000",
+    ]
     assert _spaced_labels([1, 2, 4]) == ["1", "2", "4"]
     assert _spaced_labels([100, 110, 400]) == ["100", "", "400"]
 
@@ -201,13 +224,21 @@ def test_curve_panels_of_a_metric_share_one_y_scale():
     from evolution.report.trajectory import curve_grid
 
     x, layers = [25, 50, 100], [0, 1]
-    mi = np.array([[[1.0, 1.0], [0.9, 0.6], [0.8, 0.2]],          # mt: falls to 0.2
-                   [[0.999, 0.999], [0.998, 0.997], [0.997, 0.995]]])  # mlm: within 0.005
+    mi = np.array(
+        [
+            [[1.0, 1.0], [0.9, 0.6], [0.8, 0.2]],  # mt: falls to 0.2
+            [[0.999, 0.999], [0.998, 0.997], [0.997, 0.995]],
+        ]
+    )  # mlm: within 0.005
     dims = ("objective", "checkpoint", "layer")
-    curves = xr.Dataset({"mi_input": (dims, mi), "same_token": (dims, mi),
-                         "to_final": (dims + ("metric",), np.stack([mi, mi], axis=-1))},
-                        coords={"objective": ["mt", "mlm"], "checkpoint": x, "layer": layers,
-                                "metric": ["pwcca", "cka"]})
+    curves = xr.Dataset(
+        {
+            "mi_input": (dims, mi),
+            "same_token": (dims, mi),
+            "to_final": (dims + ("metric",), np.stack([mi, mi], axis=-1)),
+        },
+        coords={"objective": ["mt", "mlm"], "checkpoint": x, "layer": layers, "metric": ["pwcca", "cka"]},
+    )
     fig = curve_grid(curves)
     axes = np.array(fig.axes).reshape(3, 2)
     for row in axes:

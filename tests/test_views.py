@@ -11,12 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_config
 
 from evolution.config import ConfigError
 from evolution.store import open_attention
 from pipelines.run import run
-
-from conftest import write_config
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -33,10 +32,24 @@ def pieces_spec(model_dir):
 
     from evolution.fixtures.random_init import make_fairseq_model
 
-    ckpt, data = make_fairseq_model(model_dir / "pieces", task="translation", words=WORDS + ["ca@@", "m@@", "a@@", "t"],
-                                    layers=2, d_model=16, heads=2, max_positions=32, seed=2)
-    return {"name": "pieces", "kind": "fairseq", "path": str(ckpt), "data": str(data), "sentencepiece": None,
-            "objective": None}
+    ckpt, data = make_fairseq_model(
+        model_dir / "pieces",
+        task="translation",
+        words=WORDS + ["ca@@", "m@@", "a@@", "t"],
+        layers=2,
+        d_model=16,
+        heads=2,
+        max_positions=32,
+        seed=2,
+    )
+    return {
+        "name": "pieces",
+        "kind": "fairseq",
+        "path": str(ckpt),
+        "data": str(data),
+        "sentencepiece": None,
+        "objective": None,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -47,22 +60,38 @@ def viewed(tmp_path_factory, model_specs, pieces_spec):
     corpus = tmp / "corpus.txt"
     n = len(SENTENCES)  # sentence n: a long one; n + 1: words of several pieces
     corpus.write_text("\n".join(SENTENCES + [" ".join(SENTENCES[:6]), PIECES]) + "\n", encoding="utf-8")
-    extra = "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n  tsne: null\n  influence: null\n" \
-            f"report:\n  views: {{sentences: [0, 3, {n}, {n + 1}], top_k: 3}}"
-    cfg = write_config(tmp / "c.yaml", corpus=corpus, workdir=tmp / "w", extra=extra,
-                       models=[model_specs["translation"], model_specs["bert"], model_specs["gpt2"], pieces_spec])
+    extra = (
+        "metrics:\n  mi: null\n  neighbors: null\n  similarity: null\n  tsne: null\n  influence: null\n"
+        f"report:\n  views: {{sentences: [0, 3, {n}, {n + 1}], top_k: 3}}"
+    )
+    cfg = write_config(
+        tmp / "c.yaml",
+        corpus=corpus,
+        workdir=tmp / "w",
+        extra=extra,
+        models=[model_specs["translation"], model_specs["bert"], model_specs["gpt2"], pieces_spec],
+    )
     text = cfg.read_text().replace("sentences: 5", f"sentences: {n + 2}")
     cfg.write_text(text)
     run(cfg, progress=False)
     report = (tmp / "w" / "report" / "report.html").read_text()
-    assert f'<a href="views.html">Attention views</a> (Vig 2019: head, model and neuron view of corpus sentences ' \
-           f'0, 3, {n}, {n + 1};' in report
+    assert (
+        f'<a href="views.html">Attention views</a> (Vig 2019: head, model and neuron view of corpus sentences '
+        f"0, 3, {n}, {n + 1};" in report
+    )
     page = shutil.copy(tmp / "w" / "report" / "views.html", tmp / "views.html")  # later tests rerun the report
     from evolution.report.views import read_payload
 
     data = read_payload(page)
-    return {"cfg": cfg, "tmp": tmp, "page": Path(page), "data": data, "n": n,
-            "store": str(tmp / "w" / "reps.zarr"), "specs": {**model_specs, "pieces": pieces_spec}}
+    return {
+        "cfg": cfg,
+        "tmp": tmp,
+        "page": Path(page),
+        "data": data,
+        "n": n,
+        "store": str(tmp / "w" / "reps.zarr"),
+        "specs": {**model_specs, "pieces": pieces_spec},
+    }
 
 
 def test_page_data_are_the_stored_maps_top_k(viewed):
@@ -172,8 +201,14 @@ def test_word_level_edges_follow_the_word_rule(viewed):
     # the other rule, asked for, is the first piece's row
     from evolution.report.views import views_data
 
-    first = views_data(viewed["store"], {"pieces": viewed["specs"]["pieces"]}, sentences=[n + 1], top_k=3,
-                       neuron=False, word_rule="first")
+    first = views_data(
+        viewed["store"],
+        {"pieces": viewed["specs"]["pieces"]},
+        sentences=[n + 1],
+        top_k=3,
+        neuron=False,
+        word_rule="first",
+    )
     assert first["word_rule"] == "first"
     edges = first["models"][0]["sentences"][0]["levels"]["word"]["edges"]["alpha"]
     for layer in range(alpha.shape[0]):
@@ -221,7 +256,6 @@ def test_a_sentence_without_stored_attention_is_refused(viewed, model_specs):
     assert (viewed["tmp"] / "w" / "report" / "report.html").is_file()  # nor the previous report
 
 
-
 def test_views_of_chosen_models_only(viewed):
     """report.views.models: the page holds those models' data alone, the same as on the page of
     every model; a name that is not a model stops the run at the config, naming the key."""
@@ -232,8 +266,13 @@ def test_views_of_chosen_models_only(viewed):
     from evolution.report.views import unpack_payload
 
     page = (viewed["tmp"] / "w" / "report" / "views.html").read_text()
-    data = unpack_payload(json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page,
-                                               re.S).group(1).replace("<\\/", "</")))
+    data = unpack_payload(
+        json.loads(
+            re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S)
+            .group(1)
+            .replace("<\\/", "</")
+        )
+    )
     assert [m["name"] for m in data["models"]] == ["translation", "gpt2"]  # in the config's model order
     full = {m["name"]: m for m in viewed["data"]["models"]}
     assert data["models"][1] == full["gpt2"] and data["models"][0] == full["translation"]
@@ -252,11 +291,25 @@ def test_page_draws_every_head_and_layer_in_chromium(viewed, tmp_path):
     on the page's data. q_0 . k_j differs from k_0 . q_j (the scores with q and k exchanged) by
     more than the printed precision on this model, so a script that reads q for k and k for q fails."""
     page = viewed["page"]
-    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-              f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
-    out = subprocess.run(common + ["--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    common = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+    ]
+    out = subprocess.run(
+        common + ["--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     dom = out.stdout
     assert 'data-ready="1"' in dom, out.stderr[-2000:]
     m = viewed["data"]["models"][0]  # the first model is shown: 2 layers x 2 heads
@@ -278,8 +331,9 @@ def test_page_draws_every_head_and_layer_in_chromium(viewed, tmp_path):
     console_errors = [ln for ln in out.stderr.splitlines() if "CONSOLE" in ln and ("Error" in ln or "Uncaught" in ln)]
     assert not console_errors, console_errors
     shot = tmp_path / "views.png"
-    subprocess.run(common + [f"--screenshot={shot}", "--window-size=1200,1400", page.as_uri()], capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        common + [f"--screenshot={shot}", "--window-size=1200,1400", page.as_uri()], capture_output=True, timeout=120
+    )
     assert shot.is_file() and shot.stat().st_size > 10_000
 
 
@@ -311,15 +365,18 @@ def test_decoder_and_cross_attention_of_a_translation_model(viewed, model_specs)
 def test_a_long_sentence_page_stays_small_and_tall_enough(model_specs):
     """A 150-token sentence: the page under 1 MB (packed edges, float16 queries and keys), and
     the inline frame tall enough for its tokens (no scroll bar inside the frame)."""
-    import evolution.api as ev
     from conftest import WORDS
 
-    model = ev.load(model_specs["translation"]["path"], data=model_specs["translation"]["data"],
-                    name="translation")
+    import evolution.api as ev
+
+    model = ev.load(model_specs["translation"]["path"], data=model_specs["translation"]["data"], name="translation")
     sentence = " ".join(WORDS[i % len(WORDS)] for i in range(149))[:600]
     page = ev.views(model, sentence)
-    data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page.html, re.S)
-                      .group(1).replace("<\\/", "</"))  # packed: its tokens are plain lists
+    data = json.loads(
+        re.search(r'<script type="application/json" id="data">(.*?)</script>', page.html, re.S)
+        .group(1)
+        .replace("<\\/", "</")
+    )  # packed: its tokens are plain lists
     tokens = len(data["models"][0]["sentences"][0]["levels"]["subword"]["tokens"])
     assert tokens >= 30
     assert len(page.html.encode()) < 1_000_000 * tokens / 150
@@ -333,11 +390,25 @@ def test_the_cross_attention_view_draws_target_against_source_in_chromium(viewed
     column the source's, and its lines join them (the page decodes its packed edges)."""
     page = viewed["page"]
     item = viewed["data"]["models"][0]["sentences"][0]
-    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-              f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
-    out = subprocess.run(common + ["--dump-dom", page.as_uri() + "#model=translation&attention=cross"],
-                         capture_output=True, text=True, timeout=120)
+    common = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+    ]
+    out = subprocess.run(
+        common + ["--dump-dom", page.as_uri() + "#model=translation&attention=cross"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     dom = out.stdout
     assert 'data-ready="1"' in dom, out.stderr[-2000:]
     head = dom.split('id="headview"', 1)[1].split("</svg>", 1)[0]

@@ -58,8 +58,10 @@ def csv_table(path: Path) -> str:
 
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
-    return "\n".join(["| " + " | ".join(_cell(c) for c in rows[0]) + " |", "|" + "---|" * len(rows[0])]
-                     + ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]])
+    return "\n".join(
+        ["| " + " | ".join(_cell(c) for c in rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        + ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows[1:]]
+    )
 
 
 def spearman_table(path: Path) -> str:
@@ -89,17 +91,21 @@ def minilm_heads_table(store: Path = MINILM) -> str:
     (model,) = ds.model.values
     ds = ds.sel(model=model)
     uniform = float(ds.value.sel(measure="uniform_entropy").mean())
-    lines = [("attention to [CLS] (alpha)", ds.layer_alpha_share.sel(key_type="bos"), 3),
-             ("attention to [CLS] (share of \\|\\|sum_h alpha f\\|\\|)", ds.layer_norm_share.sel(key_type="bos"), 3),
-             ("attention to [SEP] (alpha)", ds.layer_alpha_share.sel(key_type="eos"), 3),
-             ("attention to punctuation (alpha)", ds.layer_alpha_share.sel(key_type="punct"), 3),
-             ("attention to punctuation (norm share)", ds.layer_norm_share.sel(key_type="punct"), 3),
-             (f"entropy (nats; uniform {uniform:.2f})", ds.value.sel(measure="entropy").mean("head"), 2),
-             ("Spearman(\\|\\|f(x)\\|\\|, frequency rank)", ds.spearman.sel(quantity="value_norm"), 2)]
+    lines = [
+        ("attention to [CLS] (alpha)", ds.layer_alpha_share.sel(key_type="bos"), 3),
+        ("attention to [CLS] (share of \\|\\|sum_h alpha f\\|\\|)", ds.layer_norm_share.sel(key_type="bos"), 3),
+        ("attention to [SEP] (alpha)", ds.layer_alpha_share.sel(key_type="eos"), 3),
+        ("attention to punctuation (alpha)", ds.layer_alpha_share.sel(key_type="punct"), 3),
+        ("attention to punctuation (norm share)", ds.layer_norm_share.sel(key_type="punct"), 3),
+        (f"entropy (nats; uniform {uniform:.2f})", ds.value.sel(measure="entropy").mean("head"), 2),
+        ("Spearman(\\|\\|f(x)\\|\\|, frequency rank)", ds.spearman.sel(quantity="value_norm"), 2),
+    ]
     layers = [int(x) for x in ds.layer.values]
     out = ["| | " + " | ".join(map(str, layers)) + " |", "|---|" + "---|" * len(layers)]
-    out += [f"| {label} | " + " | ".join(f"{float(v):.{digits}f}" for v in x.sel(layer=layers).values) + " |"
-            for label, x, digits in lines]
+    out += [
+        f"| {label} | " + " | ".join(f"{float(v):.{digits}f}" for v in x.sel(layer=layers).values) + " |"
+        for label, x, digits in lines
+    ]
     return "\n".join(out)
 
 
@@ -114,15 +120,24 @@ def summary_sentence(report: Path = BIBLE_FULL) -> str:
     held = [str(c["number"]) for c in twelve if c["verdict"] == "holds"]
     heads = json.loads((report / "head_verdicts.json").read_text(encoding="utf-8"))
     n = _count(heads)
-    parts = [f"{n[v]} {w}" for v, w in (("holds", "hold"), ("does not hold", "do not hold"),
-                                         ("not measurable here", "cannot be measured on these models")) if n[v]]
-    return (f"{len(held)} of the paper's {len(twelve)} claims hold (claims {_ranges(held)}), and "
-            f"{n['holds'] if n['holds'] else 'none'} of the {len(heads)} head-paper checks "
-            f"{'hold' if n['holds'] != 1 else 'holds'} ({', '.join(parts)}).")
+    parts = [
+        f"{n[v]} {w}"
+        for v, w in (
+            ("holds", "hold"),
+            ("does not hold", "do not hold"),
+            ("not measurable here", "cannot be measured on these models"),
+        )
+        if n[v]
+    ]
+    return (
+        f"{len(held)} of the paper's {len(twelve)} claims hold (claims {_ranges(held)}), and "
+        f"{n['holds'] if n['holds'] else 'none'} of the {len(heads)} head-paper checks "
+        f"{'hold' if n['holds'] != 1 else 'holds'} ({', '.join(parts)})."
+    )
 
 
 def _ranges(numbers: list[str]) -> str:
-    """"1-7, 9 and 11" from ["1", ..., "7", "9", "11"]."""
+    """ "1-7, 9 and 11" from ["1", ..., "7", "9", "11"]."""
     xs = sorted(int(x) for x in numbers)
     runs: list[list[int]] = []
     for x in xs:
@@ -141,11 +156,14 @@ SEEDS_CSV = "tab-pruning-over-3-seeds-each-arm-against-its-own-reference-voita-e
 def pruning_seeds(report: Path = PRUNING_SEEDS) -> str:
     """The three-seed pruning comparison (``configs/bible-full-pruning-seeds.yaml``): the report's
     seed table as it is, then head verdict V3 with what it measured and its details."""
-    v3 = next(c for c in json.loads((report / "head_verdicts.json").read_text(encoding="utf-8"))
-              if c["number"] == "V3")
-    lines = [csv_table(report / SEEDS_CSV), "",
-             f"V3 (`{report.relative_to(ROOT).as_posix()}/head_verdicts.json`): **{v3['verdict']}**"
-             + (f" ({v3['measured']})" if v3["measured"] else f": {v3['why']}") + "."]
+    v3 = next(c for c in json.loads((report / "head_verdicts.json").read_text(encoding="utf-8")) if c["number"] == "V3")
+    lines = [
+        csv_table(report / SEEDS_CSV),
+        "",
+        f"V3 (`{report.relative_to(ROOT).as_posix()}/head_verdicts.json`): **{v3['verdict']}**"
+        + (f" ({v3['measured']})" if v3["measured"] else f": {v3['why']}")
+        + ".",
+    ]
     lines += [f"- {d}" for d in v3.get("details") or []]
     return "\n".join(lines)
 
@@ -160,14 +178,19 @@ BLOCKS = {
     "heads-minilm-paper": ("docs/heads.md", minilm_heads_table),
     "pruning-seeds-bible-full": ("results/bible-full/README.md", pruning_seeds),
     "pruning-seeds-heads": ("docs/heads.md", pruning_seeds),
-    "probes-bible-heads": ("results/bible-heads/README.md",
-                           lambda: csv_table(ROOT / "results" / "bible-heads" / "report" / PROBES_CSV)),
+    "probes-bible-heads": (
+        "results/bible-heads/README.md",
+        lambda: csv_table(ROOT / "results" / "bible-heads" / "report" / PROBES_CSV),
+    ),
 }
 
 
 def _pattern(name: str) -> re.Pattern:
-    return re.compile(rf"(<!-- generated: {re.escape(name)} \(python tools/docs_blocks.py\) -->\n)(.*?)"
-                      rf"(\n<!-- end: {re.escape(name)} -->)", re.S)
+    return re.compile(
+        rf"(<!-- generated: {re.escape(name)} \(python tools/docs_blocks.py\) -->\n)(.*?)"
+        rf"(\n<!-- end: {re.escape(name)} -->)",
+        re.S,
+    )
 
 
 def render(name: str) -> tuple[Path, str, str]:
@@ -177,8 +200,10 @@ def render(name: str) -> tuple[Path, str, str]:
     text = path.read_text(encoding="utf-8")
     pattern = _pattern(name)
     if not pattern.search(text):
-        raise ValueError(f"{rel}: no block {name!r}; add the markers '<!-- generated: {name} (python "
-                         f"tools/docs_blocks.py) -->' and '<!-- end: {name} -->'")
+        raise ValueError(
+            f"{rel}: no block {name!r}; add the markers '<!-- generated: {name} (python "
+            f"tools/docs_blocks.py) -->' and '<!-- end: {name} -->'"
+        )
     return path, text, pattern.sub(lambda m: m.group(1) + "\n" + make() + "\n" + m.group(3), text, count=1)
 
 

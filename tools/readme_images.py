@@ -28,17 +28,25 @@ def scorecard(out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [(f"{c['number']}{c.get('part') or ''}", c["claim"], c["verdict"])
-            for c in json.loads((REPORT / "scorecard.json").read_text(encoding="utf-8"))]
-    rows += [(str(c["number"]), c["claim"], c["verdict"])
-             for c in json.loads((REPORT / "head_verdicts.json").read_text(encoding="utf-8"))]
+    rows = [
+        (f"{c['number']}{c.get('part') or ''}", c["claim"], c["verdict"])
+        for c in json.loads((REPORT / "scorecard.json").read_text(encoding="utf-8"))
+    ]
+    rows += [
+        (str(c["number"]), c["claim"], c["verdict"])
+        for c in json.loads((REPORT / "head_verdicts.json").read_text(encoding="utf-8"))
+    ]
     cells = [[n, "\n".join(textwrap.wrap(claim, 92)), verdict] for n, claim, verdict in rows]
     height = 0.4 + sum(0.17 * (c[1].count("\n") + 1) + 0.04 for c in cells)
     fig, ax = plt.subplots(figsize=(10.5, height))
     ax.axis("off")
-    table = ax.table(cellText=cells, colLabels=["claim", "Voita et al. 2019 (1-12) and the head papers (C, V, K)",
-                                                "verdict"],
-                     colWidths=[0.06, 0.78, 0.16], loc="upper center", cellLoc="left")
+    table = ax.table(
+        cellText=cells,
+        colLabels=["claim", "Voita et al. 2019 (1-12) and the head papers (C, V, K)", "verdict"],
+        colWidths=[0.06, 0.78, 0.16],
+        loc="upper center",
+        cellLoc="left",
+    )
     table.auto_set_font_size(False)
     table.set_fontsize(7.5)
     for (r, c), cell in table.get_celld().items():
@@ -52,8 +60,9 @@ def scorecard(out: Path) -> Path:
         cell.set_height(0.18 * lines / height + 0.04 / height)
         if c == 2:
             cell.set_facecolor(COLOURS.get(cells[r - 1][2], "#eeeeee"))
-    ax.set_title("results/bible-full: the findings scorecard (report/scorecard.json, head_verdicts.json)",
-                 fontsize=9, loc="left")
+    ax.set_title(
+        "results/bible-full: the findings scorecard (report/scorecard.json, head_verdicts.json)", fontsize=9, loc="left"
+    )
     path = out / "scorecard.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
@@ -66,12 +75,28 @@ def views(out: Path) -> Path | None:
         return None
     path = out / "views-cross.png"
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--hide-scrollbars",
-                        f"--screenshot={path}", "--window-size=1100,1250",
-                        (REPORT / "views.html").as_uri() + "#model=mt&attention=cross&layer=3"],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=5000",
+                "--hide-scrollbars",
+                f"--screenshot={path}",
+                "--window-size=1100,1250",
+                (REPORT / "views.html").as_uri() + "#model=mt&attention=cross&layer=3",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     return path
 
 

@@ -47,12 +47,26 @@ def rebuild(results: Path) -> Path:
     if views.is_file():
         page = views.read_bytes()
         shown = sorted({s["sentence"] for m in read_payload(views)["models"] for s in m["sentences"]})
-        links.append(("views.html", "Attention views", f"Vig 2019: head, model and neuron view of corpus sentences "
-                                                       f"{', '.join(map(str, shown))}; static, works offline"))
+        links.append(
+            (
+                "views.html",
+                "Attention views",
+                f"Vig 2019: head, model and neuron view of corpus sentences "
+                f"{', '.join(map(str, shown))}; static, works offline",
+            )
+        )
         pages["views.html"] = lambda path: path.write_bytes(page)
     title = f"evolution: {results.name}"
-    return write_report(store, report, title=title, training=training, corpus=provenance.get("corpus"),
-                        links=links, pages=pages, workdir=results)
+    return write_report(
+        store,
+        report,
+        title=title,
+        training=training,
+        corpus=provenance.get("corpus"),
+        links=links,
+        pages=pages,
+        workdir=results,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

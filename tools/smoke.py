@@ -17,16 +17,24 @@ def main() -> int:
     warnings.simplefilter("ignore")
     import evolution.api as ev
     from evolution.analyses.mi import mi_by_layer
-    from evolution.metrics.results import open_metrics
     from evolution.fixtures.random_init import make_hf_model, vocabulary_of
+    from evolution.metrics.results import open_metrics
 
     mi = open_metrics(str(ROOT / "results" / "bible-full" / "metrics.zarr"), "mi")
     assert mi.sizes["model"] >= 3, mi
     assert mi_by_layer(str(ROOT / "results" / "bible-full" / "metrics.zarr")) is not None
     sentences = ["the cat sat on the mat", "a dog ran to the cat", "the mat was red and the dog was blue"] * 4
     with tempfile.TemporaryDirectory() as tmp:
-        path = make_hf_model(Path(tmp) / "bert", arch="bert", words=vocabulary_of(sentences), layers=2, d_model=16,
-                             heads=2, max_positions=32, seed=1)
+        path = make_hf_model(
+            Path(tmp) / "bert",
+            arch="bert",
+            words=vocabulary_of(sentences),
+            layers=2,
+            d_model=16,
+            heads=2,
+            max_positions=32,
+            seed=1,
+        )
         model = ev.load(str(path), name="bert", device="cpu")
         reps = ev.represent(model, sentences, attention=3)
         assert reps["bert"].hidden.dims == ("layer", "token", "feature")

@@ -7,10 +7,10 @@ The stage, the runner and the report need no change.
 
 from evolution.analyses.base import Analysis, Inputs, ModelInputs, Unit
 from evolution.analyses.change_pos import ChangeByPOS
+from evolution.analyses.heads import Heads
 from evolution.analyses.heads.importance import HeadImportance
 from evolution.analyses.heads.probes import HeadProbes
 from evolution.analyses.heads.pruning import HeadPruning
-from evolution.analyses.heads import Heads
 from evolution.analyses.influence import Influence
 from evolution.analyses.mi import MI
 from evolution.analyses.neighbors import Neighbors
@@ -20,8 +20,18 @@ from evolution.analyses.tsne import TSNE
 __all__ = ["ANALYSES", "Analysis", "Inputs", "ModelInputs", "Unit", "enabled", "figures"]
 
 #: Every analysis, in the order of the report.
-ANALYSES: tuple[Analysis, ...] = (MI(), Neighbors(), Similarity(), ChangeByPOS(), Influence(), TSNE(), Heads(),
-                                     HeadImportance(), HeadProbes(), HeadPruning())
+ANALYSES: tuple[Analysis, ...] = (
+    MI(),
+    Neighbors(),
+    Similarity(),
+    ChangeByPOS(),
+    Influence(),
+    TSNE(),
+    Heads(),
+    HeadImportance(),
+    HeadProbes(),
+    HeadPruning(),
+)
 
 
 def enabled(config) -> list[Analysis]:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -33,8 +34,18 @@ import xarray as xr
 from evolution.config import MetricsConfig
 from evolution.provenance import config_hash
 
-__all__ = ["Analysis", "Unit", "ModelInputs", "Inputs", "unit_key", "save_arrays", "load_arrays", "save_texts",
-           "load_texts", "strings"]
+__all__ = [
+    "Analysis",
+    "Unit",
+    "ModelInputs",
+    "Inputs",
+    "unit_key",
+    "save_arrays",
+    "load_arrays",
+    "save_texts",
+    "load_texts",
+    "strings",
+]
 
 
 @dataclass(frozen=True)
@@ -178,8 +189,9 @@ def load_arrays(path: str) -> dict[str, np.ndarray]:
 def save_texts(directory: str | Path, prefix: str, texts: dict[str, str]) -> str:
     """:func:`save_arrays` for texts (UTF-8 bytes, no pickle), for tasks that read a text on
     whichever worker they run; read back with :func:`load_texts`."""
-    return save_arrays(directory, prefix, {k: np.frombuffer(v.encode("utf-8"), dtype=np.uint8)
-                                           for k, v in texts.items()})
+    return save_arrays(
+        directory, prefix, {k: np.frombuffer(v.encode("utf-8"), dtype=np.uint8) for k, v in texts.items()}
+    )
 
 
 def load_texts(path: str) -> dict[str, str]:

@@ -28,8 +28,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["ChangeByPOS", "pos_change_task", "change_by_pos"]
 
 
-def pos_change_task(*, store: str, model: str, n_layers: int, arrays: str, similarity: SimilarityConfig
-                    ) -> dict[str, Any]:
+def pos_change_task(
+    *, store: str, model: str, n_layers: int, arrays: str, similarity: SimilarityConfig
+) -> dict[str, Any]:
     """Adjacent-layer change per POS tag: ``arrays`` holds ``rows`` (the annotated
     occurrences) and ``pos`` (their words' UPOS tags as codes into ``tags``);
     tags are the groups, in order of decreasing count."""
@@ -42,8 +43,14 @@ def pos_change_task(*, store: str, model: str, n_layers: int, arrays: str, simil
     order = np.argsort(-counts, kind="stable")
     counts = {str(tags[i]): int(counts[i]) for i in order}
     states = [read_rows(store, model, layer, a["rows"]) for layer in range(n_layers)]
-    change, notes = adjacent_change(states, {t: pos == t for t in counts}, methods=similarity.methods,
-                                    epsilon=similarity.epsilon, min_ratio=similarity.min_ratio, name=model)
+    change, notes = adjacent_change(
+        states,
+        {t: pos == t for t in counts},
+        methods=similarity.methods,
+        epsilon=similarity.epsilon,
+        min_ratio=similarity.min_ratio,
+        name=model,
+    )
     return {"change": change, "groups": list(counts), "counts": counts, "notes": notes}
 
 
@@ -60,12 +67,19 @@ class ChangeByPOS(Analysis):
                 continue
             rows = m.plan.annotated_rows
             tags, codes = np.unique(np.asarray(m.coords["upos"][rows], dtype=object), return_inverse=True)
-            arrays = save_arrays(inputs.arrays_dir, f"change-pos-{m.name}",  # tags as fixed-width str: no pickle
-                                 {"rows": rows, "pos": codes.astype(np.int64), "tags": np.array(tags.tolist(), dtype=str)})
-            units.append(Unit(m.name, pos_change_task,
-                              dict(store=inputs.store, model=m.name, n_layers=m.n_layers, arrays=arrays,
-                                   similarity=scfg),
-                              key={"model": m.key, "similarity": resolved_dict(scfg)}))
+            arrays = save_arrays(
+                inputs.arrays_dir,
+                f"change-pos-{m.name}",  # tags as fixed-width str: no pickle
+                {"rows": rows, "pos": codes.astype(np.int64), "tags": np.array(tags.tolist(), dtype=str)},
+            )
+            units.append(
+                Unit(
+                    m.name,
+                    pos_change_task,
+                    dict(store=inputs.store, model=m.name, n_layers=m.n_layers, arrays=arrays, similarity=scfg),
+                    key={"model": m.key, "similarity": resolved_dict(scfg)},
+                )
+            )
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -85,27 +99,40 @@ class ChangeByPOS(Analysis):
             cols = [tags.index(t) for t in r["groups"]]
             for q, meth in enumerate(methods):
                 arr = np.asarray(r["change"][meth], dtype=float)
-                dist[q, i, :len(arr)][:, cols] = arr
+                dist[q, i, : len(arr)][:, cols] = arr
             count[i, cols] = [r["counts"][t] for t in r["groups"]]
         ds = xr.Dataset(
-            {"distance": (("metric", "model", "layer_pair", "pos"), dist,
-                          {"long_name": "distance between layer n and n + 1 on the annotated occurrences of a POS tag"}),
-             "count": (("model", "pos"), count, {"long_name": "annotated occurrences with the tag"})},
-            coords={"metric": strings(methods), "model": strings(models),
-                    "layer_pair": strings(f"{i}-{i + 1}" for i in range(L1)),
-                    "layer_from": ("layer_pair", np.arange(L1)), "pos": strings(tags)},
-            attrs={"notes": [n for r in results.values() for n in r.get("notes", [])]})
+            {
+                "distance": (
+                    ("metric", "model", "layer_pair", "pos"),
+                    dist,
+                    {"long_name": "distance between layer n and n + 1 on the annotated occurrences of a POS tag"},
+                ),
+                "count": (("model", "pos"), count, {"long_name": "annotated occurrences with the tag"}),
+            },
+            coords={
+                "metric": strings(methods),
+                "model": strings(models),
+                "layer_pair": strings(f"{i}-{i + 1}" for i in range(L1)),
+                "layer_from": ("layer_pair", np.arange(L1)),
+                "pos": strings(tags),
+            },
+            attrs={"notes": [n for r in results.values() for n in r.get("notes", [])]},
+        )
         return {"change_pos": ds}
 
 
 def change_by_pos(path, metric: str = "pwcca"):
     """Distance between layers n and n + 1 by POS tag of the annotated text, one panel per model."""
-    return adjacent_change_figure(path, group="change_pos", groups="pos",
-                                  xlabel="UPOS tag (annotated text; most frequent first)", metric=metric)
+    return adjacent_change_figure(
+        path, group="change_pos", groups="pos", xlabel="UPOS tag (annotated text; most frequent first)", metric=metric
+    )
 
 
 ChangeByPOS.figures = {
-    "change_pos_pwcca": (lambda p: change_by_pos(p, "pwcca"),
-                         "Change between adjacent layers (PWCCA distance) by POS tag (UPOS) on the annotated text "
-                         "(docs/metrics.md); tags with fewer than min_ratio x d occurrences are left out."),
+    "change_pos_pwcca": (
+        lambda p: change_by_pos(p, "pwcca"),
+        "Change between adjacent layers (PWCCA distance) by POS tag (UPOS) on the annotated text "
+        "(docs/metrics.md); tags with fewer than min_ratio x d occurrences are left out.",
+    ),
 }

@@ -47,8 +47,16 @@ logger = logging.getLogger(__name__)
 __all__ = ["Influence", "influence_task", "influence_by_frequency", "influence_tables"]
 
 
-def influence_task(*, spec: dict, content_ids: dict[int, list[int]], samples: list[tuple[int, int, int]],
-                   influence: InfluenceConfig, n_bins: int, torch_threads: int = 1, seed: int = 0) -> dict[str, Any]:
+def influence_task(
+    *,
+    spec: dict,
+    content_ids: dict[int, list[int]],
+    samples: list[tuple[int, int, int]],
+    influence: InfluenceConfig,
+    n_bins: int,
+    torch_threads: int = 1,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Token influence of one model with its bootstrap over sentences (``seed``);
     ``{"unsupported": reason}`` for a model that cannot mask attention keys per layer."""
     import torch
@@ -60,9 +68,17 @@ def influence_task(*, spec: dict, content_ids: dict[int, list[int]], samples: li
     adapter = cached_adapter(spec)
     if not adapter.supports_key_masking:
         return {"unsupported": f"{spec['name']}: {type(adapter).__name__} cannot mask attention keys per layer"}
-    return token_influence(adapter, content_ids={int(k): v for k, v in content_ids.items()}, samples=samples,
-                           n_bins=n_bins, methods=influence.methods, epsilon=influence.epsilon,
-                           min_ratio=influence.min_ratio, bootstrap=influence.bootstrap, seed=seed)
+    return token_influence(
+        adapter,
+        content_ids={int(k): v for k, v in content_ids.items()},
+        samples=samples,
+        n_bins=n_bins,
+        methods=influence.methods,
+        epsilon=influence.epsilon,
+        min_ratio=influence.min_ratio,
+        bootstrap=influence.bootstrap,
+        seed=seed,
+    )
 
 
 class Influence(Analysis):
@@ -81,15 +97,37 @@ class Influence(Analysis):
                 continue
             bins, _ = _bins(icfg, m)
             sentence, main = m.coords["sentence"], m.primary
-            samples = sample_influencers(sentence=sentence[main], position=m.coords["position"][main],
-                                         freq_rank=m.freq_rank[main], bins=bins, max_per_bin=icfg.max_per_bin,
-                                         seed=inputs.seed)
+            samples = sample_influencers(
+                sentence=sentence[main],
+                position=m.coords["position"][main],
+                freq_rank=m.freq_rank[main],
+                bins=bins,
+                max_per_bin=icfg.max_per_bin,
+                seed=inputs.seed,
+            )
             content = content_ids_by_sentence(m.coords["token_id"], sentence, wanted={s for s, _, _ in samples})
-            units.append(Unit(m.name, influence_task,
-                              dict(spec=m.spec, content_ids=content, samples=samples, influence=icfg,
-                                   n_bins=len(bins), torch_threads=inputs.torch_threads, seed=inputs.seed),
-                              key={"model": m.key, "influence": resolved_dict(icfg), "seed": inputs.seed,
-                                   "bins": bins, "frequency": m.frequency}))
+            units.append(
+                Unit(
+                    m.name,
+                    influence_task,
+                    dict(
+                        spec=m.spec,
+                        content_ids=content,
+                        samples=samples,
+                        influence=icfg,
+                        n_bins=len(bins),
+                        torch_threads=inputs.torch_threads,
+                        seed=inputs.seed,
+                    ),
+                    key={
+                        "model": m.key,
+                        "influence": resolved_dict(icfg),
+                        "seed": inputs.seed,
+                        "bins": bins,
+                        "frequency": m.frequency,
+                    },
+                )
+            )
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -130,27 +168,57 @@ class Influence(Analysis):
             sentences[i, :nb] = r.get("sentences", [0] * nb)
             mi = inputs.models[m]
             main = mi.primary
-            available[i, :nb] = bin_occurrences(sentence=mi.coords["sentence"][main], freq_rank=mi.freq_rank[main],
-                                                bins=_bins(icfg, mi)[0])[:nb]
+            available[i, :nb] = bin_occurrences(
+                sentence=mi.coords["sentence"][main], freq_rank=mi.freq_rank[main], bins=_bins(icfg, mi)[0]
+            )[:nb]
         ds = xr.Dataset(
-            {"distance": (("metric", "model", "layer", "freq_bin"), dist,
-                          {"long_name": "distance of the other tokens' layer-n states with vs without the key masked"}),
-             "interval": (("metric", "model", "layer", "freq_bin", "bound"), interval,
-                          {"long_name": f"95% bootstrap interval over sentences ({B} replicates; NaN: none)"}),
-             "distance_replicates": (("metric", "model", "layer", "freq_bin", "replicate"), boot,
-                                     {"long_name": "the distance on each resample of sentences (replicate r: the same "
-                                                   "sentences for every bin, layer and model)"}),
-             "rows": (("model", "layer", "freq_bin"), rows, {"long_name": "other-token rows pooled"}),
-             "samples": (("model", "layer", "freq_bin"), samples, {"long_name": "occurrences masked"}),
-             "sentences": (("model", "freq_bin"), sentences,
-                           {"long_name": "distinct sentences of the masked occurrences (bootstrap clusters)"}),
-             "available": (("model", "freq_bin"), available,
-                           {"long_name": "occurrences of the bin in the analysed text (sentences of >= 3 tokens)"})},
-            coords={"metric": strings(methods), "model": strings(models), "layer": np.arange(1, L + 1),
-                    "freq_bin": strings(bins), "rank_lo": ("freq_bin", [lo for lo, _ in edges]),
-                    "bound": strings(["low", "high"]), "replicate": np.arange(B)},
-            attrs={"notes": notes + [n for r in results.values() for n in r.get("notes", [])],
-                   "frequency": inputs.models[models[0]].frequency, "bootstrap": B})
+            {
+                "distance": (
+                    ("metric", "model", "layer", "freq_bin"),
+                    dist,
+                    {"long_name": "distance of the other tokens' layer-n states with vs without the key masked"},
+                ),
+                "interval": (
+                    ("metric", "model", "layer", "freq_bin", "bound"),
+                    interval,
+                    {"long_name": f"95% bootstrap interval over sentences ({B} replicates; NaN: none)"},
+                ),
+                "distance_replicates": (
+                    ("metric", "model", "layer", "freq_bin", "replicate"),
+                    boot,
+                    {
+                        "long_name": "the distance on each resample of sentences (replicate r: the same "
+                        "sentences for every bin, layer and model)"
+                    },
+                ),
+                "rows": (("model", "layer", "freq_bin"), rows, {"long_name": "other-token rows pooled"}),
+                "samples": (("model", "layer", "freq_bin"), samples, {"long_name": "occurrences masked"}),
+                "sentences": (
+                    ("model", "freq_bin"),
+                    sentences,
+                    {"long_name": "distinct sentences of the masked occurrences (bootstrap clusters)"},
+                ),
+                "available": (
+                    ("model", "freq_bin"),
+                    available,
+                    {"long_name": "occurrences of the bin in the analysed text (sentences of >= 3 tokens)"},
+                ),
+            },
+            coords={
+                "metric": strings(methods),
+                "model": strings(models),
+                "layer": np.arange(1, L + 1),
+                "freq_bin": strings(bins),
+                "rank_lo": ("freq_bin", [lo for lo, _ in edges]),
+                "bound": strings(["low", "high"]),
+                "replicate": np.arange(B),
+            },
+            attrs={
+                "notes": notes + [n for r in results.values() for n in r.get("notes", [])],
+                "frequency": inputs.models[models[0]].frequency,
+                "bootstrap": B,
+            },
+        )
         return {"influence": ds}
 
     def tables(self, path) -> list[tuple[str, list[list[str]], str]]:
@@ -171,10 +239,14 @@ def influence_by_frequency(path, metric: str = "pwcca"):
     if ds is None or metric not in ds.metric.values:
         return None
     d = ds.distance.sel(metric=metric).load()
-    out = by_group_panels(d, series="layer", label=lambda layer: f"layer {layer}",
-                          width=lambda layer: 2.5 if layer == 1 else 1.2,
-                          xlabel="frequency rank bin of the masked token",
-                          ylabel=f"{metric.upper()} distance\n(influence)")
+    out = by_group_panels(
+        d,
+        series="layer",
+        label=lambda layer: f"layer {layer}",
+        width=lambda layer: 2.5 if layer == 1 else 1.2,
+        xlabel="frequency rank bin of the masked token",
+        ylabel=f"{metric.upper()} distance\n(influence)",
+    )
     if out is None or "interval" not in ds:
         return out
     fig, data = out
@@ -202,9 +274,15 @@ def _bin_size_table(ds: xr.Dataset) -> list[list[str]]:
 
     table = [["bin (frequency rank)", "available", "masked", "sentences", "rows at layer 1"]]
     for b in ds.freq_bin.values:
-        table.append([str(b), cell(ds.available.sel(freq_bin=b).values),
-                      cell(ds.samples.sel(freq_bin=b, layer=1).values), cell(ds.sentences.sel(freq_bin=b).values),
-                      cell(ds.rows.sel(freq_bin=b, layer=1).values)])
+        table.append(
+            [
+                str(b),
+                cell(ds.available.sel(freq_bin=b).values),
+                cell(ds.samples.sel(freq_bin=b, layer=1).values),
+                cell(ds.sentences.sel(freq_bin=b).values),
+                cell(ds.rows.sel(freq_bin=b, layer=1).values),
+            ]
+        )
     return table
 
 
@@ -214,10 +292,15 @@ def influence_tables(path) -> list[tuple[str, list[list[str]], str]]:
     if ds is None or "available" not in ds:
         return []
     ds = ds.load()
-    out = [("Token influence: frequency bins and their sizes", _bin_size_table(ds),
+    out = [
+        (
+            "Token influence: frequency bins and their sizes",
+            _bin_size_table(ds),
             "available: occurrences of the bin in the analysed text (sentences of >= 3 tokens); masked: those "
             "sampled (influence.max_per_bin); sentences: their sentences, the clusters of the bootstrap; rows: the "
-            "other tokens' states pooled per (layer, bin).")]
+            "other tokens' states pooled per (layer, bin).",
+        )
+    ]
     for metric in ds.metric.values:
         d = ds.distance.sel(metric=metric, layer=1)
         iv = ds.interval.sel(metric=metric, layer=1)
@@ -228,16 +311,23 @@ def influence_tables(path) -> list[tuple[str, list[list[str]], str]]:
                 v, lo, hi = float(d.sel(model=m, freq_bin=b)), *iv.sel(model=m, freq_bin=b).values
                 row.append("" if np.isnan(v) else f"{v:.2e}" + (f" [{lo:.2e}, {hi:.2e}]" if np.isfinite(lo) else ""))
             table.append(row)
-        out.append((f"Token influence at layer 1 ({str(metric).upper()} distance)", table,
-                    f"In brackets: the 95% bootstrap interval over sentences ({ds.attrs.get('bootstrap', 0)} "
-                    "replicates, each redoing the distance)."))
+        out.append(
+            (
+                f"Token influence at layer 1 ({str(metric).upper()} distance)",
+                table,
+                f"In brackets: the 95% bootstrap interval over sentences ({ds.attrs.get('bootstrap', 0)} "
+                "replicates, each redoing the distance).",
+            )
+        )
     return out
 
 
 Influence.figures = {
-    "influence_pwcca": (lambda p: influence_by_frequency(p, "pwcca"),
-                        "Token influence: PWCCA distance between the other tokens' layer-n states with and without "
-                        "one token masked out of the attention keys at layer n, by the frequency rank of the masked "
-                        "token (section 5; rare tokens influential at layer 1 in MT and LM). Grey band: layer 1's "
-                        "95% bootstrap interval over sentences."),
+    "influence_pwcca": (
+        lambda p: influence_by_frequency(p, "pwcca"),
+        "Token influence: PWCCA distance between the other tokens' layer-n states with and without "
+        "one token masked out of the attention keys at layer n, by the frequency rank of the masked "
+        "token (section 5; rare tokens influential at layer 1 in MT and LM). Grey band: layer 1's "
+        "95% bootstrap interval over sentences.",
+    ),
 }

@@ -28,9 +28,18 @@ class ModelSource:
     objective: str | None = None  # None: as the store records it
 
 
-def load_inputs(*, store: str, models: list[ModelSource], config: MetricsConfig, seed: int, torch_threads: int,
-                arrays_dir: str | Path, attrs: dict[str, Any] | None = None, max_batch_tokens: int = 1024,
-                targets: Any = None) -> Inputs:
+def load_inputs(
+    *,
+    store: str,
+    models: list[ModelSource],
+    config: MetricsConfig,
+    seed: int,
+    torch_threads: int,
+    arrays_dir: str | Path,
+    attrs: dict[str, Any] | None = None,
+    max_batch_tokens: int = 1024,
+    targets: Any = None,
+) -> Inputs:
     """Open each model's group, split its token axis into main and annotated text
     (:func:`~evolution.metrics.plan.text_parts`, from the store's annotation
     coordinates) and plan the occurrences of every metric
@@ -52,23 +61,55 @@ def load_inputs(*, store: str, models: list[ModelSource], config: MetricsConfig,
         objective = m.objective or ds.attrs.get("objective")
         trained_ranks = "train_rank" in ds.coords
         rank = ds["train_rank"].values if trained_ranks else coords["freq_rank"]
-        parts = text_parts(sentence=coords["sentence"], token_id=coords["token_id"], freq_rank=rank,
-                           labels=labels, annotated_from=int(ds.attrs.get("annotated_from", -1)),
-                           ranks_given=trained_ranks)
+        parts = text_parts(
+            sentence=coords["sentence"],
+            token_id=coords["token_id"],
+            freq_rank=rank,
+            labels=labels,
+            annotated_from=int(ds.attrs.get("annotated_from", -1)),
+            ranks_given=trained_ranks,
+        )
         if trained_ranks:
             frequency, ranked_types = "training split", int(ds.attrs["train_types"])
         else:
             frequency, ranked_types = "analysed text", int(len(np.unique(coords["token_id"][parts["primary"]])))
-        plan = plan_occurrences(token_id=coords["token_id"], token_str=coords["token_str"],
-                                sentence=coords["sentence"], position=coords["position"], objective=objective,
-                                cfg=config, seed=seed, primary=parts["primary"], annotation=parts["annotation"],
-                                label_strings=labels)
-        out[m.name] = ModelInputs(name=m.name, kind=m.kind, objective=objective, key=m.key, spec=m.spec,
-                                  n_layers=int(ds.sizes["layer"]), d_model=int(ds.sizes["feature"]), coords=coords,
-                                  primary=np.asarray(parts["primary"]), annotation=parts["annotation"],
-                                  freq_rank=np.asarray(parts["freq_rank"]), plan=plan, frequency=frequency,
-                                  ranked_types=ranked_types)
+        plan = plan_occurrences(
+            token_id=coords["token_id"],
+            token_str=coords["token_str"],
+            sentence=coords["sentence"],
+            position=coords["position"],
+            objective=objective,
+            cfg=config,
+            seed=seed,
+            primary=parts["primary"],
+            annotation=parts["annotation"],
+            label_strings=labels,
+        )
+        out[m.name] = ModelInputs(
+            name=m.name,
+            kind=m.kind,
+            objective=objective,
+            key=m.key,
+            spec=m.spec,
+            n_layers=int(ds.sizes["layer"]),
+            d_model=int(ds.sizes["feature"]),
+            coords=coords,
+            primary=np.asarray(parts["primary"]),
+            annotation=parts["annotation"],
+            freq_rank=np.asarray(parts["freq_rank"]),
+            plan=plan,
+            frequency=frequency,
+            ranked_types=ranked_types,
+        )
     notes = [n for mi in out.values() for n in mi.plan.notes]
-    return Inputs(store=store, models=out, config=config, seed=seed, torch_threads=torch_threads,
-                  arrays_dir=str(arrays_dir), max_batch_tokens=max_batch_tokens, targets=targets, attrs={**(attrs or {}), "notes": notes,
-                                                      "objectives": {n: str(v.objective) for n, v in out.items()}})
+    return Inputs(
+        store=store,
+        models=out,
+        config=config,
+        seed=seed,
+        torch_threads=torch_threads,
+        arrays_dir=str(arrays_dir),
+        max_batch_tokens=max_batch_tokens,
+        targets=targets,
+        attrs={**(attrs or {}), "notes": notes, "objectives": {n: str(v.objective) for n, v in out.items()}},
+    )

@@ -56,8 +56,18 @@ import numpy as np
 import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
-from evolution.analyses.plotting import (STYLES, WIDTH, concat, figure, label_edges, legend_below, open_group,
-                                        panel_grid, plt, tidy)
+from evolution.analyses.plotting import (
+    STYLES,
+    WIDTH,
+    concat,
+    figure,
+    label_edges,
+    legend_below,
+    open_group,
+    panel_grid,
+    plt,
+    tidy,
+)
 from evolution.config import MIConfig, resolved_dict
 
 logger = logging.getLogger(__name__)
@@ -70,8 +80,14 @@ BIAS_SHARE = 0.5
 
 def _mi_options(mi: MIConfig) -> dict[str, Any]:
     """The keyword arguments of :func:`~evolution.metrics.mi.layer_mi` that ``metrics.mi`` sets."""
-    return dict(k=mi.k, restarts=mi.restarts, niter=mi.niter, algorithm=mi.algorithm, bootstrap=mi.bootstrap,
-                types=list(mi.types))
+    return dict(
+        k=mi.k,
+        restarts=mi.restarts,
+        niter=mi.niter,
+        algorithm=mi.algorithm,
+        bootstrap=mi.bootstrap,
+        types=list(mi.types),
+    )
 
 
 def layer_task(*, store: str, model: str, layer: int, arrays: str, mi: MIConfig, seed: int) -> dict[str, Any]:
@@ -82,13 +98,21 @@ def layer_task(*, store: str, model: str, layer: int, arrays: str, mi: MIConfig,
 
     a = load_arrays(arrays)
     targets = sorted({k.split("/")[0] for k in a})
-    return {target: layer_mi(read_rows(store, model, layer, a[f"{target}/rows"]), a[f"{target}/labels"], seed=seed,
-                             sentence=a.get(f"{target}/sentence"), **_mi_options(mi)).as_dict()
-            for target in targets}
+    return {
+        target: layer_mi(
+            read_rows(store, model, layer, a[f"{target}/rows"]),
+            a[f"{target}/labels"],
+            seed=seed,
+            sentence=a.get(f"{target}/sentence"),
+            **_mi_options(mi),
+        ).as_dict()
+        for target in targets
+    }
 
 
-def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: list[int], mi: MIConfig,
-                    seed: int, torch_threads: int = 1) -> dict[str, Any]:
+def mlm_output_task(
+    *, spec: dict, content_ids: dict[int, list[int]], types: list[int], mi: MIConfig, seed: int, torch_threads: int = 1
+) -> dict[str, Any]:
     """MI with the output label of a masked LM at every layer (:mod:`evolution.metrics.masked`):
     ``{"layers": [mi result per layer]}``, restricted to original tokens in ``types``."""
     import torch
@@ -101,15 +125,23 @@ def mlm_output_task(*, spec: dict, content_ids: dict[int, list[int]], types: lis
     adapter = cached_adapter(spec)
     if adapter.mask_id is None:
         return {"unsupported": f"{spec['name']}: no <mask> symbol"}
-    states, labels, fed, sentence = masked_states(adapter, {int(k): v for k, v in content_ids.items()}, seed=seed,
-                                                  corruptions=mi.mlm_corruptions, return_inputs=True,
-                                                  return_sentences=True)
+    states, labels, fed, sentence = masked_states(
+        adapter,
+        {int(k): v for k, v in content_ids.items()},
+        seed=seed,
+        corruptions=mi.mlm_corruptions,
+        return_inputs=True,
+        return_sentences=True,
+    )
     keep = np.isin(labels, np.asarray(types))
     out, inputs = [], []
     for layer in range(states.shape[0]):
         for target, acc in ((labels, out), (fed, inputs)):
-            acc.append(layer_mi(states[layer][keep], target[keep], seed=seed, sentence=sentence[keep],
-                                **_mi_options(mi)).as_dict())
+            acc.append(
+                layer_mi(
+                    states[layer][keep], target[keep], seed=seed, sentence=sentence[keep], **_mi_options(mi)
+                ).as_dict()
+            )
     return {"layers": out, "input_layers": inputs}
 
 
@@ -124,30 +156,61 @@ class MI(Analysis):
 
         cfg = inputs.config
         # mlm_corruptions only concerns the MLM-output unit: changing it keeps the layer results
-        layer_cfg = {"mi": {k: v for k, v in resolved_dict(cfg.mi).items() if k != "mlm_corruptions"},
-                     "tokens": resolved_dict(cfg.tokens)}
+        layer_cfg = {
+            "mi": {k: v for k, v in resolved_dict(cfg.mi).items() if k != "mlm_corruptions"},
+            "tokens": resolved_dict(cfg.tokens),
+        }
         units = []
         for m in inputs.models.values():
             if not m.plan.mi:
                 continue
-            arrays = save_arrays(inputs.arrays_dir, f"mi-{m.name}",
-                                 {f"{t}/{part}": v for t, (rows, labels) in m.plan.mi.items()
-                                  for part, v in (("rows", rows), ("labels", labels),
-                                                  ("sentence", np.asarray(m.coords["sentence"])[rows]))})
+            arrays = save_arrays(
+                inputs.arrays_dir,
+                f"mi-{m.name}",
+                {
+                    f"{t}/{part}": v
+                    for t, (rows, labels) in m.plan.mi.items()
+                    for part, v in (
+                        ("rows", rows),
+                        ("labels", labels),
+                        ("sentence", np.asarray(m.coords["sentence"])[rows]),
+                    )
+                },
+            )
             for layer in range(m.n_layers):
-                units.append(Unit(f"{m.name}-{layer}", layer_task,
-                                  dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, mi=cfg.mi,
-                                       seed=inputs.seed),
-                                  key={"model": m.key, **layer_cfg, "seed": inputs.seed, "layer": layer}))
+                units.append(
+                    Unit(
+                        f"{m.name}-{layer}",
+                        layer_task,
+                        dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, mi=cfg.mi, seed=inputs.seed),
+                        key={"model": m.key, **layer_cfg, "seed": inputs.seed, "layer": layer},
+                    )
+                )
             if m.objective == "mlm" and m.kind != "huggingface" and "input" in m.plan.mi:
                 sentence, token_id = m.coords["sentence"], m.coords["token_id"]
                 content = content_ids_by_sentence(token_id, sentence, wanted=np.unique(sentence[m.primary]))
                 types = np.unique(m.plan.mi["input"][1]).tolist()
-                units.append(Unit(f"{m.name}-mlm-output", mlm_output_task,
-                                  dict(spec=m.spec, content_ids=content, types=types, mi=cfg.mi, seed=inputs.seed,
-                                       torch_threads=inputs.torch_threads),
-                                  key={"model": m.key, "mi": resolved_dict(cfg.mi), "tokens": resolved_dict(cfg.tokens),
-                                       "seed": inputs.seed, "targets": ["output", "masked_input"]}))
+                units.append(
+                    Unit(
+                        f"{m.name}-mlm-output",
+                        mlm_output_task,
+                        dict(
+                            spec=m.spec,
+                            content_ids=content,
+                            types=types,
+                            mi=cfg.mi,
+                            seed=inputs.seed,
+                            torch_threads=inputs.torch_threads,
+                        ),
+                        key={
+                            "model": m.key,
+                            "mi": resolved_dict(cfg.mi),
+                            "tokens": resolved_dict(cfg.tokens),
+                            "seed": inputs.seed,
+                            "targets": ["output", "masked_input"],
+                        },
+                    )
+                )
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -179,8 +242,8 @@ class MI(Analysis):
         for (m, layer), r in per_layer.items():
             for t, v in r.items():
                 i, j = models.index(m), targets.index(t)
-                mi[i, layer, j, :len(v["mi"])] = v["mi"]
-                seeds[i, layer, j, :len(v.get("seeds", []))] = v.get("seeds", [])
+                mi[i, layer, j, : len(v["mi"])] = v["mi"]
+                seeds[i, layer, j, : len(v.get("seeds", []))] = v.get("seeds", [])
                 shuf[i, layer, j], k[i, layer, j], n[i, layer, j] = v["shuffled"], v["k"], v["n"]
                 ent[i, j] = v["entropy"]
                 kmeans.setdefault(m, {})[t] = f"{v.get('algorithm', '')} ({v.get('backend', 'faiss')})"
@@ -189,21 +252,34 @@ class MI(Analysis):
                 replicates = max(replicates, v.get("replicates", 0))
         dims = ("model", "layer", "target")
         ds = xr.Dataset(
-            {"mi": (dims + ("restart",), mi, {"units": "nats"}),
-             "kmeans_seed": (dims + ("restart",), seeds, {"long_name": "k-means seed of each restart"}),
-             "mi_shuffled": (dims, shuf, {"units": "nats"}),
-             "entropy": (("model", "target"), ent, {"units": "nats", "long_name": "H(X), upper bound of MI"}),
-             "k": (dims, k), "n": (dims, n)},
-            coords={"model": strings(models), "layer": np.arange(L), "target": strings(targets),
-                    "restart": np.arange(restarts)},
-            attrs={"kmeans": kmeans, "bootstrap": replicates})
+            {
+                "mi": (dims + ("restart",), mi, {"units": "nats"}),
+                "kmeans_seed": (dims + ("restart",), seeds, {"long_name": "k-means seed of each restart"}),
+                "mi_shuffled": (dims, shuf, {"units": "nats"}),
+                "entropy": (("model", "target"), ent, {"units": "nats", "long_name": "H(X), upper bound of MI"}),
+                "k": (dims, k),
+                "n": (dims, n),
+            },
+            coords={
+                "model": strings(models),
+                "layer": np.arange(L),
+                "target": strings(targets),
+                "restart": np.arange(restarts),
+            },
+            attrs={"kmeans": kmeans, "bootstrap": replicates},
+        )
         _derived(ds)
         if replicates:
             ds = ds.assign_coords(bound=strings(["low", "high"]))
             for name in names:
-                ds[f"{name}_interval"] = (dims + ("bound",), interval[name], {
-                    "long_name": f"95% interval of {name} over sentences ({replicates} bootstrap replicates, each "
-                                 "restart's clusters fixed, placed around the estimate)"})
+                ds[f"{name}_interval"] = (
+                    dims + ("bound",),
+                    interval[name],
+                    {
+                        "long_name": f"95% interval of {name} over sentences ({replicates} bootstrap replicates, each "
+                        "restart's clusters fixed, placed around the estimate)"
+                    },
+                )
         out = {"mi": ds}
         types = _types_dataset(per_layer, models=models, L=L, targets=targets)
         if types is not None:
@@ -218,16 +294,20 @@ def _derived(ds: xr.Dataset) -> None:
         warnings.simplefilter("ignore", RuntimeWarning)
         ds["mi_mean"] = ds.mi.mean("restart").assign_attrs(units="nats", long_name="MI, mean over restarts")
         ds["mi_sd"] = ds.mi.std("restart", ddof=1).assign_attrs(
-            units="nats", long_name="standard deviation over k-means restarts (ddof = 1; NaN with one restart)")
+            units="nats", long_name="standard deviation over k-means restarts (ddof = 1; NaN with one restart)"
+        )
     ds["mi_corrected"] = (ds.mi_mean - ds.mi_shuffled).assign_attrs(
-        units="nats", long_name="mean MI minus the shuffled-label control (the estimator's bias at this n and k)")
+        units="nats", long_name="mean MI minus the shuffled-label control (the estimator's bias at this n and k)"
+    )
     ds["mi_fraction"] = (ds.mi_mean / ds.entropy).assign_attrs(long_name="mi_mean / H(X) of the same model and target")
     ds["mi_corrected_fraction"] = (ds.mi_corrected / ds.entropy).assign_attrs(
-        long_name="mi_corrected / H(X) of the same model and target")
+        long_name="mi_corrected / H(X) of the same model and target"
+    )
 
 
-def _types_dataset(per_layer: dict[tuple[str, int], dict], *, models: list[str], L: int,
-                   targets: list[str]) -> xr.Dataset | None:
+def _types_dataset(
+    per_layer: dict[tuple[str, int], dict], *, models: list[str], L: int, targets: list[str]
+) -> xr.Dataset | None:
     """Group ``mi_types`` from the layer results' ``by_types`` (None when no result has them)."""
     found = [v["by_types"] for r in per_layer.values() for v in r.values() if v.get("by_types")]
     if not found:
@@ -245,20 +325,30 @@ def _types_dataset(per_layer: dict[tuple[str, int], dict], *, models: list[str],
             i, j = models.index(m), targets.index(t)
             for q, size in enumerate(b["types"]):
                 c = types.index(size)
-                mi[i, layer, j, c, :len(b["mi"][q])] = b["mi"][q]
+                mi[i, layer, j, c, : len(b["mi"][q])] = b["mi"][q]
                 shuf[i, layer, j, c] = b["shuffled"][q]
                 ent[i, j, c], n[i, j, c], n_types[i, j, c] = b["entropy"][q], b["n"][q], b["n_types"][q]
     dims = ("model", "layer", "target", "types")
     ds = xr.Dataset(
-        {"mi": (dims + ("restart",), mi, {"units": "nats"}),
-         "mi_shuffled": (dims, shuf, {"units": "nats"}),
-         "entropy": (("model", "target", "types"), ent, {"units": "nats", "long_name": "H(X) of the subset"}),
-         "n": (("model", "target", "types"), n, {"long_name": "occurrences of the subset"}),
-         "n_types": (("model", "target", "types"), n_types, {"long_name": "types in the subset"})},
-        coords={"model": strings(models), "layer": np.arange(L), "target": strings(targets),
-                "types": np.asarray(types, dtype=np.int64), "restart": np.arange(restarts)},
-        attrs={"long_name": "MI of the full analysis set's clusters on the occurrences of its `types` most "
-                            "frequent labels (metrics.mi.types)"})
+        {
+            "mi": (dims + ("restart",), mi, {"units": "nats"}),
+            "mi_shuffled": (dims, shuf, {"units": "nats"}),
+            "entropy": (("model", "target", "types"), ent, {"units": "nats", "long_name": "H(X) of the subset"}),
+            "n": (("model", "target", "types"), n, {"long_name": "occurrences of the subset"}),
+            "n_types": (("model", "target", "types"), n_types, {"long_name": "types in the subset"}),
+        },
+        coords={
+            "model": strings(models),
+            "layer": np.arange(L),
+            "target": strings(targets),
+            "types": np.asarray(types, dtype=np.int64),
+            "restart": np.arange(restarts),
+        },
+        attrs={
+            "long_name": "MI of the full analysis set's clusters on the occurrences of its `types` most "
+            "frequent labels (metrics.mi.types)"
+        },
+    )
     _derived(ds)
     return ds
 
@@ -277,11 +367,19 @@ def _warn_saturation(per_layer: dict[tuple[str, int], dict]) -> None:
     """One warning per (model, target) whose MI is within 2% of H(X) at some layers."""
     for (m, t), hits in _flag(per_layer, lambda v: v["saturated"]).items():
         v = hits[0][1]
-        logger.warning("metrics: MI(%s) of %s is within 2%% of H(X) = %.3f nats at layer(s) %s: almost every "
-                       "cluster holds one token. Either those layers keep token identity intact, or k = %d is "
-                       "too large for %d occurrences (%.0f per cluster) and the curve cannot show change. "
-                       "Check with a smaller metrics.mi.k or more text.", t, m, v["entropy"],
-                       ",".join(str(layer) for layer, _ in hits), v["k"], v["n"], v["n"] / v["k"])
+        logger.warning(
+            "metrics: MI(%s) of %s is within 2%% of H(X) = %.3f nats at layer(s) %s: almost every "
+            "cluster holds one token. Either those layers keep token identity intact, or k = %d is "
+            "too large for %d occurrences (%.0f per cluster) and the curve cannot show change. "
+            "Check with a smaller metrics.mi.k or more text.",
+            t,
+            m,
+            v["entropy"],
+            ",".join(str(layer) for layer, _ in hits),
+            v["k"],
+            v["n"],
+            v["n"] / v["k"],
+        )
 
 
 def _warn_bias(per_layer: dict[tuple[str, int], dict]) -> None:
@@ -290,11 +388,19 @@ def _warn_bias(per_layer: dict[tuple[str, int], dict]) -> None:
     upward by about (k - 1)(|X| - 1) / 2n nats, and the curve then mostly shows that bias."""
     for (m, t), hits in _flag(per_layer, lambda v: v["shuffled"] >= BIAS_SHARE * float(np.mean(v["mi"]))).items():
         v = hits[-1][1]
-        logger.warning("metrics: MI(%s) of %s: the shuffled-label control is %.2f of %.2f nats at layer(s) %s "
-                       "(k = %d for %d occurrences, %.0f per cluster): the estimate is mostly the estimator's "
-                       "bias. Read MI minus the control (mi_shuffled), or use a smaller metrics.mi.k or more text.",
-                       t, m, v["shuffled"], float(np.mean(v["mi"])), ",".join(str(layer) for layer, _ in hits),
-                       v["k"], v["n"], v["n"] / v["k"])
+        logger.warning(
+            "metrics: MI(%s) of %s: the shuffled-label control is %.2f of %.2f nats at layer(s) %s "
+            "(k = %d for %d occurrences, %.0f per cluster): the estimate is mostly the estimator's "
+            "bias. Read MI minus the control (mi_shuffled), or use a smaller metrics.mi.k or more text.",
+            t,
+            m,
+            v["shuffled"],
+            float(np.mean(v["mi"])),
+            ",".join(str(layer) for layer, _ in hits),
+            v["k"],
+            v["n"],
+            v["n"] / v["k"],
+        )
 
 
 def _fraction(ds: xr.Dataset, name: str) -> xr.DataArray:
@@ -326,8 +432,9 @@ def mi_by_layer(path):
         return None
     pyplot = plt()
     cols = len(targets)
-    fig, grid = pyplot.subplots(2, cols, figsize=(min(WIDTH, 3.3 * cols + 0.4), 5.6), squeeze=False,
-                                sharex=True, layout="constrained")
+    fig, grid = pyplot.subplots(
+        2, cols, figsize=(min(WIDTH, 3.3 * cols + 0.4), 5.6), squeeze=False, sharex=True, layout="constrained"
+    )
     corrected = _fraction(ds, "mi_corrected_fraction")
     frames = []
     for c, t in enumerate(targets):
@@ -340,26 +447,33 @@ def mi_by_layer(path):
                 continue
             top.plot(ds.layer, mean, label=str(m), markersize=3.5, **style)
             top.fill_between(ds.layer, lo, hi, color=style["color"], alpha=0.2, linewidth=0)
-            top.plot(ds.layer, ds.mi_shuffled.sel(model=m, target=t), color=style["color"], linestyle=":",
-                     linewidth=0.8)
-            frames += [tidy(mean, "mi_mean", target=t, model=str(m)),
-                       tidy(lo, "mi_restart_min", target=t, model=str(m)),
-                       tidy(hi, "mi_restart_max", target=t, model=str(m)),
-                       tidy(ds.mi_shuffled.sel(model=m, target=t), "mi_shuffled", target=t, model=str(m))]
+            top.plot(
+                ds.layer, ds.mi_shuffled.sel(model=m, target=t), color=style["color"], linestyle=":", linewidth=0.8
+            )
+            frames += [
+                tidy(mean, "mi_mean", target=t, model=str(m)),
+                tidy(lo, "mi_restart_min", target=t, model=str(m)),
+                tidy(hi, "mi_restart_max", target=t, model=str(m)),
+                tidy(ds.mi_shuffled.sel(model=m, target=t), "mi_shuffled", target=t, model=str(m)),
+            ]
             if "mi_mean_interval" in ds:  # 95% interval over sentences: error bars
                 _errorbars(top, ds.layer.values, mean.values, ds.mi_mean_interval.sel(model=m, target=t), style)
-                frames += [tidy(ds.mi_mean_interval.sel(model=m, target=t, bound=b), f"mi_mean_{b}", target=t,
-                                model=str(m)) for b in ("low", "high")]
+                frames += [
+                    tidy(ds.mi_mean_interval.sel(model=m, target=t, bound=b), f"mi_mean_{b}", target=t, model=str(m))
+                    for b in ("low", "high")
+                ]
             f = corrected.sel(model=m, target=t)
             bottom.plot(ds.layer, f, markersize=3.5, **style)
             frames.append(tidy(f, "mi_corrected_fraction", target=t, model=str(m)))
             if "mi_corrected_fraction_interval" in ds:
                 iv = ds.mi_corrected_fraction_interval.sel(model=m, target=t)
                 _errorbars(bottom, ds.layer.values, f.values, iv, style)
-                frames += [tidy(iv.sel(bound=b), f"mi_corrected_fraction_{b}", target=t, model=str(m))
-                           for b in ("low", "high")]
-            frames.append(tidy(_fraction(ds, "mi_fraction").sel(model=m, target=t), "mi_fraction", target=t,
-                               model=str(m)))
+                frames += [
+                    tidy(iv.sel(bound=b), f"mi_corrected_fraction_{b}", target=t, model=str(m)) for b in ("low", "high")
+                ]
+            frames.append(
+                tidy(_fraction(ds, "mi_fraction").sel(model=m, target=t), "mi_fraction", target=t, model=str(m))
+            )
         top.axhline(ds.entropy.sel(target=t).max().item(), color="grey", linewidth=0.8)
         frames.append(tidy(ds.entropy.sel(target=t), "entropy"))
         top.set_title(f"MI with the {t.replace('_', ' ')} {'token' if t == 'input' else 'label'}")
@@ -375,8 +489,10 @@ def mi_by_layer(path):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    handles += [Line2D([], [], color="grey", linewidth=0.8), Line2D([], [], color="black", linestyle=":",
-                                                                     linewidth=0.8)]
+    handles += [
+        Line2D([], [], color="grey", linewidth=0.8),
+        Line2D([], [], color="black", linestyle=":", linewidth=0.8),
+    ]
     legend_below(fig, handles, labels + ["H(X), the ceiling", "shuffled-label control"])
     fig.suptitle("Mutual information between a layer's k-means clusters and the token")
     return fig, concat(frames)
@@ -387,8 +503,9 @@ def _errorbars(ax, x, y, interval: xr.DataArray, style: dict) -> None:
     low, high = interval.sel(bound="low").values, interval.sel(bound="high").values
     if not np.isfinite(low).any():
         return
-    ax.errorbar(x, y, yerr=np.abs(np.stack([y - low, high - y])), fmt="none", ecolor=style["color"],
-                elinewidth=0.8, capsize=2)
+    ax.errorbar(
+        x, y, yerr=np.abs(np.stack([y - low, high - y])), fmt="none", ecolor=style["color"], elinewidth=0.8, capsize=2
+    )
 
 
 @figure
@@ -413,21 +530,31 @@ def mi_by_types(path, target: str = "input"):
             used = int(v.n_types.item()) if np.isfinite(v.n_types.item()) else size
             ax.plot(ds.layer, v.mi_fraction, marker="o", markersize=3, color=color, label=f"{used} types")
             ax.plot(ds.layer, v.mi_corrected_fraction, linestyle="--", color=color, linewidth=0.8)
-            frames += [tidy(v[name], name, model=str(m), n_types=used)
-                       for name in ("mi_fraction", "mi_corrected_fraction")]
+            frames += [
+                tidy(v[name], name, model=str(m), n_types=used) for name in ("mi_fraction", "mi_corrected_fraction")
+            ]
         ax.set(title=str(m), xticks=ds.layer.values)
     label_edges(axes, xlabel="layer", ylabel="MI / H(X)")
     legend_below(fig, title="most frequent types (dashed: minus the shuffled control)")
-    fig.suptitle(f"MI with the {target} token as a fraction of H(X), by the number of most frequent types "
-                 "(same clusters)")
+    fig.suptitle(
+        f"MI with the {target} token as a fraction of H(X), by the number of most frequent types (same clusters)"
+    )
     return fig, concat(frames)
 
 
-MI.figures = {"mi": (mi_by_layer, "MI between a layer's k-means clusters and the input token / the output label "
-                                  "(Voita et al. 2019, fig. 1-2). Top: MI in nats; band: spread over k-means "
-                                  "restarts; error bars: 95% interval over sentences; dotted: shuffled-label "
-                                  "control. Bottom: MI minus the control as a fraction of H(X), the quantity the "
-                                  "claims read, on an axis fit to the data."),
-              "mi_types": (mi_by_types, "MI with the input token as a fraction of H(X) for nested sets of the most "
-                                        "frequent types, with the full set's clusters (metrics.mi.types): how the "
-                                        "fall with depth grows with the number of types (the paper: 1,000 types).")}
+MI.figures = {
+    "mi": (
+        mi_by_layer,
+        "MI between a layer's k-means clusters and the input token / the output label "
+        "(Voita et al. 2019, fig. 1-2). Top: MI in nats; band: spread over k-means "
+        "restarts; error bars: 95% interval over sentences; dotted: shuffled-label "
+        "control. Bottom: MI minus the control as a fraction of H(X), the quantity the "
+        "claims read, on an axis fit to the data.",
+    ),
+    "mi_types": (
+        mi_by_types,
+        "MI with the input token as a fraction of H(X) for nested sets of the most "
+        "frequent types, with the full set's clusters (metrics.mi.types): how the "
+        "fall with depth grows with the number of types (the paper: 1,000 types).",
+    ),
+}

@@ -47,8 +47,7 @@ import numpy as np
 import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
-from evolution.analyses.plotting import (STYLES, concat, figure, label_edges, legend_below, open_group, panel_grid,
-                                        tidy)
+from evolution.analyses.plotting import STYLES, concat, figure, label_edges, legend_below, open_group, panel_grid, tidy
 from evolution.config import NeighborsConfig, resolved_dict
 
 __all__ = ["Neighbors", "layer_task", "layer_measures", "neighbors_by_layer", "MEASURES"]
@@ -58,14 +57,21 @@ def _annotation_measures(name: str) -> tuple[str, ...]:
     return (f"same_{name}", f"same_{name}_chance", f"same_{name}_ceiling", f"same_{name}_normalized")
 
 
-MEASURES = ("same_token", "position_distance", *_annotation_measures("left"), *_annotation_measures("right"),
-            *_annotation_measures("pos"), *_annotation_measures("deprel"))
+MEASURES = (
+    "same_token",
+    "position_distance",
+    *_annotation_measures("left"),
+    *_annotation_measures("right"),
+    *_annotation_measures("pos"),
+    *_annotation_measures("deprel"),
+)
 #: suffixes of the measures drawn in their rate's panel (not panels of their own)
 BOUND_SUFFIXES = ("_chance", "_ceiling")
 
 
-def layer_task(*, store: str, model: str, layer: int, arrays: str, neighbors: NeighborsConfig,
-               seed: int = 0) -> dict[str, Any]:
+def layer_task(
+    *, store: str, model: str, layer: int, arrays: str, neighbors: NeighborsConfig, seed: int = 0
+) -> dict[str, Any]:
     """The measures of one (model, layer) from the store (:func:`layer_measures`); ``arrays``
     holds ``neighbors/{rows,token,position,left,right,sentence}`` and, with annotated text,
     ``syntax/{rows,token,position,sentence,pos,deprel}``."""
@@ -77,16 +83,32 @@ def layer_task(*, store: str, model: str, layer: int, arrays: str, neighbors: Ne
     return layer_measures(x, a, neighbors=neighbors, seed=seed + layer, syntax_vectors=syntax)
 
 
-def _within(x: np.ndarray, *, prefix: str, a: dict, annotations: tuple[str, ...], c: NeighborsConfig, seed: int,
-            out: dict, interval: dict) -> None:
+def _within(
+    x: np.ndarray,
+    *,
+    prefix: str,
+    a: dict,
+    annotations: tuple[str, ...],
+    c: NeighborsConfig,
+    seed: int,
+    out: dict,
+    interval: dict,
+) -> None:
     """Within-type rates of ``annotations`` with chance, ceiling and normalized value, and
     their intervals (one set of sentence resamples for all: paired)."""
     from evolution.metrics.neighbors import bootstrap_replicates, normalized, percentile_interval, within_type_measures
 
     types = a[f"{prefix}/token"]
-    values, queries = within_type_measures(x, types=types, position=a[f"{prefix}/position"],
-                                           annotations={n: a[f"{prefix}/{n}"] for n in annotations},
-                                           k=c.k, metric=c.metric, chance=True, per_query=True)
+    values, queries = within_type_measures(
+        x,
+        types=types,
+        position=a[f"{prefix}/position"],
+        annotations={n: a[f"{prefix}/{n}"] for n in annotations},
+        k=c.k,
+        metric=c.metric,
+        chance=True,
+        per_query=True,
+    )
     if prefix == "syntax":  # on the annotated text: the rates only (position distance: the main text's)
         values.pop("position_distance")
     out.update(values)
@@ -96,16 +118,24 @@ def _within(x: np.ndarray, *, prefix: str, a: dict, annotations: tuple[str, ...]
         out[f"same_{n}_normalized"] = normalized(rate, chance, ceiling)
     if not c.bootstrap:
         return
-    boot = {name: bootstrap_replicates(v, sentence=a[f"{prefix}/sentence"], groups=types, n_boot=c.bootstrap,
-                                       seed=seed)
-            for name, v in queries.items() if name in values}
+    boot = {
+        name: bootstrap_replicates(v, sentence=a[f"{prefix}/sentence"], groups=types, n_boot=c.bootstrap, seed=seed)
+        for name, v in queries.items()
+        if name in values
+    }
     for n in annotations:
         boot[f"same_{n}_normalized"] = normalized(*(boot[f"same_{n}{s}"] for s in ("", "_chance", "_ceiling")))
     interval.update({name: percentile_interval(v, 0.95) for name, v in boot.items()})
 
 
-def layer_measures(x: np.ndarray, a: dict[str, np.ndarray], *, neighbors: NeighborsConfig, seed: int = 0,
-                   syntax_vectors: np.ndarray | None = None) -> dict[str, Any]:
+def layer_measures(
+    x: np.ndarray,
+    a: dict[str, np.ndarray],
+    *,
+    neighbors: NeighborsConfig,
+    seed: int = 0,
+    syntax_vectors: np.ndarray | None = None,
+) -> dict[str, Any]:
     """The measures of one layer (``value`` names of the module docstring); under
     ``queries``, measure -> the number of queries counted; under ``interval``,
     measure -> (low, high): the 95% percentile interval of ``neighbors.bootstrap``
@@ -117,16 +147,27 @@ def layer_measures(x: np.ndarray, a: dict[str, np.ndarray], *, neighbors: Neighb
     c = neighbors
     ids = knn(x, k=c.k, metric=c.metric, index=c.index)
     same = same_label_per_query(ids, a["neighbors/token"])
-    out: dict[str, Any] = {"same_token": float(np.nanmean(same)),
-                           "queries": {"same_token": int(np.isfinite(same).sum())}}
+    out: dict[str, Any] = {
+        "same_token": float(np.nanmean(same)),
+        "queries": {"same_token": int(np.isfinite(same).sum())},
+    }
     interval: dict[str, tuple[float, float]] = {}
     if c.bootstrap:
-        interval["same_token"] = bootstrap_interval(same, sentence=a["neighbors/sentence"], n_boot=c.bootstrap,
-                                                    seed=seed)
+        interval["same_token"] = bootstrap_interval(
+            same, sentence=a["neighbors/sentence"], n_boot=c.bootstrap, seed=seed
+        )
     _within(x, prefix="neighbors", a=a, annotations=("left", "right"), c=c, seed=seed, out=out, interval=interval)
     if syntax_vectors is not None:
-        _within(syntax_vectors, prefix="syntax", a=a, annotations=("pos", "deprel"), c=c, seed=seed, out=out,
-                interval=interval)
+        _within(
+            syntax_vectors,
+            prefix="syntax",
+            a=a,
+            annotations=("pos", "deprel"),
+            c=c,
+            seed=seed,
+            out=out,
+            interval=interval,
+        )
     out["interval"] = interval
     return out
 
@@ -147,13 +188,28 @@ class Neighbors(Analysis):
             parts = {f"neighbors/{k}": v for k, v in nb.items()}
             parts.update({f"syntax/{k}": v for k, v in (m.plan.syntax or {}).items()})
             arrays = save_arrays(inputs.arrays_dir, f"neighbors-{m.name}", parts)
-            key = {"model": m.key, "neighbors": resolved_dict(cfg.neighbors), "tokens": resolved_dict(cfg.tokens),
-                   "seed": inputs.seed}
-            units += [Unit(f"{m.name}-{layer}", layer_task,
-                           dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, neighbors=cfg.neighbors,
-                                seed=inputs.seed),
-                           key={**key, "layer": layer})
-                      for layer in range(m.n_layers)]
+            key = {
+                "model": m.key,
+                "neighbors": resolved_dict(cfg.neighbors),
+                "tokens": resolved_dict(cfg.tokens),
+                "seed": inputs.seed,
+            }
+            units += [
+                Unit(
+                    f"{m.name}-{layer}",
+                    layer_task,
+                    dict(
+                        store=inputs.store,
+                        model=m.name,
+                        layer=layer,
+                        arrays=arrays,
+                        neighbors=cfg.neighbors,
+                        seed=inputs.seed,
+                    ),
+                    key={**key, "layer": layer},
+                )
+                for layer in range(m.n_layers)
+            ]
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -173,15 +229,33 @@ class Neighbors(Analysis):
                     if layer == 0:
                         base = name.removesuffix("_normalized")
                         queries[i, j] = r.get("queries", {}).get(base, 0)
-        ds = xr.Dataset({"value": (("model", "layer", "measure"), val),
-                         "queries": (("model", "measure"), queries,
-                                     {"long_name": "queries counted (the same at every layer; a query without a "
-                                                   "left / right token is not counted in that rate)"}),
-                         "interval": (("model", "layer", "measure", "bound"), ci,
-                                      {"long_name": f"95% bootstrap interval over sentences "
-                                                    f"({inputs.config.neighbors.bootstrap} replicates; NaN: none)"})},
-                        coords={"model": strings(models), "layer": np.arange(L), "measure": strings(measures),
-                                "bound": strings(["low", "high"])})
+        ds = xr.Dataset(
+            {
+                "value": (("model", "layer", "measure"), val),
+                "queries": (
+                    ("model", "measure"),
+                    queries,
+                    {
+                        "long_name": "queries counted (the same at every layer; a query without a "
+                        "left / right token is not counted in that rate)"
+                    },
+                ),
+                "interval": (
+                    ("model", "layer", "measure", "bound"),
+                    ci,
+                    {
+                        "long_name": f"95% bootstrap interval over sentences "
+                        f"({inputs.config.neighbors.bootstrap} replicates; NaN: none)"
+                    },
+                ),
+            },
+            coords={
+                "model": strings(models),
+                "layer": np.arange(L),
+                "measure": strings(measures),
+                "bound": strings(["low", "high"]),
+            },
+        )
         return {"neighbors": ds}
 
 
@@ -193,11 +267,20 @@ def neighbors_by_layer(path):
     ds = open_group(path, "neighbors")
     if ds is None:
         return None
-    labels = {"same_token": "same token among k-NN", "position_distance": "position distance\n(same token)",
-              "same_left": "same left neighbour\n(same token)", "same_right": "same right neighbour\n(same token)",
-              "same_pos": "same POS (PTB tag;\nsame token)", "same_deprel": "same dependency relation\n(same token)"}
-    labels.update({f"same_{a}_normalized": f"{labels[f'same_{a}'].split(chr(10))[0]}:\n(rate - chance) / "
-                                           "(ceiling - chance)" for a in ("left", "right", "pos", "deprel")})
+    labels = {
+        "same_token": "same token among k-NN",
+        "position_distance": "position distance\n(same token)",
+        "same_left": "same left neighbour\n(same token)",
+        "same_right": "same right neighbour\n(same token)",
+        "same_pos": "same POS (PTB tag;\nsame token)",
+        "same_deprel": "same dependency relation\n(same token)",
+    }
+    labels.update(
+        {
+            f"same_{a}_normalized": f"{labels[f'same_{a}'].split(chr(10))[0]}:\n(rate - chance) / (ceiling - chance)"
+            for a in ("left", "right", "pos", "deprel")
+        }
+    )
     measures = [str(m) for m in ds.measure.values if not str(m).endswith(BOUND_SUFFIXES)]
     fig, axes = panel_grid(len(measures), panel=(3.2, 2.3), cols=3, extra=0.5)
     frames, bounds = [], set()
@@ -209,8 +292,14 @@ def neighbors_by_layer(path):
             frames.append(tidy(v, "value"))
             if "interval" in ds:  # 95% bootstrap interval over sentences
                 band = ds.interval.sel(model=m, measure=meas)
-                ax.fill_between(ds.layer, band.sel(bound="low"), band.sel(bound="high"), color=style.get("color"),
-                                alpha=0.2, linewidth=0)
+                ax.fill_between(
+                    ds.layer,
+                    band.sel(bound="low"),
+                    band.sel(bound="high"),
+                    color=style.get("color"),
+                    alpha=0.2,
+                    linewidth=0,
+                )
                 frames += [tidy(band.sel(bound=b), b) for b in ("low", "high")]
             for suffix, line in (("_chance", ":"), ("_ceiling", "--")):  # the rate's representation-free bounds
                 if f"{meas}{suffix}" in ds.measure.values:
@@ -230,13 +319,17 @@ def neighbors_by_layer(path):
 
 
 Neighbors.figures = {
-    "neighbors": (neighbors_by_layer, "Who are the k nearest neighbours (bands: 95% bootstrap intervals over "
-                                      "sentences): same-token rate over pooled "
-                                      "occurrences; among occurrences of one token, position distance and the "
-                                      "rate of the same left / right neighbour token (fig. 5); with annotated "
-                                      "text (corpus.annotated), the rate of the same POS tag / dependency "
-                                      "relation there. Dotted: chance (random neighbours among the token's "
-                                      "other occurrences); dashed: the ceiling (occurrences ordered perfectly "
-                                      "by that context); the normalized panels place each rate between them "
-                                      "(0 = chance, 1 = ceiling). Queries at the start (end) of a sentence have "
-                                      "no left (right) token and are left out.")}
+    "neighbors": (
+        neighbors_by_layer,
+        "Who are the k nearest neighbours (bands: 95% bootstrap intervals over "
+        "sentences): same-token rate over pooled "
+        "occurrences; among occurrences of one token, position distance and the "
+        "rate of the same left / right neighbour token (fig. 5); with annotated "
+        "text (corpus.annotated), the rate of the same POS tag / dependency "
+        "relation there. Dotted: chance (random neighbours among the token's "
+        "other occurrences); dashed: the ceiling (occurrences ordered perfectly "
+        "by that context); the normalized panels place each rate between them "
+        "(0 = chance, 1 = ceiling). Queries at the start (end) of a sentence have "
+        "no left (right) token and are left out.",
+    )
+}

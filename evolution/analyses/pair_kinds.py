@@ -8,8 +8,16 @@ __all__ = ["PAIR_KINDS", "pair_kind"]
 
 
 #: What two models differ in (:func:`pair_kind`), the groups of claim 10's diagnostics.
-PAIR_KINDS = ("same model", "seeds", "objectives, shared init", "objectives, different inits", "token dropout",
-              "same objective", "objectives", "other")
+PAIR_KINDS = (
+    "same model",
+    "seeds",
+    "objectives, shared init",
+    "objectives, different inits",
+    "token dropout",
+    "same objective",
+    "objectives",
+    "other",
+)
 
 
 def pair_kind(a: str, b: str, *, objectives: dict[str, str | None], runs: dict[str, dict]) -> str:

@@ -17,22 +17,53 @@ on a 96-dpi screen. Wide figures are laid out in rows (:func:`panel_grid`).
 
 from __future__ import annotations
 
-import os
-
 import functools
+import os
 
 import numpy as np
 import xarray as xr
 
-__all__ = ["STYLES", "DPI", "WIDTH", "FONT", "RC", "plt", "open_group", "figure", "finish", "figure_data",
-           "artist_data", "tidy", "concat", "panel_grid", "label_edges", "legend_below", "legend_beside",
-           "legend_right", "robust_range", "scale_label", "by_group_panels", "adjacent_change_figure"]
+__all__ = [
+    "STYLES",
+    "DPI",
+    "WIDTH",
+    "FONT",
+    "RC",
+    "plt",
+    "open_group",
+    "figure",
+    "finish",
+    "figure_data",
+    "artist_data",
+    "tidy",
+    "concat",
+    "panel_grid",
+    "label_edges",
+    "legend_below",
+    "legend_beside",
+    "legend_right",
+    "robust_range",
+    "scale_label",
+    "by_group_panels",
+    "adjacent_change_figure",
+]
 
 #: Distinct colour + line style + marker per model, so coinciding curves stay visible.
-STYLES = [dict(color=c, linestyle=ls, marker=mk) for c, ls, mk in
-          [("tab:blue", "-", "o"), ("tab:orange", "--", "s"), ("tab:green", ":", "^"), ("tab:red", "-.", "D"),
-           ("tab:purple", "-", "v"), ("tab:brown", "--", "P"), ("tab:pink", ":", "X"), ("tab:gray", "-.", "*"),
-           ("tab:olive", "-", "h"), ("tab:cyan", "--", "<")]]  # 10: a run with 3 objectives and their controls
+STYLES = [
+    dict(color=c, linestyle=ls, marker=mk)
+    for c, ls, mk in [
+        ("tab:blue", "-", "o"),
+        ("tab:orange", "--", "s"),
+        ("tab:green", ":", "^"),
+        ("tab:red", "-.", "D"),
+        ("tab:purple", "-", "v"),
+        ("tab:brown", "--", "P"),
+        ("tab:pink", ":", "X"),
+        ("tab:gray", "-.", "*"),
+        ("tab:olive", "-", "h"),
+        ("tab:cyan", "--", "<"),
+    ]
+]  # 10: a run with 3 objectives and their controls
 
 #: dots per inch of the report's PNGs
 DPI = 110
@@ -41,9 +72,18 @@ WIDTH = 9.6
 #: the smallest font, points at :data:`DPI` (12 pixels: about 9 points on a 96-dpi screen)
 FONT = 8.0
 #: matplotlib settings every figure is drawn with
-RC = {"font.size": 8.5, "axes.titlesize": 9.0, "axes.labelsize": 8.5, "xtick.labelsize": FONT,
-      "ytick.labelsize": FONT, "legend.fontsize": FONT, "legend.title_fontsize": FONT, "figure.titlesize": 9.5,
-      "figure.dpi": DPI, "savefig.dpi": DPI}
+RC = {
+    "font.size": 8.5,
+    "axes.titlesize": 9.0,
+    "axes.labelsize": 8.5,
+    "xtick.labelsize": FONT,
+    "ytick.labelsize": FONT,
+    "legend.fontsize": FONT,
+    "legend.title_fontsize": FONT,
+    "figure.titlesize": 9.5,
+    "figure.dpi": DPI,
+    "savefig.dpi": DPI,
+}
 
 #: the attribute of a Figure that holds its numbers (:func:`figure_data`)
 _DATA = "evolution_data"
@@ -130,8 +170,11 @@ def artist_data(fig):
             rows += [dict(panel=panel, series=label, x=a, y=b) for a, b in zip(x, y)]
         for im in ax.get_images():
             a = np.asarray(im.get_array(), dtype=float)
-            rows += [dict(panel=panel, series=im.get_label(), row=r, column=c, value=a[r, c])
-                     for r in range(a.shape[0]) for c in range(a.shape[1])]
+            rows += [
+                dict(panel=panel, series=im.get_label(), row=r, column=c, value=a[r, c])
+                for r in range(a.shape[0])
+                for c in range(a.shape[1])
+            ]
         for col in ax.collections:
             if isinstance(col, PathCollection):
                 rows += [dict(panel=panel, series=col.get_label(), x=x, y=y) for x, y in col.get_offsets()]
@@ -179,8 +222,14 @@ def panel_grid(n: int, *, panel: tuple[float, float] = (2.4, 2.1), cols: int = 4
     pyplot = plt()
     cols = max(1, min(cols, n, int(WIDTH / panel[0] + 1e-6) or 1))
     rows = -(-n // cols)
-    fig, grid = pyplot.subplots(rows, cols, figsize=(min(WIDTH, panel[0] * cols), panel[1] * rows + extra),
-                                squeeze=False, layout="constrained", **kw)
+    fig, grid = pyplot.subplots(
+        rows,
+        cols,
+        figsize=(min(WIDTH, panel[0] * cols), panel[1] * rows + extra),
+        squeeze=False,
+        layout="constrained",
+        **kw,
+    )
     axes = list(grid.ravel())
     for ax in axes[n:]:
         ax.remove()
@@ -194,8 +243,16 @@ def _columns(labels: list[str], width: float) -> int:
     return max(1, min(len(labels), int(width // entry)))
 
 
-def legend_below(fig, handles=None, labels=None, *, title: str | None = None, ncol: int | None = None,
-                 loc: str = "outside lower center", **kw):
+def legend_below(
+    fig,
+    handles=None,
+    labels=None,
+    *,
+    title: str | None = None,
+    ncol: int | None = None,
+    loc: str = "outside lower center",
+    **kw,
+):
     """One legend for ``fig`` below its panels, outside every axes (constrained layout makes
     room); ``handles`` / ``labels`` default to the distinct labelled artists of its axes;
     ``kw``: further arguments of ``Figure.legend``."""
@@ -255,7 +312,7 @@ def scale_label(what: str, vmin: float, vmax: float, *, q: float = 99.0, low: st
 def _ordinal(x: float) -> str:
     """1 -> "1st", 99 -> "99th", 2.5 -> "2.5th"."""
     if float(x).is_integer() and int(x) % 100 not in (11, 12, 13):
-        return f"{int(x)}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(int(x) % 10, 'th')}"
+        return f"{int(x)}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(int(x) % 10, 'th') }"
     return f"{x:g}th"
 
 
@@ -274,8 +331,15 @@ def by_group_panels(d, *, series: str, label, width, xlabel: str, ylabel: str, g
     x = np.arange(d.sizes[groups])
     for ax, m in zip(axes, models):
         for j, v in enumerate(d[series].values):
-            ax.plot(x, d.sel({"model": m, series: v}), marker="o", markersize=3, color=cmap(j / max(1, n - 1)),
-                    label=label(v), lw=width(v))
+            ax.plot(
+                x,
+                d.sel({"model": m, series: v}),
+                marker="o",
+                markersize=3,
+                color=cmap(j / max(1, n - 1)),
+                label=label(v),
+                lw=width(v),
+            )
         ax.set_xticks(x, [str(b) for b in d[groups].values], rotation=60, ha="right", rotation_mode="anchor")
         ax.set_title(str(m))
     label_edges(axes, ylabel=ylabel)
@@ -303,6 +367,12 @@ def adjacent_change_figure(path, *, group: str, groups: str, xlabel: str, metric
     ds = open_group(path, group)
     if ds is None or metric not in ds.metric.values:
         return None
-    return by_group_panels(ds.distance.sel(metric=metric).load(), series="layer_pair", groups=groups,
-                           label=lambda pair: f"layers {pair}", width=lambda _: 1.5, xlabel=xlabel,
-                           ylabel=f"{metric.upper()} distance,\nlayer n vs n+1")
+    return by_group_panels(
+        ds.distance.sel(metric=metric).load(),
+        series="layer_pair",
+        groups=groups,
+        label=lambda pair: f"layers {pair}",
+        width=lambda _: 1.5,
+        xlabel=xlabel,
+        ylabel=f"{metric.upper()} distance,\nlayer n vs n+1",
+    )

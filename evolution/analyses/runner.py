@@ -16,8 +16,9 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import xarray as xr
 
@@ -41,8 +42,15 @@ class _ThreadRecords(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.thread == self.thread:
-            self.records.append({"name": record.name, "levelno": record.levelno, "msg": record.getMessage(),
-                                 "created": record.created, "process": record.process})
+            self.records.append(
+                {
+                    "name": record.name,
+                    "levelno": record.levelno,
+                    "msg": record.getMessage(),
+                    "created": record.created,
+                    "process": record.process,
+                }
+            )
 
 
 def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict[str, Any]:
@@ -83,8 +91,11 @@ def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
-    return {"result": result, "logs": handler.records,
-            "time": {"wall": wall, "cpu": cpu, "start": start, "worker": f"{socket.gethostname()}:{os.getpid()}"}}
+    return {
+        "result": result,
+        "logs": handler.records,
+        "time": {"wall": wall, "cpu": cpu, "start": start, "worker": f"{socket.gethostname()}:{os.getpid()}"},
+    }
 
 
 def _replay(records: list[dict[str, Any]], *, unit: str) -> None:
@@ -92,9 +103,16 @@ def _replay(records: list[dict[str, Any]], *, unit: str) -> None:
     for r in records:
         if r["process"] == os.getpid():
             continue
-        rec = logging.makeLogRecord({"name": r["name"], "levelno": r["levelno"],
-                                     "levelname": logging.getLevelName(r["levelno"]),
-                                     "msg": f"[{unit}] {r['msg']}", "created": r["created"], "process": r["process"]})
+        rec = logging.makeLogRecord(
+            {
+                "name": r["name"],
+                "levelno": r["levelno"],
+                "levelname": logging.getLevelName(r["levelno"]),
+                "msg": f"[{unit}] {r['msg']}",
+                "created": r["created"],
+                "process": r["process"],
+            }
+        )
         logging.getLogger(r["name"]).handle(rec)
 
 
@@ -108,8 +126,17 @@ def _jsonable(o: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(o)}")
 
 
-def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, client=None, progress: bool = True,
-                 force: bool = False, reuse: Sequence[Path] = (), profile: Path | None = None) -> dict[str, xr.Dataset]:
+def run_analyses(
+    analyses: list[Analysis],
+    inputs: Inputs,
+    *,
+    cache: Path,
+    client=None,
+    progress: bool = True,
+    force: bool = False,
+    reuse: Sequence[Path] = (),
+    profile: Path | None = None,
+) -> dict[str, xr.Dataset]:
     """Compute every unit of ``analyses`` not in ``cache`` (all with ``force``), then
     build their ``metrics.zarr`` groups. Returns datasets by group name, each
     carrying ``inputs.attrs`` (where the analysis set none of the same name) plus
@@ -148,8 +175,11 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
             if f.is_file() and not force:
                 results[a.name][u.name] = json.loads(f.read_text(encoding="utf-8"))
                 continue
-            todo.append(dask.delayed(logged, pure=True)(u.fn, device=inputs.config.device, **u.kwargs,
-                                                        dask_key_name=f"{a.name}-{u.name}"))
+            todo.append(
+                dask.delayed(logged, pure=True)(
+                    u.fn, device=inputs.config.device, **u.kwargs, dask_key_name=f"{a.name}-{u.name}"
+                )
+            )
             where.append((a.name, u.name, f))
             started.append(u.started)
     # the units that an interrupted run began (checkpoints on disk) first, so that a rerun finishes
@@ -157,9 +187,14 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
     order = sorted(range(len(todo)), key=lambda i: not started[i])
     todo, where, n_started = [todo[i] for i in order], [where[i] for i in order], sum(started)
     n_cached = sum(len(r) for r in results.values())
-    logger.info("metrics: %d task(s) to compute%s, %d cached%s", len(todo),
-                f" ({n_started} resumed from their checkpoints first)" if n_started else "", n_cached,
-                f" ({reused} reused from {', '.join(map(str, reuse))})" if reused else "")
+    logger.info(
+        "metrics: %d task(s) to compute%s, %d cached%s",
+        len(todo),
+        f" ({n_started} resumed from their checkpoints first)" if n_started else "",
+        n_cached,
+        f" ({reused} reused from {', '.join(map(str, reuse))})" if reused else "",
+    )
+
     def keep(i: int, out: dict) -> None:
         """Cache one unit's result as soon as it is done (a killed run keeps it)."""
         name, unit, f = where[i]
@@ -178,12 +213,16 @@ def run_analyses(analyses: list[Analysis], inputs: Inputs, *, cache: Path, clien
                     fh.write(json.dumps(record) + "\n")
 
     if todo:
-        compute(todo, client=client, progress=progress, label="metrics", unit="task", on_result=keep,
-                first=n_started)
+        compute(todo, client=client, progress=progress, label="metrics", unit="task", on_result=keep, first=n_started)
     datasets: dict[str, xr.Dataset] = {}
     for a in analyses:
         for group, ds in a.datasets(inputs, results[a.name]).items():
-            ds.attrs = {**inputs.attrs, **ds.attrs, "analysis": a.name, "analysis_version": a.version,
-                        "analysis_layout": a.layout}
+            ds.attrs = {
+                **inputs.attrs,
+                **ds.attrs,
+                "analysis": a.name,
+                "analysis_version": a.version,
+                "analysis_layout": a.layout,
+            }
             datasets[group] = ds
     return datasets

@@ -41,23 +41,40 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from evolution.metrics.plan import frequency_bins
-from evolution.metrics.similarity import (adjacent_change, bin_sizes, bootstrap_distances, centre_intervals,
-                                         summarise_replicates)
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
 from evolution.analyses.pair_kinds import PAIR_KINDS, pair_kind
 from evolution.analyses.similarity_figures import FIGURES, change_by_frequency, pair_distances, similarity_heatmaps
 from evolution.config import SimilarityConfig, resolved_dict
+from evolution.metrics.plan import frequency_bins
+from evolution.metrics.similarity import (
+    adjacent_change,
+    bin_sizes,
+    bootstrap_distances,
+    centre_intervals,
+    summarise_replicates,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Similarity", "similarity_task", "change_task", "with_intervals", "adjacent_change",
-           "bootstrap_distances", "merge", "similarity_heatmaps",
-           "change_by_frequency", "pair_kind", "pair_distances", "PAIR_KINDS"]
+__all__ = [
+    "Similarity",
+    "similarity_task",
+    "change_task",
+    "with_intervals",
+    "adjacent_change",
+    "bootstrap_distances",
+    "merge",
+    "similarity_heatmaps",
+    "change_by_frequency",
+    "pair_kind",
+    "pair_distances",
+    "PAIR_KINDS",
+]
 
 
-def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], arrays: str,
-                    similarity: SimilarityConfig, seed: int = 0) -> dict[str, Any]:
+def similarity_task(
+    *, store: str, models: list[str], n_layers: dict[str, int], arrays: str, similarity: SimilarityConfig, seed: int = 0
+) -> dict[str, Any]:
     """All-pairs similarity of (model, layer) views on the same occurrences, and the
     paired bootstrap of the same-layer distances between models.
 
@@ -100,20 +117,33 @@ def similarity_task(*, store: str, models: list[str], n_layers: dict[str, int], 
     if similarity.bootstrap:
         group = np.unique(a["sentence"], return_inverse=True)[1].ravel()
         n_groups = int(group.max()) + 1
-        pairs = [(x, y) for i, x in enumerate(models) for y in models[i + 1:]]
+        pairs = [(x, y) for i, x in enumerate(models) for y in models[i + 1 :]]
         by_layer: dict[int, dict[str, Any]] = {}
         for (g, layer), v in zip(keys, views):
             by_layer.setdefault(layer, {})[g] = v
         between = between_replicates(
-            by_layer, sums=SentenceSums(group, n_groups=n_groups),
-            draws=sentence_draws(n_groups, replicates=similarity.bootstrap, seed=seed), pairs=pairs,
-            methods=methods, states=lambda g, layer: read_rows(store, g, layer, rows[g]), **kw)
+            by_layer,
+            sums=SentenceSums(group, n_groups=n_groups),
+            draws=sentence_draws(n_groups, replicates=similarity.bootstrap, seed=seed),
+            pairs=pairs,
+            methods=methods,
+            states=lambda g, layer: read_rows(store, g, layer, rows[g]),
+            **kw,
+        )
         out["replicates"] = {"pairs": pairs, "between": {m: v.tolist() for m, v in between.items()}}
     return out
 
 
-def change_task(*, store: str, model: str, n_layers: int, arrays: str, similarity: SimilarityConfig,
-                bins: list[tuple[int, int]], seed: int = 0) -> dict[str, Any]:
+def change_task(
+    *,
+    store: str,
+    model: str,
+    n_layers: int,
+    arrays: str,
+    similarity: SimilarityConfig,
+    bins: list[tuple[int, int]],
+    seed: int = 0,
+) -> dict[str, Any]:
     """One model's change between adjacent layers per frequency-rank bin (and, with
     ``similarity.equal_bins``, per bin of equal size), with the paired bootstrap's replicates.
 
@@ -134,23 +164,37 @@ def change_task(*, store: str, model: str, n_layers: int, arrays: str, similarit
     group = np.unique(a["sentence"], return_inverse=True)[1].ravel()
     n_groups = int(group.max()) + 1
     draws = sentence_draws(n_groups, replicates=similarity.bootstrap, seed=seed) if similarity.bootstrap else None
-    states = [np.asarray(read_rows(store, model, layer, a[f"rows/{model}"]), dtype=np.float64)
-              for layer in range(n_layers)]  # read once, sliced per bin
-    got = change_with_replicates(states, every, group=group, draws=draws, methods=similarity.methods,
-                                 epsilon=similarity.epsilon, min_ratio=similarity.min_ratio, name=model)
-    masks, equal = dict(list(every.items())[:split[0]]), dict(list(every.items())[split[0]:])
-    out = {"change": {m: v[:, :split[0]].tolist() for m, v in got["estimate"].items()}, "notes": got["notes"],
-           "bins": [tuple(b) for b in bins], "sizes": bin_sizes(freq_rank, masks)}
+    states = [
+        np.asarray(read_rows(store, model, layer, a[f"rows/{model}"]), dtype=np.float64) for layer in range(n_layers)
+    ]  # read once, sliced per bin
+    got = change_with_replicates(
+        states,
+        every,
+        group=group,
+        draws=draws,
+        methods=similarity.methods,
+        epsilon=similarity.epsilon,
+        min_ratio=similarity.min_ratio,
+        name=model,
+    )
+    masks, equal = dict(list(every.items())[: split[0]]), dict(list(every.items())[split[0] :])
+    out = {
+        "change": {m: v[:, : split[0]].tolist() for m, v in got["estimate"].items()},
+        "notes": got["notes"],
+        "bins": [tuple(b) for b in bins],
+        "sizes": bin_sizes(freq_rank, masks),
+    }
     if equal:
-        out["change_equal"] = {m: v[:, split[0]:].tolist() for m, v in got["estimate"].items()}
+        out["change_equal"] = {m: v[:, split[0] :].tolist() for m, v in got["estimate"].items()}
         out["equal_sizes"] = bin_sizes(freq_rank, equal)
     if draws is not None:
         out["replicates"] = {m: v.tolist() for m, v in got["replicates"].items()}
     return out
 
 
-def _subsets(freq_rank: np.ndarray, *, bins: list, similarity: SimilarityConfig) -> tuple[dict[str, np.ndarray],
-                                                                                          tuple[int, int]]:
+def _subsets(
+    freq_rank: np.ndarray, *, bins: list, similarity: SimilarityConfig
+) -> tuple[dict[str, np.ndarray], tuple[int, int]]:
     """The occurrence masks (n,) of the change by frequency: the frequency-rank ``bins``
     [lo, hi), then ``similarity.equal_bins`` bins of equal size; and how many of each."""
     masks = {f"ranks [{lo}, {hi})": (freq_rank >= lo) & (freq_rank < hi) for lo, hi in bins}
@@ -174,9 +218,13 @@ def _joined(estimate: dict, change: dict[str, dict]) -> dict:
     models = list(dict.fromkeys(g for g, _ in estimate["views"]))
     methods = list(estimate["similarity"])
     first = change[models[0]]
-    out = {**estimate, "bins": [tuple(b) for b in first["bins"]], "notes": [n for g in models for n in change[g]["notes"]],
-           "sizes": first["sizes"],
-           "change": {m: {g: change[g]["change"][m] for g in models} for m in methods}}
+    out = {
+        **estimate,
+        "bins": [tuple(b) for b in first["bins"]],
+        "notes": [n for g in models for n in change[g]["notes"]],
+        "sizes": first["sizes"],
+        "change": {m: {g: change[g]["change"][m] for g in models} for m in methods},
+    }
     if "change_equal" in first:
         out["change_equal"] = {m: {g: change[g]["change_equal"][m] for g in models} for m in methods}
         out["equal_sizes"] = first["equal_sizes"]
@@ -191,9 +239,13 @@ def _joined(estimate: dict, change: dict[str, dict]) -> dict:
         for g in models:
             v = np.asarray(change[g]["replicates"][m], dtype=float)
             replicates[m][g] = np.concatenate([v, np.full((len(v), pad - v.shape[1], v.shape[2]), np.nan)], axis=1)
-    block = {"first": 0, "replicates": len(next(iter(replicates[methods[0]].values()))),
-             "pairs": estimate["replicates"]["pairs"], "between": estimate["replicates"]["between"],
-             "change": replicates}
+    block = {
+        "first": 0,
+        "replicates": len(next(iter(replicates[methods[0]].values()))),
+        "pairs": estimate["replicates"]["pairs"],
+        "between": estimate["replicates"]["between"],
+        "change": replicates,
+    }
     return with_intervals(out, [block])
 
 
@@ -205,17 +257,32 @@ def with_intervals(estimate: dict, blocks: list[dict]) -> dict:
     n_rank = len(estimate["bins"])
     n_equal = len(estimate["equal_sizes"]["n"]) if "change_equal" in estimate else 0
     methods = list(estimate["similarity"])
-    change = {"change": estimate["change"],
-              "change_equal": estimate.get("change_equal") or {m: {g: np.zeros((n_layers[g] - 1, 0)) for g in n_layers}
-                                                                for m in methods}}
+    change = {
+        "change": estimate["change"],
+        "change_equal": estimate.get("change_equal")
+        or {m: {g: np.zeros((n_layers[g] - 1, 0)) for g in n_layers} for m in methods},
+    }
     iv = summarise_replicates(blocks)
-    _centre(iv, sim={m: np.asarray(v, dtype=float) for m, v in estimate["similarity"].items()}, keys=keys,
-            change=change, n_layers=n_layers, bins={"change": n_rank, "change_equal": n_equal})
+    _centre(
+        iv,
+        sim={m: np.asarray(v, dtype=float) for m, v in estimate["similarity"].items()},
+        keys=keys,
+        change=change,
+        n_layers=n_layers,
+        bins={"change": n_rank, "change_equal": n_equal},
+    )
     return {**estimate, "interval": iv}
 
 
-def _centre(iv: dict, *, sim: dict[str, np.ndarray], keys: list[tuple[str, int]], change: dict,
-            n_layers: dict[str, int], bins: dict[str, int]) -> None:
+def _centre(
+    iv: dict,
+    *,
+    sim: dict[str, np.ndarray],
+    keys: list[tuple[str, int]],
+    change: dict,
+    n_layers: dict[str, int],
+    bins: dict[str, int],
+) -> None:
     """Place the percentile intervals of :func:`bootstrap_distances` (``iv``, changed in
     place) around the estimates (:func:`~evolution.metrics.similarity.centre_intervals`):
     the same-layer distances from ``sim`` (views ``keys``) and the change of both kinds of
@@ -236,14 +303,15 @@ def _centre(iv: dict, *, sim: dict[str, np.ndarray], keys: list[tuple[str, int]]
         iv["between"][m] = centre_intervals(iv["between"][m], iv["between_mean"][m], est)
         for g, bounds in iv["change"][m].items():
             pairs = n_layers[g] - 1
-            full = np.concatenate([np.asarray(change[kind][m][g], dtype=float).reshape(pairs, bins[kind])
-                                   for kind in kinds], axis=1)
+            full = np.concatenate(
+                [np.asarray(change[kind][m][g], dtype=float).reshape(pairs, bins[kind]) for kind in kinds], axis=1
+            )
             bounds = np.asarray(bounds, dtype=float).reshape(L - 1, subsets, 2)
             means = np.asarray(iv["change_mean"][m][g], dtype=float).reshape(L - 1, subsets)
             out = np.full(bounds.shape, np.nan)
             out[:pairs] = centre_intervals(bounds[:pairs], means[:pairs], full)
-            centred["change"].setdefault(m, {})[g] = out[:, :bins["change"]].tolist()
-            centred["change_equal"].setdefault(m, {})[g] = out[:, bins["change"]:].tolist()
+            centred["change"].setdefault(m, {})[g] = out[:, : bins["change"]].tolist()
+            centred["change_equal"].setdefault(m, {})[g] = out[:, bins["change"] :].tolist()
     iv.update(centred)
     del iv["between_mean"], iv["change_mean"]
 
@@ -263,11 +331,18 @@ def merge(parts: list[dict]) -> dict:
     for p in parts:
         n = len(p["views"])
         for m in methods:
-            sim[m][off:off + n, off:off + n] = p["similarity"][m]
+            sim[m][off : off + n, off : off + n] = p["similarity"][m]
         off += n
     change = {m: {g: v for p in parts for g, v in p["change"][m].items()} for m in methods}
-    out = {"views": views, "similarity": {m: v.tolist() for m, v in sim.items()}, "change": change,
-           "bins": parts[0]["bins"], "n": parts[0]["n"], "notes": [n for p in parts for n in p["notes"]], **per_model}
+    out = {
+        "views": views,
+        "similarity": {m: v.tolist() for m, v in sim.items()},
+        "change": change,
+        "bins": parts[0]["bins"],
+        "n": parts[0]["n"],
+        "notes": [n for p in parts for n in p["notes"]],
+        **per_model,
+    }
     if all("change_equal" in p for p in parts):
         out["change_equal"] = {m: {g: v for p in parts for g, v in p["change_equal"][m].items()} for m in methods}
     # intervals are per class (their replicates resample different occurrences): none across classes
@@ -282,8 +357,11 @@ def tokenisation_classes(inputs: Inputs) -> list[list[str]]:
         occurrences = np.stack([m.coords[v][rows].astype(np.int64) for v in ("sentence", "position", "token_id")])
         classes.setdefault(occurrences.tobytes(), []).append(m.name)
     if len(classes) > 1:
-        logger.warning("metrics: models tokenise the similarity sentences differently (%s); similarity is computed "
-                       "within each group only", "; ".join(", ".join(v) for v in classes.values()))
+        logger.warning(
+            "metrics: models tokenise the similarity sentences differently (%s); similarity is computed "
+            "within each group only",
+            "; ".join(", ".join(v) for v in classes.values()),
+        )
     return list(classes.values())
 
 
@@ -301,40 +379,78 @@ class Similarity(Analysis):
             n_rows = len(models[0].plan.similarity_rows)
             d = max(m.d_model for m in models)
             if n_rows < scfg.min_ratio * d:
-                logger.warning("metrics: similarity skipped for %s: %d occurrences in the first %d sentences, "
-                               "fewer than metrics.similarity.min_ratio x d = %g x %d", ", ".join(names), n_rows,
-                               scfg.sentences, scfg.min_ratio, d)
+                logger.warning(
+                    "metrics: similarity skipped for %s: %d occurrences in the first %d sentences, "
+                    "fewer than metrics.similarity.min_ratio x d = %g x %d",
+                    ", ".join(names),
+                    n_rows,
+                    scfg.sentences,
+                    scfg.min_ratio,
+                    d,
+                )
                 continue
-            bins, notes = frequency_bins(scfg.freq_bins, ranked_types=models[0].ranked_types,
-                                         basis=models[0].frequency)
+            bins, notes = frequency_bins(scfg.freq_bins, ranked_types=models[0].ranked_types, basis=models[0].frequency)
             for note in notes:
                 logger.info("metrics: change by frequency (%s): %s", ", ".join(names), note)
             first = models[0].plan.similarity_rows
             shared = {"freq_rank": models[0].freq_rank[first], "sentence": models[0].coords["sentence"][first]}
-            arrays = save_arrays(inputs.arrays_dir, "similarity",
-                                 {**{f"rows/{m.name}": m.plan.similarity_rows for m in models},
-                                  "sentence": shared["sentence"]})
+            arrays = save_arrays(
+                inputs.arrays_dir,
+                "similarity",
+                {**{f"rows/{m.name}": m.plan.similarity_rows for m in models}, "sentence": shared["sentence"]},
+            )
             name, n_layers = "+".join(names), {m.name: m.n_layers for m in models}
             config = resolved_dict(scfg)
             estimate = {k: v for k, v in config.items() if k not in ("freq_bins", "equal_bins")}
-            units.append(Unit(name, similarity_task,
-                              dict(store=inputs.store, models=names, n_layers=n_layers, arrays=arrays,
-                                   similarity=scfg, seed=inputs.seed),
-                              key={"models": [m.key for m in models], "similarity": estimate, "seed": inputs.seed}))
+            units.append(
+                Unit(
+                    name,
+                    similarity_task,
+                    dict(
+                        store=inputs.store,
+                        models=names,
+                        n_layers=n_layers,
+                        arrays=arrays,
+                        similarity=scfg,
+                        seed=inputs.seed,
+                    ),
+                    key={"models": [m.key for m in models], "similarity": estimate, "seed": inputs.seed},
+                )
+            )
             for m in models:  # one unit per model: the workers share them
                 own = save_arrays(inputs.arrays_dir, "change", {f"rows/{m.name}": m.plan.similarity_rows, **shared})
-                units.append(Unit(f"{_CHANGE}{m.name}", change_task,
-                                  dict(store=inputs.store, model=m.name, n_layers=m.n_layers, arrays=own,
-                                       similarity=scfg, bins=bins, seed=inputs.seed),
-                                  key={"model": m.key, "arrays": own.rsplit("-", 1)[-1], "similarity": config,
-                                       "bins": bins, "seed": inputs.seed}))
+                units.append(
+                    Unit(
+                        f"{_CHANGE}{m.name}",
+                        change_task,
+                        dict(
+                            store=inputs.store,
+                            model=m.name,
+                            n_layers=m.n_layers,
+                            arrays=own,
+                            similarity=scfg,
+                            bins=bins,
+                            seed=inputs.seed,
+                        ),
+                        key={
+                            "model": m.key,
+                            "arrays": own.rsplit("-", 1)[-1],
+                            "similarity": config,
+                            "bins": bins,
+                            "seed": inputs.seed,
+                        },
+                    )
+                )
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
         if not results:
             return {}
-        estimates = {n: _joined(r, {g: results[_CHANGE + g] for g in dict.fromkeys(v[0] for v in r["views"])})
-                     for n, r in results.items() if not n.startswith(_CHANGE)}
+        estimates = {
+            n: _joined(r, {g: results[_CHANGE + g] for g in dict.fromkeys(v[0] for v in r["views"])})
+            for n, r in results.items()
+            if not n.startswith(_CHANGE)
+        }
         similarity = merge(list(estimates.values()))
         for note in similarity["notes"]:
             logger.info("metrics: %s", note)
@@ -350,30 +466,57 @@ class Similarity(Analysis):
         same = np.diagonal(dist, axis1=2, axis2=4)  # (metric, model_a, model_b, layer)
         same = (same + np.swapaxes(same, 1, 2)) / 2  # PWCCA: mean of both directions; CKA is symmetric
         runs = dict(inputs.attrs.get("runs", {}))
-        kinds = [[pair_kind(a, b, objectives={m: inputs.models[m].objective for m in models}, runs=runs)
-                  for b in models] for a in models]
+        kinds = [
+            [pair_kind(a, b, objectives={m: inputs.models[m].objective for m in models}, runs=runs) for b in models]
+            for a in models
+        ]
         ds = xr.Dataset(
-            {"distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"), dist),
-             "same_layer": (("metric", "model_a", "model_b", "layer"), same,
-                            {"long_name": "distance between two models at the same layer (PWCCA: mean of both "
-                                          "directions)"})},
-            coords={"metric": strings(methods), "model_a": strings(models), "layer_a": layer,
-                    "model_b": strings(models), "layer_b": layer, "layer": layer,
-                    "pair": (("model_a", "model_b"), np.array(kinds, dtype=object))},
-            attrs={"n_occurrences": similarity["n"], "notes": similarity["notes"], "pair_kinds": list(PAIR_KINDS)})
+            {
+                "distance": (("metric", "model_a", "layer_a", "model_b", "layer_b"), dist),
+                "same_layer": (
+                    ("metric", "model_a", "model_b", "layer"),
+                    same,
+                    {"long_name": "distance between two models at the same layer (PWCCA: mean of both directions)"},
+                ),
+            },
+            coords={
+                "metric": strings(methods),
+                "model_a": strings(models),
+                "layer_a": layer,
+                "model_b": strings(models),
+                "layer_b": layer,
+                "layer": layer,
+                "pair": (("model_a", "model_b"), np.array(kinds, dtype=object)),
+            },
+            attrs={"n_occurrences": similarity["n"], "notes": similarity["notes"], "pair_kinds": list(PAIR_KINDS)},
+        )
         out = {"similarity": ds}
         frequency = next(iter(inputs.models.values())).frequency
-        out["change"] = _change_dataset(similarity["change"], similarity.get("sizes", {}), methods=methods,
-                                        models=models, L=L, labels=[f"{lo}-{hi}" for lo, hi in similarity["bins"]],
-                                        frequency=frequency)
-        out["change"] = out["change"].assign_coords(rank_lo=("freq_bin", [lo for lo, _ in similarity["bins"]]),
-                                                    rank_hi=("freq_bin", [hi for _, hi in similarity["bins"]]))
+        out["change"] = _change_dataset(
+            similarity["change"],
+            similarity.get("sizes", {}),
+            methods=methods,
+            models=models,
+            L=L,
+            labels=[f"{lo}-{hi}" for lo, hi in similarity["bins"]],
+            frequency=frequency,
+        )
+        out["change"] = out["change"].assign_coords(
+            rank_lo=("freq_bin", [lo for lo, _ in similarity["bins"]]),
+            rank_hi=("freq_bin", [hi for _, hi in similarity["bins"]]),
+        )
         if "change_equal" in similarity:
             n_bins = len(next(iter(similarity["equal_sizes"].values()))["n"])
-            out["change_equal"] = _change_dataset(similarity["change_equal"], similarity["equal_sizes"],
-                                                  methods=methods, models=models, L=L,
-                                                  labels=[f"q{b + 1}" for b in range(n_bins)], frequency=frequency,
-                                                  ranges=True)
+            out["change_equal"] = _change_dataset(
+                similarity["change_equal"],
+                similarity["equal_sizes"],
+                methods=methods,
+                models=models,
+                L=L,
+                labels=[f"q{b + 1}" for b in range(n_bins)],
+                frequency=frequency,
+                ranges=True,
+            )
         interval = similarity.get("interval")
         if interval is not None:  # one tokenisation class (merge keeps intervals only then)
             n_boot = interval["replicates"]
@@ -382,11 +525,13 @@ class Similarity(Analysis):
                 b = np.asarray(interval["between"][meth], dtype=float)  # (layer, pair, 2)
                 for p_i, (ma, mb) in enumerate(interval["pairs"]):
                     i, j = models.index(ma), models.index(mb)
-                    between[q, i, j, :len(b)] = between[q, j, i, :len(b)] = b[:, p_i]
+                    between[q, i, j, : len(b)] = between[q, j, i, : len(b)] = b[:, p_i]
             long_name = f"95% bootstrap interval over sentences ({n_boot} paired replicates)"
-            out["similarity"]["interval"] = (("metric", "model_a", "model_b", "layer", "bound"), between,
-                                             {"long_name": "same-layer distance (mean of both directions): "
-                                                           + long_name})
+            out["similarity"]["interval"] = (
+                ("metric", "model_a", "model_b", "layer", "bound"),
+                between,
+                {"long_name": "same-layer distance (mean of both directions): " + long_name},
+            )
             out["similarity"] = out["similarity"].assign_coords(bound=strings(["low", "high"]))
             for kind in ("change", "change_equal"):
                 if kind not in out or kind not in interval:
@@ -395,15 +540,27 @@ class Similarity(Analysis):
                 for q, meth in enumerate(methods):
                     for m, v in interval[kind][meth].items():
                         v = np.asarray(v, dtype=float)
-                        iv[q, models.index(m), :len(v)] = v
-                out[kind]["interval"] = (("metric", "model", "layer_pair", "freq_bin", "bound"), iv,
-                                         {"long_name": long_name})
+                        iv[q, models.index(m), : len(v)] = v
+                out[kind]["interval"] = (
+                    ("metric", "model", "layer_pair", "freq_bin", "bound"),
+                    iv,
+                    {"long_name": long_name},
+                )
                 out[kind] = out[kind].assign_coords(bound=strings(["low", "high"]))
         return out
 
 
-def _change_dataset(change: dict, sizes: dict[str, dict], *, methods: list[str], models: list[str], L: int,
-                    labels: list[str], frequency: str, ranges: bool = False) -> xr.Dataset:
+def _change_dataset(
+    change: dict,
+    sizes: dict[str, dict],
+    *,
+    methods: list[str],
+    models: list[str],
+    L: int,
+    labels: list[str],
+    frequency: str,
+    ranges: bool = False,
+) -> xr.Dataset:
     """A change-by-frequency group: ``change[method][model]`` (layer_pair, bin) and per
     model the bins' ``sizes`` (:func:`~evolution.metrics.similarity.bin_sizes`); with
     ``ranges`` each model's rank range per bin as variables ``rank_lo`` / ``rank_hi``
@@ -412,25 +569,38 @@ def _change_dataset(change: dict, sizes: dict[str, dict], *, methods: list[str],
     for q, meth in enumerate(methods):
         for m, rows in change[meth].items():
             arr = np.asarray(rows, dtype=float).reshape(-1, len(labels)) if len(labels) else np.empty((0, 0))
-            ch[q, models.index(m), :len(arr)] = arr
+            ch[q, models.index(m), : len(arr)] = arr
     per_bin = {key: np.full((len(models), len(labels)), np.nan) for key in ("n", "types", "rank_lo", "rank_hi")}
     for m, v in sizes.items():
         for key, arr in per_bin.items():
             arr[models.index(m)] = v[key]
     ds = xr.Dataset(
-        {"distance": (("metric", "model", "layer_pair", "freq_bin"), ch,
-                      {"long_name": "distance between layer n and n + 1 on occurrences in a frequency-rank bin"}),
-         "n_occurrences": (("model", "freq_bin"), per_bin["n"], {"long_name": "occurrences in the bin"}),
-         "n_types": (("model", "freq_bin"), per_bin["types"], {"long_name": "token types in the bin"})},
-        coords={"metric": strings(methods), "model": strings(models),
-                "layer_pair": strings(f"{i}-{i + 1}" for i in range(L - 1)),
-                "layer_from": ("layer_pair", np.arange(L - 1)), "layer_to": ("layer_pair", np.arange(1, L)),
-                "freq_bin": strings(labels)},
-        attrs={"frequency": frequency, "bins": "equal occurrences by frequency rank" if ranges else "rank edges"})
+        {
+            "distance": (
+                ("metric", "model", "layer_pair", "freq_bin"),
+                ch,
+                {"long_name": "distance between layer n and n + 1 on occurrences in a frequency-rank bin"},
+            ),
+            "n_occurrences": (("model", "freq_bin"), per_bin["n"], {"long_name": "occurrences in the bin"}),
+            "n_types": (("model", "freq_bin"), per_bin["types"], {"long_name": "token types in the bin"}),
+        },
+        coords={
+            "metric": strings(methods),
+            "model": strings(models),
+            "layer_pair": strings(f"{i}-{i + 1}" for i in range(L - 1)),
+            "layer_from": ("layer_pair", np.arange(L - 1)),
+            "layer_to": ("layer_pair", np.arange(1, L)),
+            "freq_bin": strings(labels),
+        },
+        attrs={"frequency": frequency, "bins": "equal occurrences by frequency rank" if ranges else "rank edges"},
+    )
     if ranges:
         ds["rank_lo"] = (("model", "freq_bin"), per_bin["rank_lo"], {"long_name": "smallest frequency rank in the bin"})
-        ds["rank_hi"] = (("model", "freq_bin"), per_bin["rank_hi"],
-                         {"long_name": "largest frequency rank in the bin + 1"})
+        ds["rank_hi"] = (
+            ("model", "freq_bin"),
+            per_bin["rank_hi"],
+            {"long_name": "largest frequency rank in the bin + 1"},
+        )
     return ds
 
 

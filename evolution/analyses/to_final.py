@@ -30,8 +30,17 @@ logger = logging.getLogger(__name__)
 __all__ = ["ToFinal", "to_final_task"]
 
 
-def to_final_task(*, store: str, model: str, final: str, n_layers: int, arrays: str, methods: list[str],
-                  epsilon: float, min_ratio: float) -> dict[str, Any]:
+def to_final_task(
+    *,
+    store: str,
+    model: str,
+    final: str,
+    n_layers: int,
+    arrays: str,
+    methods: list[str],
+    epsilon: float,
+    min_ratio: float,
+) -> dict[str, Any]:
     """``{method: [distance per layer]}`` between ``model`` and ``final`` at each layer 0..n_layers-1,
     on the occurrences ``arrays`` holds (``rows/model``, ``rows/final``: (n,) store rows of the same
     occurrences in the same order)."""
@@ -41,10 +50,18 @@ def to_final_task(*, store: str, model: str, final: str, n_layers: int, arrays: 
     a = load_arrays(arrays)
     out: dict[str, list[float]] = {m: [] for m in methods}
     for layer in range(n_layers):
-        va = View(read_rows(store, model, layer, a["rows/model"]), epsilon=epsilon, min_ratio=min_ratio,
-                  name=f"{model} layer {layer}")
-        vb = View(read_rows(store, final, layer, a["rows/final"]), epsilon=epsilon, min_ratio=min_ratio,
-                  name=f"{final} layer {layer}")
+        va = View(
+            read_rows(store, model, layer, a["rows/model"]),
+            epsilon=epsilon,
+            min_ratio=min_ratio,
+            name=f"{model} layer {layer}",
+        )
+        vb = View(
+            read_rows(store, final, layer, a["rows/final"]),
+            epsilon=epsilon,
+            min_ratio=min_ratio,
+            name=f"{final} layer {layer}",
+        )
         p_ab, p_ba, cka = pair_similarity(va, vb)
         if "pwcca" in out:
             out["pwcca"].append(1.0 - (p_ab + p_ba) / 2)
@@ -74,17 +91,34 @@ class ToFinal(Analysis):
             m, f = inputs.models[model], inputs.models[final]
             rows_m, rows_f = m.plan.similarity_rows, f.plan.similarity_rows
             same = len(rows_m) == len(rows_f) and all(
-                np.array_equal(m.coords[v][rows_m], f.coords[v][rows_f]) for v in ("sentence", "position", "token_id"))
+                np.array_equal(m.coords[v][rows_m], f.coords[v][rows_f]) for v in ("sentence", "position", "token_id")
+            )
             if not same:
-                logger.warning("metrics: %s and its final model %s tokenise the similarity sentences differently; "
-                               "no distance to the final model", model, final)
+                logger.warning(
+                    "metrics: %s and its final model %s tokenise the similarity sentences differently; "
+                    "no distance to the final model",
+                    model,
+                    final,
+                )
                 continue
             arrays = save_arrays(inputs.arrays_dir, "to-final", {"rows/model": rows_m, "rows/final": rows_f})
-            units.append(Unit(model, to_final_task,
-                              dict(store=inputs.store, model=model, final=final, n_layers=min(m.n_layers, f.n_layers),
-                                   arrays=arrays, methods=self.methods, epsilon=epsilon, min_ratio=min_ratio),
-                              key={"models": [m.key, f.key], "methods": self.methods, "epsilon": epsilon,
-                                   "min_ratio": min_ratio}))
+            units.append(
+                Unit(
+                    model,
+                    to_final_task,
+                    dict(
+                        store=inputs.store,
+                        model=model,
+                        final=final,
+                        n_layers=min(m.n_layers, f.n_layers),
+                        arrays=arrays,
+                        methods=self.methods,
+                        epsilon=epsilon,
+                        min_ratio=min_ratio,
+                    ),
+                    key={"models": [m.key, f.key], "methods": self.methods, "epsilon": epsilon, "min_ratio": min_ratio},
+                )
+            )
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -96,10 +130,22 @@ class ToFinal(Analysis):
         for i, m in enumerate(models):
             for q, meth in enumerate(self.methods):
                 d = results[m][meth]
-                dist[q, i, :len(d)] = d
+                dist[q, i, : len(d)] = d
         finals = [inputs.attrs["finals"][m] for m in models]
-        return {"to_final": xr.Dataset(
-            {"distance": (("metric", "model", "layer"), dist,
-                          {"long_name": "distance to the same layer of the final model"})},
-            coords={"metric": strings(self.methods), "model": strings(models), "layer": np.arange(L),
-                    "final": ("model", strings(finals))})}
+        return {
+            "to_final": xr.Dataset(
+                {
+                    "distance": (
+                        ("metric", "model", "layer"),
+                        dist,
+                        {"long_name": "distance to the same layer of the final model"},
+                    )
+                },
+                coords={
+                    "metric": strings(self.methods),
+                    "model": strings(models),
+                    "layer": np.arange(L),
+                    "final": ("model", strings(finals)),
+                },
+            )
+        }

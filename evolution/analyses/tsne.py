@@ -37,12 +37,22 @@ def layer_task(*, store: str, model: str, layer: int, arrays: str, tsne: TSNECon
     from evolution.store import read_rows
 
     a = load_arrays(arrays)
-    return {name: tsne_layout(read_rows(store, model, layer, rows), perplexity=tsne.perplexity, seed=seed).tolist()
-            for name, rows in a.items()}
+    return {
+        name: tsne_layout(read_rows(store, model, layer, rows), perplexity=tsne.perplexity, seed=seed).tolist()
+        for name, rows in a.items()
+    }
 
 
-def masked_task(*, spec: dict, content_ids: dict[int, list[int]], points: list[tuple[int, int]], tsne: TSNEConfig,
-                seed: int, max_batch_tokens: int = 1024, torch_threads: int = 1) -> dict:
+def masked_task(
+    *,
+    spec: dict,
+    content_ids: dict[int, list[int]],
+    points: list[tuple[int, int]],
+    tsne: TSNEConfig,
+    seed: int,
+    max_batch_tokens: int = 1024,
+    torch_threads: int = 1,
+) -> dict:
     """Layouts per layer of a masked LM's states at ``points`` [(sentence, position)] when
     each point's word is ``<mask>`` and 15% of the rest of its sentence is corrupted as in
     training (:func:`evolution.metrics.masked.corrupt`, seeded per point): ``{"layers":
@@ -60,8 +70,14 @@ def masked_task(*, spec: dict, content_ids: dict[int, list[int]], points: list[t
     return {"layers": [tsne_layout(x, perplexity=tsne.perplexity, seed=seed).tolist() for x in states]}
 
 
-def masked_point_states(adapter, content_ids: dict[int, list[int]], points: list[tuple[int, int]], *, seed: int,
-                        max_batch_tokens: int = 1024) -> np.ndarray:
+def masked_point_states(
+    adapter,
+    content_ids: dict[int, list[int]],
+    points: list[tuple[int, int]],
+    *,
+    seed: int,
+    max_batch_tokens: int = 1024,
+) -> np.ndarray:
     """(L + 1, points, d): a masked LM's states at each point [(sentence, position)] when
     that position is ``<mask>`` and the rest of the sentence is corrupted as in training
     (15%: 80% ``<mask>``, 10% random, 10% kept; one generator per point)."""
@@ -71,8 +87,13 @@ def masked_point_states(adapter, content_ids: dict[int, list[int]], points: list
     low, high = adapter.ordinary_ids
     inputs = []
     for s, pos in points:
-        new, _ = corrupt(content_ids[int(s)], rng=np.random.default_rng([seed, int(s), int(pos)]),
-                         mask_id=adapter.mask_id, low=low, high=high)
+        new, _ = corrupt(
+            content_ids[int(s)],
+            rng=np.random.default_rng([seed, int(s), int(pos)]),
+            mask_id=adapter.mask_id,
+            low=low,
+            high=high,
+        )
         new[int(pos)] = adapter.mask_id
         inputs.append(adapter.build_input(new))
     states = np.zeros((adapter.num_layers + 1, len(points), adapter.d_model), np.float32)
@@ -94,14 +115,19 @@ class TSNE(Analysis):
         for m in inputs.models.values():
             if not m.plan.tsne:
                 continue
-            arrays = save_arrays(inputs.arrays_dir, f"tsne-{m.name}",
-                                 {name: sel["rows"] for name, sel in m.plan.tsne.items()})
+            arrays = save_arrays(
+                inputs.arrays_dir, f"tsne-{m.name}", {name: sel["rows"] for name, sel in m.plan.tsne.items()}
+            )
             key = {"model": m.key, "tsne": resolved_dict(cfg.tsne), "seed": inputs.seed}
-            units += [Unit(f"{m.name}-{layer}", layer_task,
-                           dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, tsne=cfg.tsne,
-                                seed=inputs.seed),
-                           key={**key, "layer": layer})
-                      for layer in range(m.n_layers)]
+            units += [
+                Unit(
+                    f"{m.name}-{layer}",
+                    layer_task,
+                    dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, tsne=cfg.tsne, seed=inputs.seed),
+                    key={**key, "layer": layer},
+                )
+                for layer in range(m.n_layers)
+            ]
             if m.objective == "mlm" and m.kind != "huggingface":
                 from evolution.metrics.plan import content_ids_by_sentence
 
@@ -110,13 +136,25 @@ class TSNE(Analysis):
                     if not sel_cfg.masked or sel is None:
                         continue
                     points = [(int(s), int(p)) for s, p in zip(sel["sentence"], sel["position"])]
-                    content = content_ids_by_sentence(m.coords["token_id"], m.coords["sentence"],
-                                                      wanted={s for s, _ in points})
-                    units.append(Unit(f"{m.name}-masked-{sel_cfg.name}", masked_task,
-                                      dict(spec=m.spec, content_ids=content, points=points, tsne=cfg.tsne,
-                                           seed=inputs.seed, max_batch_tokens=inputs.max_batch_tokens,
-                                           torch_threads=inputs.torch_threads),
-                                      key={**key, "selection": sel_cfg.name, "masked": True}))
+                    content = content_ids_by_sentence(
+                        m.coords["token_id"], m.coords["sentence"], wanted={s for s, _ in points}
+                    )
+                    units.append(
+                        Unit(
+                            f"{m.name}-masked-{sel_cfg.name}",
+                            masked_task,
+                            dict(
+                                spec=m.spec,
+                                content_ids=content,
+                                points=points,
+                                tsne=cfg.tsne,
+                                seed=inputs.seed,
+                                max_batch_tokens=inputs.max_batch_tokens,
+                                torch_threads=inputs.torch_threads,
+                            ),
+                            key={**key, "selection": sel_cfg.name, "masked": True},
+                        )
+                    )
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -135,18 +173,23 @@ class TSNE(Analysis):
                     r = results.get(f"{m}-{layer}", {})
                     if name in r:
                         y = np.asarray(r[name], dtype=np.float32)
-                        xy[i, layer, :len(y)] = y
+                        xy[i, layer, : len(y)] = y
                 sel = inputs.models[m].plan.tsne.get(name)
                 if sel is not None:
-                    tok[i, :len(sel["token"])] = [str(t) for t in sel["token"]]
-                    label[i, :len(sel["label"])] = [str(t) for t in sel["label"]]
-                    pos[i, :len(sel["position"])] = sel["position"]
+                    tok[i, : len(sel["token"])] = [str(t) for t in sel["token"]]
+                    label[i, : len(sel["label"])] = [str(t) for t in sel["label"]]
+                    pos[i, : len(sel["position"])] = sel["position"]
             ds = xr.Dataset(
                 {"xy": (("model", "layer", "point", "component"), xy)},
-                coords={"model": strings(models), "layer": np.arange(L), "point": np.arange(points),
-                        "component": strings(["x", "y"])}
-            ).assign(token=(("model", "point"), tok), position=(("model", "point"), pos),
-                     label=(("model", "point"), label))
+                coords={
+                    "model": strings(models),
+                    "layer": np.arange(L),
+                    "point": np.arange(points),
+                    "component": strings(["x", "y"]),
+                },
+            ).assign(
+                token=(("model", "point"), tok), position=(("model", "point"), pos), label=(("model", "point"), label)
+            )
             color = {s.name: s.color for s in inputs.config.tsne.selections}.get(name, "token")
             out[f"tsne_{name}"] = ds.assign_attrs(color=color, masked=False)
             mlm = [m for m in models if f"{m}-masked-{name}" in masked and "layers" in masked[f"{m}-masked-{name}"]]
@@ -158,17 +201,25 @@ class TSNE(Analysis):
                 for i, m in enumerate(mlm):
                     for layer, y in enumerate(masked[f"{m}-masked-{name}"]["layers"]):
                         y = np.asarray(y, dtype=np.float32)
-                        mxy[i, layer, :len(y)] = y
-                out[f"tsne_{name}_masked"] = ds.sel(model=mlm).assign(
-                    xy=(("model", "layer", "point", "component"), mxy)).assign_attrs(color=color, masked=True)
+                        mxy[i, layer, : len(y)] = y
+                out[f"tsne_{name}_masked"] = (
+                    ds.sel(model=mlm)
+                    .assign(xy=(("model", "layer", "point", "component"), mxy))
+                    .assign_attrs(color=color, masked=True)
+                )
         return out
 
     def figures_for(self, path) -> dict:
         from evolution.metrics.results import metrics_groups
 
-        return {g: (lambda p, n=g[len("tsne_"):]: tsne_grid(p, n),
-                    f"t-SNE (openTSNE, PCA init, fixed seed) of the '{g[len('tsne_'):]}' selection per model and layer.")
-                for g in metrics_groups(path) if g.startswith("tsne_")}
+        return {
+            g: (
+                lambda p, n=g[len("tsne_") :]: tsne_grid(p, n),
+                f"t-SNE (openTSNE, PCA init, fixed seed) of the '{g[len('tsne_') :]}' selection per model and layer.",
+            )
+            for g in metrics_groups(path)
+            if g.startswith("tsne_")
+        }
 
 
 @figure
@@ -183,12 +234,16 @@ def tsne_grid(path, name: str):
     pyplot = plt()
     models, layers = list(ds.model.values), list(ds.layer.values)
     side = min(1.5, (WIDTH - 0.5) / len(layers))
-    fig, axes = pyplot.subplots(len(models), len(layers), figsize=(side * len(layers) + 0.5, side * len(models) + 0.9),
-                                squeeze=False, layout="constrained")
+    fig, axes = pyplot.subplots(
+        len(models),
+        len(layers),
+        figsize=(side * len(layers) + 0.5, side * len(models) + 0.9),
+        squeeze=False,
+        layout="constrained",
+    )
     tokens = ds.token.values
     by_label = "label" in ds and any(str(t) for t in ds.label.values.ravel())
-    by_position = (not by_label and bool((ds.position.values >= 0).any())
-                   and len({t for t in tokens.ravel() if t}) == 1)
+    by_position = not by_label and bool((ds.position.values >= 0).any()) and len({t for t in tokens.ravel() if t}) == 1
     vocab = sorted({t for t in tokens.ravel() if t})
     colours = ds.label if by_label else ds.token
     classes = sorted({str(t) for t in colours.values.ravel() if str(t)})
@@ -203,13 +258,19 @@ def tsne_grid(path, name: str):
             ax = axes[i][j]
             xy = ds.xy.sel(model=m, layer=layer).values[keep]
             values = colours.sel(model=m).values[keep]
-            frames.append(pd.DataFrame({"model": str(m), "layer": int(layer),
-                                        "point": (ds.point.values[keep] if "point" in ds.coords
-                                                  else np.flatnonzero(keep)),
-                                        "token": [str(t) for t in ds.token.sel(model=m).values[keep]],
-                                        "colour": (ds.position.sel(model=m).values[keep] if by_position
-                                                   else [str(v) for v in values]),
-                                        "x": xy[:, 0], "y": xy[:, 1]}))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "model": str(m),
+                        "layer": int(layer),
+                        "point": (ds.point.values[keep] if "point" in ds.coords else np.flatnonzero(keep)),
+                        "token": [str(t) for t in ds.token.sel(model=m).values[keep]],
+                        "colour": (ds.position.sel(model=m).values[keep] if by_position else [str(v) for v in values]),
+                        "x": xy[:, 0],
+                        "y": xy[:, 1],
+                    }
+                )
+            )
             if by_position:
                 sc = ax.scatter(xy[:, 0], xy[:, 1], c=ds.position.sel(model=m).values[keep], s=2, cmap="viridis")
             else:
@@ -227,8 +288,13 @@ def tsne_grid(path, name: str):
         fig.colorbar(sc, ax=axes.ravel().tolist(), fraction=0.02, label="position")
     else:
         legend_below(fig, markerscale=4)
-    how = ("coloured by position" if by_position else f"coloured by {ds.attrs.get('color', 'label')} (gold, UD EWT)"
-           if by_label else "coloured by token")
+    how = (
+        "coloured by position"
+        if by_position
+        else f"coloured by {ds.attrs.get('color', 'label')} (gold, UD EWT)"
+        if by_label
+        else "coloured by token"
+    )
     masked = ", the word masked and 15% of the sentence corrupted" if ds.attrs.get("masked") else ""
     fig.suptitle(f"t-SNE of '{' / '.join(vocab)}' occurrences{masked} ({how})")
     frames = [f for f in frames if len(f)]

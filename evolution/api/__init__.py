@@ -17,13 +17,46 @@ one from a run's ``reps.zarr`` / ``metrics.zarr`` are interchangeable (docs/api.
 """
 
 from evolution.api import plot
-from evolution.api.analyses import (analyse, change, dependency_heads, heads, importance, influence, mi, neighbors,
-                                    probes, similarity)
+from evolution.api.analyses import (
+    analyse,
+    change,
+    dependency_heads,
+    heads,
+    importance,
+    influence,
+    mi,
+    neighbors,
+    probes,
+    similarity,
+)
 from evolution.api.model import Model, load
 from evolution.api.represent import Representations, open_store, represent
 from evolution.api.series import Series, load_series, trajectory
 from evolution.api.views import ViewPage, head_view, model_view, neuron_view, views
 
-__all__ = ["plot", "Model", "load", "Representations", "represent", "open_store", "analyse", "mi", "neighbors", "similarity",
-           "change", "influence", "heads", "dependency_heads", "importance", "probes", "ViewPage", "views",
-           "head_view", "model_view", "neuron_view", "Series", "load_series", "trajectory"]
+__all__ = [
+    "plot",
+    "Model",
+    "load",
+    "Representations",
+    "represent",
+    "open_store",
+    "analyse",
+    "mi",
+    "neighbors",
+    "similarity",
+    "change",
+    "influence",
+    "heads",
+    "dependency_heads",
+    "importance",
+    "probes",
+    "ViewPage",
+    "views",
+    "head_view",
+    "model_view",
+    "neuron_view",
+    "Series",
+    "load_series",
+    "trajectory",
+]

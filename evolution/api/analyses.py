@@ -13,14 +13,28 @@ neighbours; for a few sentences the default here is the 100 most frequent types 
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import xarray as xr
 
 from evolution.api.represent import Representations
 
-__all__ = ["analyse", "inputs_of", "metrics_config", "mi", "neighbors", "similarity", "change", "influence", "heads", "dependency_heads",
-           "importance", "probes", "API_TOKENS"]
+__all__ = [
+    "analyse",
+    "inputs_of",
+    "metrics_config",
+    "mi",
+    "neighbors",
+    "similarity",
+    "change",
+    "influence",
+    "heads",
+    "dependency_heads",
+    "importance",
+    "probes",
+    "API_TOKENS",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +64,14 @@ def metrics_config(sections: dict[str, dict | None], *, tokens: dict | None = No
         raise ConfigError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
 
 
-def inputs_of(reps: Representations, sections: dict[str, dict | None], *, tokens: dict | None = None,
-              seed: int = 0, models: list[str] | None = None):
+def inputs_of(
+    reps: Representations,
+    sections: dict[str, dict | None],
+    *,
+    tokens: dict | None = None,
+    seed: int = 0,
+    models: list[str] | None = None,
+):
     """The analyses' :class:`~evolution.analyses.base.Inputs` for ``models`` of ``reps`` under the
     ``metrics`` sections given (others off; :func:`metrics_config`), its ``config`` the validated
     ``MetricsConfig``."""
@@ -62,19 +82,47 @@ def inputs_of(reps: Representations, sections: dict[str, dict | None], *, tokens
     names = list(models) if models is not None else list(reps.specs)
     unknown_models = [n for n in names if n not in reps.specs]
     if unknown_models or not names:
-        raise KeyError(f"models={names!r}: {unknown_models or 'none'} not in these representations; they hold "
-                       f"{list(reps.specs)}")
-    sources = [ModelSource(name=n, kind=reps.specs[n]["kind"], key=reps.keys[n], spec=reps.specs[n],
-                           objective=reps.specs[n].get("objective")) for n in names]
-    attrs = {"seed": seed, "representations": reps.store, "runs": _runs(reps, names),
-             "extract_keys": {n: reps.keys[n] for n in names}}
-    inputs = load_inputs(store=reps.store, models=sources, config=config, seed=seed, torch_threads=1,
-                         arrays_dir=location.inputs_dir(reps.store), attrs=attrs)
+        raise KeyError(
+            f"models={names!r}: {unknown_models or 'none'} not in these representations; they hold {list(reps.specs)}"
+        )
+    sources = [
+        ModelSource(
+            name=n,
+            kind=reps.specs[n]["kind"],
+            key=reps.keys[n],
+            spec=reps.specs[n],
+            objective=reps.specs[n].get("objective"),
+        )
+        for n in names
+    ]
+    attrs = {
+        "seed": seed,
+        "representations": reps.store,
+        "runs": _runs(reps, names),
+        "extract_keys": {n: reps.keys[n] for n in names},
+    }
+    inputs = load_inputs(
+        store=reps.store,
+        models=sources,
+        config=config,
+        seed=seed,
+        torch_threads=1,
+        arrays_dir=location.inputs_dir(reps.store),
+        attrs=attrs,
+    )
     return inputs
 
 
-def analyse(reps: Representations, sections: dict[str, dict | None], *, tokens: dict | None = None, seed: int = 0,
-            models: list[str] | None = None, progress: bool = False, client=None) -> dict[str, xr.Dataset]:
+def analyse(
+    reps: Representations,
+    sections: dict[str, dict | None],
+    *,
+    tokens: dict | None = None,
+    seed: int = 0,
+    models: list[str] | None = None,
+    progress: bool = False,
+    client=None,
+) -> dict[str, xr.Dataset]:
     """Run the analyses whose ``metrics`` config sections are given (others off) on ``reps`` and
     return every group they write, by name (e.g. ``{"similarity": ..., "change": ...}``).
     ``client``: a ``distributed.Client`` whose workers compute the analyses' tasks (as the
@@ -96,11 +144,13 @@ def _check_similarity(inputs, scfg) -> None:
     for m in inputs.models.values():
         n = len(m.plan.similarity_rows)
         if n < scfg.min_ratio * m.d_model:
-            raise ValueError(f"similarity: {m.name} has {n} occurrences in the first {scfg.sentences} sentences for "
-                             f"{m.d_model} features; PWCCA / CKA need at least min_ratio x d = "
-                             f"{scfg.min_ratio:g} x {m.d_model} = {int(scfg.min_ratio * m.d_model)}: pass more "
-                             "sentences, leave the model out (models=[...]), or lower min_ratio= knowingly "
-                             "(CCA overfits below about 10 per dimension)")
+            raise ValueError(
+                f"similarity: {m.name} has {n} occurrences in the first {scfg.sentences} sentences for "
+                f"{m.d_model} features; PWCCA / CKA need at least min_ratio x d = "
+                f"{scfg.min_ratio:g} x {m.d_model} = {int(scfg.min_ratio * m.d_model)}: pass more "
+                "sentences, leave the model out (models=[...]), or lower min_ratio= knowingly "
+                "(CCA overfits below about 10 per dimension)"
+            )
 
 
 def _runs(reps: Representations, names: list[str]) -> dict[str, dict]:
@@ -125,83 +175,142 @@ def select_layers(ds: xr.Dataset, layers: Sequence[int] | None) -> xr.Dataset:
                 raise KeyError(f"layers {missing} are not in this group; it has {dim} {have}")
             out = out.sel({dim: layers})
     if "layer_pair" in ds.dims and "layer_from" in ds.coords:
-        keep = [i for i, (a, b) in enumerate(zip(ds.layer_from.values, ds.layer_to.values))
-                if int(a) in layers and int(b) in layers]
+        keep = [
+            i
+            for i, (a, b) in enumerate(zip(ds.layer_from.values, ds.layer_to.values))
+            if int(a) in layers and int(b) in layers
+        ]
         out = out.isel(layer_pair=keep)
     return out
 
 
-def _one(reps: Representations, section: str, group: str, options: dict[str, Any], *,
-         layers: Sequence[int] | None = None, **kw) -> xr.Dataset:
+def _one(
+    reps: Representations,
+    section: str,
+    group: str,
+    options: dict[str, Any],
+    *,
+    layers: Sequence[int] | None = None,
+    **kw,
+) -> xr.Dataset:
     out = analyse(reps, {section: options}, **kw)
     if group not in out:
-        raise ValueError(f"{section}: nothing to compute on these representations (too few occurrences or "
-                         f"models for {group}; see the log, and the tokens= / options given)")
+        raise ValueError(
+            f"{section}: nothing to compute on these representations (too few occurrences or "
+            f"models for {group}; see the log, and the tokens= / options given)"
+        )
     return select_layers(out[group], layers)
 
 
-def mi(reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-       tokens: dict | None = None, seed: int = 0, **options) -> xr.Dataset:
+def mi(
+    reps: Representations,
+    *,
+    models: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    tokens: dict | None = None,
+    seed: int = 0,
+    **options,
+) -> xr.Dataset:
     """MI with the input token (and the output label) per layer via k-means (Voita et al. 2019,
     sec. 4): the ``mi`` group. Options: ``metrics.mi`` (``k``, ``restarts``, ``bootstrap``, ...)."""
     options.setdefault("k", 100)
     return _one(reps, "mi", "mi", options, tokens=tokens, seed=seed, models=models, layers=layers)
 
 
-def neighbors(reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-              tokens: dict | None = None, seed: int = 0, **options) -> xr.Dataset:
+def neighbors(
+    reps: Representations,
+    *,
+    models: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    tokens: dict | None = None,
+    seed: int = 0,
+    **options,
+) -> xr.Dataset:
     """Nearest-neighbour rates per layer (same token, position distance, same left / right token
     with chance and ceiling; Voita et al. 2019, sec. 5): the ``neighbors`` group."""
     return _one(reps, "neighbors", "neighbors", options, tokens=tokens, seed=seed, models=models, layers=layers)
 
 
-def similarity(reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-               seed: int = 0, **options) -> xr.Dataset:
+def similarity(
+    reps: Representations,
+    *,
+    models: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    seed: int = 0,
+    **options,
+) -> xr.Dataset:
     """PWCCA / CKA distances between every (model, layer) pair: the ``similarity`` group."""
     options.setdefault("min_ratio", 1.0)
     return _one(reps, "similarity", "similarity", options, seed=seed, models=models, layers=layers)
 
 
-def change(reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-           seed: int = 0, **options) -> xr.Dataset:
+def change(
+    reps: Representations,
+    *,
+    models: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    seed: int = 0,
+    **options,
+) -> xr.Dataset:
     """Change between adjacent layers by frequency-rank bin: the ``change`` group (computed with
     :func:`similarity`, cached: calling both costs one run)."""
     options.setdefault("min_ratio", 1.0)
     return _one(reps, "similarity", "change", options, seed=seed, models=models, layers=layers)
 
 
-def influence(reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-              seed: int = 0, **options) -> xr.Dataset:
+def influence(
+    reps: Representations,
+    *,
+    models: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    seed: int = 0,
+    **options,
+) -> xr.Dataset:
     """Token influence by frequency bin (this project's models: fairseq and shipped): ``influence``."""
     options.setdefault("min_ratio", 1.0)
     return _one(reps, "influence", "influence", options, seed=seed, models=models, layers=layers)
 
 
-def heads(reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-          **options) -> xr.Dataset:
+def heads(
+    reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None, **options
+) -> xr.Dataset:
     """Per-head statistics (Clark et al. 2019; Voita et al. ACL 2019) and the Kobayashi et al.
     (2020) norms on the stored attention: the ``heads`` group."""
     return _one(reps, "heads", "heads", options, models=models, layers=layers)
 
 
-def dependency_heads(reps: Representations, *, models: Sequence[str] | None = None,
-                     layers: Sequence[int] | None = None, select: str = "ud-ewt-dev", score: str = "ud-ewt-test",
-                     max_sentences: int | None = 500, **options) -> xr.Dataset:
+def dependency_heads(
+    reps: Representations,
+    *,
+    models: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    select: str = "ud-ewt-dev",
+    score: str = "ud-ewt-test",
+    max_sentences: int | None = 500,
+    **options,
+) -> xr.Dataset:
     """The best head per dependency relation, picked on ``select`` and scored on ``score`` against
     the best offset baseline (Clark et al. 2019): the ``heads_dependency`` group."""
-    return _one(reps, "heads", "heads_dependency",
-                {"select": select, "score": score, "max_sentences": max_sentences, **options}, models=models,
-                layers=layers)
+    return _one(
+        reps,
+        "heads",
+        "heads_dependency",
+        {"select": select, "score": score, "max_sentences": max_sentences, **options},
+        models=models,
+        layers=layers,
+    )
 
 
-def importance(reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-               **options) -> xr.Dataset:
+def importance(
+    reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None, **options
+) -> xr.Dataset:
     """Head-mask importance (Michel et al. 2019) and, for translation models, LRP relevance
     (Voita et al. ACL 2019): the ``heads_importance`` group."""
     return _one(reps, "importance", "heads_importance", options, models=models, layers=layers)
 
 
-def probes(reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None,
-           **options) -> xr.Dataset:
+def probes(
+    reps: Representations, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None, **options
+) -> xr.Dataset:
     """Attention parsing probes (Clark et al. 2019, sec. 5) on UD EWT: the ``heads_probes`` group."""
     return _one(reps, "probes", "heads_probes", options, models=models, layers=layers)

@@ -49,8 +49,10 @@ def infer_kind(path: str | Path) -> str:
             return "shipped"
         if (p / "config.json").is_file():
             return "huggingface"
-        raise ValueError(f"{p} is a directory with neither model.json + model.safetensors (a shipped model) nor "
-                         "config.json (a Hugging Face model)")
+        raise ValueError(
+            f"{p} is a directory with neither model.json + model.safetensors (a shipped model) nor "
+            "config.json (a Hugging Face model)"
+        )
     if p.is_file():
         return "fairseq"
     if looks_like_hub_id(str(path)):
@@ -58,8 +60,16 @@ def infer_kind(path: str | Path) -> str:
     raise FileNotFoundError(f"{path}: no such file or directory, and not a Hugging Face hub id")
 
 
-def load(path: str | Path, *, kind: str | None = None, name: str | None = None, data: str | Path | None = None,
-         sentencepiece: str | Path | None = None, objective: str | None = None, device: str = "auto") -> Model:
+def load(
+    path: str | Path,
+    *,
+    kind: str | None = None,
+    name: str | None = None,
+    data: str | Path | None = None,
+    sentencepiece: str | Path | None = None,
+    objective: str | None = None,
+    device: str = "auto",
+) -> Model:
     """A model from a Hugging Face directory or hub id, a shipped model directory, or a fairseq
     checkpoint (with ``data``, the directory of its dictionary, and optionally ``sentencepiece``).
     ``device``: ``auto`` (a CUDA GPU where torch sees one, else the CPU), ``cpu``, ``cuda``, ``cuda:N``.
@@ -69,12 +79,14 @@ def load(path: str | Path, *, kind: str | None = None, name: str | None = None, 
     >>> bert = load("sentence-transformers/all-MiniLM-L6-v2")        # doctest: +SKIP
     >>> mt = load("results/bible-full/models/mt")                       # doctest: +SKIP
     """
-    from evolution.config import ConfigError, ModelConfig, resolved_dict
     from pydantic import ValidationError
 
+    from evolution.config import ConfigError, ModelConfig, resolved_dict
+
     kind = kind or infer_kind(path)
-    name = name or (Path(str(path)).name if kind != "huggingface" or Path(str(path)).exists()
-                    else str(path).rsplit("/", 1)[-1])
+    name = name or (
+        Path(str(path)).name if kind != "huggingface" or Path(str(path)).exists() else str(path).rsplit("/", 1)[-1]
+    )
     name = "".join(c if c.isalnum() or c in "_.-" else "-" for c in name).lstrip("-_.") or "model"
     entry = {"name": name, "kind": kind, "path": str(path), "objective": objective}
     if data is not None:

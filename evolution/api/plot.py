@@ -10,7 +10,7 @@ figure. The report's multi-panel figures are the analyses' own figure functions
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import xarray as xr
@@ -47,8 +47,15 @@ def _band(ax, x, iv: xr.DataArray | None, color) -> None:
         ax.fill_between(x, iv.sel(bound="low"), iv.sel(bound="high"), color=color, alpha=0.15, linewidth=0)
 
 
-def mi(ds: xr.Dataset, *, target: str = "input", kind: str = "fraction", models: Sequence[str] | None = None,
-       layers: Sequence[int] | None = None, ax=None):
+def mi(
+    ds: xr.Dataset,
+    *,
+    target: str = "input",
+    kind: str = "fraction",
+    models: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    ax=None,
+):
     """MI per layer of the ``mi`` group: ``kind="fraction"`` (MI minus the shuffled control, as a
     fraction of H(X), with its 95% interval over sentences) or ``"nats"`` (mean over restarts)."""
     fig, ax = _axes(ax)
@@ -57,8 +64,11 @@ def mi(ds: xr.Dataset, *, target: str = "input", kind: str = "fraction", models:
         style = STYLES[i % len(STYLES)]
         sel = dict(model=m, target=target, layer=x)
         if kind == "fraction":
-            v = ds.mi_corrected_fraction.sel(**sel) if "mi_corrected_fraction" in ds else \
-                ((ds.mi_mean - ds.mi_shuffled) / ds.entropy).sel(**sel)
+            v = (
+                ds.mi_corrected_fraction.sel(**sel)
+                if "mi_corrected_fraction" in ds
+                else ((ds.mi_mean - ds.mi_shuffled) / ds.entropy).sel(**sel)
+            )
             iv = ds.mi_corrected_fraction_interval.sel(**sel) if "mi_corrected_fraction_interval" in ds else None
         elif kind == "nats":
             v = ds.mi.sel(**sel).mean("restart")
@@ -67,14 +77,24 @@ def mi(ds: xr.Dataset, *, target: str = "input", kind: str = "fraction", models:
             raise ValueError(f"kind={kind!r}: fraction or nats")
         ax.plot(x, v, label=m, **style)
         _band(ax, x, iv, style["color"])
-    ax.set(xlabel="layer", ylabel="(MI - control) / H(X)" if kind == "fraction" else "MI (nats)",
-           title=f"MI with the {target.replace('_', ' ')}", xticks=x)
+    ax.set(
+        xlabel="layer",
+        ylabel="(MI - control) / H(X)" if kind == "fraction" else "MI (nats)",
+        title=f"MI with the {target.replace('_', ' ')}",
+        xticks=x,
+    )
     ax.legend(fontsize=8)
     return fig
 
 
-def neighbors(ds: xr.Dataset, *, measure: str = "same_token", models: Sequence[str] | None = None,
-              layers: Sequence[int] | None = None, ax=None):
+def neighbors(
+    ds: xr.Dataset,
+    *,
+    measure: str = "same_token",
+    models: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+    ax=None,
+):
     """A neighbour rate per layer (``neighbors`` group) with its 95% bootstrap interval, and for
     within-type rates their chance level (dotted) and ceiling (dashed)."""
     fig, ax = _axes(ax)
@@ -86,22 +106,33 @@ def neighbors(ds: xr.Dataset, *, measure: str = "same_token", models: Sequence[s
         _band(ax, x, ds.interval.sel(model=m, measure=measure, layer=x) if "interval" in ds else None, style["color"])
         for suffix, line in (("_chance", ":"), ("_ceiling", "--")):
             if measure + suffix in have:
-                ax.plot(x, ds.value.sel(model=m, measure=measure + suffix, layer=x), color=style["color"],
-                        linestyle=line, linewidth=0.8)
+                ax.plot(
+                    x,
+                    ds.value.sel(model=m, measure=measure + suffix, layer=x),
+                    color=style["color"],
+                    linestyle=line,
+                    linewidth=0.8,
+                )
     ax.set(xlabel="layer", ylabel=measure.replace("_", " "), title=f"nearest neighbours: {measure}", xticks=x)
     ax.legend(fontsize=8)
     return fig
 
 
-def distances(ds: xr.Dataset, *, pairs: Sequence[tuple[str, str]] | None = None, metric: str = "pwcca",
-              layers: Sequence[int] | None = None, ax=None):
+def distances(
+    ds: xr.Dataset,
+    *,
+    pairs: Sequence[tuple[str, str]] | None = None,
+    metric: str = "pwcca",
+    layers: Sequence[int] | None = None,
+    ax=None,
+):
     """Same-layer distance between pairs of models (``similarity`` group), with 95% intervals where
     stored; default pairs: every pair of distinct models."""
     models = [str(m) for m in ds.model_a.values]
     if pairs is not None:
         _models(ds, [m for pair in pairs for m in pair], dim="model_a")
     fig, ax = _axes(ax)
-    pairs = pairs or [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
+    pairs = pairs or [(a, b) for i, a in enumerate(models) for b in models[i + 1 :]]
     x = _layers(ds.layer.values if "layer" in ds.coords else ds.layer_a.values, layers)
     for i, (a, b) in enumerate(pairs):
         style = STYLES[i % len(STYLES)]
@@ -109,11 +140,24 @@ def distances(ds: xr.Dataset, *, pairs: Sequence[tuple[str, str]] | None = None,
             v = ds.same_layer.sel(metric=metric, model_a=a, model_b=b, layer=x)
         else:
             d = ds.distance.sel(metric=metric)
-            v = xr.DataArray([(float(d.sel(model_a=a, model_b=b, layer_a=k, layer_b=k))
-                               + float(d.sel(model_a=b, model_b=a, layer_a=k, layer_b=k))) / 2 for k in x], dims="layer")
+            v = xr.DataArray(
+                [
+                    (
+                        float(d.sel(model_a=a, model_b=b, layer_a=k, layer_b=k))
+                        + float(d.sel(model_a=b, model_b=a, layer_a=k, layer_b=k))
+                    )
+                    / 2
+                    for k in x
+                ],
+                dims="layer",
+            )
         ax.plot(x, v, label=f"{a} - {b}", **style)
-        _band(ax, x, ds.interval.sel(metric=metric, model_a=a, model_b=b, layer=x) if "interval" in ds else None,
-              style["color"])
+        _band(
+            ax,
+            x,
+            ds.interval.sel(metric=metric, model_a=a, model_b=b, layer=x) if "interval" in ds else None,
+            style["color"],
+        )
     ax.set(xlabel="layer", ylabel=f"{metric.upper()} distance", title="distance between models", xticks=x)
     ax.legend(fontsize=8)
     return fig
@@ -146,8 +190,9 @@ def influence(ds: xr.Dataset, *, model: str, metric: str = "pwcca", bins: Sequen
         if not np.isfinite(v.values).any():
             continue
         ax.plot(x, v, label=b, **style)
-        _band(ax, x, ds.interval.sel(metric=metric, model=model, freq_bin=b) if "interval" in ds else None,
-              style["color"])
+        _band(
+            ax, x, ds.interval.sel(metric=metric, model=model, freq_bin=b) if "interval" in ds else None, style["color"]
+        )
     ax.set(xlabel="layer", ylabel=f"{metric.upper()} distance", title=f"{model}: token influence", xticks=x)
     ax.legend(fontsize=7, title="frequency bin", title_fontsize=7)
     return fig
@@ -166,16 +211,35 @@ def heads(ds: xr.Dataset, *, model: str, measure: str = "confidence", layers: Se
     if own.any() and not own.all():
         v = v.isel(head=np.flatnonzero(own))
     finite = v.values[np.isfinite(v.values)]
-    im = ax.imshow(v.values, aspect="auto", cmap="viridis", vmin=finite.min() if finite.size else None,
-                   vmax=finite.max() if finite.size else None)
-    ax.set(xlabel="head", ylabel="layer", title=f"{model}: {measure}", xticks=range(v.sizes["head"]),
-           yticks=range(v.sizes["layer"]), yticklabels=[int(x) for x in v.layer.values])
+    im = ax.imshow(
+        v.values,
+        aspect="auto",
+        cmap="viridis",
+        vmin=finite.min() if finite.size else None,
+        vmax=finite.max() if finite.size else None,
+    )
+    ax.set(
+        xlabel="head",
+        ylabel="layer",
+        title=f"{model}: {measure}",
+        xticks=range(v.sizes["head"]),
+        yticks=range(v.sizes["layer"]),
+        yticklabels=[int(x) for x in v.layer.values],
+    )
     fig.colorbar(im, ax=ax, label=f"{measure} (scale: the data's range)")
     return fig
 
 
-def trajectory(curves: xr.Dataset, var: str = "to_final", *, series: str | None = None, pair: str | None = None,
-               metric: str = "pwcca", layers: Sequence[int] | None = None, ax=None):
+def trajectory(
+    curves: xr.Dataset,
+    var: str = "to_final",
+    *,
+    series: str | None = None,
+    pair: str | None = None,
+    metric: str = "pwcca",
+    layers: Sequence[int] | None = None,
+    ax=None,
+):
     """A metric of the trajectory's ``curves`` group against training steps, one line per layer
     (log step axis; symlog when step 0 is there): ``mi_input``, ``same_token``, ``to_final``
     (``metric``: pwcca or cka) for one ``series``, or ``between`` for one ``pair`` of series.
@@ -200,15 +264,20 @@ def trajectory(curves: xr.Dataset, var: str = "to_final", *, series: str | None 
     if iv is not None and dim == "series":
         for layer, (ok, color) in drawn.items():
             _band(ax, x[ok], iv.sel(series=which, layer=layer).isel(checkpoint=np.nonzero(ok)[0]), color)
-    label = {"to_final": f"{metric.upper()} distance to the final member", "between": f"{metric.upper()} distance "
-             "between the series", "mi_input": "MI with the input / H(X)", "same_token": "kNN same-token rate"}[var]
+    label = {
+        "to_final": f"{metric.upper()} distance to the final member",
+        "between": f"{metric.upper()} distance between the series",
+        "mi_input": "MI with the input / H(X)",
+        "same_token": "kNN same-token rate",
+    }[var]
     ax.set(xlabel="training step", ylabel=label, title=str(which))
     ax.legend(fontsize=7)
     return fig
 
 
-def report_figure(name: str, group: xr.Dataset, *, models: Sequence[str] | None = None,
-                  layers: Sequence[int] | None = None):
+def report_figure(
+    name: str, group: xr.Dataset, *, models: Sequence[str] | None = None, layers: Sequence[int] | None = None
+):
     """A report figure (``evolution.analyses.figures``' name, e.g. ``mi``, ``neighbors``,
     ``heads_roles``) drawn for ``group`` (a Dataset of the group that figure reads), restricted to
     ``models`` and ``layers``."""
@@ -239,12 +308,24 @@ def report_figure(name: str, group: xr.Dataset, *, models: Sequence[str] | None 
 
 def _group_of(figure: str) -> str:
     """The metrics group a report figure reads (by its name's prefix)."""
-    for prefix, group in (("similarity", "similarity"), ("change_equal", "change_equal"), ("change_pos", "change_pos"),
-                          ("change", "change"), ("influence", "influence"), ("neighbors", "neighbors"),
-                          ("mi_types", "mi_types"), ("mi", "mi"), ("heads_importance", "heads_importance"),
-                          ("heads_pruning", "heads_pruning"), ("heads_probes", "heads_probes"),
-                          ("heads_dependency", "heads_dependency"), ("heads_map", "heads_map"),
-                          ("heads_decoder", "heads_decoder"), ("heads", "heads"), ("tsne", "tsne")):
+    for prefix, group in (
+        ("similarity", "similarity"),
+        ("change_equal", "change_equal"),
+        ("change_pos", "change_pos"),
+        ("change", "change"),
+        ("influence", "influence"),
+        ("neighbors", "neighbors"),
+        ("mi_types", "mi_types"),
+        ("mi", "mi"),
+        ("heads_importance", "heads_importance"),
+        ("heads_pruning", "heads_pruning"),
+        ("heads_probes", "heads_probes"),
+        ("heads_dependency", "heads_dependency"),
+        ("heads_map", "heads_map"),
+        ("heads_decoder", "heads_decoder"),
+        ("heads", "heads"),
+        ("tsne", "tsne"),
+    ):
         if figure.startswith(prefix):
             return group if group != "tsne" else figure
     raise KeyError(figure)

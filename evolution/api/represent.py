@@ -13,10 +13,10 @@ import hashlib
 import logging
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import xarray as xr
 
@@ -47,8 +47,9 @@ class Representations(Mapping):
     def __post_init__(self) -> None:
         import weakref
 
-        self._finalizer = weakref.finalize(self, _release, self.store if self.owned[0] else None,
-                                           str(self.cache) if self.owned[1] else None)
+        self._finalizer = weakref.finalize(
+            self, _release, self.store if self.owned[0] else None, str(self.cache) if self.owned[1] else None
+        )
 
     def close(self) -> None:
         """Free what this object made: an in-memory store's arrays and a temporary cache folder
@@ -56,7 +57,7 @@ class Representations(Mapping):
         represent(...) as reps:`` closes at the end of the block."""
         self._finalizer()
 
-    def __enter__(self) -> "Representations":
+    def __enter__(self) -> Representations:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -102,7 +103,7 @@ def _release(store: str | None, cache: str | None) -> None:
         import fsspec
 
         fs = fsspec.filesystem("memory")
-        root = store[len("memory://"):].split("/")[0]
+        root = store[len("memory://") :].split("/")[0]
         try:
             fs.rm("/" + root, recursive=True)
         except FileNotFoundError:
@@ -118,8 +119,9 @@ def _as_models(models) -> list[Model]:
         items = list(models.items())
         for n, m in items:
             if not isinstance(m, Model):
-                raise TypeError(f"models[{n!r}] is {type(m).__name__} {m!r}, not a loaded model; load it first: "
-                                f"ev.load({str(m)!r})")
+                raise TypeError(
+                    f"models[{n!r}] is {type(m).__name__} {m!r}, not a loaded model; load it first: ev.load({str(m)!r})"
+                )
         return [Model(name=n, spec={**m.spec, "name": n}) for n, m in items]
     out = list(models)
     if not out:
@@ -134,10 +136,18 @@ def _as_models(models) -> list[Model]:
     return out
 
 
-def represent(models: Model | Sequence[Model] | Mapping[str, Model], sentences: str | Sequence[str], *,
-              attention: bool | int = True, norms: bool = True, store: str | Path | None = None,
-              dtype: str = "float32", max_batch_tokens: int = 1024, too_long: str = "truncate",
-              progress: bool = False) -> Representations:
+def represent(
+    models: Model | Sequence[Model] | Mapping[str, Model],
+    sentences: str | Sequence[str],
+    *,
+    attention: bool | int = True,
+    norms: bool = True,
+    store: str | Path | None = None,
+    dtype: str = "float32",
+    max_batch_tokens: int = 1024,
+    too_long: str = "truncate",
+    progress: bool = False,
+) -> Representations:
     """Hidden states of every layer (and attention) of ``models`` on ``sentences``.
 
     Parameters
@@ -169,18 +179,39 @@ def represent(models: Model | Sequence[Model] | Mapping[str, Model], sentences: 
     owned = store is None
     store = str(store) if store is not None else f"memory://evolution-{uuid.uuid4().hex[:12]}/reps.zarr"
     n_att = len(sentences) if attention is True else int(attention or 0)
-    config = ExtractConfig(dtype=dtype, max_batch_tokens=max_batch_tokens, too_long=too_long,
-                           attention=AttentionConfig(sentences=n_att, dtype="float32", norms=norms) if n_att else None)
+    config = ExtractConfig(
+        dtype=dtype,
+        max_batch_tokens=max_batch_tokens,
+        too_long=too_long,
+        attention=AttentionConfig(sentences=n_att, dtype="float32", norms=norms) if n_att else None,
+    )
     text = hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest()
     corpus = Corpus(sentences=sentences, lines=list(range(1, len(sentences) + 1)), source="<sentences>")
     keys = {}
     for model in models:
-        key = config_hash({"sentences": text, "model": model.spec, "extract": resolved_dict(config),
-                           "store_version": STORE_VERSION})
-        attrs = {"model": model.name, "model_config": model.spec, "extract_config": resolved_dict(config),
-                 "model_sha256": tree_hash(Path(model.spec["path"])), "versions": versions(), "seed": 0}
-        extract_to_store(model.spec, corpus, store=store, group=model.name, fingerprint=key, config=config,
-                         annotation=None, attrs=attrs, client=None, progress=progress)
+        key = config_hash(
+            {"sentences": text, "model": model.spec, "extract": resolved_dict(config), "store_version": STORE_VERSION}
+        )
+        attrs = {
+            "model": model.name,
+            "model_config": model.spec,
+            "extract_config": resolved_dict(config),
+            "model_sha256": tree_hash(Path(model.spec["path"])),
+            "versions": versions(),
+            "seed": 0,
+        }
+        extract_to_store(
+            model.spec,
+            corpus,
+            store=store,
+            group=model.name,
+            fingerprint=key,
+            config=config,
+            annotation=None,
+            attrs=attrs,
+            client=None,
+            progress=progress,
+        )
         keys[model.name] = key
     return Representations(store=store, specs={m.name: m.spec for m in models}, keys=keys, owned=(owned, True))
 
@@ -199,13 +230,17 @@ def checked_sentences(sentences) -> list[str]:
         if isinstance(s, (list, tuple)):
             bad = [w for w in s if not isinstance(w, str) or not w or any(c.isspace() for c in w)]
             if bad or not s:
-                raise TypeError(f"sentences[{i}] is a list, read as words; its words must be non-empty strings "
-                                f"without spaces, not {bad[:3] if bad else 'nothing'}: pass the sentence as one "
-                                "string instead")
+                raise TypeError(
+                    f"sentences[{i}] is a list, read as words; its words must be non-empty strings "
+                    f"without spaces, not {bad[:3] if bad else 'nothing'}: pass the sentence as one "
+                    "string instead"
+                )
             s = " ".join(s)
         elif not isinstance(s, str):
-            raise TypeError(f"sentences[{i}] is {type(s).__name__} {s!r}, not a string: pass the text of the "
-                            "sentence (str), or its words as a list of strings")
+            raise TypeError(
+                f"sentences[{i}] is {type(s).__name__} {s!r}, not a string: pass the text of the "
+                "sentence (str), or its words as a list of strings"
+            )
         s = s.strip()
         if not s:
             raise ValueError(f"sentences[{i}] is empty: drop it, or pass the text it should hold")
@@ -235,8 +270,11 @@ def open_store(path: str | Path, models: Sequence[str] | None = None) -> Represe
     base = Path(location.parent(path)) if not location.is_url(path) else None
     specs = {n: _absolute(dict(root[n].attrs["model_config"]), base) for n in names}
     keys = {n: str(root[n].attrs.get(_FINGERPRINT, "")) for n in names}
-    cache = Path(location.parent(path)) / "api-cache" if not location.is_url(path) else \
-        Path(tempfile.mkdtemp(prefix="evolution-cache-"))
+    cache = (
+        Path(location.parent(path)) / "api-cache"
+        if not location.is_url(path)
+        else Path(tempfile.mkdtemp(prefix="evolution-cache-"))
+    )
     return Representations(store=path, specs=specs, keys=keys, cache=cache, owned=(False, location.is_url(path)))
 
 

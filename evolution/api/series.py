@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import xarray as xr
 
@@ -54,9 +54,17 @@ class Series:
         return f"Series({self.name!r}, steps={self.steps})"
 
 
-def load_series(path: str | Path | None = None, *, revisions: Sequence[str] | None = None,
-                checkpoints: str | None = None, kind: str | None = None, name: str | None = None,
-                data: str | Path | None = None, objective: str | None = None, device: str = "auto") -> Series:
+def load_series(
+    path: str | Path | None = None,
+    *,
+    revisions: Sequence[str] | None = None,
+    checkpoints: str | None = None,
+    kind: str | None = None,
+    name: str | None = None,
+    data: str | Path | None = None,
+    objective: str | None = None,
+    device: str = "auto",
+) -> Series:
     """A checkpoint series: ``revisions`` of the hub id ``path`` (from the local Hugging Face
     cache, as :func:`evolution.api.load` resolves hub ids), or ``checkpoints``, a glob of
     checkpoint directories or files (relative to ``path`` when given, else to the working
@@ -88,10 +96,17 @@ def load_series(path: str | Path | None = None, *, revisions: Sequence[str] | No
         source = str(path) if path is not None else str(Path(str(checkpoints)).parent)
         name = source.rstrip("/").rsplit("/", 1)[-1]
     name = "".join(c if c.isalnum() or c in "_.-" else "-" for c in name).lstrip("-_.") or "series"
-    entry = {"name": name, "kind": kind, "objective": objective,
-             **({"path": str(path), "revisions": list(revisions)} if revisions is not None else
-                {"checkpoints": str(checkpoints)}),
-             **({"data": str(data)} if data is not None else {})}
+    entry = {
+        "name": name,
+        "kind": kind,
+        "objective": objective,
+        **(
+            {"path": str(path), "revisions": list(revisions)}
+            if revisions is not None
+            else {"checkpoints": str(checkpoints)}
+        ),
+        **({"data": str(data)} if data is not None else {}),
+    }
     try:
         spec = ModelConfig.model_validate(entry, context={"base_dir": Path.cwd()})
         members = expand(spec)
@@ -100,15 +115,24 @@ def load_series(path: str | Path | None = None, *, revisions: Sequence[str] | No
     except SeriesError as exc:
         raise ConfigError(str(exc)) from None
     resolve_device(device)
-    return Series(name=name, members={m.step: Model(name=m.name, spec={**resolved_dict(m), "device": device})
-                                      for m in members})
+    return Series(
+        name=name, members={m.step: Model(name=m.name, spec={**resolved_dict(m), "device": device}) for m in members}
+    )
 
 
-def trajectory(series: Series | Sequence[Series], sentences: str | Sequence[str], *,
-               analyses: Sequence[str] = ("mi", "neighbors", "similarity", "heads"),
-               methods: Sequence[str] = ("pwcca", "cka"), intervals: bool = False, options: dict | None = None,
-               tokens: dict | None = None, seed: int = 0, workdir: str | Path | None = None,
-               progress: bool = False) -> dict[str, xr.Dataset]:
+def trajectory(
+    series: Series | Sequence[Series],
+    sentences: str | Sequence[str],
+    *,
+    analyses: Sequence[str] = ("mi", "neighbors", "similarity", "heads"),
+    methods: Sequence[str] = ("pwcca", "cka"),
+    intervals: bool = False,
+    options: dict | None = None,
+    tokens: dict | None = None,
+    seed: int = 0,
+    workdir: str | Path | None = None,
+    progress: bool = False,
+) -> dict[str, xr.Dataset]:
     """The trajectory of one or several series over ``sentences``: the groups of the pipeline's
     ``trajectory.zarr`` (``curves``, ``verdicts`` and, with ``heads``, ``roles``;
     :func:`evolution.trajectory.collect`), loaded into memory.
@@ -134,8 +158,7 @@ def trajectory(series: Series | Sequence[Series], sentences: str | Sequence[str]
     if not group or not all(isinstance(s, Series) for s in group):
         raise TypeError("trajectory: pass a Series (ev.load_series(...)) or a list of them")
     if len({s.name for s in group}) != len(group):
-        raise ValueError(f"trajectory: two series share a name ({[s.name for s in group]}); "
-                         "load them with name=...")
+        raise ValueError(f"trajectory: two series share a name ({[s.name for s in group]}); load them with name=...")
     options = dict(options or {})
     unknown = sorted(set(options) - set(analyses))
     if unknown:
@@ -152,8 +175,16 @@ def trajectory(series: Series | Sequence[Series], sentences: str | Sequence[str]
     def config_of(m: Model) -> ModelConfig:
         return ModelConfig.model_validate({k: v for k, v in m.spec.items() if k != "device"})
 
-    rows = [Row(s.name, {u: config_of(s[u]) for u in s.steps[:-1]}, config_of(s.final), s.steps[-1],
-                s.final.spec.get("objective")) for s in group]
+    rows = [
+        Row(
+            s.name,
+            {u: config_of(s[u]) for u in s.steps[:-1]},
+            config_of(s.final),
+            s.steps[-1],
+            s.final.spec.get("objective"),
+        )
+        for s in group
+    ]
     tmp = tempfile.TemporaryDirectory(prefix="evolution-trajectory-") if workdir is None else None
     root = Path(tmp.name if tmp is not None else workdir)
     root.mkdir(parents=True, exist_ok=True)
@@ -162,15 +193,23 @@ def trajectory(series: Series | Sequence[Series], sentences: str | Sequence[str]
         reps = represent(models, sentences, store=root / "reps.zarr", progress=progress)
         kw = dict(tokens=tokens, seed=seed, progress=progress)
         final_path = root / "metrics.zarr"
-        write_metrics(str(final_path), analyse(reps, final_sections, models=[s.final.name for s in group], **kw),
-                      fingerprint="api")
+        write_metrics(
+            str(final_path),
+            analyse(reps, final_sections, models=[s.final.name for s in group], **kw),
+            fingerprint="api",
+        )
         finals = final_of(rows)
         snapshots = {}
         for step, members in checkpoint_models(rows).items():
             names = [m.name for m in members]
             datasets = analyse(reps, snapshot_sections, models=names, **kw)
-            inputs = inputs_of(reps, {"similarity": options.get("similarity", {})},
-                               models=[*names, *sorted({finals[n].name for n in names})], tokens=tokens, seed=seed)
+            inputs = inputs_of(
+                reps,
+                {"similarity": options.get("similarity", {})},
+                models=[*names, *sorted({finals[n].name for n in names})],
+                tokens=tokens,
+                seed=seed,
+            )
             inputs.attrs["finals"] = {n: finals[n].name for n in names}
             datasets.update(run_analyses([ToFinal(plan.methods)], inputs, cache=reps.cache, progress=progress))
             for ds in datasets.values():

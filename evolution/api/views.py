@@ -7,9 +7,9 @@ stay usable: each query keeps its ``top_k`` strongest edges."""
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from evolution.api.model import Model
 from evolution.api.represent import Representations, represent
@@ -25,8 +25,10 @@ class ViewPage:
     height: int = 720
 
     def _repr_html_(self) -> str:
-        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" style="width:100%;height:{self.height}px;'
-                'border:1px solid #ddd" sandbox="allow-scripts"></iframe>')
+        return (
+            f'<iframe srcdoc="{html.escape(self.html, quote=True)}" style="width:100%;height:{self.height}px;'
+            'border:1px solid #ddd" sandbox="allow-scripts"></iframe>'
+        )
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -34,9 +36,17 @@ class ViewPage:
         return path
 
 
-def views(models: Model | Sequence[Model] | Representations, sentences: str | Sequence[str] | None = None, *,
-          top_k: int = 8, neuron: bool = True, word_rule: str = "mean", only: str | None = None,
-          title: str = "attention views", height: int | None = None) -> ViewPage:
+def views(
+    models: Model | Sequence[Model] | Representations,
+    sentences: str | Sequence[str] | None = None,
+    *,
+    top_k: int = 8,
+    neuron: bool = True,
+    word_rule: str = "mean",
+    only: str | None = None,
+    title: str = "attention views",
+    height: int | None = None,
+) -> ViewPage:
     """The head, model and neuron views of ``sentences`` for ``models`` (or of the first
     sentences stored with attention in existing :class:`Representations`); translation models
     also their decoder's self-attention and its attention over the source, on their greedy
@@ -60,10 +70,12 @@ def views(models: Model | Sequence[Model] | Representations, sentences: str | Se
 def _height(data: dict, only: str | None) -> int:
     """Pixels that show the head view's two columns of the longest sentence (16 per token), the
     model view (84 per layer) and the neuron view (15 per key) without a scroll bar of the frame."""
-    tokens = max((len(v["tokens"]) for m in data["models"] for it in m["sentences"] for v in it["levels"].values()),
-                 default=10)
-    tokens = max([tokens] + [len(it["decoder"]["tokens"]) for m in data["models"] for it in m["sentences"]
-                             if "decoder" in it])
+    tokens = max(
+        (len(v["tokens"]) for m in data["models"] for it in m["sentences"] for v in it["levels"].values()), default=10
+    )
+    tokens = max(
+        [tokens] + [len(it["decoder"]["tokens"]) for m in data["models"] for it in m["sentences"] if "decoder" in it]
+    )
     layers = max((m["layers"] for m in data["models"]), default=6)
     parts = {"head": 16 * tokens + 140, "model": 84 * layers + 90, "neuron": 15 * tokens + 120}
     return 160 + (parts[only] if only else sum(parts.values()))

@@ -19,13 +19,25 @@ from evolution.config.base import ConfigError
 from evolution.config.cluster import ClusterConfig
 from evolution.config.corpus import BIBLE_TEST, BIBLE_VALID, CorpusConfig, SplitConfig
 from evolution.config.extract import AttentionConfig, ExtractConfig
-from evolution.config.metrics import (HeadsConfig, ImportanceConfig, InfluenceConfig, MetricsConfig, MIConfig,
-                                      NeighborsConfig, ProbesConfig, PruningConfig, SimilarityConfig, TokenSelection,
-                                      TrajectoryConfig, TSNEConfig, TSNESelection)
-from evolution.config.report import ReportConfig, ViewsConfig
-from evolution.config.train import CheckpointSchedule, ObjectiveBudget, TrainConfig
+from evolution.config.metrics import (
+    HeadsConfig,
+    ImportanceConfig,
+    InfluenceConfig,
+    MetricsConfig,
+    MIConfig,
+    NeighborsConfig,
+    ProbesConfig,
+    PruningConfig,
+    SimilarityConfig,
+    TokenSelection,
+    TrajectoryConfig,
+    TSNEConfig,
+    TSNESelection,
+)
 from evolution.config.models import ModelConfig
+from evolution.config.report import ReportConfig, ViewsConfig
 from evolution.config.run import EvolutionConfig, load_config, parse_overrides, resolved_dict
+from evolution.config.train import CheckpointSchedule, ObjectiveBudget, TrainConfig
 
 __all__ = [
     "ConfigError",

@@ -45,9 +45,11 @@ def _treebank(v: Any, info: ValidationInfo, key: str) -> str | None:
         return v
     path = _resolve(v, info)
     if not path.is_file():
-        raise ValueError(f"{key} {str(v)!r} is neither an embedded treebank ({', '.join(EMBEDDED)}) "
-                         "nor an existing CoNLL-U file (relative paths are resolved against the config "
-                         "file's directory)")
+        raise ValueError(
+            f"{key} {str(v)!r} is neither an embedded treebank ({', '.join(EMBEDDED)}) "
+            "nor an existing CoNLL-U file (relative paths are resolved against the config "
+            "file's directory)"
+        )
     return str(path)
 
 
@@ -66,6 +68,8 @@ def _store_location(v: Any, info: ValidationInfo, key: str) -> str | None:
 
 def _must_exist(path: Path, what: str) -> Path:
     if not path.exists():
-        raise ValueError(f"{what} {str(path)!r} does not exist; fix the path (relative paths are "
-                         "resolved against the config file's directory)")
+        raise ValueError(
+            f"{what} {str(path)!r} does not exist; fix the path (relative paths are "
+            "resolved against the config file's directory)"
+        )
     return path

@@ -26,13 +26,16 @@ class ClusterConfig(_Section):
     memory_limit: str = Field("auto", description="per local worker, as distributed accepts it")
 
     @model_validator(mode="after")
-    def _address_iff_kind(self) -> "ClusterConfig":
+    def _address_iff_kind(self) -> ClusterConfig:
         if self.kind == "address" and not self.address:
-            raise ValueError("cluster.kind is 'address' but cluster.address is empty; "
-                             "give the scheduler address, e.g. address: tcp://host:8786")
+            raise ValueError(
+                "cluster.kind is 'address' but cluster.address is empty; "
+                "give the scheduler address, e.g. address: tcp://host:8786"
+            )
         if self.kind != "address" and self.address:
-            raise ValueError(f"cluster.address is set but cluster.kind is {self.kind!r}; "
-                             "set kind: address or remove the address")
+            raise ValueError(
+                f"cluster.address is set but cluster.kind is {self.kind!r}; set kind: address or remove the address"
+            )
         return self
 
 

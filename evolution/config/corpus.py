@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from evolution.config.base import _Section, _must_exist, _resolve, _treebank
+from evolution.config.base import _must_exist, _resolve, _Section, _treebank
 
 
 class SplitConfig(_Section):
@@ -15,9 +15,11 @@ class SplitConfig(_Section):
     plain files) are held out. Either group names or fractions of the pairs."""
 
     valid: list[str] | float | None = Field(
-        None, description="group names, or a fraction of the pairs; default: Bible books below, else 0.02")
+        None, description="group names, or a fraction of the pairs; default: Bible books below, else 0.02"
+    )
     test: list[str] | float | None = Field(
-        None, description="group names, or a fraction of the pairs; default: Bible books below, else 0.08")
+        None, description="group names, or a fraction of the pairs; default: Bible books below, else 0.08"
+    )
     block_lines: int = Field(100, ge=1, description="lines per group for plain parallel files")
 
 
@@ -47,20 +49,26 @@ class CorpusConfig(_Section):
     path: Path | None = Field(None, description="text: the sentences; parallel: source-side file or TSV")
     target_path: Path | None = Field(None, description="parallel: the target-side file, line-aligned")
     columns: dict[str, str] | None = Field(
-        None, description="parallel TSV: {source: en, target: es[, ref: ref][, group: book]}")
-    sword_root: Path = Field(Path("data/sword"), validate_default=True,
-                             description="bible: SWORD root with mods.d/ and modules/")
+        None, description="parallel TSV: {source: en, target: es[, ref: ref][, group: book]}"
+    )
+    sword_root: Path = Field(
+        Path("data/sword"), validate_default=True, description="bible: SWORD root with mods.d/ and modules/"
+    )
     modules: tuple[str, str] = Field(("engWEB2015eb", "spaRV1909eb"), description="bible: source, target module")
     languages: tuple[str, str] = Field(("en", "es"), description="source and target language codes (file suffixes)")
     max_length_ratio: float = Field(2.2, gt=1, description="drop pairs whose longer side has more characters")
     split: Annotated[SplitConfig, Field(default_factory=SplitConfig)]
     analyse: Literal["train", "valid", "test", "all"] = Field(
-        "test", description="the split whose source side is analysed; all: the whole corpus in its order "
-                            "(Voita et al.'s analysis-set size; trained models have seen its training part)")
+        "test",
+        description="the split whose source side is analysed; all: the whole corpus in its order "
+        "(Voita et al.'s analysis-set size; trained models have seen its training part)",
+    )
     max_sentences: int | None = Field(None, ge=1, description="analyse only the first N sentences")
     annotated: str | None = Field(
-        None, description="annotated text analysed beside the main one, for POS / dependency neighbour rates: "
-        "an embedded treebank (ud-ewt-test, ud-ewt-dev) or a CoNLL-U file; null = none")
+        None,
+        description="annotated text analysed beside the main one, for POS / dependency neighbour rates: "
+        "an embedded treebank (ud-ewt-test, ud-ewt-dev) or a CoNLL-U file; null = none",
+    )
     annotated_sentences: int | None = Field(None, ge=1, description="use only the first N annotated sentences")
 
     @field_validator("annotated", mode="before")
@@ -79,18 +87,23 @@ class CorpusConfig(_Section):
         return _resolve(v, info)
 
     @model_validator(mode="after")
-    def _source_fields(self) -> "CorpusConfig":
+    def _source_fields(self) -> CorpusConfig:
         if self.source in ("text", "parallel") and self.path is None:
             raise ValueError(f"corpus.source is {self.source!r} but corpus.path is missing")
         if self.source == "parallel" and (self.target_path is None) == (self.columns is None):
-            raise ValueError("corpus.source is 'parallel': give either target_path (two line-aligned files) "
-                             "or columns (a TSV with a header), not both or neither")
+            raise ValueError(
+                "corpus.source is 'parallel': give either target_path (two line-aligned files) "
+                "or columns (a TSV with a header), not both or neither"
+            )
         if self.columns is not None and not {"source", "target"} <= set(self.columns):
             raise ValueError("corpus.columns needs at least 'source' and 'target' column names")
         bible = self.source == "bible"
-        split = self.split.model_copy(update={
-            "valid": self.split.valid if self.split.valid is not None else (BIBLE_VALID if bible else 0.02),
-            "test": self.split.test if self.split.test is not None else (BIBLE_TEST if bible else 0.08)})
+        split = self.split.model_copy(
+            update={
+                "valid": self.split.valid if self.split.valid is not None else (BIBLE_VALID if bible else 0.02),
+                "test": self.split.test if self.split.test is not None else (BIBLE_TEST if bible else 0.08),
+            }
+        )
         object.__setattr__(self, "split", split)
         return self
 

@@ -16,8 +16,11 @@ class AttentionConfig(_Section):
 
     sentences: int = Field(1000, ge=1)
     dtype: Literal["float16", "float32"] = "float16"
-    norms: bool = Field(True, description="also the vector norms of Kobayashi et al. (2020) beside the maps, "
-                                          "where the model supports them (fairseq Transformers, BERT-like encoders)")
+    norms: bool = Field(
+        True,
+        description="also the vector norms of Kobayashi et al. (2020) beside the maps, "
+        "where the model supports them (fairseq Transformers, BERT-like encoders)",
+    )
 
 
 class ExtractConfig(_Section):
@@ -32,22 +35,32 @@ class ExtractConfig(_Section):
     sort: ``python benchmarks/extract.py --padding``).
     """
 
-    store: str | None = Field(None, description="Zarr store path or fsspec URL (s3://bucket/prefix/reps.zarr; "
-                                                "credentials from the environment); default <workdir>/reps.zarr")
+    store: str | None = Field(
+        None,
+        description="Zarr store path or fsspec URL (s3://bucket/prefix/reps.zarr; "
+        "credentials from the environment); default <workdir>/reps.zarr",
+    )
     dtype: Literal["float32", "float16"] = "float32"
     chunk_tokens: int = Field(4096, ge=16)
     task_chunks: int = Field(4, ge=1, description="Zarr chunks computed by one task")
     compressor: Literal["none", "zstd"] = Field(
-        "none", description="codec of the hidden array; float32 states barely compress (8% with zstd)")
-    max_batch_tokens: int = Field(1024, ge=16, description="padded tokens per forward pass (1,024 was fastest on CPU: benchmarks/extract.py)")
+        "none", description="codec of the hidden array; float32 states barely compress (8% with zstd)"
+    )
+    max_batch_tokens: int = Field(
+        1024, ge=16, description="padded tokens per forward pass (1,024 was fastest on CPU: benchmarks/extract.py)"
+    )
     too_long: Literal["truncate", "skip", "error"] = Field(
-        "truncate", description="what to do with a sentence longer than the model's maximum positions")
+        "truncate", description="what to do with a sentence longer than the model's maximum positions"
+    )
     attention: AttentionConfig | None = None
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads in each task")
-    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$",
-                        description="where models run for extraction and every analysis that re-runs them: auto "
-                                    "(a CUDA GPU where one is visible, else the CPU), cpu, cuda, cuda:N; LRP "
-                                    "relevance and pruning run on the CPU")
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        description="where models run for extraction and every analysis that re-runs them: auto "
+        "(a CUDA GPU where one is visible, else the CPU), cpu, cuda, cuda:N; LRP "
+        "relevance and pruning run on the CPU",
+    )
 
     @field_validator("store", mode="before")
     @classmethod

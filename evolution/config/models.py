@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from evolution.config.base import _Section, _must_exist, _resolve
+from evolution.config.base import _must_exist, _resolve, _Section
 
 
 class ModelConfig(_Section):
@@ -46,22 +46,31 @@ class ModelConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
     kind: Literal["trained", "huggingface", "fairseq", "shipped"]
     run: str | None = Field(None, description="trained: the training run (default: name)")
-    update: int | None = Field(None, ge=1, description="trained: the checkpoint kept at this update "
-                                                       "(train.checkpoints) instead of the final model")
-    revisions: list[str] | None = Field(None, min_length=1, description="huggingface: a series of hub revisions "
-                                                                       "of ``path`` (a hub id)")
-    checkpoints: str | None = Field(None, description="a series: a glob of checkpoint directories or files, "
-                                                      "relative to the config file")
+    update: int | None = Field(
+        None,
+        ge=1,
+        description="trained: the checkpoint kept at this update (train.checkpoints) instead of the final model",
+    )
+    revisions: list[str] | None = Field(
+        None, min_length=1, description="huggingface: a series of hub revisions of ``path`` (a hub id)"
+    )
+    checkpoints: str | None = Field(
+        None, description="a series: a glob of checkpoint directories or files, relative to the config file"
+    )
     series: str | None = Field(None, description="set on a series member: the series' name")
     step: int | None = Field(None, ge=0, description="set on a series member: its training step")
     revision: str | None = Field(None, description="set on a series member from ``revisions``: its hub revision")
-    hub_id: str | None = Field(None, description="huggingface: the hub id that ``path`` was given as (set when "
-                                                 "loading; ``path`` is then its snapshot in the local cache)")
+    hub_id: str | None = Field(
+        None,
+        description="huggingface: the hub id that ``path`` was given as (set when "
+        "loading; ``path`` is then its snapshot in the local cache)",
+    )
     path: Path | None = None
     data: Path | None = None
     sentencepiece: Path | None = None
     objective: Literal["mt", "lm", "mlm"] | None = Field(
-        None, description="recorded as provenance; inferred from the model when omitted")
+        None, description="recorded as provenance; inferred from the model when omitted"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -69,8 +78,10 @@ class ModelConfig(_Section):
         """``kind: huggingface`` with a ``path`` that is no local directory but looks like a hub id
         (``bert-base-uncased``): resolved through the Hugging Face cache (:mod:`evolution.models.hub`)."""
         if isinstance(data, dict) and data.get("revisions") is not None and data.get("kind") != "huggingface":
-            raise ValueError(f"model {data.get('name')!r}: 'revisions' are Hugging Face hub revisions (kind: "
-                             "huggingface); for directories or files of other kinds use 'checkpoints: <glob>'")
+            raise ValueError(
+                f"model {data.get('name')!r}: 'revisions' are Hugging Face hub revisions (kind: "
+                "huggingface); for directories or files of other kinds use 'checkpoints: <glob>'"
+            )
         if not isinstance(data, dict) or data.get("kind") != "huggingface" or data.get("hub_id"):
             return data
         from evolution.models.base import ModelLoadError
@@ -79,12 +90,16 @@ class ModelConfig(_Section):
         raw = data.get("path")
         if data.get("revisions") is not None:  # a series of hub revisions: resolved per member (evolution.series)
             if data.get("checkpoints") is not None:
-                raise ValueError(f"model {data.get('name')!r}: give either 'revisions' (hub revisions) or "
-                                 "'checkpoints' (a glob), not both")
+                raise ValueError(
+                    f"model {data.get('name')!r}: give either 'revisions' (hub revisions) or "
+                    "'checkpoints' (a glob), not both"
+                )
             if raw is None or not looks_like_hub_id(str(raw)):
-                raise ValueError(f"model {data.get('name')!r}: 'revisions' needs a hub id as 'path' "
-                                 f"(e.g. EleutherAI/pythia-70m), got {raw!r}; for local directories use "
-                                 "'checkpoints: <glob>'")
+                raise ValueError(
+                    f"model {data.get('name')!r}: 'revisions' needs a hub id as 'path' "
+                    f"(e.g. EleutherAI/pythia-70m), got {raw!r}; for local directories use "
+                    "'checkpoints: <glob>'"
+                )
             return {**data, "hub_id": str(raw), "path": None}
         if raw is None or Path(str(raw)).is_absolute():
             return data
@@ -109,13 +124,15 @@ class ModelConfig(_Section):
         return None if v is None else str(_resolve(str(v), info))
 
     @model_validator(mode="after")
-    def _kind_fields(self) -> "ModelConfig":
+    def _kind_fields(self) -> ModelConfig:
         if self.revisions is not None or self.checkpoints is not None:
             return self._series_fields()
         if self.kind == "trained":
             if self.path is not None or self.data is not None or self.sentencepiece is not None:
-                raise ValueError(f"model {self.name!r}: a trained model's files come from the train stage; "
-                                 "remove path/data/sentencepiece (or use kind: fairseq for files of your own)")
+                raise ValueError(
+                    f"model {self.name!r}: a trained model's files come from the train stage; "
+                    "remove path/data/sentencepiece (or use kind: fairseq for files of your own)"
+                )
             return self
         if self.run is not None or self.update is not None:
             raise ValueError(f"model {self.name!r}: 'run' and 'update' are for kind: trained only")
@@ -123,36 +140,50 @@ class ModelConfig(_Section):
             raise ValueError(f"model {self.name!r}: kind {self.kind!r} needs 'path'")
         if self.kind == "shipped":
             if not (self.path / "model.json").is_file() or not (self.path / "model.safetensors").is_file():
-                raise ValueError(f"model {self.name!r}: a shipped model path must be a directory with "
-                                 f"model.json and model.safetensors, got {str(self.path)!r}")
+                raise ValueError(
+                    f"model {self.name!r}: a shipped model path must be a directory with "
+                    f"model.json and model.safetensors, got {str(self.path)!r}"
+                )
             if self.data is not None or self.sentencepiece is not None:
-                raise ValueError(f"model {self.name!r}: a shipped model names its vocabulary in model.json; "
-                                 "remove 'data' and 'sentencepiece'")
+                raise ValueError(
+                    f"model {self.name!r}: a shipped model names its vocabulary in model.json; "
+                    "remove 'data' and 'sentencepiece'"
+                )
         elif self.kind == "huggingface":
             if not self.path.is_dir():
-                raise ValueError(f"model {self.name!r}: a huggingface model path must be a directory "
-                                 f"with config.json, got the file {str(self.path)!r}")
+                raise ValueError(
+                    f"model {self.name!r}: a huggingface model path must be a directory "
+                    f"with config.json, got the file {str(self.path)!r}"
+                )
             if self.data is not None or self.sentencepiece is not None:
-                raise ValueError(f"model {self.name!r}: 'data' and 'sentencepiece' are fairseq-only; "
-                                 "a huggingface directory carries its own tokenizer")
+                raise ValueError(
+                    f"model {self.name!r}: 'data' and 'sentencepiece' are fairseq-only; "
+                    "a huggingface directory carries its own tokenizer"
+                )
         else:
             if self.path.is_dir():
-                raise ValueError(f"model {self.name!r}: a fairseq model path must be a checkpoint "
-                                 f"file (e.g. checkpoint_best.pt), got the directory {str(self.path)!r}")
+                raise ValueError(
+                    f"model {self.name!r}: a fairseq model path must be a checkpoint "
+                    f"file (e.g. checkpoint_best.pt), got the directory {str(self.path)!r}"
+                )
             if self.data is None:
-                raise ValueError(f"model {self.name!r}: fairseq models need 'data', the directory "
-                                 "with the dictionary (dict.txt or dict.<lang>.txt) used in training")
+                raise ValueError(
+                    f"model {self.name!r}: fairseq models need 'data', the directory "
+                    "with the dictionary (dict.txt or dict.<lang>.txt) used in training"
+                )
         return self
 
-    def _series_fields(self) -> "ModelConfig":
+    def _series_fields(self) -> ModelConfig:
         where = f"model {self.name!r}"
         if "@" in self.name:
             raise ValueError(f"{where}: a series' members are named <name>@<step>; give the series a name without '@'")
         if self.revisions is not None and self.checkpoints is not None:
             raise ValueError(f"{where}: give either 'revisions' (hub revisions) or 'checkpoints' (a glob), not both")
         if self.kind == "trained":
-            raise ValueError(f"{where}: a trained run's checkpoints come from train.checkpoints and "
-                             "metrics.trajectory; remove 'revisions'/'checkpoints'")
+            raise ValueError(
+                f"{where}: a trained run's checkpoints come from train.checkpoints and "
+                "metrics.trajectory; remove 'revisions'/'checkpoints'"
+            )
         if self.checkpoints is not None and self.path is not None:
             raise ValueError(f"{where}: with 'checkpoints' each member's path comes from the glob; remove 'path'")
         if self.kind == "fairseq" and self.data is None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
-from evolution.config.base import ConfigError, _Section, _resolve
+from evolution.config.base import ConfigError, _resolve, _Section
 from evolution.config.cluster import ClusterConfig, _coerce_cluster
 from evolution.config.corpus import CorpusConfig
 from evolution.config.extract import ExtractConfig
@@ -22,8 +22,9 @@ class EvolutionConfig(_Section):
     """The whole run: ``workdir``, ``seed``, ``cluster``, ``corpus``, ``train``, ``extract``, ``metrics``,
     ``report``, ``models``."""
 
-    workdir: Path = Field(Path("runs/default"), validate_default=True,
-                          description="where every stage writes; relative to the config file")
+    workdir: Path = Field(
+        Path("runs/default"), validate_default=True, description="where every stage writes; relative to the config file"
+    )
     seed: int = 0
     cluster: Annotated[ClusterConfig, Field(default_factory=ClusterConfig)]
     corpus: CorpusConfig
@@ -46,7 +47,7 @@ class EvolutionConfig(_Section):
         return _coerce_cluster(v)
 
     @model_validator(mode="after")
-    def _expand_series(self) -> "EvolutionConfig":
+    def _expand_series(self) -> EvolutionConfig:
         """Each checkpoint series among ``models`` becomes its last member (the others are the
         trajectory's, :meth:`series`)."""
         from evolution.series import SeriesError, expand
@@ -68,16 +69,20 @@ class EvolutionConfig(_Section):
         return self
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "EvolutionConfig":
+    def _unique_names(self) -> EvolutionConfig:
         if not self.models:
             if self.train is None:
-                raise ValueError("models: list at least one model to analyse, or add a train section "
-                                 "(its runs are then analysed)")
-            object.__setattr__(self, "models", [ModelConfig(name=n, kind="trained")
-                                                for n in self.train.runs(self.seed)])
+                raise ValueError(
+                    "models: list at least one model to analyse, or add a train section (its runs are then analysed)"
+                )
+            object.__setattr__(
+                self, "models", [ModelConfig(name=n, kind="trained") for n in self.train.runs(self.seed)]
+            )
         if self.train is not None and not self.corpus.parallel:
-            raise ValueError("train needs a parallel corpus (corpus.source: bible or parallel); "
-                             "corpus.source: text has no target side to translate into")
+            raise ValueError(
+                "train needs a parallel corpus (corpus.source: bible or parallel); "
+                "corpus.source: text has no target side to translate into"
+            )
         trained = [m for m in self.models if m.kind == "trained"]
         if trained and self.train is None:
             raise ValueError(f"models {[m.name for m in trained]} are kind: trained but there is no train section")
@@ -91,23 +96,35 @@ class EvolutionConfig(_Section):
                     continue
                 kept = self.train.kept_updates(runs[m.run_name]["objective"])
                 if m.update not in kept:
-                    raise ValueError(f"model {m.name!r}: run {m.run_name!r} keeps no checkpoint at update {m.update}; "
-                                     f"train.checkpoints keeps {kept or 'none'} (the final model: leave out 'update')")
+                    raise ValueError(
+                        f"model {m.name!r}: run {m.run_name!r} keeps no checkpoint at update {m.update}; "
+                        f"train.checkpoints keeps {kept or 'none'} (the final model: leave out 'update')"
+                    )
         names = [m.name for m in self.models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"models: names must be unique, {dupes} appear more than once")
-        if self.metrics.trajectory is not None and (self.train is None or self.train.checkpoints is None) \
-                and not self._series:
-            raise ValueError("metrics.trajectory analyses the checkpoints kept in training or a checkpoint series: "
-                             "add train.checkpoints (e.g. {first: 25, factor: 2}) or a model with 'revisions' or "
-                             "'checkpoints' (docs/series.md), or set metrics.trajectory: null")
-        for key, listed in (("metrics.pruning.models", self.metrics.pruning and self.metrics.pruning.models),
-                            ("report.views.models", self.report.views and self.report.views.models)):
+        if (
+            self.metrics.trajectory is not None
+            and (self.train is None or self.train.checkpoints is None)
+            and not self._series
+        ):
+            raise ValueError(
+                "metrics.trajectory analyses the checkpoints kept in training or a checkpoint series: "
+                "add train.checkpoints (e.g. {first: 25, factor: 2}) or a model with 'revisions' or "
+                "'checkpoints' (docs/series.md), or set metrics.trajectory: null"
+            )
+        for key, listed in (
+            ("metrics.pruning.models", self.metrics.pruning and self.metrics.pruning.models),
+            ("report.views.models", self.report.views and self.report.views.models),
+        ):
             unknown = [n for n in listed or [] if n not in names]
             if unknown:
-                hint = "".join(f"; {n} is a checkpoint series: name its last member, {self._series[n][-1].name}"
-                               for n in unknown if n in self._series)
+                hint = "".join(
+                    f"; {n} is a checkpoint series: name its last member, {self._series[n][-1].name}"
+                    for n in unknown
+                    if n in self._series
+                )
                 raise ValueError(f"{key}: no model named {unknown}; the models are {names}{hint}")
         if self.extract.max_batch_tokens < 2:
             raise ValueError("extract.max_batch_tokens must be at least 2")
@@ -129,13 +146,18 @@ class EvolutionConfig(_Section):
             return a == b or a.startswith(b.rstrip("/") + "/")
 
         m = norm(metrics)
-        for name, other in (("extract.store", reps), ("the metrics inputs", location.inputs_dir(reps)),
-                            ("workdir", str(self.workdir))):
+        for name, other in (
+            ("extract.store", reps),
+            ("the metrics inputs", location.inputs_dir(reps)),
+            ("workdir", str(self.workdir)),
+        ):
             o = norm(other)
             if within(o, m) or (within(m, o) and name != "workdir"):
-                raise ValueError(f"metrics.store {metrics} overlaps {name} ({other}); writing the metrics "
-                                 "replaces the whole metrics store, so give it a location of its own, e.g. "
-                                 f"{location.join(location.parent(reps), 'metrics.zarr')}")
+                raise ValueError(
+                    f"metrics.store {metrics} overlaps {name} ({other}); writing the metrics "
+                    "replaces the whole metrics store, so give it a location of its own, e.g. "
+                    f"{location.join(location.parent(reps), 'metrics.zarr')}"
+                )
 
     def series(self) -> dict[str, list[ModelConfig]]:
         """``series name -> members by ascending step`` of the checkpoint series among ``models``
@@ -172,8 +194,10 @@ def _yaml_error(path: Path, exc: Exception) -> str:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         if mark.line < len(lines):
             line = f"\n  {lines[mark.line]}\n  {' ' * mark.column}^"
-    return (f"{where}: not valid YAML: {what}{line}\n  check the brackets, quotes and indentation there "
-            "(evolution.yaml is a complete example)")
+    return (
+        f"{where}: not valid YAML: {what}{line}\n  check the brackets, quotes and indentation there "
+        "(evolution.yaml is a complete example)"
+    )
 
 
 def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) -> EvolutionConfig:
@@ -223,8 +247,10 @@ def _override(data: dict, key: str, value: Any, *, path: Path) -> None:
         if child is None:
             child = node[part] = {}
         if not isinstance(child, dict):
-            raise ConfigError(f"override {key!r}: {'.'.join(parents[:i + 1])} in {path} is not a section "
-                              f"(it is {child!r}); override it as a whole instead")
+            raise ConfigError(
+                f"override {key!r}: {'.'.join(parents[: i + 1])} in {path} is not a section "
+                f"(it is {child!r}); override it as a whole instead"
+            )
         node = child
     node[last] = value
 

@@ -52,8 +52,9 @@ class TrainConfig(_Section):
 
     objectives: list[Literal["mt", "lm", "mlm"]] = Field(default_factory=lambda: ["mt", "lm", "mlm"], min_length=1)
     seeds: list[int] = Field(default_factory=list, description="extra seeds per objective (the 'init' baselines)")
-    token_dropout: list[Literal["mt", "lm", "mlm"]] = Field(default_factory=list,
-                                                            description="objectives also trained with input token dropout")
+    token_dropout: list[Literal["mt", "lm", "mlm"]] = Field(
+        default_factory=list, description="objectives also trained with input token dropout"
+    )
     token_dropout_p: float = Field(0.1, ge=0, lt=1)
     vocab_size: int = Field(8000, ge=16, description="joint SentencePiece BPE pieces")
     layers: int = Field(6, ge=1, description="encoder blocks (Voita et al.: 6)")
@@ -70,12 +71,13 @@ class TrainConfig(_Section):
     updates: Annotated[ObjectiveBudget, Field(default_factory=ObjectiveBudget)]
     save_interval_updates: int = Field(200, ge=1, description="checkpoint_last.pt every N updates (resume point)")
     checkpoints: CheckpointSchedule | None = Field(
-        None, description="keep checkpoints at log-spaced updates for the trajectory over training (null: none)")
+        None, description="keep checkpoints at log-spaced updates for the trajectory over training (null: none)"
+    )
     threads: int = Field(2, ge=1, description="torch threads per training process")
     beam: int = Field(4, ge=1, description="beam size for the MT test translation (BLEU/chrF)")
 
     @model_validator(mode="after")
-    def _divisible(self) -> "TrainConfig":
+    def _divisible(self) -> TrainConfig:
         if self.embed_dim % self.heads:
             raise ValueError(f"train.embed_dim ({self.embed_dim}) must be divisible by train.heads ({self.heads})")
         bad = [o for o in self.token_dropout if o not in self.objectives]
@@ -96,6 +98,9 @@ class TrainConfig(_Section):
                 if seed != base_seed:
                     out[f"{objective}-seed{seed}"] = {"objective": objective, "seed": seed, "token_dropout": 0.0}
             if objective in self.token_dropout:
-                out[f"{objective}-tokdrop"] = {"objective": objective, "seed": base_seed,
-                                               "token_dropout": self.token_dropout_p}
+                out[f"{objective}-tokdrop"] = {
+                    "objective": objective,
+                    "seed": base_seed,
+                    "token_dropout": self.token_dropout_p,
+                }
         return out

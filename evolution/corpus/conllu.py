@@ -16,24 +16,31 @@ which is the ``word_id`` the token table assigns (:mod:`evolution.tokens`).
 from __future__ import annotations
 
 import gzip
-import io
 import hashlib
+import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from evolution.corpus.text import CorpusError
 from evolution.labels import NO_LABEL, label_codes  # the codes of the store's annotation strings
 
-__all__ = ["TreebankSentence", "EMBEDDED", "read_conllu", "resolve_treebank", "annotation_columns", "label_codes",
-           "NO_LABEL", "ANNOTATION_COLUMNS"]
+__all__ = [
+    "TreebankSentence",
+    "EMBEDDED",
+    "read_conllu",
+    "resolve_treebank",
+    "annotation_columns",
+    "label_codes",
+    "NO_LABEL",
+    "ANNOTATION_COLUMNS",
+]
 
 #: Treebanks shipped with the package (``corpus.annotated`` accepts these names).
 EMBEDDED = {"ud-ewt-dev": "en_ewt-ud-dev.conllu.gz", "ud-ewt-test": "en_ewt-ud-test.conllu.gz"}
-
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,10 @@ def resolve_treebank(name_or_path: str | Path) -> Path:
         return Path(str(resources.files("evolution") / "data" / "ud-ewt" / EMBEDDED[str(name_or_path)]))
     path = Path(name_or_path)
     if not path.is_file():
-        raise CorpusError(f"corpus.annotated: {path} is neither a file nor one of the embedded treebanks "
-                          f"({', '.join(EMBEDDED)}); give a CoNLL-U file (.conllu or .conllu.gz)")
+        raise CorpusError(
+            f"corpus.annotated: {path} is neither a file nor one of the embedded treebanks "
+            f"({', '.join(EMBEDDED)}); give a CoNLL-U file (.conllu or .conllu.gz)"
+        )
     return path
 
 
@@ -76,8 +85,9 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def read_conllu(path: str | Path, *, max_sentences: int | None = None,
-                text: str | None = None) -> list[TreebankSentence]:
+def read_conllu(
+    path: str | Path, *, max_sentences: int | None = None, text: str | None = None
+) -> list[TreebankSentence]:
     """Read a CoNLL-U file (plain or ``.gz``) into :class:`TreebankSentence` s; with ``text``,
     parse that text instead (the file's content, shipped to a worker), naming ``path`` in errors.
 
@@ -98,17 +108,20 @@ def read_conllu(path: str | Path, *, max_sentences: int | None = None,
         ids = [int(r[0]) for r in rows]
         if ids != list(range(1, len(rows) + 1)):
             raise CorpusError(f"{path}:{first_line}: word ids run {ids[:5]}..., expected 1..{len(rows)}")
-        out.append(TreebankSentence(
-            words=tuple("_".join(r[1].split()) or "_" for r in rows),
-            upos=tuple(r[3] for r in rows),
-            xpos=tuple(r[4] if r[4] != "_" else r[3] for r in rows),
-            head=tuple(int(r[6]) for r in rows),
-            deprel=tuple(r[7].split(":")[0] for r in rows),
-            line=first_line))
+        out.append(
+            TreebankSentence(
+                words=tuple("_".join(r[1].split()) or "_" for r in rows),
+                upos=tuple(r[3] for r in rows),
+                xpos=tuple(r[4] if r[4] != "_" else r[3] for r in rows),
+                head=tuple(int(r[6]) for r in rows),
+                deprel=tuple(r[7].split(":")[0] for r in rows),
+                line=first_line,
+            )
+        )
         rows.clear()
 
     try:
-        with (io.StringIO(text) if text is not None else opener(path, "rt", encoding="utf-8")) as fh:
+        with io.StringIO(text) if text is not None else opener(path, "rt", encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, start=1):
                 line = line.rstrip("\n")
                 if not line.strip():
@@ -138,8 +151,9 @@ def read_conllu(path: str | Path, *, max_sentences: int | None = None,
     return out[:max_sentences] if max_sentences is not None else out
 
 
-def _word_index(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
-                lengths: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def _word_index(
+    *, sentence: np.ndarray, word_id: np.ndarray, first: int, lengths: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
     """Which tokens (n,) belong to a word of annotated sentence ``first + j``
     (``lengths[j]`` words), and the index of that word among all annotated words."""
     sentence = np.asarray(sentence, dtype=np.int64)
@@ -157,8 +171,9 @@ def _word_index(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
 ANNOTATION_COLUMNS = ("upos", "xpos", "deprel", "head")
 
 
-def annotation_columns(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
-                       sentences: Sequence[dict]) -> dict[str, np.ndarray]:
+def annotation_columns(
+    *, sentence: np.ndarray, word_id: np.ndarray, first: int, sentences: Sequence[dict]
+) -> dict[str, np.ndarray]:
     """Per token (n,), the gold annotation of the word it belongs to, as token coordinates.
 
     ``sentences[j]`` holds the word labels of corpus sentence ``first + j``
@@ -168,8 +183,9 @@ def annotation_columns(*, sentence: np.ndarray, word_id: np.ndarray, first: int,
     annotated word: the main text, special tokens, pieces past a truncation)
     and ``head`` (int32, -1 there).
     """
-    ok, flat_index = _word_index(sentence=sentence, word_id=word_id, first=first,
-                                 lengths=[len(s["upos"]) for s in sentences])
+    ok, flat_index = _word_index(
+        sentence=sentence, word_id=word_id, first=first, lengths=[len(s["upos"]) for s in sentences]
+    )
     out: dict[str, np.ndarray] = {}
     for name in ("upos", "xpos", "deprel"):
         flat = np.array([w for s in sentences for w in s[name]], dtype=object)

@@ -53,8 +53,15 @@ class SourceText:
 def read_source(cfg: CorpusConfig, *, seed: int, inputs: dict[str, str]) -> SourceText:
     """Read (and validate) the configured corpus; a parallel one is length-filtered
     and split by whole groups with ``seed``. ``inputs`` (file -> hash) is provenance."""
-    out = SourceText(config=cfg, meta={"inputs": inputs, "config": resolved_dict(cfg), "versions": versions(),
-                                       "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    out = SourceText(
+        config=cfg,
+        meta={
+            "inputs": inputs,
+            "config": resolved_dict(cfg),
+            "versions": versions(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+    )
     if cfg.source == "text":
         out.plain = read_text_corpus(cfg.path, max_sentences=cfg.max_sentences)
         out.meta.update(source=out.plain.source, source_sha256=file_hash(out.plain.source))
@@ -64,8 +71,12 @@ def read_source(cfg: CorpusConfig, *, seed: int, inputs: dict[str, str]) -> Sour
         from evolution.corpus.conllu import read_conllu, resolve_treebank
 
         out.treebank = read_conllu(resolve_treebank(cfg.annotated), max_sentences=cfg.annotated_sentences)
-        logger.info("corpus: annotated text %s: %d sentences, %d words", cfg.annotated, len(out.treebank),
-                    sum(len(t) for t in out.treebank))
+        logger.info(
+            "corpus: annotated text %s: %d sentences, %d words",
+            cfg.annotated,
+            len(out.treebank),
+            sum(len(t) for t in out.treebank),
+        )
     return out
 
 
@@ -84,9 +95,14 @@ def _read_parallel(cfg: CorpusConfig, *, seed: int):
         corpus = read_parallel_text(cfg.path, cfg.target_path, block_lines=cfg.split.block_lines)
     else:
         cols = cfg.columns or {}
-        corpus = read_parallel_tsv(cfg.path, source_column=cols["source"], target_column=cols["target"],
-                                   ref_column=cols.get("ref"), group_column=cols.get("group"),
-                                   block_lines=cfg.split.block_lines)
+        corpus = read_parallel_tsv(
+            cfg.path,
+            source_column=cols["source"],
+            target_column=cols["target"],
+            ref_column=cols.get("ref"),
+            group_column=cols.get("group"),
+            block_lines=cfg.split.block_lines,
+        )
     corpus = filter_length_ratio(corpus, max_ratio=cfg.max_length_ratio)
     return corpus, split_corpus(corpus, valid=cfg.split.valid, test=cfg.split.test, seed=seed)
 
@@ -113,8 +129,11 @@ def write(directory: Path, source: SourceText, *, key: str) -> int:
 def _write_annotation(directory: Path, treebank, *, first: int) -> dict:
     """``annotation.json``: per annotated sentence its words' labels; they are corpus
     sentences ``first ...`` (after the main text)."""
-    doc = {"first": first, "n_sentences": len(treebank),
-           "sentences": [{"upos": t.upos, "xpos": t.xpos, "deprel": t.deprel, "head": t.head} for t in treebank]}
+    doc = {
+        "first": first,
+        "n_sentences": len(treebank),
+        "sentences": [{"upos": t.upos, "xpos": t.xpos, "deprel": t.deprel, "head": t.head} for t in treebank],
+    }
     (directory / "annotation.json").write_text(json.dumps(doc), encoding="utf-8")
     return {"first": first, "n_sentences": len(treebank), "n_words": sum(len(t) for t in treebank)}
 
@@ -129,24 +148,46 @@ def _write_parallel(directory: Path, source: SourceText, meta: dict) -> tuple[li
     counts = {}
     for name in SPLITS:
         idx = splits[name]
-        (directory / "text" / f"{name}.{src}").write_text("".join(corpus.source[i] + "\n" for i in idx), encoding="utf-8")
-        (directory / "text" / f"{name}.{tgt}").write_text("".join(corpus.target[i] + "\n" for i in idx), encoding="utf-8")
+        (directory / "text" / f"{name}.{src}").write_text(
+            "".join(corpus.source[i] + "\n" for i in idx), encoding="utf-8"
+        )
+        (directory / "text" / f"{name}.{tgt}").write_text(
+            "".join(corpus.target[i] + "\n" for i in idx), encoding="utf-8"
+        )
         (directory / "refs" / f"{name}.txt").write_text("".join(corpus.refs[i] + "\n" for i in idx), encoding="utf-8")
         groups = list(dict.fromkeys(corpus.groups[i] for i in idx))
-        counts[name] = {"pairs": len(idx), "groups": len(groups),
-                        "source_words": sum(len(corpus.source[i].split()) for i in idx),
-                        "target_words": sum(len(corpus.target[i].split()) for i in idx)}
+        counts[name] = {
+            "pairs": len(idx),
+            "groups": len(groups),
+            "source_words": sum(len(corpus.source[i].split()) for i in idx),
+            "target_words": sum(len(corpus.target[i].split()) for i in idx),
+        }
         if name != "train":
             counts[name]["group_names"] = groups
-        logger.info("corpus: %s split: %d pairs in %d groups, %d %s / %d %s words", name, len(idx), len(groups),
-                    counts[name]["source_words"], src, counts[name]["target_words"], tgt)
+        logger.info(
+            "corpus: %s split: %d pairs in %d groups, %d %s / %d %s words",
+            name,
+            len(idx),
+            len(groups),
+            counts[name]["source_words"],
+            src,
+            counts[name]["target_words"],
+            tgt,
+        )
     pool = sorted(i for name in SPLITS for i in splits[name]) if c.analyse == "all" else splits[c.analyse]
-    analysed = pool[:c.max_sentences] if c.max_sentences else pool
-    meta.update(source=corpus.origin, filter=corpus.stats, splits=counts, analysed_split=c.analyse,
-                languages=[src, tgt], refs=[corpus.refs[i] for i in analysed])
+    analysed = pool[: c.max_sentences] if c.max_sentences else pool
+    meta.update(
+        source=corpus.origin,
+        filter=corpus.stats,
+        splits=counts,
+        analysed_split=c.analyse,
+        languages=[src, tgt],
+        refs=[corpus.refs[i] for i in analysed],
+    )
     # the target side of the analysed sentences, line by line (decoder heads)
-    (directory / "text" / f"analysed.{tgt}").write_text("".join(corpus.target[i] + "\n" for i in analysed),
-                                                         encoding="utf-8")
+    (directory / "text" / f"analysed.{tgt}").write_text(
+        "".join(corpus.target[i] + "\n" for i in analysed), encoding="utf-8"
+    )
     # `lines`: 1-based position of each analysed sentence in the analysed list (its split, or the corpus)
     return [corpus.source[i] for i in analysed], list(range(1, len(analysed) + 1))
 

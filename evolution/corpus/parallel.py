@@ -14,16 +14,23 @@ import csv
 import gzip
 import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from evolution.corpus.text import CorpusError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ParallelCorpus", "read_parallel_text", "read_parallel_tsv", "read_bible",
-           "filter_length_ratio", "split_corpus", "SPLITS"]
+__all__ = [
+    "ParallelCorpus",
+    "read_parallel_text",
+    "read_parallel_tsv",
+    "read_bible",
+    "filter_length_ratio",
+    "split_corpus",
+    "SPLITS",
+]
 
 SPLITS = ("train", "valid", "test")
 
@@ -42,10 +49,15 @@ class ParallelCorpus:
     def __len__(self) -> int:
         return len(self.source)
 
-    def subset(self, keep: Sequence[int]) -> "ParallelCorpus":
-        return ParallelCorpus(source=[self.source[i] for i in keep], target=[self.target[i] for i in keep],
-                              refs=[self.refs[i] for i in keep], groups=[self.groups[i] for i in keep],
-                              origin=self.origin, stats=dict(self.stats))
+    def subset(self, keep: Sequence[int]) -> ParallelCorpus:
+        return ParallelCorpus(
+            source=[self.source[i] for i in keep],
+            target=[self.target[i] for i in keep],
+            refs=[self.refs[i] for i in keep],
+            groups=[self.groups[i] for i in keep],
+            origin=self.origin,
+            stats=dict(self.stats),
+        )
 
 
 def _lines(path: Path) -> list[str]:
@@ -56,13 +68,16 @@ def _lines(path: Path) -> list[str]:
             try:
                 out.append(" ".join(raw.decode("utf-8").split()))
             except UnicodeDecodeError as exc:
-                raise CorpusError(f"{path}:{lineno}: not UTF-8 ({exc.reason} at byte {exc.start}); re-encode the "
-                                  "file, e.g. `iconv -f latin1 -t utf-8`") from None
+                raise CorpusError(
+                    f"{path}:{lineno}: not UTF-8 ({exc.reason} at byte {exc.start}); re-encode the "
+                    "file, e.g. `iconv -f latin1 -t utf-8`"
+                ) from None
     return out
 
 
-def _drop_empty(source: list[str], target: list[str], refs: list[str], groups: list[str], origin: str
-                ) -> ParallelCorpus:
+def _drop_empty(
+    source: list[str], target: list[str], refs: list[str], groups: list[str], origin: str
+) -> ParallelCorpus:
     keep = [i for i, (s, t) in enumerate(zip(source, target)) if s and t]
     dropped = len(source) - len(keep)
     if dropped:
@@ -71,22 +86,30 @@ def _drop_empty(source: list[str], target: list[str], refs: list[str], groups: l
     return corpus.subset(keep)
 
 
-def read_parallel_text(source_path: str | Path, target_path: str | Path, *, block_lines: int = 100
-                       ) -> ParallelCorpus:
+def read_parallel_text(source_path: str | Path, target_path: str | Path, *, block_lines: int = 100) -> ParallelCorpus:
     """Two line-aligned UTF-8 files (``.gz`` allowed). Different line counts are an error."""
     source_path, target_path = Path(source_path), Path(target_path)
     source, target = _lines(source_path), _lines(target_path)
     if len(source) != len(target):
-        raise CorpusError(f"{source_path} has {len(source)} lines but {target_path} has {len(target)}; "
-                          "a parallel corpus needs one target line per source line (check for a missing or "
-                          "extra line, or a stray newline inside a sentence)")
+        raise CorpusError(
+            f"{source_path} has {len(source)} lines but {target_path} has {len(target)}; "
+            "a parallel corpus needs one target line per source line (check for a missing or "
+            "extra line, or a stray newline inside a sentence)"
+        )
     refs = [str(i) for i in range(1, len(source) + 1)]
     groups = [f"block{i // block_lines:06d}" for i in range(len(source))]
     return _drop_empty(source, target, refs, groups, f"{source_path} + {target_path}")
 
 
-def read_parallel_tsv(path: str | Path, *, source_column: str, target_column: str, ref_column: str | None = None,
-                      group_column: str | None = None, block_lines: int = 100) -> ParallelCorpus:
+def read_parallel_tsv(
+    path: str | Path,
+    *,
+    source_column: str,
+    target_column: str,
+    ref_column: str | None = None,
+    group_column: str | None = None,
+    block_lines: int = 100,
+) -> ParallelCorpus:
     """A TSV with a header row (``.gz`` allowed); columns named by the arguments."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
@@ -115,11 +138,21 @@ def read_bible(root: str | Path, *, source_module: str, target_module: str) -> P
     from evolution.corpus.sword import align_verses, read_module
 
     pairs, stats = align_verses(read_module(root, source_module), read_module(root, target_module))
-    logger.info("%s/%s: %d verse pairs (%s)", source_module, target_module, len(pairs),
-                ", ".join(f"{k} {v}" for k, v in stats.items()))
-    return ParallelCorpus(source=[a.text for a, _ in pairs], target=[b.text for _, b in pairs],
-                          refs=[a.ref for a, _ in pairs], groups=[a.book for a, _ in pairs],
-                          origin=f"{root}:{source_module}+{target_module}", stats=stats)
+    logger.info(
+        "%s/%s: %d verse pairs (%s)",
+        source_module,
+        target_module,
+        len(pairs),
+        ", ".join(f"{k} {v}" for k, v in stats.items()),
+    )
+    return ParallelCorpus(
+        source=[a.text for a, _ in pairs],
+        target=[b.text for _, b in pairs],
+        refs=[a.ref for a, _ in pairs],
+        groups=[a.book for a, _ in pairs],
+        origin=f"{root}:{source_module}+{target_module}",
+        stats=stats,
+    )
 
 
 def filter_length_ratio(corpus: ParallelCorpus, *, max_ratio: float) -> ParallelCorpus:
@@ -130,19 +163,25 @@ def filter_length_ratio(corpus: ParallelCorpus, *, max_ratio: float) -> Parallel
     wildly) and keeps 30,460 pairs, as the independent extraction in
     ``shared/data/bible`` does.
     """
-    keep = [i for i, (s, t) in enumerate(zip(corpus.source, corpus.target))
-            if max(len(s), len(t)) <= max_ratio * min(len(s), len(t))]
+    keep = [
+        i
+        for i, (s, t) in enumerate(zip(corpus.source, corpus.target))
+        if max(len(s), len(t)) <= max_ratio * min(len(s), len(t))
+    ]
     out = corpus.subset(keep)
     out.stats["length_ratio_dropped"] = len(corpus) - len(keep)
     logger.info("length ratio > %.2f: dropped %d of %d pairs", max_ratio, len(corpus) - len(keep), len(corpus))
     if not len(out):
-        raise CorpusError(f"{corpus.origin}: no pair left after the length-ratio filter (max {max_ratio}); "
-                          "raise corpus.max_length_ratio or check that the two sides are aligned")
+        raise CorpusError(
+            f"{corpus.origin}: no pair left after the length-ratio filter (max {max_ratio}); "
+            "raise corpus.max_length_ratio or check that the two sides are aligned"
+        )
     return out
 
 
-def split_corpus(corpus: ParallelCorpus, *, valid: Sequence[str] | float, test: Sequence[str] | float,
-                 seed: int = 0) -> dict[str, list[int]]:
+def split_corpus(
+    corpus: ParallelCorpus, *, valid: Sequence[str] | float, test: Sequence[str] | float, seed: int = 0
+) -> dict[str, list[int]]:
     """Indices of each split; whole groups only.
 
     ``valid``/``test`` are either group names (Bible books: ``["Ruth", "Mark"]``)
@@ -179,6 +218,8 @@ def split_corpus(corpus: ParallelCorpus, *, valid: Sequence[str] | float, test: 
         out[assign.get(g, "train")].append(i)
     for name in SPLITS:
         if not out[name]:
-            raise CorpusError(f"corpus split: the {name} split is empty ({len(corpus)} pairs, {len(groups)} groups); "
-                              "give it at least one group or a larger fraction")
+            raise CorpusError(
+                f"corpus split: the {name} split is empty ({len(corpus)} pairs, {len(groups)} groups); "
+                "give it at least one group or a larger fraction"
+            )
     return out

@@ -40,8 +40,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["SWORD_PACKAGES", "SwordError", "Verse", "clean_osis", "read_module", "align_verses"]
 
 #: Debian packages that ship the default modules.
-SWORD_PACKAGES = {"engWEB2015eb": "sword-text-web", "spaRV1909eb": "sword-text-sparv",
-                  "engKJV2006eb": "sword-text-kjv"}
+SWORD_PACKAGES = {"engWEB2015eb": "sword-text-web", "spaRV1909eb": "sword-text-sparv", "engKJV2006eb": "sword-text-kjv"}
 
 
 class SwordError(FileNotFoundError):
@@ -77,7 +76,7 @@ def clean_osis(text: str) -> str:
     """Plain text of one verse's OSIS markup (see the module docstring for the rules)."""
     end = _BOOK_END.search(text)
     if end:
-        text = text[:end.start()]
+        text = text[: end.start()]
     text = _DROP.sub(" ", text)
     text = _DROP_EMPTY.sub(" ", text)
     text = _TOUCHING.sub(r"\1 \2", text)
@@ -110,19 +109,24 @@ def recase_chapter_start(text: str) -> str:
         if not _CAPS_WORD.fullmatch(core):
             break
         new = core.capitalize() if first and sentence_start else core.lower()
-        out.append(text[pos:start + word.start()] + w.replace(core, new))
+        out.append(text[pos : start + word.start()] + w.replace(core, new))
         pos, first = start + word.end(), False
     return text[:start] + "".join(out) + text[pos:]
 
 
 def _missing(root: Path, name: str, found) -> SwordError:
     package = SWORD_PACKAGES.get(name)
-    how = (f"install the Debian package {package} (`apt-get install {package}`, or without root "
-           f"`apt-get download {package} && dpkg-deb -x {package}_*.deb DIR` and point corpus.sword_root "
-           f"at DIR/usr/share/sword; `make setup` does this into data/sword)" if package
-           else "install the module into that SWORD root")
-    return SwordError(f"SWORD module {name!r} not found under {root} (found: {sorted(found) or 'none'}); "
-                      f"{how}, or set corpus.source: parallel and point it at plain text files")
+    how = (
+        f"install the Debian package {package} (`apt-get install {package}`, or without root "
+        f"`apt-get download {package} && dpkg-deb -x {package}_*.deb DIR` and point corpus.sword_root "
+        f"at DIR/usr/share/sword; `make setup` does this into data/sword)"
+        if package
+        else "install the module into that SWORD root"
+    )
+    return SwordError(
+        f"SWORD module {name!r} not found under {root} (found: {sorted(found) or 'none'}); "
+        f"{how}, or set corpus.source: parallel and point it at plain text files"
+    )
 
 
 def module_files(root: str | Path, name: str) -> Path:
@@ -198,15 +202,21 @@ def read_module(root: str | Path, name: str, *, recase: bool | None = None) -> d
     return chapters
 
 
-def align_verses(source: dict[tuple[str, int], dict[int, str]], target: dict[tuple[str, int], dict[int, str]]
-                 ) -> tuple[list[tuple[Verse, Verse]], dict[str, int]]:
+def align_verses(
+    source: dict[tuple[str, int], dict[int, str]], target: dict[tuple[str, int], dict[int, str]]
+) -> tuple[list[tuple[Verse, Verse]], dict[str, int]]:
     """Pair verses of two modules by reference (rules in the module docstring).
 
     Returns the pairs in the source's order and counts of what was dropped.
     """
     pairs: list[tuple[Verse, Verse]] = []
-    stats = {"chapters_paired": 0, "chapters_renumbered": 0, "chapters_after_renumbered": 0,
-             "chapters_one_side": 0, "verses_one_side": 0}
+    stats = {
+        "chapters_paired": 0,
+        "chapters_renumbered": 0,
+        "chapters_after_renumbered": 0,
+        "chapters_one_side": 0,
+        "verses_one_side": 0,
+    }
     skip_next = False
     previous_book = None
     for key, src in source.items():

@@ -45,8 +45,9 @@ def read_text_corpus(path: str | Path, *, max_sentences: int | None = None) -> C
             except UnicodeDecodeError as exc:
                 raise CorpusError(
                     f"{path}:{lineno}: not UTF-8 ({exc.reason} at byte {exc.start} of the line: "
-                    f"{raw[max(0, exc.start - 10):exc.start + 10]!r}); re-encode the file, e.g. "
-                    f"`iconv -f latin1 -t utf-8`") from None
+                    f"{raw[max(0, exc.start - 10) : exc.start + 10]!r}); re-encode the file, e.g. "
+                    f"`iconv -f latin1 -t utf-8`"
+                ) from None
             text = " ".join(text.split())
             if not text:
                 empty += 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -101,7 +101,7 @@ def nearest(base: np.ndarray, queries: np.ndarray, k: int, *, block: int = 8192)
     b2 = (tb * tb).sum(1)
     dist, idx = [], []
     for s in range(0, len(queries), block):
-        q = _t(np.asarray(queries[s:s + block], dtype=np.float32))
+        q = _t(np.asarray(queries[s : s + block], dtype=np.float32))
         d = (q * q).sum(1)[:, None] - 2 * q @ tb.T + b2[None, :]
         top = torch.topk(d, k, dim=1, largest=False, sorted=True)
         dist.append(top.values.clamp_min(0).cpu().numpy())

@@ -34,22 +34,60 @@ attention-analysis code does).
 from __future__ import annotations
 
 import unicodedata
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
-__all__ = ["word_attention", "word_units", "is_punctuation", "head_sums", "cross_head_sums", "key_shares",
-           "special_shares", "dependency_hits", "js_divergence_sums", "MEASURES", "COUNTS", "OFFSETS",
-           "DIRECTIONS", "CLARK_PUNCTUATION"]
+__all__ = [
+    "word_attention",
+    "word_units",
+    "is_punctuation",
+    "head_sums",
+    "cross_head_sums",
+    "key_shares",
+    "special_shares",
+    "dependency_hits",
+    "js_divergence_sums",
+    "MEASURES",
+    "COUNTS",
+    "OFFSETS",
+    "DIRECTIONS",
+    "CLARK_PUNCTUATION",
+]
 
 #: the per-head statistics, in the order of :func:`head_sums`'s ``sums`` (last axis)
-MEASURES = ("entropy", "uniform_entropy", "to_bos", "to_eos", "to_punct", "to_self", "to_prev", "to_next",
-            "confidence", "max_prev", "max_self", "max_next", "confidence_with_sink")
+MEASURES = (
+    "entropy",
+    "uniform_entropy",
+    "to_bos",
+    "to_eos",
+    "to_punct",
+    "to_self",
+    "to_prev",
+    "to_next",
+    "confidence",
+    "max_prev",
+    "max_self",
+    "max_next",
+    "confidence_with_sink",
+)
 #: the denominator of each measure in :func:`head_sums`'s ``counts``
-COUNTS = {"entropy": "queries", "uniform_entropy": "queries", "to_bos": "queries", "to_eos": "queries",
-          "to_punct": "queries", "to_self": "queries", "to_prev": "with_prev", "to_next": "with_next",
-          "confidence": "content", "max_prev": "queries", "max_self": "queries", "max_next": "queries",
-          "confidence_with_sink": "non_eos"}
+COUNTS = {
+    "entropy": "queries",
+    "uniform_entropy": "queries",
+    "to_bos": "queries",
+    "to_eos": "queries",
+    "to_punct": "queries",
+    "to_self": "queries",
+    "to_prev": "with_prev",
+    "to_next": "with_next",
+    "confidence": "content",
+    "max_prev": "queries",
+    "max_self": "queries",
+    "max_next": "queries",
+    "confidence_with_sink": "non_eos",
+}
 
 
 def word_attention(alpha: np.ndarray, units: Sequence[int], *, rule: Literal["mean", "first"] = "mean") -> np.ndarray:
@@ -94,7 +132,7 @@ def is_punctuation(piece: str, *, rule: Literal["clark", "unicode"] = "clark") -
     """
     for m in _WORD_MARKERS:
         if piece.startswith(m):
-            piece = piece[len(m):]
+            piece = piece[len(m) :]
             break
     if rule == "clark":
         return piece in CLARK_PUNCTUATION
@@ -121,8 +159,15 @@ def _content_max(alpha: np.ndarray, sink: np.ndarray) -> np.ndarray:
     return alpha[..., ~sink].max(-1)
 
 
-def head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.ndarray, causal: bool,
-              norm: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int], np.ndarray | None]:
+def head_sums(
+    alpha: np.ndarray,
+    *,
+    bos: np.ndarray,
+    eos: np.ndarray,
+    punct: np.ndarray,
+    causal: bool,
+    norm: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, int], np.ndarray | None]:
     """Sums over the queries of one sentence of every measure in :data:`MEASURES`.
 
     ``alpha`` (L, H, T, T) one sentence's maps (no padding); ``bos``, ``eos``,
@@ -156,17 +201,36 @@ def head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.
     sink = bos | eos
     conf = np.where(sink, 0.0, _content_max(alpha, sink))  # sink queries add 0 and are not counted
     conf_sink = np.where(eos[None, None, :], 0.0, alpha.max(-1))
-    per_query = [ent, uniform, _to_keys(alpha, bos), _to_keys(alpha, eos), alpha[..., np.asarray(punct, bool)].sum(-1),
-                 alpha[..., idx, idx], prev, nxt, conf, offset == -1, offset == 0, offset == 1, conf_sink]
+    per_query = [
+        ent,
+        uniform,
+        _to_keys(alpha, bos),
+        _to_keys(alpha, eos),
+        alpha[..., np.asarray(punct, bool)].sum(-1),
+        alpha[..., idx, idx],
+        prev,
+        nxt,
+        conf,
+        offset == -1,
+        offset == 0,
+        offset == 1,
+        conf_sink,
+    ]
     sums = np.stack([np.asarray(p, dtype=np.float64).sum(-1) for p in per_query], axis=-1)
-    counts = {"queries": T, "with_prev": T - 1, "with_next": T - 1, "non_eos": int((~eos).sum()),
-              "content": int((~sink).sum())}
+    counts = {
+        "queries": T,
+        "with_prev": T - 1,
+        "with_next": T - 1,
+        "non_eos": int((~eos).sum()),
+        "content": int((~sink).sum()),
+    }
     norm_sums = None if norm is None else special_shares(norm, bos=bos, eos=eos, punct=punct)
     return sums, counts, norm_sums
 
 
-def cross_head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.ndarray
-                    ) -> tuple[np.ndarray, dict[str, int]]:
+def cross_head_sums(
+    alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punct: np.ndarray
+) -> tuple[np.ndarray, dict[str, int]]:
     """:func:`head_sums` for attention between two sequences (a translation model's
     encoder-decoder attention): ``alpha`` (L, H, T_query, T_key), the masks over the
     keys (source positions). The measures that need a query's own position in the keys
@@ -180,10 +244,15 @@ def cross_head_sums(alpha: np.ndarray, *, bos: np.ndarray, eos: np.ndarray, punc
     L, H, Tq, Tk = alpha.shape
     with np.errstate(divide="ignore", invalid="ignore"):
         ent = -np.where(alpha > 0, alpha * np.log(alpha), 0.0).sum(-1)
-    applies = {"entropy": ent, "uniform_entropy": np.full((L, H, Tq), np.log(Tk)),
-               "to_bos": _to_keys(alpha, bos), "to_eos": _to_keys(alpha, eos),
-               "to_punct": alpha[..., np.asarray(punct, bool)].sum(-1), "confidence": _content_max(alpha, bos | eos),
-               "confidence_with_sink": alpha.max(-1)}
+    applies = {
+        "entropy": ent,
+        "uniform_entropy": np.full((L, H, Tq), np.log(Tk)),
+        "to_bos": _to_keys(alpha, bos),
+        "to_eos": _to_keys(alpha, eos),
+        "to_punct": alpha[..., np.asarray(punct, bool)].sum(-1),
+        "confidence": _content_max(alpha, bos | eos),
+        "confidence_with_sink": alpha.max(-1),
+    }
     sums = np.stack([applies[m].sum(-1) if m in applies else np.full((L, H), np.nan) for m in MEASURES], axis=-1)
     return sums, {"queries": Tq, "with_prev": Tq, "with_next": Tq, "non_eos": Tq, "content": Tq}
 
@@ -226,8 +295,9 @@ def word_units(word_ids: Sequence[int], *, n_prefix: int, n_suffix: int) -> np.n
 DIRECTIONS = ("dependent_to_head", "head_to_dependent", "head_to_dependent_clark")
 
 
-def dependency_hits(word_alpha: np.ndarray, heads: Sequence[int], relations: Sequence[int], n_relations: int
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def dependency_hits(
+    word_alpha: np.ndarray, heads: Sequence[int], relations: Sequence[int], n_relations: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per (layer, head, relation, direction) the number of dependency arcs that an attention
     head's maxima predict (Clark et al. 2019, section 4.2; Voita et al. ACL 2019, section 5.2).
 

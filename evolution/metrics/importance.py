@@ -58,13 +58,24 @@ Shapes: ``N`` sentences, ``L`` layers, ``H`` heads.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Item", "objective_items", "sentence_losses", "mask_gradients", "importance", "batch_importance",
-           "normalize_by_layer", "unavailable", "head_count", "BATCH_SIZE", "ESTIMATORS"]
+__all__ = [
+    "Item",
+    "objective_items",
+    "sentence_losses",
+    "mask_gradients",
+    "importance",
+    "batch_importance",
+    "normalize_by_layer",
+    "unavailable",
+    "head_count",
+    "BATCH_SIZE",
+    "ESTIMATORS",
+]
 
 #: sentences per batch of :func:`batch_importance`: the ``--batch-size 16`` with which
 #: ``experiments/MT/prune_wmt.sh`` (pmichel31415/are-16-heads-really-better-than-1) runs Michel
@@ -83,8 +94,10 @@ def unavailable(adapter) -> str | None:
     """Why head-mask importance cannot be computed for ``adapter`` (None when it can): no head
     gates, or no own pretraining loss (a Hugging Face encoder without its LM head)."""
     if not hasattr(adapter, "output_projections"):
-        return f"{adapter.name}: {type(adapter).__name__} has no head gates; head importance is computed for " \
-               "fairseq models and Hugging Face BERT-like and GPT-2 models with their pretraining head"
+        return (
+            f"{adapter.name}: {type(adapter).__name__} has no head gates; head importance is computed for "
+            "fairseq models and Hugging Face BERT-like and GPT-2 models with their pretraining head"
+        )
     return getattr(adapter, "loss_unavailable", None)
 
 
@@ -117,8 +130,9 @@ class Item:
         return max(len(self.inputs), len(self.decoder_inputs or ()))
 
 
-def objective_items(adapter, sentences: Sequence[Sequence[int]], *, targets: Sequence[Sequence[int]] | None = None,
-                    seed: int = 0) -> list[Item | None]:
+def objective_items(
+    adapter, sentences: Sequence[Sequence[int]], *, targets: Sequence[Sequence[int]] | None = None, seed: int = 0
+) -> list[Item | None]:
     """The :class:`Item` of each sentence (content ids, :meth:`Adapter.tokenize`) under the
     adapter's objective; None where nothing is predicted (an MLM corruption that changed no
     token, an empty target, a one-token sentence of a causal LM without a start symbol).
@@ -143,16 +157,22 @@ def objective_items(adapter, sentences: Sequence[Sequence[int]], *, targets: Seq
         elif objective == "mlm":
             low, high = adapter.ordinary_ids
             new, changed = corrupt(ids, rng=np.random.default_rng([seed, s]), mask_id=mask_id, low=low, high=high)
-            out.append(Item(adapter.build_input(new), None, adapter.content_offset + changed,
-                            np.asarray(ids)[changed]) if len(changed) else None)
+            out.append(
+                Item(adapter.build_input(new), None, adapter.content_offset + changed, np.asarray(ids)[changed])
+                if len(changed)
+                else None
+            )
         else:
             target = list(targets[s])
             if not target:
                 out.append(None)
                 continue
             dec = adapter.build_decoder_input(target)
-            out.append(Item(adapter.build_input(ids), dec, np.arange(len(dec)),
-                            np.asarray([*target, adapter.dictionary.eos()])))
+            out.append(
+                Item(
+                    adapter.build_input(ids), dec, np.arange(len(dec)), np.asarray([*target, adapter.dictionary.eos()])
+                )
+            )
     return out
 
 
@@ -179,8 +199,9 @@ def sentence_losses(adapter, items: Sequence[Item]):
     return torch.zeros(len(items), dtype=nll.dtype, device=nll.device).index_add(0, rows, nll) / counts
 
 
-def mask_gradients(adapter, items: Sequence[Item], *, attentions: Sequence[str] = ("encoder_self",),
-                   max_batch_tokens: int = 4096) -> dict[str, np.ndarray]:
+def mask_gradients(
+    adapter, items: Sequence[Item], *, attentions: Sequence[str] = ("encoder_self",), max_batch_tokens: int = 4096
+) -> dict[str, np.ndarray]:
     """Per-sentence dL(x)/dxi at xi = 1 for every head of every attention type.
 
     Returns ``attention -> (N, L, H)`` float64, rows in the order of ``items``.
@@ -196,16 +217,22 @@ def mask_gradients(adapter, items: Sequence[Item], *, attentions: Sequence[str] 
     with _frozen(getattr(adapter, "_model", None)):
         for batch in batches([it.length for it in items], max_batch_tokens=max_batch_tokens):
             chosen = [items[i] for i in batch]
-            gates = {a: torch.ones((len(batch), *out[a].shape[1:]), requires_grad=True, device=adapter.device)
-                     for a in attentions}
+            gates = {
+                a: torch.ones((len(batch), *out[a].shape[1:]), requires_grad=True, device=adapter.device)
+                for a in attentions
+            }
             with contextlib.ExitStack() as stack:
-                calls = [stack.enter_context(head_gates(projections[a], gates[a], batch_dim=adapter.gate_batch_dim))
-                         for a in attentions]
+                calls = [
+                    stack.enter_context(head_gates(projections[a], gates[a], batch_dim=adapter.gate_batch_dim))
+                    for a in attentions
+                ]
                 losses = sentence_losses(adapter, chosen)
             for a, c in zip(attentions, calls):
                 if min(c) == 0:
-                    raise RuntimeError(f"{adapter.name}: the {a} output projections were not called; a fused "
-                                       "attention kernel bypassed the head gates")
+                    raise RuntimeError(
+                        f"{adapter.name}: the {a} output projections were not called; a fused "
+                        "attention kernel bypassed the head gates"
+                    )
             grads = torch.autograd.grad(losses.sum(), [gates[a] for a in attentions])
             for a, g in zip(attentions, grads):
                 out[a][batch] = g.double().cpu().numpy()
@@ -274,6 +301,6 @@ def normalize_by_layer(scores: np.ndarray) -> np.ndarray:
     does not have, in a padded store) counts as 0 in the norm and stays NaN."""
     scores = np.asarray(scores, dtype=np.float64)
     known = np.nan_to_num(scores)
-    norm = np.sqrt((known ** 2).sum(axis=-1, keepdims=True))
+    norm = np.sqrt((known**2).sum(axis=-1, keepdims=True))
     out = np.divide(known, norm, out=np.zeros_like(known), where=norm > 0)
     return np.where(np.isnan(scores), np.nan, out)

@@ -31,7 +31,7 @@ below are unchanged by the mask and those above are not read), not the whole sta
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -44,9 +44,16 @@ def _eligible(sentence: np.ndarray, min_length: int) -> np.ndarray:
     return np.bincount(sentence)[sentence] >= min_length
 
 
-def sample_influencers(*, sentence: np.ndarray, position: np.ndarray, freq_rank: np.ndarray,
-                       bins: Sequence[tuple[int, int]], max_per_bin: int, min_length: int = 3,
-                       seed: int = 0) -> list[tuple[int, int, int]]:
+def sample_influencers(
+    *,
+    sentence: np.ndarray,
+    position: np.ndarray,
+    freq_rank: np.ndarray,
+    bins: Sequence[tuple[int, int]],
+    max_per_bin: int,
+    min_length: int = 3,
+    seed: int = 0,
+) -> list[tuple[int, int, int]]:
     """Up to ``max_per_bin`` occurrences per frequency-rank bin, from sentences of at
     least ``min_length`` tokens: ``[(sentence, position, bin), ...]`` sorted by sentence."""
     rng = np.random.default_rng(seed)
@@ -60,18 +67,29 @@ def sample_influencers(*, sentence: np.ndarray, position: np.ndarray, freq_rank:
     return sorted(out)
 
 
-def bin_occurrences(*, sentence: np.ndarray, freq_rank: np.ndarray, bins: Sequence[tuple[int, int]],
-                    min_length: int = 3) -> list[int]:
+def bin_occurrences(
+    *, sentence: np.ndarray, freq_rank: np.ndarray, bins: Sequence[tuple[int, int]], min_length: int = 3
+) -> list[int]:
     """Per bin, the occurrences :func:`sample_influencers` samples from (sentences of at
     least ``min_length`` tokens): a bin with fewer than ``max_per_bin`` is taken whole."""
     ok = _eligible(sentence, min_length)
     return [int((ok & (freq_rank >= lo) & (freq_rank < hi)).sum()) for lo, hi in bins]
 
 
-def token_influence(adapter, *, content_ids: dict[int, Sequence[int]], samples: list[tuple[int, int, int]],
-                    n_bins: int, methods: Sequence[str] = ("pwcca",), epsilon: float = 1e-6,
-                    min_ratio: float = 10.0, max_rows: int = 256, bootstrap: int = 0, seed: int = 0,
-                    level: float = 0.95) -> dict:
+def token_influence(
+    adapter,
+    *,
+    content_ids: dict[int, Sequence[int]],
+    samples: list[tuple[int, int, int]],
+    n_bins: int,
+    methods: Sequence[str] = ("pwcca",),
+    epsilon: float = 1e-6,
+    min_ratio: float = 10.0,
+    max_rows: int = 256,
+    bootstrap: int = 0,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict:
     """Influence distance per (method, layer 1..L, bin), with a bootstrap over sentences.
 
     ``content_ids[s]`` are the content token ids of sentence ``s``; ``samples`` come from
@@ -120,7 +138,7 @@ def token_influence(adapter, *, content_ids: dict[int, Sequence[int]], samples: 
             base = adapter.forward([inp])[0][:, 0]  # (L+1, T, d)
             rows = [(pos, n) for pos in positions for n in range(1, L + 1)]
             for start in range(0, len(rows), max_rows):
-                chunk = rows[start:start + max_rows]
+                chunk = rows[start : start + max_rows]
                 hidden = adapter.masked_key_states(inp, base=base, masked=[(n - 1, off + pos) for pos, n in chunk])
                 for r, (pos, n) in enumerate(chunk):
                     others = [off + j for j in range(len(ids)) if j != pos]
@@ -133,8 +151,9 @@ def token_influence(adapter, *, content_ids: dict[int, Sequence[int]], samples: 
             n_rows[n - 1, b] = len(x)
             if len(x) < min_ratio * d:
                 if n == 1:
-                    notes.append(f"influence bin {b}: {len(x)} rows < {min_ratio:g} x d = {min_ratio * d:g}; "
-                                 "left as NaN")
+                    notes.append(
+                        f"influence bin {b}: {len(x)} rows < {min_ratio:g} x d = {min_ratio * d:g}; left as NaN"
+                    )
                 continue
             est, reps = pair_with_replicates(x, y, group=g, draws=draws, epsilon=epsilon, min_ratio=min_ratio)
             for m in methods:
@@ -144,10 +163,17 @@ def token_influence(adapter, *, content_ids: dict[int, Sequence[int]], samples: 
                     replicates[m][:, n - 1, b] = 1.0 - reps[:, pick]
             short = 0 if reps is None else int(np.isnan(reps[:, 0]).sum())
             if n == 1 and short:
-                notes.append(f"influence bin {b}: {short} of {bootstrap} resamples have fewer than {min_ratio:g} x d "
-                             "rows (left out of the interval)")
-    out = {"distance": {m: v.tolist() for m, v in distance.items()}, "rows": n_rows.tolist(),
-           "samples": count.tolist(), "sentences": sentences, "notes": notes}
+                notes.append(
+                    f"influence bin {b}: {short} of {bootstrap} resamples have fewer than {min_ratio:g} x d "
+                    "rows (left out of the interval)"
+                )
+    out = {
+        "distance": {m: v.tolist() for m, v in distance.items()},
+        "rows": n_rows.tolist(),
+        "samples": count.tolist(),
+        "sentences": sentences,
+        "notes": notes,
+    }
     if bootstrap:
         q = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
         interval = {}

@@ -10,15 +10,24 @@ those of the corrupted input.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 __all__ = ["corrupt", "masked_states"]
 
 
-def corrupt(ids: Sequence[int], *, rng: np.random.Generator, mask_id: int, low: int, high: int,
-            p: float = 0.15, p_mask: float = 0.8, p_random: float = 0.1) -> tuple[list[int], np.ndarray]:
+def corrupt(
+    ids: Sequence[int],
+    *,
+    rng: np.random.Generator,
+    mask_id: int,
+    low: int,
+    high: int,
+    p: float = 0.15,
+    p_mask: float = 0.8,
+    p_random: float = 0.1,
+) -> tuple[list[int], np.ndarray]:
     """BERT-style corruption of ``ids``; returns the new ids and the positions whose id changed.
 
     Random replacements are drawn from ``[low, high)`` (the ordinary symbols).
@@ -33,8 +42,16 @@ def corrupt(ids: Sequence[int], *, rng: np.random.Generator, mask_id: int, low: 
     return out.tolist(), np.flatnonzero(out != ids)
 
 
-def masked_states(adapter, content_ids: dict[int, Sequence[int]], *, seed: int, corruptions: int = 1,
-                  max_batch_tokens: int = 2048, return_inputs: bool = False, return_sentences: bool = False):
+def masked_states(
+    adapter,
+    content_ids: dict[int, Sequence[int]],
+    *,
+    seed: int,
+    corruptions: int = 1,
+    max_batch_tokens: int = 2048,
+    return_inputs: bool = False,
+    return_sentences: bool = False,
+):
     """States ``(L + 1, n, d)`` at every corrupted position of every sentence, and the
     original token ids ``(n,)`` there. Deterministic in ``seed`` (one generator per sentence
     and corruption). ``corruptions`` independent corruptions of each sentence (each its
@@ -76,9 +93,17 @@ def masked_states(adapter, content_ids: dict[int, Sequence[int]], *, seed: int, 
         batch.append(it)
     flush()
     if not states:
-        out = (np.empty((adapter.num_layers + 1, 0, adapter.d_model), np.float32), np.empty(0, np.int64),
-               np.empty(0, np.int64), np.empty(0, np.int64))
+        out = (
+            np.empty((adapter.num_layers + 1, 0, adapter.d_model), np.float32),
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+        )
     else:
-        out = (np.concatenate(states, axis=1).astype(np.float32), np.concatenate(labels), np.concatenate(fed),
-               np.concatenate(sentences))
+        out = (
+            np.concatenate(states, axis=1).astype(np.float32),
+            np.concatenate(labels),
+            np.concatenate(fed),
+            np.concatenate(sentences),
+        )
     return out[:2] + (out[2:3] if return_inputs else ()) + (out[3:] if return_sentences else ())

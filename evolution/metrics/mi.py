@@ -19,8 +19,17 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["entropy", "mutual_information", "select_frequent", "kmeans_labels", "LayerMI", "layer_mi",
-           "bootstrap_mi", "nested_type_mi", "centred_interval"]
+__all__ = [
+    "entropy",
+    "mutual_information",
+    "select_frequent",
+    "kmeans_labels",
+    "LayerMI",
+    "layer_mi",
+    "bootstrap_mi",
+    "nested_type_mi",
+    "centred_interval",
+]
 
 #: MI above this share of H(X) is reported as saturated: k is too large for the data.
 SATURATION = 0.98
@@ -74,8 +83,9 @@ def select_frequent(labels: np.ndarray, *, n_types: int, min_count: int) -> np.n
     return np.isin(labels, uniq[order])
 
 
-def kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0,
-                  max_points_per_centroid: int = 256) -> np.ndarray:
+def kmeans_labels(
+    vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0, max_points_per_centroid: int = 256
+) -> np.ndarray:
     """Cluster index (n,) of each row of ``vectors`` (n, d) by k-means (faiss, or scikit-learn
     without it: :mod:`evolution.metrics.search`)
     (Lloyd iterations on all cores; centroids trained on at most
@@ -90,9 +100,17 @@ def kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0
     return kmeans(x, k=k, niter=niter, seed=seed, max_points_per_centroid=max_points_per_centroid)
 
 
-def two_level_kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, seed: int = 0,
-                            coarse: int | None = None, max_points_per_centroid: int = 256,
-                            refine: int = 1, nprobe: int = 4) -> np.ndarray:
+def two_level_kmeans_labels(
+    vectors: np.ndarray,
+    *,
+    k: int,
+    niter: int = 20,
+    seed: int = 0,
+    coarse: int | None = None,
+    max_points_per_centroid: int = 256,
+    refine: int = 1,
+    nprobe: int = 4,
+) -> np.ndarray:
     """Cluster index (n,) from two-level k-means: ``coarse`` (default 4 sqrt(k))
     clusters of all rows, then each coarse cluster split into a share of the
     ``k`` fine clusters proportional to its size (at least 1), with faiss
@@ -137,10 +155,11 @@ def two_level_kmeans_labels(vectors: np.ndarray, *, k: int, niter: int = 20, see
         if kj <= 1:
             labels[rows] = offset
         else:
-            labels[rows] = offset + kmeans_labels(x[rows], k=kj, niter=niter, seed=seed + j + 1,
-                                                  max_points_per_centroid=max_points_per_centroid)
+            labels[rows] = offset + kmeans_labels(
+                x[rows], k=kj, niter=niter, seed=seed + j + 1, max_points_per_centroid=max_points_per_centroid
+            )
         width = max(kj, 1 if len(rows) else 0)
-        born[offset:offset + width] = j
+        born[offset : offset + width] = j
         offset += width
     born = born[:offset]
     for _ in range(refine):
@@ -181,7 +200,7 @@ def _refine_within_cells(x: np.ndarray, labels: np.ndarray, *, cells: np.ndarray
     for col in range(near.shape[1]):
         bounds = np.searchsorted(near[order[:, col], col], np.arange(n_cells + 1))
         for i, fine in enumerate(members):
-            rows = order[bounds[i]:bounds[i + 1], col]
+            rows = order[bounds[i] : bounds[i + 1], col]
             if not len(rows):
                 continue
             dist, m = nearest(centroids[fine], x[rows], 1)  # BLAS distances with a fused argmin, in blocks
@@ -226,8 +245,9 @@ def _weighted_entropy(x: np.ndarray, weights: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def bootstrap_mi(labels: np.ndarray, clusterings: list[np.ndarray], sentence: np.ndarray, *, replicates: int,
-                 seed: int = 0) -> dict[str, np.ndarray]:
+def bootstrap_mi(
+    labels: np.ndarray, clusterings: list[np.ndarray], sentence: np.ndarray, *, replicates: int, seed: int = 0
+) -> dict[str, np.ndarray]:
     """MI over resamples of whole sentences, each restart's clusters held fixed.
 
     ``labels`` (n,), ``clusterings`` one (n,) cluster array per k-means restart,
@@ -276,8 +296,9 @@ def centred_interval(values: np.ndarray, estimate: float, level: float = 0.95) -
     return [float(lo + shift), float(hi + shift)]
 
 
-def nested_type_mi(labels: np.ndarray, clusterings: list[np.ndarray], *, types: list[int],
-                   seed: int = 0) -> dict[str, list]:
+def nested_type_mi(
+    labels: np.ndarray, clusterings: list[np.ndarray], *, types: list[int], seed: int = 0
+) -> dict[str, list]:
     """MI of the same clusters on the occurrences of the ``t`` most frequent labels, per ``t``
     in ``types`` (ties by smaller label, as :func:`select_frequent`; ``t`` beyond the
     labels present takes them all): how much of the identity of each nested set of types
@@ -293,8 +314,9 @@ def nested_type_mi(labels: np.ndarray, clusterings: list[np.ndarray], *, types: 
         out["n_types"].append(int(len(np.unique(sub))))
         out["n"].append(int(keep.sum()))
         out["mi"].append([mutual_information(sub, c[keep]) for c in clusterings])
-        out["shuffled"].append(mutual_information(np.random.default_rng([seed, int(t)]).permutation(sub),
-                                                  clusterings[0][keep]))
+        out["shuffled"].append(
+            mutual_information(np.random.default_rng([seed, int(t)]).permutation(sub), clusterings[0][keep])
+        )
         out["entropy"].append(entropy(sub))
     return out
 
@@ -333,10 +355,20 @@ class LayerMI:
 
     def as_dict(self) -> dict:
         """JSON-serialisable form (what the metrics tasks return and cache)."""
-        return {"mi": self.mi.tolist(), "shuffled": self.shuffled, "entropy": self.entropy, "k": self.k,
-                "n": self.n, "saturated": self.saturated, "algorithm": self.algorithm,
-                "backend": self.backend, "seeds": list(self.seeds),
-                "interval": self.interval, "replicates": self.replicates, "by_types": self.by_types}
+        return {
+            "mi": self.mi.tolist(),
+            "shuffled": self.shuffled,
+            "entropy": self.entropy,
+            "k": self.k,
+            "n": self.n,
+            "saturated": self.saturated,
+            "algorithm": self.algorithm,
+            "backend": self.backend,
+            "seeds": list(self.seeds),
+            "interval": self.interval,
+            "replicates": self.replicates,
+            "by_types": self.by_types,
+        }
 
 
 #: ``algorithm="auto"`` switches to two-level k-means from this many clusters on
@@ -350,16 +382,29 @@ def resolve_algorithm(algorithm: str, *, k: int) -> str:
     """``"flat"`` or ``"two_level"`` for the requested ``algorithm`` at ``k`` clusters
     (``"auto"``: two-level from :data:`TWO_LEVEL_FROM_K` clusters on)."""
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"k-means algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, "
-                         f"got {algorithm!r} (config key metrics.mi.algorithm)")
+        raise ValueError(
+            f"k-means algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, "
+            f"got {algorithm!r} (config key metrics.mi.algorithm)"
+        )
     if algorithm == "auto":
         return "two_level" if k >= TWO_LEVEL_FROM_K else "flat"
     return algorithm
 
 
-def layer_mi(vectors: np.ndarray, labels: np.ndarray, *, k: int, restarts: int = 3, niter: int = 20,
-             seed: int = 0, algorithm: str = "auto", sentence: np.ndarray | None = None, bootstrap: int = 0,
-             level: float = 0.95, types: list[int] | tuple[int, ...] = ()) -> LayerMI:
+def layer_mi(
+    vectors: np.ndarray,
+    labels: np.ndarray,
+    *,
+    k: int,
+    restarts: int = 3,
+    niter: int = 20,
+    seed: int = 0,
+    algorithm: str = "auto",
+    sentence: np.ndarray | None = None,
+    bootstrap: int = 0,
+    level: float = 0.95,
+    types: list[int] | tuple[int, ...] = (),
+) -> LayerMI:
     """I(label; k-means cluster) for ``vectors`` (n, d) and ``labels`` (n,).
 
     ``k`` is capped at n // 10 (at least 10 points per cluster on average;
@@ -397,13 +442,25 @@ def layer_mi(vectors: np.ndarray, labels: np.ndarray, *, k: int, restarts: int =
         with np.errstate(divide="ignore", invalid="ignore"):  # H = 0: one type, no fraction (NaN)
             fraction, corrected_fraction = mean / boot["entropy"], corrected / boot["entropy"]
             est_fraction = (np.float64(est["mi_mean"]) / h, np.float64(est["mi_corrected"]) / h)
-        interval = {"mi_mean": centred_interval(mean, est["mi_mean"], level),
-                    "mi_corrected": centred_interval(corrected, est["mi_corrected"], level),
-                    "mi_fraction": centred_interval(fraction, est_fraction[0], level),
-                    "mi_corrected_fraction": centred_interval(corrected_fraction, est_fraction[1], level)}
+        interval = {
+            "mi_mean": centred_interval(mean, est["mi_mean"], level),
+            "mi_corrected": centred_interval(corrected, est["mi_corrected"], level),
+            "mi_fraction": centred_interval(fraction, est_fraction[0], level),
+            "mi_corrected_fraction": centred_interval(corrected_fraction, est_fraction[1], level),
+        }
     by_types = nested_type_mi(labels, clusterings, types=list(types), seed=seed) if len(types) else None
     from evolution.metrics.search import backend
 
-    return LayerMI(mi=mi, shuffled=shuffled, entropy=entropy(labels), k=k, n=n, algorithm=chosen, backend=backend(),
-                   seeds=seeds,
-                   interval=interval, replicates=bootstrap if interval else 0, by_types=by_types)
+    return LayerMI(
+        mi=mi,
+        shuffled=shuffled,
+        entropy=entropy(labels),
+        k=k,
+        n=n,
+        algorithm=chosen,
+        backend=backend(),
+        seeds=seeds,
+        interval=interval,
+        replicates=bootstrap if interval else 0,
+        by_types=by_types,
+    )

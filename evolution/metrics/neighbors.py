@@ -21,8 +21,18 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["knn", "same_label_rate", "same_label_per_query", "within_type_measures", "bootstrap_interval",
-           "bootstrap_replicates", "sentence_draws", "percentile_interval", "normalized", "BOUNDS"]
+__all__ = [
+    "knn",
+    "same_label_rate",
+    "same_label_per_query",
+    "within_type_measures",
+    "bootstrap_interval",
+    "bootstrap_replicates",
+    "sentence_draws",
+    "percentile_interval",
+    "normalized",
+    "BOUNDS",
+]
 
 #: the representation-free bounds stored beside each within-type annotation rate
 BOUNDS = ("chance", "ceiling")
@@ -40,8 +50,9 @@ def _prepare(vectors: np.ndarray, metric: Metric) -> np.ndarray:
     return x
 
 
-def knn(vectors: np.ndarray, *, k: int, metric: Metric = "euclidean", index: str = "exact",
-        nprobe: int = 64) -> np.ndarray:
+def knn(
+    vectors: np.ndarray, *, k: int, metric: Metric = "euclidean", index: str = "exact", nprobe: int = 64
+) -> np.ndarray:
     """Indices (n, k) of each row's k nearest other rows of ``vectors`` (n, d).
 
     ``index="exact"`` is brute force (faiss's flat index, or NumPy without faiss:
@@ -116,12 +127,17 @@ def sentence_draws(n_sentences: int, *, n_boot: int, seed: int) -> np.ndarray:
     replicate ``r`` draws ``n_sentences`` sentences with replacement by
     ``np.random.default_rng([seed, r]).integers(0, n_sentences, n_sentences)`` (the
     protocol of every sentence bootstrap of this project, so that a loop can redo it)."""
-    return np.stack([np.bincount(np.random.default_rng([seed, r]).integers(0, n_sentences, n_sentences),
-                                 minlength=n_sentences) for r in range(n_boot)]).astype(np.float64)
+    return np.stack(
+        [
+            np.bincount(np.random.default_rng([seed, r]).integers(0, n_sentences, n_sentences), minlength=n_sentences)
+            for r in range(n_boot)
+        ]
+    ).astype(np.float64)
 
 
-def bootstrap_replicates(values: np.ndarray, *, sentence: np.ndarray, groups: np.ndarray | None = None,
-                         n_boot: int = 200, seed: int = 0) -> np.ndarray:
+def bootstrap_replicates(
+    values: np.ndarray, *, sentence: np.ndarray, groups: np.ndarray | None = None, n_boot: int = 200, seed: int = 0
+) -> np.ndarray:
     """(n_boot,) the statistic of :func:`bootstrap_interval` on each resample of whole sentences.
 
     ``values`` (n,) per query, NaN for a query that is not counted; ``sentence`` (n,)
@@ -138,8 +154,11 @@ def bootstrap_replicates(values: np.ndarray, *, sentence: np.ndarray, groups: np
     _, sent_idx = np.unique(np.asarray(sentence), return_inverse=True)
     n_sent = int(sent_idx.max()) + 1 if len(sent_idx) else 0
     ok = ~np.isnan(values)
-    g_idx = (np.zeros(len(values), dtype=np.int64) if groups is None
-             else np.unique(np.asarray(groups), return_inverse=True)[1].astype(np.int64))
+    g_idx = (
+        np.zeros(len(values), dtype=np.int64)
+        if groups is None
+        else np.unique(np.asarray(groups), return_inverse=True)[1].astype(np.int64)
+    )
     n_groups = int(g_idx.max()) + 1 if len(g_idx) else 1
     # per (sentence, group): the sum of the counted values and their number
     cell = sent_idx[ok] * n_groups + g_idx[ok]
@@ -155,8 +174,15 @@ def bootstrap_replicates(values: np.ndarray, *, sentence: np.ndarray, groups: np
         return np.where(filled > 0, np.nansum(means, axis=1) / np.maximum(filled, 1), np.nan)
 
 
-def bootstrap_interval(values: np.ndarray, *, sentence: np.ndarray, groups: np.ndarray | None = None,
-                       n_boot: int = 200, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+def bootstrap_interval(
+    values: np.ndarray,
+    *,
+    sentence: np.ndarray,
+    groups: np.ndarray | None = None,
+    n_boot: int = 200,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
     """Percentile interval of a mean over queries when whole sentences are resampled with
     replacement (a cluster bootstrap: the occurrences of one sentence are not independent).
 
@@ -166,8 +192,9 @@ def bootstrap_interval(values: np.ndarray, *, sentence: np.ndarray, groups: np.n
     :func:`bootstrap_replicates`. The neighbours are not searched again: the interval is
     the sampling variability of the average over the queries, given the representation.
     """
-    return percentile_interval(bootstrap_replicates(values, sentence=sentence, groups=groups, n_boot=n_boot, seed=seed),
-                        level)
+    return percentile_interval(
+        bootstrap_replicates(values, sentence=sentence, groups=groups, n_boot=n_boot, seed=seed), level
+    )
 
 
 def percentile_interval(stats: np.ndarray, level: float) -> tuple[float, float]:
@@ -188,10 +215,18 @@ def normalized(rate, chance, ceiling):
     return float(out) if out.ndim == 0 else out
 
 
-def within_type_measures(vectors: np.ndarray, *, types: np.ndarray, position: np.ndarray,
-                         annotations: dict[str, np.ndarray], k: int, metric: Metric = "euclidean",
-                         min_occurrences: int = 2, chance: bool = False, per_query: bool = False
-                         ) -> dict[str, float] | tuple[dict[str, float], dict[str, np.ndarray]]:
+def within_type_measures(
+    vectors: np.ndarray,
+    *,
+    types: np.ndarray,
+    position: np.ndarray,
+    annotations: dict[str, np.ndarray],
+    k: int,
+    metric: Metric = "euclidean",
+    min_occurrences: int = 2,
+    chance: bool = False,
+    per_query: bool = False,
+) -> dict[str, float] | tuple[dict[str, float], dict[str, np.ndarray]]:
     """Neighbour statistics among the occurrences of each token type.
 
     For each type with at least ``min_occurrences`` occurrences (m of them), neighbours

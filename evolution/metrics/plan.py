@@ -19,8 +19,17 @@ from evolution.metrics.mi import select_frequent
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OccurrencePlan", "plan_occurrences", "text_parts", "neighbour_ids", "next_token_labels", "word_forms",
-           "rows_by_sentence", "content_ids_by_sentence", "END"]
+__all__ = [
+    "OccurrencePlan",
+    "plan_occurrences",
+    "text_parts",
+    "neighbour_ids",
+    "next_token_labels",
+    "word_forms",
+    "rows_by_sentence",
+    "content_ids_by_sentence",
+    "END",
+]
 
 #: Label of "no token": the next token after the last one (end of sentence),
 #: the left neighbour of the first.
@@ -89,12 +98,22 @@ def content_ids_by_sentence(token_id: np.ndarray, sentence: np.ndarray, *, wante
     """``{sentence: [token ids in token-axis order]}`` (optionally only the ``wanted`` sentences):
     what an analysis that re-runs the model (influence, MLM output MI) feeds it."""
     keep = None if wanted is None else set(int(w) for w in wanted)
-    return {s: np.asarray(token_id)[rows].tolist() for s, rows in rows_by_sentence(sentence).items()
-            if keep is None or s in keep}
+    return {
+        s: np.asarray(token_id)[rows].tolist()
+        for s, rows in rows_by_sentence(sentence).items()
+        if keep is None or s in keep
+    }
 
 
-def text_parts(*, sentence: np.ndarray, token_id: np.ndarray, freq_rank: np.ndarray,
-               labels: dict[str, np.ndarray] | None, annotated_from: int = -1, ranks_given: bool = False) -> dict:
+def text_parts(
+    *,
+    sentence: np.ndarray,
+    token_id: np.ndarray,
+    freq_rank: np.ndarray,
+    labels: dict[str, np.ndarray] | None,
+    annotated_from: int = -1,
+    ranks_given: bool = False,
+) -> dict:
     """Split the token axis (n,) into the main text and the annotated text after it.
 
     ``labels`` are the store's annotation coordinates (``upos``, ``xpos``,
@@ -133,25 +152,36 @@ def _frequent_rows(labels: np.ndarray, within: np.ndarray, *, top: int, min_coun
     return within[select_frequent(labels[within], n_types=top, min_count=min_count)]
 
 
-def _enough_types(plan: OccurrencePlan, what: str, *, n_types: int, sel, where: str = "",
-                  fix: str = "") -> bool:
+def _enough_types(plan: OccurrencePlan, what: str, *, n_types: int, sel, where: str = "", fix: str = "") -> bool:
     """Whether an analysis set has >= 2 token types; notes in ``plan`` when it has
     fewer than 2 (the metric is skipped) or fewer than ``sel.top``."""
     if n_types < 2:
-        plan.notes.append(f"{what}: fewer than 2 token types with >= {sel.min_count} occurrences{where}; "
-                          f"lower metrics.tokens.min_count{fix}")
+        plan.notes.append(
+            f"{what}: fewer than 2 token types with >= {sel.min_count} occurrences{where}; "
+            f"lower metrics.tokens.min_count{fix}"
+        )
         return False
     if n_types < sel.top:
-        plan.notes.append(f"{what}: only {n_types} token types have >= {sel.min_count} occurrences{where} "
-                          f"(asked for {sel.top})")
+        plan.notes.append(
+            f"{what}: only {n_types} token types have >= {sel.min_count} occurrences{where} (asked for {sel.top})"
+        )
     return True
 
 
-def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: np.ndarray,
-                     position: np.ndarray, objective: str | None, cfg: MetricsConfig, seed: int,
-                     sentence_order: np.ndarray | None = None, primary: np.ndarray | None = None,
-                     annotation: dict[str, np.ndarray] | None = None,
-                     label_strings: dict[str, np.ndarray] | None = None) -> OccurrencePlan:
+def plan_occurrences(
+    *,
+    token_id: np.ndarray,
+    token_str: np.ndarray,
+    sentence: np.ndarray,
+    position: np.ndarray,
+    objective: str | None,
+    cfg: MetricsConfig,
+    seed: int,
+    sentence_order: np.ndarray | None = None,
+    primary: np.ndarray | None = None,
+    annotation: dict[str, np.ndarray] | None = None,
+    label_strings: dict[str, np.ndarray] | None = None,
+) -> OccurrencePlan:
     """Decide the rows of every metric for one model. Deterministic in ``seed``.
 
     ``sentence_order`` lists sentence ids in corpus order (default: sorted
@@ -189,23 +219,38 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
         frequent = _frequent_rows(token_id, main, top=nsel.top, min_count=nsel.min_count)
         rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type, rng=rng)
         left, right = neighbour_ids(token_id, sentence)
-        plan.neighbors = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
-                          "left": left[rows], "right": right[rows], "sentence": sentence[rows]}
+        plan.neighbors = {
+            "rows": rows,
+            "token": token_id[rows],
+            "position": np.asarray(position)[rows],
+            "left": left[rows],
+            "right": right[rows],
+            "sentence": sentence[rows],
+        }
         if annotation is not None:
             frequent = _frequent_rows(token_id, plan.annotated_rows, top=nsel.top, min_count=nsel.min_count)
-            if _enough_types(plan, "POS / dependency neighbour rates", n_types=len(np.unique(token_id[frequent])),
-                             sel=nsel, where=" in the annotated text", fix=" or annotate more text"):
-                rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type,
-                                        rng=rng)
-                plan.syntax = {"rows": rows, "token": token_id[rows], "position": np.asarray(position)[rows],
-                               "sentence": sentence[rows], **{k: np.asarray(annotation[k])[rows] for k in ("pos", "deprel")}}
+            if _enough_types(
+                plan,
+                "POS / dependency neighbour rates",
+                n_types=len(np.unique(token_id[frequent])),
+                sel=nsel,
+                where=" in the annotated text",
+                fix=" or annotate more text",
+            ):
+                rows = _sample_per_type(frequent, token_id[frequent], max_per_type=cfg.neighbors.max_per_type, rng=rng)
+                plan.syntax = {
+                    "rows": rows,
+                    "token": token_id[rows],
+                    "position": np.asarray(position)[rows],
+                    "sentence": sentence[rows],
+                    **{k: np.asarray(annotation[k])[rows] for k in ("pos", "deprel")},
+                }
     if cfg.tsne is not None:
         words = word_forms(token_str)
         for s in cfg.tsne.selections:
             by_label = s.color in ("upos", "deprel")
             if by_label and (label_strings is None or s.color not in label_strings):
-                plan.notes.append(f"t-SNE '{s.name}': color {s.color} needs annotated text (corpus.annotated); "
-                                  "skipped")
+                plan.notes.append(f"t-SNE '{s.name}': color {s.color} needs annotated text (corpus.annotated); skipped")
                 continue
             pool = plan.annotated_rows if by_label else main
             rows = pool[np.isin(words[pool], s.tokens)]
@@ -215,13 +260,18 @@ def plan_occurrences(*, token_id: np.ndarray, token_str: np.ndarray, sentence: n
                 continue
             if len(rows) > cfg.tsne.max_points:
                 rows = np.sort(rng.choice(rows, cfg.tsne.max_points, replace=False))
-            plan.tsne[s.name] = {"rows": rows, "token": words[rows], "position": np.asarray(position)[rows],
-                                 "sentence": sentence[rows],
-                                 "label": (np.asarray(label_strings[s.color])[rows] if by_label
-                                           else np.full(len(rows), "", dtype=object))}
+            plan.tsne[s.name] = {
+                "rows": rows,
+                "token": words[rows],
+                "position": np.asarray(position)[rows],
+                "sentence": sentence[rows],
+                "label": (
+                    np.asarray(label_strings[s.color])[rows] if by_label else np.full(len(rows), "", dtype=object)
+                ),
+            }
     if cfg.similarity is not None:
         order = np.unique(sentence[main]) if sentence_order is None else np.asarray(sentence_order)
-        first = order[:cfg.similarity.sentences]
+        first = order[: cfg.similarity.sentences]
         plan.similarity_rows = np.flatnonzero(np.isin(sentence, first))
     for note in plan.notes:
         logger.warning("metrics: %s", note)
@@ -237,6 +287,6 @@ def frequency_bins(edges, *, ranked_types: int, basis: str) -> tuple[list[tuple[
     kept = [b for b in bins if b[0] <= ranked_types]
     notes = []
     if len(kept) < len(bins):
-        dropped = ", ".join(f"[{lo}, {hi})" for lo, hi in bins[len(kept):])
+        dropped = ", ".join(f"[{lo}, {hi})" for lo, hi in bins[len(kept) :])
         notes.append(f"frequency-rank bins {dropped} omitted: the {basis} has {ranked_types} token types")
     return kept, notes

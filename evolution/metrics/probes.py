@@ -42,14 +42,26 @@ Syntax_Analysis.ipynb, raw lines 464-588, ``class Probe``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 
-__all__ = ["ProbeSentence", "Probe", "word_level_attention", "word_level_embeddings", "distance_features",
-           "fit_probe", "split_held_out", "right_branching", "uas", "KINDS", "N_DISTANCE_FEATURES"]
+__all__ = [
+    "ProbeSentence",
+    "Probe",
+    "word_level_attention",
+    "word_level_embeddings",
+    "distance_features",
+    "fit_probe",
+    "split_held_out",
+    "right_branching",
+    "uas",
+    "KINDS",
+    "N_DISTANCE_FEATURES",
+]
 
 KINDS = ("attention", "attention_words", "distance_words")
 N_DISTANCE_FEATURES = 8
@@ -61,7 +73,7 @@ def _word_matrix(word_ids: np.ndarray, n_words: int) -> np.ndarray:
     words = np.flatnonzero(ids >= 0)
     if len(words) == 0 or not np.array_equal(np.unique(ids[words]), np.arange(n_words)):
         raise ValueError("word_ids must number the words 0..n-1 (and -1 for special tokens)")
-    if np.any(np.diff(ids[words]) < 0) or np.any(ids[words[0]:words[-1] + 1] < 0) or np.any(ids < -1):
+    if np.any(np.diff(ids[words]) < 0) or np.any(ids[words[0] : words[-1] + 1] < 0) or np.any(ids < -1):
         raise ValueError("word_ids must be non-decreasing, with special tokens (-1) only before and after the words")
     units = np.where(ids >= 0, ids + 1, np.where(np.arange(len(ids)) < words[0], 0, n_words + 1))
     onehot = np.zeros((len(ids), n_words + 2))
@@ -196,8 +208,11 @@ class _Net(torch.nn.Module):
         if self.kind == "attention_words":
             weights = self.pair_dense(emb, self.kernel) + self.bias  # (n, n+1, M)
             return torch.einsum("ijk,kij->ij", weights, self.maps(attention))
-        hidden = torch.tanh(dist @ self.kernel[:N_DISTANCE_FEATURES]
-                            + self.pair_dense(emb, self.kernel[N_DISTANCE_FEATURES:]) + self.bias)
+        hidden = torch.tanh(
+            dist @ self.kernel[:N_DISTANCE_FEATURES]
+            + self.pair_dense(emb, self.kernel[N_DISTANCE_FEATURES:])
+            + self.bias
+        )
         return hidden @ self.out_kernel + self.out_bias
 
 
@@ -235,8 +250,9 @@ class Probe:
         return self.scores(sentence).argmax(axis=1)
 
 
-def split_held_out(sentences: Sequence[ProbeSentence], fraction: float, *, seed: int = 0
-                   ) -> tuple[list[ProbeSentence], list[ProbeSentence]]:
+def split_held_out(
+    sentences: Sequence[ProbeSentence], fraction: float, *, seed: int = 0
+) -> tuple[list[ProbeSentence], list[ProbeSentence]]:
     """(fit, held out): ``round(fraction * n)`` of the ``sentences`` (at least 1 when ``fraction``
     > 0), drawn at random given ``seed``, held out; the rest in their order. ``fraction`` 0: all fit."""
     sentences = list(sentences)
@@ -262,10 +278,19 @@ def _held_out_score(net: _Net, sentences: Sequence[ProbeSentence], kind: str) ->
     return total / words, uas(preds, sentences)
 
 
-def fit_probe(sentences: Sequence[ProbeSentence], *, kind: Literal["attention", "attention_words", "distance_words"]
-              = "attention", epochs: int = 1, lr: float = 0.002, transpose: bool = True, hidden: int = 256,
-              shuffle: bool = False, seed: int = 0, held_out: Sequence[ProbeSentence] | None = None,
-              patience: int = 3) -> Probe:
+def fit_probe(
+    sentences: Sequence[ProbeSentence],
+    *,
+    kind: Literal["attention", "attention_words", "distance_words"] = "attention",
+    epochs: int = 1,
+    lr: float = 0.002,
+    transpose: bool = True,
+    hidden: int = 256,
+    shuffle: bool = False,
+    seed: int = 0,
+    held_out: Sequence[ProbeSentence] | None = None,
+    patience: int = 3,
+) -> Probe:
     """Train a probe of Clark et al. (2019, section 5) on ``sentences`` (:class:`ProbeSentence`).
 
     One sentence per Adam step (``lr``), loss the cross-entropy of every word's
@@ -307,7 +332,7 @@ def fit_probe(sentences: Sequence[ProbeSentence], *, kind: Literal["attention", 
         opt = torch.optim.Adam(net.parameters(), lr=lr)
         rng = np.random.default_rng(seed)
         for epoch in range(1, epochs + 1):
-            for idx in (rng.permutation(len(sentences)) if shuffle else range(len(sentences))):
+            for idx in rng.permutation(len(sentences)) if shuffle else range(len(sentences)):
                 s = sentences[idx]
                 logits = net(*_inputs(s, kind))
                 loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(s.heads), reduction="sum")

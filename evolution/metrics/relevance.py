@@ -19,7 +19,7 @@ Shapes: ``L`` layers, ``H`` heads, ``S`` steps in all.
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -34,8 +34,14 @@ def normalize_over_heads(scores: np.ndarray) -> np.ndarray:
     return np.divide(scores, total, out=np.zeros_like(scores), where=total > 0)
 
 
-def head_relevance(adapter, items: Sequence, *, attentions: Sequence[str] = ("encoder_self",),
-                   max_batch_tokens: int = 4096, per_step: bool = False) -> dict:
+def head_relevance(
+    adapter,
+    items: Sequence,
+    *,
+    attentions: Sequence[str] = ("encoder_self",),
+    max_batch_tokens: int = 4096,
+    per_step: bool = False,
+) -> dict:
     """Relevance of every head of every attention type for the top-1 logit of every step.
 
     Returns ``{"relevance": {attention: (L, H)}, "steps": S}`` (the mean over steps of the
@@ -74,11 +80,13 @@ def head_relevance(adapter, items: Sequence, *, attentions: Sequence[str] = ("en
             stack.enter_context(conservative_rules(model))
             for a in attentions:
                 for proj in projections[a]:
-                    stack.callback(proj.register_forward_pre_hook(
-                        lambda module, args, store=captured[a]: store.append(args[0])).remove)
+                    stack.callback(
+                        proj.register_forward_pre_hook(
+                            lambda module, args, store=captured[a]: store.append(args[0])
+                        ).remove
+                    )
             if output is not None:
-                stack.callback(output.register_forward_pre_hook(
-                    lambda module, args: features.append(args[0])).remove)
+                stack.callback(output.register_forward_pre_hook(lambda module, args: features.append(args[0])).remove)
             decoder = [item.decoder_inputs] if item.decoder_inputs is not None else None
             logits = adapter.logits([item.inputs], decoder)  # (1, T, V)
         at = torch.as_tensor([int(p) for p in item.positions])
@@ -104,8 +112,13 @@ def head_relevance(adapter, items: Sequence, *, attentions: Sequence[str] = ("en
                     c, t, b, d = r.shape
                     rows = slice(first[i] + k0, first[i] + k1)
                     per[a][rows, layer] = r.view(c, t, b, heads[a], d // heads[a]).sum(dim=(1, 2, 4)).double().numpy()
-    out = {"relevance": {a: normalize_over_heads(per[a]).mean(axis=0) if n_steps else
-                         np.full(per[a].shape[1:], np.nan) for a in attentions}, "steps": n_steps}
+    out = {
+        "relevance": {
+            a: normalize_over_heads(per[a]).mean(axis=0) if n_steps else np.full(per[a].shape[1:], np.nan)
+            for a in attentions
+        },
+        "steps": n_steps,
+    }
     if per_step:
         out["per_step"] = {a: normalize_over_heads(per[a]) for a in attentions}
     return out

@@ -33,8 +33,11 @@ def sentence_draws(n_sentences: int, *, replicates: range | int, seed: int) -> n
     """(R, n_sentences) int: the sentences replicate ``r`` (of ``replicates``, a range or a count
     from 0) draws, in the order drawn: ``default_rng([seed, r]).integers(0, S, S)``."""
     reps = range(replicates) if isinstance(replicates, int) else replicates
-    return np.stack([np.random.default_rng([seed, r]).integers(0, n_sentences, n_sentences) for r in reps]) \
-        if len(reps) else np.zeros((0, n_sentences), dtype=np.int64)
+    return (
+        np.stack([np.random.default_rng([seed, r]).integers(0, n_sentences, n_sentences) for r in reps])
+        if len(reps)
+        else np.zeros((0, n_sentences), dtype=np.int64)
+    )
 
 
 def sentence_counts(draws: np.ndarray, n_sentences: int | None = None) -> np.ndarray:
@@ -42,8 +45,7 @@ def sentence_counts(draws: np.ndarray, n_sentences: int | None = None) -> np.nda
     draws each sentence."""
     draws = np.atleast_2d(draws)
     n = draws.shape[1] if n_sentences is None else n_sentences
-    return np.stack([np.bincount(d, minlength=n) for d in draws]).astype(np.float64) if len(draws) \
-        else np.zeros((0, n))
+    return np.stack([np.bincount(d, minlength=n) for d in draws]).astype(np.float64) if len(draws) else np.zeros((0, n))
 
 
 class SentenceSums:
@@ -89,7 +91,7 @@ class SentenceSums:
         """Row indices (into the n rows) of one replicate that draws the sentences ``draws``
         (S,) in that order: each drawn sentence's rows, in order, one draw after another
         (the resampled data of the definition, row for row)."""
-        parts = [self._order[self._starts[g]:self._starts[g + 1]] for g in np.asarray(draws, dtype=np.int64)]
+        parts = [self._order[self._starts[g] : self._starts[g + 1]] for g in np.asarray(draws, dtype=np.int64)]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
     def sums(self, a: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -106,7 +108,7 @@ class SentenceSums:
         per_block = max(1, int(self.block_bytes // (8 * p * q)))
         ids = self._by_size
         for start in range(0, len(ids), per_block):
-            block = ids[start:start + per_block]
+            block = ids[start : start + per_block]
             t = int(self.size[block].max())
             offset = np.arange(t)
             first, length = self._starts[block], self.size[block].astype(np.int64)

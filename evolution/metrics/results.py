@@ -81,8 +81,9 @@ def _write_groups(store: str, datasets: dict[str, xr.Dataset], fingerprint: str,
         if not location.is_url(store):
             ds.attrs = portable(ds.attrs, Path(final or store).parent)
         portable_strings(ds).to_zarr(store, group=group, mode="w", zarr_format=3, consolidated=False)
-    zarr.open_group(store, mode="r+", zarr_format=3).attrs.update({_FINGERPRINT: fingerprint,
-                                                                   "groups": sorted(datasets)})
+    zarr.open_group(store, mode="r+", zarr_format=3).attrs.update(
+        {_FINGERPRINT: fingerprint, "groups": sorted(datasets)}
+    )
 
 
 def metrics_fingerprint(path: str | Path) -> str | None:
@@ -121,9 +122,11 @@ def check_metrics_store(path: str | Path) -> None:
         return
     if root is None and all((_attrs(location.join(path, e)) or {}).get("analysis") for e in entries):
         return  # the groups of a store whose root was removed or not yet rewritten
-    raise StoreError(f"{path}: metrics.store holds something this pipeline did not write, which "
-                     "writing the metrics would replace; point metrics.store elsewhere, or move it away if it "
-                     "is not needed")
+    raise StoreError(
+        f"{path}: metrics.store holds something this pipeline did not write, which "
+        "writing the metrics would replace; point metrics.store elsewhere, or move it away if it "
+        "is not needed"
+    )
 
 
 def open_metrics(path: str | Path, group: str) -> xr.Dataset:

@@ -28,8 +28,10 @@ def faiss_or_none():
     try:
         import faiss
     except ImportError:
-        logger.info("faiss is not installed: nearest neighbours and k-means run on scikit-learn / NumPy "
-                    "(pip install faiss-cpu for the fast route)")
+        logger.info(
+            "faiss is not installed: nearest neighbours and k-means run on scikit-learn / NumPy "
+            "(pip install faiss-cpu for the fast route)"
+        )
         return None
     return faiss
 
@@ -56,14 +58,17 @@ def nearest(base: np.ndarray, queries: np.ndarray, k: int, *, block: int = 4096)
     dist = np.empty((len(queries), k), dtype=np.float32)
     idx = np.empty((len(queries), k), dtype=np.int64)
     for s in range(0, len(queries), block):
-        q = queries[s:s + block].astype(np.float64)
-        d = (q ** 2).sum(1)[:, None] - 2 * q @ base.T.astype(np.float64) + b2[None, :]
-        part = np.argpartition(d, min(k, d.shape[1] - 1), axis=1)[:, :k] if k < d.shape[1] else \
-            np.tile(np.arange(d.shape[1]), (len(q), 1))
+        q = queries[s : s + block].astype(np.float64)
+        d = (q**2).sum(1)[:, None] - 2 * q @ base.T.astype(np.float64) + b2[None, :]
+        part = (
+            np.argpartition(d, min(k, d.shape[1] - 1), axis=1)[:, :k]
+            if k < d.shape[1]
+            else np.tile(np.arange(d.shape[1]), (len(q), 1))
+        )
         dd = np.take_along_axis(d, part, 1)
         order = np.lexsort((part, dd), axis=1)
-        idx[s:s + block] = np.take_along_axis(part, order, 1)
-        dist[s:s + block] = np.maximum(np.take_along_axis(dd, order, 1), 0)
+        idx[s : s + block] = np.take_along_axis(part, order, 1)
+        dist[s : s + block] = np.maximum(np.take_along_axis(dd, order, 1), 0)
     return dist, idx
 
 
@@ -101,14 +106,25 @@ def kmeans(x: np.ndarray, *, k: int, niter: int, seed: int, max_points_per_centr
     init = kmeans_plusplus_init(x, k=k, seed=seed)
     if backend.on_torch():  # Lloyd's iterations on the device, from the same seeds and training sample
         rng = np.random.default_rng(seed)
-        sample = x if n <= max_points_per_centroid * k else x[np.sort(rng.choice(n, max_points_per_centroid * k,
-                                                                                  replace=False))]
+        sample = (
+            x
+            if n <= max_points_per_centroid * k
+            else x[np.sort(rng.choice(n, max_points_per_centroid * k, replace=False))]
+        )
         centroids = backend.lloyd(sample, init, niter=niter, seed=seed)
         return backend.nearest(centroids, x, 1)[1].ravel()
     faiss = faiss_or_none()
     if faiss is not None:
-        km = faiss.Kmeans(d, k, niter=niter, seed=seed, verbose=False, spherical=False,
-                          max_points_per_centroid=max_points_per_centroid, min_points_per_centroid=1)
+        km = faiss.Kmeans(
+            d,
+            k,
+            niter=niter,
+            seed=seed,
+            verbose=False,
+            spherical=False,
+            max_points_per_centroid=max_points_per_centroid,
+            min_points_per_centroid=1,
+        )
         km.train(x, init_centroids=init)
         _, idx = km.index.search(x, 1)
         return idx.ravel().astype(np.int64)

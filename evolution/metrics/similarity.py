@@ -16,9 +16,25 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["pair_similarity", "similarities", "thin_svd", "GRAM_SHARE", "View", "pwcca", "cka", "pwcca_distance", "cka_distance", "MIN_RATIO",
-           "equal_size_bins", "bin_sizes", "adjacent_change", "bootstrap_distances", "bootstrap_replicates",
-           "summarise_replicates", "centre_intervals"]
+__all__ = [
+    "pair_similarity",
+    "similarities",
+    "thin_svd",
+    "GRAM_SHARE",
+    "View",
+    "pwcca",
+    "cka",
+    "pwcca_distance",
+    "cka_distance",
+    "MIN_RATIO",
+    "equal_size_bins",
+    "bin_sizes",
+    "adjacent_change",
+    "bootstrap_distances",
+    "bootstrap_replicates",
+    "summarise_replicates",
+    "centre_intervals",
+]
 
 #: Default minimum occurrences per dimension: CCA on fewer points than ~10 d
 #: overfits (correlations tend to 1 as n approaches d).
@@ -58,16 +74,25 @@ class View:
     views (every layer of every model) holds half the memory.
     """
 
-    def __init__(self, x: np.ndarray, *, epsilon: float = 1e-6, min_ratio: float = MIN_RATIO, name: str = "view",
-                 margin: float = 1.0):
+    def __init__(
+        self,
+        x: np.ndarray,
+        *,
+        epsilon: float = 1e-6,
+        min_ratio: float = MIN_RATIO,
+        name: str = "view",
+        margin: float = 1.0,
+    ):
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2:
             raise ValueError(f"{name}: expected (occurrences, feature), got shape {x.shape}")
         n, d = x.shape
         if n < min_ratio * d:
-            raise ValueError(f"{name}: {n} occurrences for {d} dimensions; PWCCA/CKA need at least "
-                             f"{min_ratio:g} x d = {int(np.ceil(min_ratio * d))} (use more sentences, or "
-                             "lower metrics.similarity.min_ratio knowingly)")
+            raise ValueError(
+                f"{name}: {n} occurrences for {d} dimensions; PWCCA/CKA need at least "
+                f"{min_ratio:g} x d = {int(np.ceil(min_ratio * d))} (use more sentences, or "
+                "lower metrics.similarity.min_ratio knowingly)"
+            )
         from evolution.metrics import backend
 
         self.name = name
@@ -82,19 +107,19 @@ class View:
         self.basis_all_ = np.ascontiguousarray(u[:, spare])
         self.singular_all_ = s[spare]
         self.coords_all_ = backend.tmatmul(self.basis_all_, xc)  # = S V^T of the SVD: x in the basis
-        self.gram_norm_ = float(np.sqrt((s ** 4).sum()))  # ||X^T X||_F = sqrt(sum sigma^4)
+        self.gram_norm_ = float(np.sqrt((s**4).sum()))  # ||X^T X||_F = sqrt(sum sigma^4)
 
     @property
     def basis_(self) -> np.ndarray:
-        return self.basis_all_[:, :self.rank]
+        return self.basis_all_[:, : self.rank]
 
     @property
     def singular_(self) -> np.ndarray:
-        return self.singular_all_[:self.rank]
+        return self.singular_all_[: self.rank]
 
     @property
     def coords_(self) -> np.ndarray:
-        return self.coords_all_[:self.rank]
+        return self.coords_all_[: self.rank]
 
     @property
     def n(self) -> int:
@@ -125,7 +150,7 @@ def thin_svd(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lam, v = lam[::-1], np.ascontiguousarray(v[:, ::-1])
     if lam[0] <= 0:
         return np.linalg.svd(x, full_matrices=False)
-    k = int((lam > (GRAM_SHARE ** 2) * lam[0]).sum())  # a prefix: lam descends
+    k = int((lam > (GRAM_SHARE**2) * lam[0]).sum())  # a prefix: lam descends
     s_big = np.sqrt(lam[:k])
     u_big = backend.matmul(x, v[:, :k]) / s_big
     if k == d:
@@ -181,8 +206,9 @@ def pair_similarity(a: View, b: View) -> tuple[float, float, float]:
     return similarities(m_ab, a.coords_, b.coords_, cross=cross, norm_a=a.gram_norm_, norm_b=b.gram_norm_)
 
 
-def similarities(m_ab: np.ndarray, coords_a: np.ndarray, coords_b: np.ndarray, *, cross: float, norm_a: float,
-                 norm_b: float) -> tuple[float, float, float]:
+def similarities(
+    m_ab: np.ndarray, coords_a: np.ndarray, coords_b: np.ndarray, *, cross: float, norm_a: float, norm_b: float
+) -> tuple[float, float, float]:
     """``(pwcca(a, b), pwcca(b, a), cka)`` from ``m_ab`` (r_a, r_b) = Qa^T Qb, the views'
     orthonormal bases' product; ``coords_a`` (r_a, d_a) the centred a in the basis Qa
     (``coords_b`` likewise); ``cross`` = ||a^T b||_F^2 and ``norm_a`` = ||a^T a||_F (CKA).
@@ -197,8 +223,11 @@ def similarities(m_ab: np.ndarray, coords_a: np.ndarray, coords_b: np.ndarray, *
         alpha = np.abs(directions @ coords).sum(axis=1)
         return float(np.clip((alpha * rho).sum() / alpha.sum(), 0.0, 1.0))
 
-    return (weighted(u[:, :k].T, coords_a), weighted(vt[:k], coords_b),
-            float(np.clip(cross / (norm_a * norm_b), 0.0, 1.0)))
+    return (
+        weighted(u[:, :k].T, coords_a),
+        weighted(vt[:k], coords_b),
+        float(np.clip(cross / (norm_a * norm_b), 0.0, 1.0)),
+    )
 
 
 def pwcca_distance(a: View, b: View) -> float:
@@ -209,9 +238,20 @@ def cka_distance(a: View, b: View) -> float:
     return 1.0 - cka(a, b)
 
 
-def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], sentence: np.ndarray,
-                        masks: dict[str, np.ndarray], methods: list[str], replicates: int, seed: int,
-                        epsilon: float, min_ratio: float, level: float = 0.95) -> dict[str, Any]:
+def bootstrap_distances(
+    *,
+    read,
+    models: list[str],
+    n_layers: dict[str, int],
+    sentence: np.ndarray,
+    masks: dict[str, np.ndarray],
+    methods: list[str],
+    replicates: int,
+    seed: int,
+    epsilon: float,
+    min_ratio: float,
+    level: float = 0.95,
+) -> dict[str, Any]:
     """``read(model, layer)`` (n, d) the states of the compared occurrences, ``sentence``
     (n,) their sentences. Percentile intervals of the distances the figures compare, over ``replicates``
     resamples of whole sentences (replicate ``r`` draws with ``default_rng([seed, r])``,
@@ -227,15 +267,34 @@ def bootstrap_distances(*, read, models: list[str], n_layers: dict[str, int], se
     :func:`bootstrap_replicates` on blocks of replicates followed by
     :func:`summarise_replicates` gives the same numbers (the pipeline's route: one task per
     block, so that the replicates spread over the workers)."""
-    block = bootstrap_replicates(read=read, models=models, n_layers=n_layers, sentence=sentence, masks=masks,
-                                 methods=methods, replicates=range(replicates), seed=seed, epsilon=epsilon,
-                                 min_ratio=min_ratio)
+    block = bootstrap_replicates(
+        read=read,
+        models=models,
+        n_layers=n_layers,
+        sentence=sentence,
+        masks=masks,
+        methods=methods,
+        replicates=range(replicates),
+        seed=seed,
+        epsilon=epsilon,
+        min_ratio=min_ratio,
+    )
     return summarise_replicates([block], level=level)
 
 
-def bootstrap_replicates(*, read, models: list[str], n_layers: dict[str, int], sentence: np.ndarray,
-                         masks: dict[str, np.ndarray], methods: list[str], replicates: range, seed: int,
-                         epsilon: float, min_ratio: float) -> dict[str, Any]:
+def bootstrap_replicates(
+    *,
+    read,
+    models: list[str],
+    n_layers: dict[str, int],
+    sentence: np.ndarray,
+    masks: dict[str, np.ndarray],
+    methods: list[str],
+    replicates: range,
+    seed: int,
+    epsilon: float,
+    min_ratio: float,
+) -> dict[str, Any]:
     """The replicates ``replicates`` (e.g. ``range(10, 20)``) of :func:`bootstrap_distances`,
     unsummarised: ``between[method]`` (replicate, layer, pair) and
     ``change[method][model]`` (replicate, layer_pair, subset) as nested lists (NaN where
@@ -245,10 +304,11 @@ def bootstrap_replicates(*, read, models: list[str], n_layers: dict[str, int], s
 
     fns = {"pwcca": pwcca, "cka": cka}
     groups = list(rows_by_sentence(np.asarray(sentence)).values())
-    picks = [np.concatenate([groups[k] for k in np.random.default_rng([seed, r]).integers(0, len(groups),
-                                                                                          len(groups))])
-             for r in replicates]
-    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
+    picks = [
+        np.concatenate([groups[k] for k in np.random.default_rng([seed, r]).integers(0, len(groups), len(groups))])
+        for r in replicates
+    ]
+    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1 :]]
     L = max(n_layers.values())
     R = len(picks)
     between = {m: np.full((R, L, len(pairs)), np.nan) for m in methods}
@@ -257,8 +317,10 @@ def bootstrap_replicates(*, read, models: list[str], n_layers: dict[str, int], s
     for layer in range(L):
         states = {g: read(g, layer) for g in models if layer < n_layers[g]}
         for r, idx in enumerate(picks):
-            views = {g: View(x[idx], epsilon=epsilon, min_ratio=min_ratio, name=f"{g} layer {layer}")
-                     for g, x in states.items()}
+            views = {
+                g: View(x[idx], epsilon=epsilon, min_ratio=min_ratio, name=f"{g} layer {layer}")
+                for g, x in states.items()
+            }
             for p, (a, b) in enumerate(pairs):
                 if a in views and b in views:
                     p_ab, p_ba, c = pair_similarity(views[a], views[b])
@@ -276,9 +338,13 @@ def bootstrap_replicates(*, read, models: list[str], n_layers: dict[str, int], s
                     for m in methods:
                         change[m][g][r, layer - 1, k] = 1.0 - fns[m](va, vb)
         previous = states
-    return {"first": replicates.start, "replicates": R, "pairs": pairs,
-            "between": {m: v.tolist() for m, v in between.items()},
-            "change": {m: {g: v.tolist() for g, v in per.items()} for m, per in change.items()}}
+    return {
+        "first": replicates.start,
+        "replicates": R,
+        "pairs": pairs,
+        "between": {m: v.tolist() for m, v in between.items()},
+        "change": {m: {g: v.tolist() for g, v in per.items()} for m, per in change.items()},
+    }
 
 
 def summarise_replicates(blocks: list[dict[str, Any]], *, level: float = 0.95) -> dict[str, Any]:
@@ -306,11 +372,14 @@ def summarise_replicates(blocks: list[dict[str, Any]], *, level: float = 0.95) -
             warnings.simplefilter("ignore", RuntimeWarning)
             return np.nanmean(x, axis=0).tolist()
 
-    return {"pairs": [tuple(p) for p in blocks[0]["pairs"]], "replicates": sum(b["replicates"] for b in blocks),
-            "between": {m: bounds(v) for m, v in between.items()},
-            "change": {m: {g: bounds(v) for g, v in per.items()} for m, per in change.items()},
-            "between_mean": {m: mean(v) for m, v in between.items()},
-            "change_mean": {m: {g: mean(v) for g, v in per.items()} for m, per in change.items()}}
+    return {
+        "pairs": [tuple(p) for p in blocks[0]["pairs"]],
+        "replicates": sum(b["replicates"] for b in blocks),
+        "between": {m: bounds(v) for m, v in between.items()},
+        "change": {m: {g: bounds(v) for g, v in per.items()} for m, per in change.items()},
+        "between_mean": {m: mean(v) for m, v in between.items()},
+        "change_mean": {m: {g: mean(v) for g, v in per.items()} for m, per in change.items()},
+    }
 
 
 def centre_intervals(bounds, means, estimates) -> list:
@@ -322,8 +391,15 @@ def centre_intervals(bounds, means, estimates) -> list:
     return (np.asarray(bounds, dtype=float) + shift[..., None]).tolist()
 
 
-def adjacent_change(states: list[np.ndarray], masks: dict[str, np.ndarray], *, methods: list[str], epsilon: float,
-                    min_ratio: float, name: str) -> tuple[dict[str, list[list[float]]], list[str]]:
+def adjacent_change(
+    states: list[np.ndarray],
+    masks: dict[str, np.ndarray],
+    *,
+    methods: list[str],
+    epsilon: float,
+    min_ratio: float,
+    name: str,
+) -> tuple[dict[str, list[list[float]]], list[str]]:
     """Distance between layers n and n + 1 on each subset of occurrences.
 
     ``states[layer]`` (n, d) for layers 0..L-1 on the same occurrences;
@@ -341,8 +417,10 @@ def adjacent_change(states: list[np.ndarray], masks: dict[str, np.ndarray], *, m
         if mask.sum() < min_ratio * states[0].shape[1]:
             notes.append(f"change {name} {label}: {int(mask.sum())} occurrences < {min_ratio:g} x d; left as NaN")
             continue
-        vs = [View(s[mask], name=f"{name} layer {i} {label}", epsilon=epsilon, min_ratio=min_ratio)
-              for i, s in enumerate(states)]
+        vs = [
+            View(s[mask], name=f"{name} layer {i} {label}", epsilon=epsilon, min_ratio=min_ratio)
+            for i, s in enumerate(states)
+        ]
         for layer in range(L - 1):
             for m in methods:
                 out[m][layer, b] = 1.0 - fns[m](vs[layer], vs[layer + 1])
@@ -376,6 +454,9 @@ def bin_sizes(freq_rank: np.ndarray, masks: dict[str, np.ndarray]) -> dict[str, 
     """Per bin: occurrences ``n``, distinct ranks (= types) ``types`` and the rank range
     ``rank_lo`` .. ``rank_hi`` - 1 (0, 0 for an empty bin)."""
     ranks = [np.asarray(freq_rank)[m] for m in masks.values()]
-    return {"n": [int(len(r)) for r in ranks], "types": [int(len(np.unique(r))) for r in ranks],
-            "rank_lo": [int(r.min()) if len(r) else 0 for r in ranks],
-            "rank_hi": [int(r.max()) + 1 if len(r) else 0 for r in ranks]}
+    return {
+        "n": [int(len(r)) for r in ranks],
+        "types": [int(len(np.unique(r))) for r in ranks],
+        "rank_lo": [int(r.min()) if len(r) else 0 for r in ranks],
+        "rank_hi": [int(r.max()) + 1 if len(r) else 0 for r in ranks],
+    }

@@ -33,8 +33,8 @@ definition (an SVD of its resampled rows), as are the pairs it is in.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 from scipy.linalg import solve_triangular
@@ -44,8 +44,15 @@ from evolution.metrics.similarity import View, pair_similarity, similarities
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MARGIN", "Whitened", "whiten", "replicate_similarity", "between_replicates", "change_with_replicates",
-           "pair_with_replicates"]
+__all__ = [
+    "MARGIN",
+    "Whitened",
+    "whiten",
+    "replicate_similarity",
+    "between_replicates",
+    "change_with_replicates",
+    "pair_with_replicates",
+]
 
 #: Spare directions: a view keeps those above MARGIN x its smallest kept singular value s_k. A
 #: direction of singular value s left out of the basis moves a resample's kept subspace by about
@@ -90,7 +97,7 @@ def whiten(view: View, gram: np.ndarray, *, epsilon: float) -> Whitened | None:
         return None
     linv = solve_triangular(chol, np.eye(len(s)), lower=True)
     norm = float(np.linalg.norm(s[:, None] * gram * s[None, :]))  # the scatter S G S in the basis V
-    if 1.0 / np.sum(linv ** 2) * s[-1] ** 2 > epsilon ** 2 * np.trace(gram) * s[0] ** 2:
+    if 1.0 / np.sum(linv**2) * s[-1] ** 2 > epsilon**2 * np.trace(gram) * s[0] ** 2:
         coords = chol.T @ view.coords_all_
         return Whitened(left=linv.T, coords=coords, gram=coords @ coords.T, norm=norm)
     u, sigma, _ = np.linalg.svd(chol.T * s[None, :])
@@ -120,9 +127,17 @@ def _distances(values: tuple[float, float, float], methods: list[str]) -> dict[s
     return {m: 1.0 - ((p_ab + p_ba) / 2 if m == "pwcca" else c) for m in methods}
 
 
-def between_replicates(views: dict[int, dict[str, View]], *, sums: SentenceSums, draws: np.ndarray,
-                       pairs: list[tuple[str, str]], methods: list[str], epsilon: float, min_ratio: float,
-                       states: Callable[[str, int], np.ndarray]) -> dict[str, np.ndarray]:
+def between_replicates(
+    views: dict[int, dict[str, View]],
+    *,
+    sums: SentenceSums,
+    draws: np.ndarray,
+    pairs: list[tuple[str, str]],
+    methods: list[str],
+    epsilon: float,
+    min_ratio: float,
+    states: Callable[[str, int], np.ndarray],
+) -> dict[str, np.ndarray]:
     """Same-layer distances of model pairs in every replicate: ``{method: (R, layers, pairs)}``.
 
     ``views[layer][model]``: the full data's views (``margin`` :data:`MARGIN`) of the rows
@@ -147,7 +162,7 @@ def between_replicates(views: dict[int, dict[str, View]], *, sums: SentenceSums,
             gram, _ = sums.centred(bases[i], rest, counts)
             edges = np.cumsum([0] + [q.shape[1] for q in bases[i:]])
             for j, h in enumerate(names[i:]):
-                blocks[(g, h)] = gram[:, :, edges[j]:edges[j + 1]]
+                blocks[(g, h)] = gram[:, :, edges[j] : edges[j + 1]]
         for r in range(n_rep):
             white = {g: whiten(per_model[g], blocks[(g, g)][r], epsilon=epsilon) for g in names}
             for p, (a, b) in enumerate(pairs):
@@ -159,22 +174,34 @@ def between_replicates(views: dict[int, dict[str, View]], *, sums: SentenceSums,
                 if white[a] is None or white[b] is None:
                     fallbacks += 1
                     idx = sums.resample_rows(draws[r])
-                    values = _definition(states(a, layer)[idx], states(b, layer)[idx], epsilon=epsilon,
-                                         min_ratio=min_ratio)
+                    values = _definition(
+                        states(a, layer)[idx], states(b, layer)[idx], epsilon=epsilon, min_ratio=min_ratio
+                    )
                 else:
                     cross = blocks[(a, b)][r] if (a, b) in blocks else blocks[(b, a)][r].T
                     values = replicate_similarity(white[a], white[b], cross)
                 for m, v in _distances(values, methods).items():
                     out[m][r, layer, p] = v
     if fallbacks:
-        logger.info("similarity bootstrap: %d replicate pair(s) computed from their resampled rows (a direction "
-                    "dropped or carried only by undrawn sentences)", fallbacks)
+        logger.info(
+            "similarity bootstrap: %d replicate pair(s) computed from their resampled rows (a direction "
+            "dropped or carried only by undrawn sentences)",
+            fallbacks,
+        )
     return out
 
 
-def change_with_replicates(states: list[np.ndarray], masks: dict[str, np.ndarray], *, group: np.ndarray,
-                           draws: np.ndarray | None, methods: list[str], epsilon: float, min_ratio: float,
-                           name: str) -> dict:
+def change_with_replicates(
+    states: list[np.ndarray],
+    masks: dict[str, np.ndarray],
+    *,
+    group: np.ndarray,
+    draws: np.ndarray | None,
+    methods: list[str],
+    epsilon: float,
+    min_ratio: float,
+    name: str,
+) -> dict:
     """Distance between layers n and n + 1 on each subset of occurrences, and in each
     replicate: the estimates of :func:`~evolution.metrics.similarity.adjacent_change` and
     the replicates of :func:`~evolution.metrics.similarity.bootstrap_replicates` (its
@@ -197,8 +224,16 @@ def change_with_replicates(states: list[np.ndarray], masks: dict[str, np.ndarray
         if mask.sum() < min_ratio * d:
             notes.append(f"change {name} {label}: {int(mask.sum())} occurrences < {min_ratio:g} x d; left as NaN")
             continue
-        views = [View(s[mask], name=f"{name} layer {i} {label}", epsilon=epsilon, min_ratio=min_ratio,
-                      margin=MARGIN if n_rep else 1.0) for i, s in enumerate(states)]
+        views = [
+            View(
+                s[mask],
+                name=f"{name} layer {i} {label}",
+                epsilon=epsilon,
+                min_ratio=min_ratio,
+                margin=MARGIN if n_rep else 1.0,
+            )
+            for i, s in enumerate(states)
+        ]
         for layer in range(n_layers - 1):
             p_ab, _, c = pair_similarity(views[layer], views[layer + 1])
             for m in methods:
@@ -215,8 +250,10 @@ def change_with_replicates(states: list[np.ndarray], masks: dict[str, np.ndarray
             both = q if nxt is None else np.hstack([q, nxt])
             gram, _ = sums.centred(q, both, counts)  # (R, r_l, r_l [+ r_l+1]): G_l and G_l,l+1
             r_l = q.shape[1]
-            white = [whiten(views[layer], gram[r, :, :r_l], epsilon=epsilon) if rows[r] >= min_ratio * d else None
-                     for r in range(n_rep)]
+            white = [
+                whiten(views[layer], gram[r, :, :r_l], epsilon=epsilon) if rows[r] >= min_ratio * d else None
+                for r in range(n_rep)
+            ]
             if layer:
                 for r in range(n_rep):
                     if rows[r] < min_ratio * d:
@@ -224,8 +261,9 @@ def change_with_replicates(states: list[np.ndarray], masks: dict[str, np.ndarray
                     if white_prev[r] is None or white[r] is None:
                         fallbacks += 1
                         idx = where[sums.resample_rows(draws[r])]
-                        values = _definition(states[layer - 1][idx], states[layer][idx], epsilon=epsilon,
-                                             min_ratio=min_ratio)
+                        values = _definition(
+                            states[layer - 1][idx], states[layer][idx], epsilon=epsilon, min_ratio=min_ratio
+                        )
                     else:
                         values = replicate_similarity(white_prev[r], white[r], cross_prev[r])
                     for m in methods:
@@ -236,8 +274,9 @@ def change_with_replicates(states: list[np.ndarray], masks: dict[str, np.ndarray
     return {"estimate": estimate, "replicates": replicates, "notes": notes}
 
 
-def pair_with_replicates(x: np.ndarray, y: np.ndarray, *, group: np.ndarray, draws: np.ndarray | None,
-                         epsilon: float, min_ratio: float) -> tuple[tuple[float, float, float], np.ndarray | None]:
+def pair_with_replicates(
+    x: np.ndarray, y: np.ndarray, *, group: np.ndarray, draws: np.ndarray | None, epsilon: float, min_ratio: float
+) -> tuple[tuple[float, float, float], np.ndarray | None]:
     """``(pwcca(x, y), pwcca(y, x), cka)`` of two views of the same rows (n, d), and the same
     for each replicate of ``draws`` (R, S) over the rows' sentences ``group`` (n,) in
     ``0 .. S - 1``: (R, 3), NaN where a resample has fewer than ``min_ratio`` x d rows (None

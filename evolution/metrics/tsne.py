@@ -15,8 +15,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["tsne_layout"]
 
 
-def tsne_layout(vectors: np.ndarray, *, perplexity: float = 30.0, seed: int = 0, n_jobs: int = 1,
-                n_iter: int = 500) -> np.ndarray:
+def tsne_layout(
+    vectors: np.ndarray, *, perplexity: float = 30.0, seed: int = 0, n_jobs: int = 1, n_iter: int = 500
+) -> np.ndarray:
     """2-D embedding (n, 2) of ``vectors`` (n, d).
 
     Perplexity is capped at (n - 1) / 3 (openTSNE needs 3 * perplexity
@@ -32,6 +33,13 @@ def tsne_layout(vectors: np.ndarray, *, perplexity: float = 30.0, seed: int = 0,
     if perplexity > cap:
         logger.info("t-SNE: perplexity %.1f capped to %.1f for %d points", perplexity, cap, n)
         perplexity = cap
-    tsne = TSNE(perplexity=perplexity, initialization="pca", random_state=seed, n_jobs=n_jobs,
-                negative_gradient_method="auto", n_iter=n_iter, verbose=False)
+    tsne = TSNE(
+        perplexity=perplexity,
+        initialization="pca",
+        random_state=seed,
+        n_jobs=n_jobs,
+        negative_gradient_method="auto",
+        n_iter=n_iter,
+        verbose=False,
+    )
     return np.asarray(tsne.fit(x), dtype=np.float32)

@@ -12,8 +12,15 @@ from functools import lru_cache
 
 from evolution.models.base import Adapter, ModelLoadError, Tokenized
 
-__all__ = ["Adapter", "ModelLoadError", "Tokenized", "load_adapter", "cached_adapter", "fairseq_adapter",
-           "model_identity"]
+__all__ = [
+    "Adapter",
+    "ModelLoadError",
+    "Tokenized",
+    "load_adapter",
+    "cached_adapter",
+    "fairseq_adapter",
+    "model_identity",
+]
 
 
 def load_adapter(spec: dict) -> Adapter:
@@ -28,8 +35,14 @@ def load_adapter(spec: dict) -> Adapter:
     if kind == "fairseq":
         from evolution.models.fairseq import FairseqAdapter
 
-        return FairseqAdapter(spec["path"], data=spec["data"], sentencepiece=spec.get("sentencepiece"),
-                              name=spec.get("name"), objective=spec.get("objective"), device=device)
+        return FairseqAdapter(
+            spec["path"],
+            data=spec["data"],
+            sentencepiece=spec.get("sentencepiece"),
+            name=spec.get("name"),
+            objective=spec.get("objective"),
+            device=device,
+        )
     if kind == "shipped":
         from evolution.models.shipped_torch import PlainAdapter
 
@@ -54,8 +67,9 @@ def _cached_fairseq(spec_json: str) -> Adapter:
     from evolution.models.shipped_fairseq import ShippedAdapter
 
     spec = json.loads(spec_json)
-    return ShippedAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"),
-                          device=spec.get("device"))
+    return ShippedAdapter(
+        spec["path"], name=spec.get("name"), objective=spec.get("objective"), device=spec.get("device")
+    )
 
 
 @lru_cache(maxsize=4)

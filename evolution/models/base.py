@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -45,8 +46,15 @@ logger = logging.getLogger(__name__)
 
 Objective = Literal["mt", "lm", "mlm"]
 
-__all__ = ["Adapter", "Tokenized", "ModelLoadError", "Objective", "word_ids_from_pieces", "attention_norms",
-           "FairseqLayoutHeads"]
+__all__ = [
+    "Adapter",
+    "Tokenized",
+    "ModelLoadError",
+    "Objective",
+    "word_ids_from_pieces",
+    "attention_norms",
+    "FairseqLayoutHeads",
+]
 
 
 class ModelLoadError(RuntimeError):
@@ -64,7 +72,7 @@ class Tokenized:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def truncated(self, n: int) -> "Tokenized":
+    def truncated(self, n: int) -> Tokenized:
         return Tokenized(self.ids[:n], self.pieces[:n], self.word_ids[:n])
 
 
@@ -108,8 +116,11 @@ def attention_norms(alpha, f) -> dict:
     value_norm = torch.linalg.vector_norm(f, dim=-1)  # (B, H, Tk)
     gram = torch.einsum("bhkd,bgkd->bkhg", f, f)  # (B, Tk, H, H)
     sq = torch.einsum("bhqk,bgqk,bkhg->bqk", a, a, gram).clamp_min(0)
-    return {"value_norm": value_norm.float(), "weighted_norm": (a * value_norm[:, :, None, :]).float(),
-            "summed_norm": sq.sqrt().float()}
+    return {
+        "value_norm": value_norm.float(),
+        "weighted_norm": (a * value_norm[:, :, None, :]).float(),
+        "summed_norm": sq.sqrt().float(),
+    }
 
 
 class Adapter(abc.ABC):
@@ -151,8 +162,9 @@ class Adapter(abc.ABC):
         """Content tokens of one sentence."""
 
     @abc.abstractmethod
-    def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False
-                ) -> tuple[np.ndarray, np.ndarray | None]:
+    def forward(
+        self, inputs: Sequence[Sequence[int]], *, attention: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """Run a batch of model inputs (right-padded internally).
 
         Returns ``hidden`` of shape ``(L + 1, B, T, d)`` and, when
@@ -166,8 +178,10 @@ class Adapter(abc.ABC):
     def forward_qk(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """Per-head queries and keys ``(L, B, H, T, d_head)`` each, before scaling (Vig 2019's
         neuron view: attention = softmax(q . k / sqrt(d_head)))."""
-        raise NotImplementedError(f"{type(self).__name__} cannot return per-head queries and keys; they are "
-                                  "available for fairseq Transformers and BERT-like Hugging Face encoders")
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot return per-head queries and keys; they are "
+            "available for fairseq Transformers and BERT-like Hugging Face encoders"
+        )
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         """The strings of input ids, special tokens included."""
@@ -175,8 +189,10 @@ class Adapter(abc.ABC):
 
     def forward_norms(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """``hidden``, ``attention`` and the norms of the module docstring (numpy, stacked over layers)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot compute value-vector norms (Kobayashi et al. 2020); "
-                                  "they are available for fairseq Transformers and BERT-like Hugging Face encoders")
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot compute value-vector norms (Kobayashi et al. 2020); "
+            "they are available for fairseq Transformers and BERT-like Hugging Face encoders"
+        )
 
     #: whether :meth:`forward_decoder` is available (translation models with a Transformer decoder)
     supports_decoder: bool = False
@@ -185,15 +201,18 @@ class Adapter(abc.ABC):
         """Content tokens of one target-language sentence (translation models)."""
         raise NotImplementedError(f"{type(self).__name__} has no decoder")
 
-    def forward_decoder(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
-                        ) -> tuple[np.ndarray, np.ndarray]:
+    def forward_decoder(
+        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Teacher-forced decoder attention of a translation model: ``sources`` model inputs
         (:meth:`build_input`), ``targets`` decoder inputs (:meth:`build_decoder_input`).
         Returns the decoder self-attention ``(L, B, H, T_target, T_target)`` and the
         encoder-decoder attention ``(L, B, H, T_target, T_source)``; values at padded
         positions are unspecified."""
-        raise NotImplementedError(f"{type(self).__name__} has no decoder whose attention can be read; decoder heads "
-                                  "are available for fairseq translation models")
+        raise NotImplementedError(
+            f"{type(self).__name__} has no decoder whose attention can be read; decoder heads "
+            "are available for fairseq translation models"
+        )
 
     #: the ``<mask>`` id of a masked LM (None otherwise), and the [low, high) range of ordinary
     #: symbols that random replacements are drawn from (MLM output MI, evolution.metrics.masked)
@@ -203,16 +222,18 @@ class Adapter(abc.ABC):
     #: whether :meth:`forward_masked_keys` is available (this project's trained models)
     supports_key_masking: bool = False
 
-    def forward_masked_keys(self, inputs: Sequence[Sequence[int]], *, masked: Sequence[tuple[int, int]]
-                            ) -> np.ndarray:
+    def forward_masked_keys(self, inputs: Sequence[Sequence[int]], *, masked: Sequence[tuple[int, int]]) -> np.ndarray:
         """Hidden states ``(L + 1, B, T, d)`` when row ``b`` hides input position
         ``masked[b][1]`` from the attention keys of block ``masked[b][0]`` (0-based)
         only: the token influence analysis (Voita et al. 2019, section 5)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot mask attention keys per layer; token influence "
-                                  "needs this project's trained models (models[].kind: trained)")
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot mask attention keys per layer; token influence "
+            "needs this project's trained models (models[].kind: trained)"
+        )
 
-    def masked_key_states(self, inputs: Sequence[int], *, base: np.ndarray, masked: Sequence[tuple[int, int]]
-                          ) -> np.ndarray:
+    def masked_key_states(
+        self, inputs: Sequence[int], *, base: np.ndarray, masked: Sequence[tuple[int, int]]
+    ) -> np.ndarray:
         """The states ``(B, T, d)`` of layer ``block + 1`` for row ``b`` with ``masked[b] = (block,
         position)``: the output of block ``block`` (0-based) when ``position`` is hidden from its
         attention keys, for one input sentence ``inputs``; ``base`` ``(L + 1, T, d)`` its unmasked
@@ -275,8 +296,9 @@ class FairseqLayoutHeads:
             raise ValueError(f"{self.name}: no {attention!r} attention; this model has {self.attention_types}")
         if attention == "encoder_self":
             return [layer.self_attn for layer in self._encoder_layers()]
-        return [layer.self_attn if attention == "decoder_self" else layer.encoder_attn
-                for layer in self._decoder_layers()]
+        return [
+            layer.self_attn if attention == "decoder_self" else layer.encoder_attn for layer in self._decoder_layers()
+        ]
 
     def output_projections(self, attention: str = "encoder_self") -> list:
         """Each layer's attention output projection, whose input is the concatenated heads

@@ -39,7 +39,9 @@ def resolve_device(device: str | None) -> str:
     if device.startswith("cuda"):
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= n:
-            raise ValueError(f"device {device!r}: this machine has {n} CUDA device(s) visible to torch "
-                             f"({'a CPU build of torch' if n == 0 else 'cuda:0..cuda:' + str(n - 1)}); "
-                             "set device: cpu or auto")
+            raise ValueError(
+                f"device {device!r}: this machine has {n} CUDA device(s) visible to torch "
+                f"({'a CPU build of torch' if n == 0 else 'cuda:0..cuda:' + str(n - 1)}); "
+                "set device: cpu or auto"
+            )
     return device

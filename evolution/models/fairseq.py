@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -53,8 +53,16 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
         taken as already segmented and split on spaces.
     """
 
-    def __init__(self, path: str | Path, *, data: str | Path, sentencepiece: str | Path | None = None,
-                 name: str | None = None, objective: str | None = None, device: str | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        data: str | Path,
+        sentencepiece: str | Path | None = None,
+        name: str | None = None,
+        objective: str | None = None,
+        device: str | None = None,
+    ):
         from evolution.models.device import resolve_device
 
         self.device = resolve_device(device)
@@ -74,8 +82,10 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
         task_name = self.cfg.task._name
         self.objective = objective or getattr(self._model, "objective", None) or _TASK_OBJECTIVE.get(task_name)
         if self.objective not in ("mt", "lm", "mlm"):
-            raise ModelLoadError(f"{self.path}: fairseq task {task_name!r} is not one of "
-                                 f"{sorted(_TASK_OBJECTIVE)}; set models[].objective to mt, lm or mlm")
+            raise ModelLoadError(
+                f"{self.path}: fairseq task {task_name!r} is not one of "
+                f"{sorted(_TASK_OBJECTIVE)}; set models[].objective to mt, lm or mlm"
+            )
         d = self.dictionary
         if self.objective == "mt":
             self.prefix, self.suffix = [], [d.eos()]
@@ -88,8 +98,7 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
         if self.objective == "mlm" and "<mask>" in d.indices:
             self.mask_id = d.index("<mask>")
             self.ordinary_ids = (d.nspecial, self.mask_id if self.mask_id == len(d) - 1 else len(d))
-        self.special_ids = frozenset(range(d.nspecial)) | (
-            {d.index("<mask>")} if "<mask>" in d.indices else set())
+        self.special_ids = frozenset(range(d.nspecial)) | ({d.index("<mask>")} if "<mask>" in d.indices else set())
         layers = self._layers
         self.num_layers = len(layers)
         self.num_heads = layers[0].self_attn.num_heads
@@ -105,8 +114,10 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             with trusted_checkpoints(), quiet():
                 state = checkpoint_utils.load_checkpoint_to_cpu(str(self.path), {"data": str(self.data)})
         except Exception as exc:  # torch raises many types for a non-checkpoint file
-            raise ModelLoadError(f"{self.path} is not a fairseq checkpoint ({type(exc).__name__}: {exc}); "
-                                 "point models[].path at a checkpoint_*.pt written by fairseq-train") from exc
+            raise ModelLoadError(
+                f"{self.path} is not a fairseq checkpoint ({type(exc).__name__}: {exc}); "
+                "point models[].path at a checkpoint_*.pt written by fairseq-train"
+            ) from exc
         if "cfg" not in state or state["cfg"] is None or "model" not in state:
             raise ModelLoadError(f"{self.path} has no fairseq config/model; it is not a fairseq-train checkpoint")
         self.cfg = state["cfg"]
@@ -114,8 +125,10 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             with quiet():
                 self._task = tasks.setup_task(self.cfg.task)
         except FileNotFoundError as exc:
-            raise ModelLoadError(f"{self.data}: the dictionary for {self.path.name} is missing ({exc}); "
-                                 "models[].data must be the fairseq data directory used in training") from exc
+            raise ModelLoadError(
+                f"{self.data}: the dictionary for {self.path.name} is missing ({exc}); "
+                "models[].data must be the fairseq data directory used in training"
+            ) from exc
         model = self._task.build_model(self.cfg.model)
         model.load_state_dict(state["model"], strict=True, model_cfg=self.cfg.model)
         enable_head_weights(model)
@@ -145,8 +158,7 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
     def supports_key_masking(self) -> bool:
         return hasattr(self._model, "shared_encoder")
 
-    def forward_masked_keys(self, inputs: Sequence[Sequence[int]], *, masked: Sequence[tuple[int, int]]
-                            ) -> np.ndarray:
+    def forward_masked_keys(self, inputs: Sequence[Sequence[int]], *, masked: Sequence[tuple[int, int]]) -> np.ndarray:
         import torch
 
         if not self.supports_key_masking:
@@ -157,8 +169,9 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             key_mask.setdefault(block, torch.zeros(ids.shape, dtype=torch.bool, device=ids.device))[b, position] = True
         return self.forward(inputs, key_mask=key_mask)[0]
 
-    def masked_key_states(self, inputs: Sequence[int], *, base: np.ndarray, masked: Sequence[tuple[int, int]]
-                          ) -> np.ndarray:
+    def masked_key_states(
+        self, inputs: Sequence[int], *, base: np.ndarray, masked: Sequence[tuple[int, int]]
+    ) -> np.ndarray:
         """One block per row, from the unmasked input states of that block (``base``): the
         stack's own loop (:class:`~evolution.nets.encoder.SharedEncoder`) below the block gives
         those states unchanged, so running it again is not needed."""
@@ -168,7 +181,7 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             return super().masked_key_states(inputs, base=base, masked=masked)
         stack, t = self._stack, len(inputs)
         out = np.empty((len(masked), t, base.shape[-1]), dtype=np.float32)
-        future = (torch.triu(torch.ones(t, t, device=self.device), diagonal=1) if stack.causal else None)
+        future = torch.triu(torch.ones(t, t, device=self.device), diagonal=1) if stack.causal else None
         with torch.inference_mode():
             for block in sorted({b for b, _ in masked}):
                 rows = [r for r, (b, _) in enumerate(masked) if b == block]
@@ -186,8 +199,9 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
         ids = [self.dictionary.index(p) for p in pieces]
         return Tokenized(ids=ids, pieces=list(pieces), word_ids=word_ids_from_pieces(pieces))
 
-    def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False, key_mask: dict | None = None
-                ) -> tuple[np.ndarray, np.ndarray | None]:
+    def forward(
+        self, inputs: Sequence[Sequence[int]], *, attention: bool = False, key_mask: dict | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         hidden, att, _ = self._run(inputs, attention=attention, norms=False, key_mask=key_mask)
         return hidden, att
 
@@ -218,8 +232,10 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             for layer in layers:
                 ctx.callback(layer.self_attn.register_forward_pre_hook(capture, with_kwargs=True).remove)
             self._run(inputs, attention=False, norms=False, key_mask=None)
-        return (torch.stack([q for q, _ in qk]).float().cpu().numpy(),
-                torch.stack([k for _, k in qk]).float().cpu().numpy())
+        return (
+            torch.stack([q for q, _ in qk]).float().cpu().numpy(),
+            torch.stack([k for _, k in qk]).float().cpu().numpy(),
+        )
 
     def _encoder_layers(self) -> list:
         return list(self._layers)
@@ -238,18 +254,25 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             return self._model(ids)[0]
         if decoder_inputs is None:
             raise ValueError("a translation model's logits need decoder_inputs (build_decoder_input)")
-        tgt = torch.full((len(decoder_inputs), max(len(t) for t in decoder_inputs)),
-                         self._task.target_dictionary.pad(), dtype=torch.long)
+        tgt = torch.full(
+            (len(decoder_inputs), max(len(t) for t in decoder_inputs)),
+            self._task.target_dictionary.pad(),
+            dtype=torch.long,
+        )
         for b, t in enumerate(decoder_inputs):
-            tgt[b, :len(t)] = torch.as_tensor(list(t), dtype=torch.long)
-        return self._model(ids, src_lengths=torch.as_tensor(lengths, device=ids.device),
-                           prev_output_tokens=tgt.to(ids.device))[0]
+            tgt[b, : len(t)] = torch.as_tensor(list(t), dtype=torch.long)
+        return self._model(
+            ids, src_lengths=torch.as_tensor(lengths, device=ids.device), prev_output_tokens=tgt.to(ids.device)
+        )[0]
 
     @property
     def supports_decoder(self) -> bool:
         decoder = getattr(self._model, "decoder", None)
-        return self.objective == "mt" and bool(getattr(decoder, "layers", None)) and \
-            getattr(decoder.layers[0], "encoder_attn", None) is not None
+        return (
+            self.objective == "mt"
+            and bool(getattr(decoder, "layers", None))
+            and getattr(decoder.layers[0], "encoder_attn", None) is not None
+        )
 
     @property
     def max_target_tokens(self) -> int:
@@ -268,8 +291,9 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
         ``prev_output_tokens``: the output at position i predicts y_{i+1}, the last one ``</s>``)."""
         return [self._task.target_dictionary.eos(), *ids]
 
-    def translate(self, sources: Sequence[Sequence[int]], *, max_len_a: float = 0.0, max_len_b: int = 200
-                  ) -> list[list[int]]:
+    def translate(
+        self, sources: Sequence[Sequence[int]], *, max_len_a: float = 0.0, max_len_b: int = 200
+    ) -> list[list[int]]:
         """Greedy translations (target ids without ``</s>``) of model inputs ``sources``: fairseq's
         ``SequenceGenerator`` with beam 1."""
         import torch
@@ -278,24 +302,27 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
         if not self.supports_decoder:
             raise ValueError(f"{self.name}: only a translation model translates")
         ids, _, lengths = self._pad(sources)
-        generator = SequenceGenerator([self._model], self._task.target_dictionary, beam_size=1,
-                                      max_len_a=max_len_a, max_len_b=max_len_b)
+        generator = SequenceGenerator(
+            [self._model], self._task.target_dictionary, beam_size=1, max_len_a=max_len_a, max_len_b=max_len_b
+        )
         sample = {"net_input": {"src_tokens": ids, "src_lengths": torch.as_tensor(lengths, device=ids.device)}}
         with torch.inference_mode():
             hyps = generator.generate([self._model], sample)
         return [h[0]["tokens"].tolist()[:-1] for h in hyps]
 
-    def forward_decoder(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
-                        ) -> tuple[np.ndarray, np.ndarray]:
+    def forward_decoder(
+        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
         if not self.supports_decoder:
             return super().forward_decoder(sources, targets)
         src, _, src_lengths = self._pad(sources)
-        tgt = torch.full((len(targets), max(len(t) for t in targets)), self._task.target_dictionary.pad(),
-                         dtype=torch.long)
+        tgt = torch.full(
+            (len(targets), max(len(t) for t in targets)), self._task.target_dictionary.pad(), dtype=torch.long
+        )
         for b, t in enumerate(targets):
-            tgt[b, :len(t)] = torch.as_tensor(list(t), dtype=torch.long)
+            tgt[b, : len(t)] = torch.as_tensor(list(t), dtype=torch.long)
         tgt = tgt.to(src.device)
         layers = list(self._model.decoder.layers)
         with contextlib.ExitStack() as ctx, torch.inference_mode():
@@ -328,11 +355,14 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             handles = [layers[0].register_forward_pre_hook(first_input, with_kwargs=True)]
             handles += [layer.register_forward_hook(block_output) for layer in layers]
             if norms:
-                handles += [layer.self_attn.register_forward_pre_hook(value_input, with_kwargs=True) for layer in layers]
+                handles += [
+                    layer.self_attn.register_forward_pre_hook(value_input, with_kwargs=True) for layer in layers
+                ]
             for h in handles:
                 ctx.callback(h.remove)
-            captured = (ctx.enter_context(capture_attention([layer.self_attn for layer in layers]))
-                        if attention else None)
+            captured = (
+                ctx.enter_context(capture_attention([layer.self_attn for layer in layers])) if attention else None
+            )
             stack = self._stack
             if hasattr(self._model, "shared_encoder"):
                 stack(ids, key_mask=key_mask)  # causal for the LM by construction
@@ -344,8 +374,10 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
                 stack(ids)
             out = {}
             if norms:
-                per_layer = [attention_norms(alpha, _transformed_values(layer.self_attn, value))
-                             for layer, alpha, value in zip(layers, captured, values)]
+                per_layer = [
+                    attention_norms(alpha, _transformed_values(layer.self_attn, value))
+                    for layer, alpha, value in zip(layers, captured, values)
+                ]
                 out = {k: torch.stack([p[k] for p in per_layer]).cpu().numpy() for k in per_layer[0]}
         hidden = torch.stack([s.transpose(0, 1) for s in states]).float().cpu().numpy()  # (L+1, B, T, d)
         att = torch.stack(captured).float().cpu().numpy() if attention else None

@@ -62,9 +62,10 @@ def resolve(hub_id: str, *, revision: str | None = None) -> Path:
     if _offline():
         raise HubModelNotFound(
             f"{hub_id!r} is not a local directory and not in the Hugging Face cache {cache}, and HF_HUB_OFFLINE is "
-            "set: download it once with network access (python -c \"import huggingface_hub; "
+            'set: download it once with network access (python -c "import huggingface_hub; '
             f"huggingface_hub.snapshot_download('{hub_id}')\"), point HF_HUB_CACHE at a cache that has it, or give "
-            "the path of a local model directory")
+            "the path of a local model directory"
+        )
     try:
         logger.info("%s: downloading into the Hugging Face cache %s", hub_id, cache)
         path = snapshot_download(hub_id, revision=revision, cache_dir=cache, allow_patterns=_PATTERNS)
@@ -72,8 +73,11 @@ def resolve(hub_id: str, *, revision: str | None = None) -> Path:
         raise HubModelNotFound(
             f"{hub_id!r} is not a local directory, not in the Hugging Face cache {cache}, and could not be "
             f"downloaded ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): check the id and "
-            "the network, log in for a gated model, or give the path of a local model directory") from None
+            "the network, log in for a gated model, or give the path of a local model directory"
+        ) from None
     if not any(Path(path).glob("*.safetensors")):
-        raise HubModelNotFound(f"{hub_id!r}: the repository has no safetensors weights; this project loads no "
-                               "pickled weights from the hub. Convert them, or give a local directory")
+        raise HubModelNotFound(
+            f"{hub_id!r}: the repository has no safetensors weights; this project loads no "
+            "pickled weights from the hub. Convert them, or give a local directory"
+        )
     return Path(path)

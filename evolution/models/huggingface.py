@@ -18,8 +18,8 @@ says so.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -73,8 +73,9 @@ class HuggingFaceAdapter(Adapter):
     :meth:`forward`, so a driver process can tokenize without holding a model.
     """
 
-    def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None,
-                 device: str | None = None):
+    def __init__(
+        self, path: str | Path, *, name: str | None = None, objective: str | None = None, device: str | None = None
+    ):
         from transformers import AutoConfig, AutoTokenizer
 
         from evolution.models.device import resolve_device
@@ -86,15 +87,22 @@ class HuggingFaceAdapter(Adapter):
 
         self.path = Path(path)
         if not (self.path / "config.json").is_file():
-            raise ModelLoadError(f"{self.path} is not a Hugging Face model directory (no config.json); "
-                                 "point models[].path at a directory written by save_pretrained()")
+            raise ModelLoadError(
+                f"{self.path} is not a Hugging Face model directory (no config.json); "
+                "point models[].path at a directory written by save_pretrained()"
+            )
         self.name = name or self.path.name
-        weights = [f.name for f in self.path.iterdir()
-                   if f.suffix in (".safetensors", ".bin", ".pt", ".h5", ".msgpack") or f.name.endswith(".index.json")]
+        weights = [
+            f.name
+            for f in self.path.iterdir()
+            if f.suffix in (".safetensors", ".bin", ".pt", ".h5", ".msgpack") or f.name.endswith(".index.json")
+        ]
         if not weights:
-            raise ModelLoadError(f"{self.path}: a Hugging Face config but no weights (model.safetensors or "
-                                 "pytorch_model.bin); save the model with save_pretrained() into that directory, "
-                                 "or point models[].path at the directory that has them")
+            raise ModelLoadError(
+                f"{self.path}: a Hugging Face config but no weights (model.safetensors or "
+                "pytorch_model.bin); save the model with save_pretrained() into that directory, "
+                "or point models[].path at the directory that has them"
+            )
         try:
             self.config = AutoConfig.from_pretrained(self.path, local_files_only=True)
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
@@ -102,15 +110,20 @@ class HuggingFaceAdapter(Adapter):
             raise ModelLoadError(f"{self.path}: cannot load the Hugging Face config or tokenizer: {exc}") from exc
         cfg = self.config
         self.is_encoder_decoder = bool(getattr(cfg, "is_encoder_decoder", False))
-        inferred = ("mt" if self.is_encoder_decoder
-                    else "lm" if cfg.model_type in _CAUSAL_TYPES or getattr(cfg, "is_decoder", False)
-                    else "mlm")
+        inferred = (
+            "mt"
+            if self.is_encoder_decoder
+            else "lm"
+            if cfg.model_type in _CAUSAL_TYPES or getattr(cfg, "is_decoder", False)
+            else "mlm"
+        )
         self.objective = objective or inferred
         self.num_layers = int(_first_attr(cfg, ["num_hidden_layers", "n_layer", "num_layers", "encoder_layers"]))
         if self.is_encoder_decoder:
             self.num_layers = int(_first_attr(cfg, ["encoder_layers", "num_layers", "num_hidden_layers"]))
-        self.num_heads = int(_first_attr(cfg, ["encoder_attention_heads", "num_attention_heads", "n_head",
-                                               "num_heads"]))
+        self.num_heads = int(
+            _first_attr(cfg, ["encoder_attention_heads", "num_attention_heads", "n_head", "num_heads"])
+        )
         self.d_model = int(_first_attr(cfg, ["hidden_size", "d_model", "n_embd"]))
         max_pos = _first_attr(cfg, ["max_position_embeddings", "n_positions"])
         if max_pos is None:  # relative positions (T5): the tokenizer's limit, else 512
@@ -121,8 +134,9 @@ class HuggingFaceAdapter(Adapter):
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.special_ids = frozenset(int(i) for i in self.tokenizer.all_special_ids)
         self.prefix, self.suffix = self._special_template()
-        self.ordinary_ids = ordinary_range(self.special_ids,
-                                           min(len(self.tokenizer), int(getattr(cfg, "vocab_size", None) or 1 << 62)))
+        self.ordinary_ids = ordinary_range(
+            self.special_ids, min(len(self.tokenizer), int(getattr(cfg, "vocab_size", None) or 1 << 62))
+        )
         self._model = None
         self._lm = None  # (model with its pretraining head, None) or (None, why there is none)
 
@@ -131,10 +145,12 @@ class HuggingFaceAdapter(Adapter):
         plain = self.tokenizer("a b", add_special_tokens=False)["input_ids"]
         full = self.tokenizer("a b", add_special_tokens=True)["input_ids"]
         for start in range(len(full) - len(plain) + 1):
-            if full[start:start + len(plain)] == plain:
-                return list(full[:start]), list(full[start + len(plain):])
-        raise ModelLoadError(f"{self.path}: the tokenizer's special tokens do not wrap the content "
-                             "as prefix + content + suffix; this layout is not supported")
+            if full[start : start + len(plain)] == plain:
+                return list(full[:start]), list(full[start + len(plain) :])
+        raise ModelLoadError(
+            f"{self.path}: the tokenizer's special tokens do not wrap the content "
+            "as prefix + content + suffix; this layout is not supported"
+        )
 
     def tokenize(self, sentence: str) -> Tokenized:
         fast = getattr(self.tokenizer, "is_fast", False)
@@ -162,33 +178,52 @@ class HuggingFaceAdapter(Adapter):
             # enters the hidden states or attention, so one line of the log says it instead of a table
             hf_logging.set_verbosity_error()
             try:
-                model, info = AutoModel.from_pretrained(self.path, attn_implementation="eager", local_files_only=True,
-                                                        dtype=torch.float32, output_loading_info=True)
+                model, info = AutoModel.from_pretrained(
+                    self.path,
+                    attn_implementation="eager",
+                    local_files_only=True,
+                    dtype=torch.float32,
+                    output_loading_info=True,
+                )
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(f"{self.path}: cannot load the Hugging Face weights: {exc}") from exc
             finally:
                 hf_logging.set_verbosity(verbosity)
             missing = sorted(k for k in info.get("missing_keys") or () if not k.startswith("pooler."))
             if missing:
-                logger.warning("%s: %d weights are not in the checkpoint and were initialised at random (e.g. %s); "
-                               "the hidden states are not the trained model's", self.name, len(missing), missing[0])
+                logger.warning(
+                    "%s: %d weights are not in the checkpoint and were initialised at random (e.g. %s); "
+                    "the hidden states are not the trained model's",
+                    self.name,
+                    len(missing),
+                    missing[0],
+                )
             unused = len(info.get("unexpected_keys") or ())
             if unused:
-                logger.info("%s: %d weights of the checkpoint (its pretraining head) are not part of the bare model "
-                            "analysed", self.name, unused)
+                logger.info(
+                    "%s: %d weights of the checkpoint (its pretraining head) are not part of the bare model analysed",
+                    self.name,
+                    unused,
+                )
             if self.is_encoder_decoder:
                 model = model.get_encoder()
             self._model = model.eval().to(self.device)
         return self._model
 
-    def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False
-                ) -> tuple[np.ndarray, np.ndarray | None]:
+    def forward(
+        self, inputs: Sequence[Sequence[int]], *, attention: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         import torch
 
         ids, mask, _ = self._pad(inputs)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True,
-                             output_attentions=attention, return_dict=True)
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                output_hidden_states=True,
+                output_attentions=attention,
+                return_dict=True,
+            )
         hidden = torch.stack(out.hidden_states).float().cpu().numpy()
         att = torch.stack(self._attentions(out)).float().cpu().numpy() if attention else None
         return hidden, att
@@ -197,10 +232,12 @@ class HuggingFaceAdapter(Adapter):
         """Per-layer attention weights of a forward pass, or a clear error when the model gives none."""
         att = getattr(out, "attentions", None)
         if att is None or len(att) != self.num_layers or any(a is None for a in att):
-            raise ModelLoadError(f"{self.name}: the model returned no attention weights (its attention "
-                                 f"implementation is {getattr(self.model.config, '_attn_implementation', '?')!r}, "
-                                 "or it has no attention); set extract.attention: null to extract hidden states "
-                                 "only, or use a model whose eager attention returns weights")
+            raise ModelLoadError(
+                f"{self.name}: the model returned no attention weights (its attention "
+                f"implementation is {getattr(self.model.config, '_attn_implementation', '?')!r}, "
+                "or it has no attention); set extract.attention: null to extract hidden states "
+                "only, or use a model whose eager attention returns weights"
+            )
         return att
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
@@ -220,22 +257,33 @@ class HuggingFaceAdapter(Adapter):
             x = args[0] if args else kwargs["hidden_states"]
             b, t, d = x.shape
             h = self.num_heads
-            qk.append((module.query(x).view(b, t, h, d // h).transpose(1, 2),
-                       module.key(x).view(b, t, h, d // h).transpose(1, 2)))
+            qk.append(
+                (
+                    module.query(x).view(b, t, h, d // h).transpose(1, 2),
+                    module.key(x).view(b, t, h, d // h).transpose(1, 2),
+                )
+            )
 
         ids, mask, _ = self._pad(inputs)
         with contextlib.ExitStack() as ctx, torch.inference_mode():
             for layer in layers:
                 ctx.callback(layer.attention.self.register_forward_pre_hook(capture, with_kwargs=True).remove)
             self.model(input_ids=ids, attention_mask=mask, return_dict=True)
-        return (torch.stack([q for q, _ in qk]).float().cpu().numpy(), torch.stack([k for _, k in qk]).float().cpu().numpy())
+        return (
+            torch.stack([q for q, _ in qk]).float().cpu().numpy(),
+            torch.stack([k for _, k in qk]).float().cpu().numpy(),
+        )
 
     def _bert_layers(self):
         """The BERT-like blocks (``attention.self.value``, ``attention.output.dense``), or None."""
         layers = getattr(getattr(self.model, "encoder", None), "layer", None)
-        if layers is None or not all(hasattr(layer, "attention") and hasattr(layer.attention, "self")
-                                     and hasattr(layer.attention.self, "value")
-                                     and hasattr(layer.attention, "output") for layer in layers):
+        if layers is None or not all(
+            hasattr(layer, "attention")
+            and hasattr(layer.attention, "self")
+            and hasattr(layer.attention.self, "value")
+            and hasattr(layer.attention, "output")
+            for layer in layers
+        ):
             return None
         return list(layers)
 
@@ -265,8 +313,9 @@ class HuggingFaceAdapter(Adapter):
         with contextlib.ExitStack() as ctx, torch.inference_mode():
             for layer in layers:
                 ctx.callback(layer.attention.self.register_forward_pre_hook(value_input, with_kwargs=True).remove)
-            out = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True,
-                             return_dict=True)
+            out = self.model(
+                input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True, return_dict=True
+            )
             per_layer = []
             for layer, alpha, x in zip(layers, self._attentions(out), values):
                 sa = layer.attention.self
@@ -307,13 +356,19 @@ class HuggingFaceAdapter(Adapter):
         from transformers.utils import logging as hf_logging
 
         if self.objective == "mt":
-            self._lm = (None, f"{self.name}: the adapter analyses a Hugging Face translation model's encoder only; "
-                              "head importance needs its decoder and the teacher-forced translation loss")
+            self._lm = (
+                None,
+                f"{self.name}: the adapter analyses a Hugging Face translation model's encoder only; "
+                "head importance needs its decoder and the teacher-forced translation loss",
+            )
             return
         if self.config.model_type not in self.GATE_TYPES:
-            self._lm = (None, f"{self.name}: head gates are implemented for BERT-like encoders "
-                              f"({', '.join(self.NORM_TYPES)}) and GPT-2; model type {self.config.model_type!r} "
-                              "is neither")
+            self._lm = (
+                None,
+                f"{self.name}: head gates are implemented for BERT-like encoders "
+                f"({', '.join(self.NORM_TYPES)}) and GPT-2; model type {self.config.model_type!r} "
+                "is neither",
+            )
             return
         if self.objective == "mlm" and self.tokenizer.mask_token_id is None:
             self._lm = (None, f"{self.name}: the tokenizer has no mask token, so the masked-LM loss is undefined")
@@ -322,21 +377,31 @@ class HuggingFaceAdapter(Adapter):
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # the missing-weights table: reported below as one reason
         try:
-            model, info = auto.from_pretrained(self.path, attn_implementation="eager", local_files_only=True,
-                                               dtype=torch.float32, output_loading_info=True)
+            model, info = auto.from_pretrained(
+                self.path,
+                attn_implementation="eager",
+                local_files_only=True,
+                dtype=torch.float32,
+                output_loading_info=True,
+            )
         except (OSError, ValueError) as exc:
-            self._lm = (None, f"{self.name}: no {auto.__name__[len('AutoModelFor'):]} class for this checkpoint "
-                              f"({exc})")
+            self._lm = (
+                None,
+                f"{self.name}: no {auto.__name__[len('AutoModelFor') :]} class for this checkpoint ({exc})",
+            )
             return
         finally:
             hf_logging.set_verbosity(verbosity)
         missing = sorted(info.get("missing_keys") or ())
         if missing:
             head = "masked-LM" if self.objective == "mlm" else "language-model"
-            self._lm = (None, f"{self.name}: the checkpoint has no {head} head ({len(missing)} of its weights, e.g. "
-                              f"{missing[0]}, are not in {self.path.name}; a bare encoder such as a sentence-embedding "
-                              "model), so the model's own pretraining loss, whose gradient Michel et al.'s importance "
-                              "is, cannot be computed")
+            self._lm = (
+                None,
+                f"{self.name}: the checkpoint has no {head} head ({len(missing)} of its weights, e.g. "
+                f"{missing[0]}, are not in {self.path.name}; a bare encoder such as a sentence-embedding "
+                "model), so the model's own pretraining loss, whose gradient Michel et al.'s importance "
+                "is, cannot be computed",
+            )
             return
         self._lm = (model.eval().to(self.device), None)
 

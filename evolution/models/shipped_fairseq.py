@@ -29,12 +29,19 @@ class ShippedAdapter(FairseqAdapter):
         and the objective recorded in ``model.json``).
     """
 
-    def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None,
-                 device: str | None = None):
+    def __init__(
+        self, path: str | Path, *, name: str | None = None, objective: str | None = None, device: str | None = None
+    ):
         path = Path(path)
         self.meta, vocab = read_shipped(path)
-        super().__init__(path, data=vocab, sentencepiece=vocab / "spm.model", name=name or path.name,
-                         objective=objective or self.meta.get("objective"), device=device)
+        super().__init__(
+            path,
+            data=vocab,
+            sentencepiece=vocab / "spm.model",
+            name=name or path.name,
+            objective=objective or self.meta.get("objective"),
+            device=device,
+        )
 
     def _load(self) -> None:
         """Build the task and the network from ``model.json``; weights from safetensors only."""
@@ -68,8 +75,10 @@ class ShippedAdapter(FairseqAdapter):
         tied = meta.get("tied", {})
         untied = [k for k in missing if k not in tied]
         if untied or unexpected:
-            raise ModelLoadError(f"{self.path}: the weights do not fit the model that {META} describes "
-                                 f"(missing {untied[:5]}, unexpected {unexpected[:5]})")
+            raise ModelLoadError(
+                f"{self.path}: the weights do not fit the model that {META} describes "
+                f"(missing {untied[:5]}, unexpected {unexpected[:5]})"
+            )
         now = model.state_dict()
         for key, source in tied.items():  # the built model ties them itself; check it did
             if now[key].data_ptr() != now[source].data_ptr():

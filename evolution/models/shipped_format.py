@@ -39,15 +39,35 @@ from evolution.provenance import file_hash
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["pack", "pack_training", "run_spec", "scrub_sentencepiece", "shipped_vocabulary", "training_text_hash", "read_shipped", "FORMAT"]
+__all__ = [
+    "pack",
+    "pack_training",
+    "run_spec",
+    "scrub_sentencepiece",
+    "shipped_vocabulary",
+    "training_text_hash",
+    "read_shipped",
+    "FORMAT",
+]
 
 #: version of the ``model.json`` layout
 FORMAT = 1
 WEIGHTS = "model.safetensors"
 META = "model.json"
 #: task / model arguments that name files of the machine that trained the model
-_MACHINE_PATHS = {"data", "save_dir", "init_encoder", "user_dir", "tensorboard_logdir", "wandb_project",
-                  "restore_file", "finetune_from_model", "log_file", "aim_repo", "plasma_path"}
+_MACHINE_PATHS = {
+    "data",
+    "save_dir",
+    "init_encoder",
+    "user_dir",
+    "tensorboard_logdir",
+    "wandb_project",
+    "restore_file",
+    "finetune_from_model",
+    "log_file",
+    "aim_repo",
+    "plasma_path",
+}
 _TASK_CLASSES = {"translation": "mt", "language_modeling": "lm", "masked_lm": "mlm"}
 
 
@@ -96,7 +116,7 @@ def _fields(data: bytes):
             payload = b""
         elif wire == 2:
             n, i = _varint(data, i)
-            payload, i = data[i:i + n], i + n
+            payload, i = data[i : i + n], i + n
         elif wire == 5:
             i += 4
             payload = b""
@@ -131,8 +151,11 @@ def run_spec(path: str | Path) -> dict:
     token-dropout controls apart."""
     meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
     model = meta.get("model", {})
-    return {"objective": meta.get("objective"), "seed": int(model.get("seed", 0)),
-            "token_dropout": float(model.get("input_token_dropout", 0.0) or 0.0)}
+    return {
+        "objective": meta.get("objective"),
+        "seed": int(model.get("seed", 0)),
+        "token_dropout": float(model.get("input_token_dropout", 0.0) or 0.0),
+    }
 
 
 #: test scores of the models of one directory, beside them (``results/bible-full/evaluate_shipped.py``)
@@ -158,8 +181,13 @@ def shipped_summary(models: dict[str, str | Path]) -> dict | None:
         if scores is None:
             continue
         if scores.get("weights_sha256") != meta.get("weights_sha256"):
-            logger.warning("%s: the scores of %s are of other weights than %s (weights_sha256 differs); they are "
-                           "left out of the report: score the model again", scores_path, path.name, path / WEIGHTS)
+            logger.warning(
+                "%s: the scores of %s are of other weights than %s (weights_sha256 differs); they are "
+                "left out of the report: score the model again",
+                scores_path,
+                path.name,
+                path / WEIGHTS,
+            )
             continue
         evaluation[name] = {k: scores[k] for k in ("ppl", "bleu", "chrf") if k in scores}
     return {"runs": runs, "timings": timings, "evaluation": evaluation, "shipped": True}
@@ -173,8 +201,10 @@ def read_shipped(path: str | Path) -> tuple[dict, Path]:
     path = Path(path)
     meta_path = path / META
     if not meta_path.is_file() or not (path / WEIGHTS).is_file():
-        raise ModelLoadError(f"{path} is not a shipped model directory: it needs {META} and {WEIGHTS} "
-                             "(written by `python -m evolution.models.shipped_format`)")
+        raise ModelLoadError(
+            f"{path} is not a shipped model directory: it needs {META} and {WEIGHTS} "
+            "(written by `python -m evolution.models.shipped_format`)"
+        )
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except ValueError as exc:
@@ -200,8 +230,15 @@ def training_text_hash(path: str | Path) -> str | None:
     return meta.get("training_text_sha256")
 
 
-def pack(checkpoint: str | Path, *, out: str | Path, vocabulary: str | Path, run: str | None = None,
-         dtype: str = "float32", training_text: str | Path | None = None) -> Path:
+def pack(
+    checkpoint: str | Path,
+    *,
+    out: str | Path,
+    vocabulary: str | Path,
+    run: str | None = None,
+    dtype: str = "float32",
+    training_text: str | Path | None = None,
+) -> Path:
     """Write ``out/model.safetensors`` and ``out/model.json`` from a fairseq checkpoint of this
     project's plugin (or any ``translation`` / ``language_modeling`` / ``masked_lm`` model).
 
@@ -253,8 +290,14 @@ def pack(checkpoint: str | Path, *, out: str | Path, vocabulary: str | Path, run
     if training_text is not None:
         meta["training_text_sha256"] = file_hash(training_text)
     (out / META).write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
-    logger.info("packed %s -> %s (%.1f MB, %d tensors, %d tied)", checkpoint, out,
-                (out / WEIGHTS).stat().st_size / 1e6, len(weights), len(tied))
+    logger.info(
+        "packed %s -> %s (%.1f MB, %d tensors, %d tied)",
+        checkpoint,
+        out,
+        (out / WEIGHTS).stat().st_size / 1e6,
+        len(weights),
+        len(tied),
+    )
     return out
 
 
@@ -268,8 +311,9 @@ def _relative(target: Path, start: Path) -> str:
     return Path(os.path.relpath(target.resolve(), start.resolve())).as_posix()
 
 
-def pack_training(train_dir: str | Path, *, out: str | Path, runs: list[str] | None = None,
-                  dtype: str = "float32") -> list[Path]:
+def pack_training(
+    train_dir: str | Path, *, out: str | Path, runs: list[str] | None = None, dtype: str = "float32"
+) -> list[Path]:
     """Pack every finished run of a training directory (``<workdir>/train/<key>``) into ``out``:
     ``out/vocab/{dict.txt,spm.model}`` once and ``out/<run>/`` per run (``checkpoint_last.pt``)."""
     train_dir, out = Path(train_dir), Path(out)
@@ -281,17 +325,31 @@ def pack_training(train_dir: str | Path, *, out: str | Path, runs: list[str] | N
     shutil.copyfile(train_dir / "dict.txt", vocab / "dict.txt")
     scrub_sentencepiece(train_dir / "spm" / "spm.model", vocab / "spm.model")
     # the source language is the one binarised for LM / MLM beside the MT data (trainer.TrainingPaths)
-    mono = [p.name for p in (train_dir / "bin").iterdir() if p.is_dir() and p.name != "mt"] \
-        if (train_dir / "bin").is_dir() else []
+    mono = (
+        [p.name for p in (train_dir / "bin").iterdir() if p.is_dir() and p.name != "mt"]
+        if (train_dir / "bin").is_dir()
+        else []
+    )
     text = train_dir / "text" / f"train.{mono[0]}" if len(mono) == 1 else None
     text = text if text is not None and text.is_file() else None
-    return [pack(train_dir / "runs" / n / "checkpoint_last.pt", out=out / n, vocabulary=vocab, run=n, dtype=dtype,
-                 training_text=text) for n in names]
+    return [
+        pack(
+            train_dir / "runs" / n / "checkpoint_last.pt",
+            out=out / n,
+            vocabulary=vocab,
+            run=n,
+            dtype=dtype,
+            training_text=text,
+        )
+        for n in names
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evolution.models.shipped_format",
-                                     description="Pack the finished runs of a training directory as safetensors")
+    parser = argparse.ArgumentParser(
+        prog="python -m evolution.models.shipped_format",
+        description="Pack the finished runs of a training directory as safetensors",
+    )
     parser.add_argument("train_dir", help="<workdir>/train/<key> of a finished training")
     parser.add_argument("out", help="directory to write (e.g. results/bible-full/models)")
     parser.add_argument("--runs", nargs="*", help="run names (default: every finished run)")

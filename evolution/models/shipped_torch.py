@@ -12,13 +12,19 @@ patch fairseq's attention) and L0 pruning (it trains).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from evolution.models.base import (Adapter, FairseqLayoutHeads, ModelLoadError, Tokenized, attention_norms,
-                                    word_ids_from_pieces)
+from evolution.models.base import (
+    Adapter,
+    FairseqLayoutHeads,
+    ModelLoadError,
+    Tokenized,
+    attention_norms,
+    word_ids_from_pieces,
+)
 
 __all__ = ["PlainAdapter"]
 
@@ -39,8 +45,9 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
     supports_norms = True
     supports_key_masking = True
 
-    def __init__(self, path: str | Path, *, name: str | None = None, objective: str | None = None,
-                 device: str | None = None):
+    def __init__(
+        self, path: str | Path, *, name: str | None = None, objective: str | None = None, device: str | None = None
+    ):
         import sentencepiece as spm
         import torch
         from safetensors.torch import load_file
@@ -85,8 +92,9 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
     # --- text ------------------------------------------------------------------------------------------
     def tokenize(self, sentence: str) -> Tokenized:
         pieces = self._spm.encode(sentence, out_type=str)
-        return Tokenized(ids=[self.dictionary.index(p) for p in pieces], pieces=list(pieces),
-                         word_ids=word_ids_from_pieces(pieces))
+        return Tokenized(
+            ids=[self.dictionary.index(p) for p in pieces], pieces=list(pieces), word_ids=word_ids_from_pieces(pieces)
+        )
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.dictionary[int(i)] for i in ids]
@@ -113,7 +121,7 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
         t = max(len(x) for x in rows)
         ids = self._torch.full((len(rows), t), self.pad_id, dtype=self._torch.long)
         for b, x in enumerate(rows):
-            ids[b, :len(x)] = self._torch.as_tensor(list(x), dtype=self._torch.long)
+            ids[b, : len(x)] = self._torch.as_tensor(list(x), dtype=self._torch.long)
         return ids.to(self.device)
 
     def _run(self, inputs, *, attention: bool, values: bool = False, key_mask: dict | None = None) -> dict:
@@ -124,8 +132,9 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
     def _hidden(out: dict) -> np.ndarray:
         return np.stack([s.transpose(0, 1).float().cpu().numpy() for s in out["states"]])  # (L+1, B, T, d)
 
-    def forward(self, inputs: Sequence[Sequence[int]], *, attention: bool = False, key_mask: dict | None = None
-                ) -> tuple[np.ndarray, np.ndarray | None]:
+    def forward(
+        self, inputs: Sequence[Sequence[int]], *, attention: bool = False, key_mask: dict | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         out = self._run(inputs, attention=attention, key_mask=key_mask)
         att = np.stack([a.float().cpu().numpy() for a in out["attention"]]) if attention else None
         return self._hidden(out), att
@@ -133,8 +142,10 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
     def forward_norms(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         out = self._run(inputs, attention=True, values=True)
         with self._torch.inference_mode():
-            per = [attention_norms(alpha, _transformed_values(layer.self_attn, value))
-                   for layer, alpha, value in zip(self.net.encoder.layers, out["attention"], out["values"])]
+            per = [
+                attention_norms(alpha, _transformed_values(layer.self_attn, value))
+                for layer, alpha, value in zip(self.net.encoder.layers, out["attention"], out["values"])
+            ]
         norms = {k: np.stack([p[k].cpu().numpy() for p in per]) for k in per[0]}
         return self._hidden(out), np.stack([a.float().cpu().numpy() for a in out["attention"]]), norms
 
@@ -149,17 +160,18 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
                 ks.append(a.k_proj(x).view(t, b, a.num_heads, a.head_dim).permute(1, 2, 0, 3))
         return (self._torch.stack(qs).float().cpu().numpy(), self._torch.stack(ks).float().cpu().numpy())
 
-    def forward_masked_keys(self, inputs: Sequence[Sequence[int]], *, masked: Sequence[tuple[int, int]]
-                            ) -> np.ndarray:
+    def forward_masked_keys(self, inputs: Sequence[Sequence[int]], *, masked: Sequence[tuple[int, int]]) -> np.ndarray:
         ids = self._ids(inputs)
         key_mask: dict = {}
         for b, (block, position) in enumerate(masked):
             key_mask.setdefault(block, self._torch.zeros(ids.shape, dtype=self._torch.bool, device=ids.device))[
-                b, position] = True
+                b, position
+            ] = True
         return self.forward(inputs, key_mask=key_mask)[0]
 
-    def masked_key_states(self, inputs: Sequence[int], *, base: np.ndarray, masked: Sequence[tuple[int, int]]
-                          ) -> np.ndarray:
+    def masked_key_states(
+        self, inputs: Sequence[int], *, base: np.ndarray, masked: Sequence[tuple[int, int]]
+    ) -> np.ndarray:
         """One block per row, from the unmasked input states of that block (``base``)."""
         torch = self._torch
         enc, t = self.net.encoder, len(inputs)
@@ -177,15 +189,18 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
                 out[rows] = y.transpose(0, 1).float().cpu().numpy()
         return out
 
-    def forward_decoder(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
-                        ) -> tuple[np.ndarray, np.ndarray]:
+    def forward_decoder(
+        self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
         if not self.supports_decoder:
             return super().forward_decoder(sources, targets)
         with self._torch.inference_mode():
             enc = self.net.encoder(self._ids(sources))
             dec = self.net.decoder(self._ids(targets), enc["final"], enc["padding"], attention=True)
-        return (self._torch.stack(dec["self"]).float().cpu().numpy(),
-                self._torch.stack(dec["cross"]).float().cpu().numpy())
+        return (
+            self._torch.stack(dec["self"]).float().cpu().numpy(),
+            self._torch.stack(dec["cross"]).float().cpu().numpy(),
+        )
 
     # --- heads: gates and logits (head-mask importance) --------------------------------------------------
     def _encoder_layers(self) -> list:
@@ -205,14 +220,16 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
         dec = self.net.decoder(self._ids(decoder_inputs), enc["final"], enc["padding"])
         return self.net.decoder.output_layer(dec["features"])
 
-    def translate(self, sources: Sequence[Sequence[int]], *, max_len_a: float = 0.0, max_len_b: int = 200
-                  ) -> list[list[int]]:
+    def translate(
+        self, sources: Sequence[Sequence[int]], *, max_len_a: float = 0.0, max_len_b: int = 200
+    ) -> list[list[int]]:
         """Greedy translations (target ids, without ``</s>``) of model inputs ``sources``."""
         if not self.supports_decoder:
             raise ValueError(f"{self.name}: only a translation model translates")
         d = self.dictionary
-        return self.net.translate_greedy(self._ids(sources), eos=d.eos(), pad=d.pad(), max_len_a=max_len_a,
-                                         max_len_b=max_len_b)
+        return self.net.translate_greedy(
+            self._ids(sources), eos=d.eos(), pad=d.pad(), max_len_a=max_len_a, max_len_b=max_len_b
+        )
 
 
 def _transformed_values(attn, value):

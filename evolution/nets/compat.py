@@ -28,7 +28,7 @@ import contextlib
 import os
 import sys
 import types
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -116,9 +116,11 @@ def import_fairseq():
 
         logging.getLogger("fairseq").setLevel(logging.WARNING)  # it logs every dictionary load
     except ImportError as exc:
-        raise ImportError(f"fairseq is not installed. Install what training needs with: {INSTALL_TRAIN} "
-                          "(ve-fairseq goes in without its declared dependencies, which would replace the "
-                          "CPU torch; `make setup` does both)") from exc
+        raise ImportError(
+            f"fairseq is not installed. Install what training needs with: {INSTALL_TRAIN} "
+            "(ve-fairseq goes in without its declared dependencies, which would replace the "
+            "CPU torch; `make setup` does both)"
+        ) from exc
     finally:
         for h in root.handlers[:]:
             if h not in handlers:
@@ -176,8 +178,14 @@ def capture_attention(attention_modules) -> Iterator[list]:
 
 def lm_dim_args(d_model: int) -> list[str]:
     """``fairseq-train`` arguments that make ``transformer_lm`` use ``d_model`` throughout."""
-    return ["--decoder-embed-dim", str(d_model), "--decoder-input-dim", str(d_model),
-            "--decoder-output-dim", str(d_model)]
+    return [
+        "--decoder-embed-dim",
+        str(d_model),
+        "--decoder-input-dim",
+        str(d_model),
+        "--decoder-output-dim",
+        str(d_model),
+    ]
 
 
 def exact_batching_args() -> list[str]:

@@ -23,7 +23,6 @@ identical encoder weights.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import torch
 from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
@@ -46,15 +45,22 @@ class SharedEncoder(TransformerEncoderBase):
         Probability of replacing an input token by a random one while training.
     """
 
-    def __init__(self, cfg: TransformerConfig, dictionary, embed_tokens, *, causal: bool = False,
-                 input_token_dropout: float = 0.0):
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        dictionary,
+        embed_tokens,
+        *,
+        causal: bool = False,
+        input_token_dropout: float = 0.0,
+    ):
         super().__init__(cfg, dictionary, embed_tokens)
         self.causal = causal
         self.input_token_dropout = float(input_token_dropout)
         self.nspecial = dictionary.nspecial
         # Random replacements come from the ordinary symbols: not <s>/<pad>/</s>/<unk>, not <mask>.
         mask = dictionary.indices.get("<mask>")
-        self.n_ordinary = (mask if mask is not None and mask == len(dictionary) - 1 else len(dictionary))
+        self.n_ordinary = mask if mask is not None and mask == len(dictionary) - 1 else len(dictionary)
 
     def _drop_input_tokens(self, src_tokens: torch.Tensor) -> torch.Tensor:
         p = self.input_token_dropout
@@ -65,14 +71,24 @@ class SharedEncoder(TransformerEncoderBase):
         random = torch.randint(self.nspecial, self.n_ordinary, src_tokens.shape, device=src_tokens.device)
         return torch.where(replace, random, src_tokens)
 
-    def forward(self, src_tokens, src_lengths: Optional[torch.Tensor] = None, return_all_hiddens: bool = False,
-                token_embeddings: Optional[torch.Tensor] = None, key_mask: Optional[dict] = None):
-        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings,
-                                       key_mask=key_mask)
+    def forward(
+        self,
+        src_tokens,
+        src_lengths: torch.Tensor | None = None,
+        return_all_hiddens: bool = False,
+        token_embeddings: torch.Tensor | None = None,
+        key_mask: dict | None = None,
+    ):
+        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, key_mask=key_mask)
 
-    def forward_scriptable(self, src_tokens, src_lengths: Optional[torch.Tensor] = None,
-                           return_all_hiddens: bool = False, token_embeddings: Optional[torch.Tensor] = None,
-                           key_mask: Optional[dict] = None):
+    def forward_scriptable(
+        self,
+        src_tokens,
+        src_lengths: torch.Tensor | None = None,
+        return_all_hiddens: bool = False,
+        token_embeddings: torch.Tensor | None = None,
+        key_mask: dict | None = None,
+    ):
         """As ``TransformerEncoderBase.forward_scriptable``; ``key_mask`` maps a 0-based
         block index to a boolean ``(B, T)`` tensor of key positions hidden at that block."""
         src_tokens = self._drop_input_tokens(src_tokens)
@@ -85,15 +101,15 @@ class SharedEncoder(TransformerEncoderBase):
         T = x.size(0)
         # 1.0 above the diagonal: the layer turns non-zero entries into -1e8 *added* to the scores.
         # (A bool mask would be added as +1 on fairseq's own attention path, which per-head weights use.)
-        future = (torch.triu(torch.ones(T, T, dtype=x.dtype, device=x.device), diagonal=1)
-                  if self.causal else None)
+        future = torch.triu(torch.ones(T, T, dtype=x.dtype, device=x.device), diagonal=1) if self.causal else None
         states = [x] if return_all_hiddens else []
         for i, layer in enumerate(self.layers):
             pad_mask = padding
             if key_mask is not None and i in key_mask:
                 pad_mask = padding | key_mask[i].to(torch.bool)
-            out = layer(x, encoder_padding_mask=pad_mask if (has_pads or pad_mask is not padding) else None,
-                        attn_mask=future)
+            out = layer(
+                x, encoder_padding_mask=pad_mask if (has_pads or pad_mask is not padding) else None, attn_mask=future
+            )
             x = out[0] if isinstance(out, tuple) else out
             if return_all_hiddens:
                 states.append(x)
@@ -125,6 +141,8 @@ def load_initial_encoder(encoder: SharedEncoder, path: str | Path) -> None:
     missing, unexpected = encoder.load_state_dict(state, strict=False)
     wrong = [k for k in state if k in encoder.state_dict() and state[k].shape != encoder.state_dict()[k].shape]
     if missing or unexpected or wrong:
-        raise ValueError(f"{path}: initial encoder does not fit this model (missing {missing}, unexpected "
-                         f"{unexpected}, wrong shape {wrong}); it was written for a different "
-                         "architecture or dictionary: delete it and train again")
+        raise ValueError(
+            f"{path}: initial encoder does not fit this model (missing {missing}, unexpected "
+            f"{unexpected}, wrong shape {wrong}); it was written for a different "
+            "architecture or dictionary: delete it and train again"
+        )

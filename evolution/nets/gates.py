@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -36,8 +36,9 @@ __all__ = ["head_gates", "HardConcreteGate", "remove_heads"]
 
 
 @contextlib.contextmanager
-def head_gates(projections: Sequence[nn.Module], gates: torch.Tensor, *, batch_dim: int | None = None
-               ) -> Iterator[list[int]]:
+def head_gates(
+    projections: Sequence[nn.Module], gates: torch.Tensor, *, batch_dim: int | None = None
+) -> Iterator[list[int]]:
     """Within the block, multiply the input of ``projections[l]`` by the gates of layer ``l``.
 
     Parameters
@@ -57,8 +58,9 @@ def head_gates(projections: Sequence[nn.Module], gates: torch.Tensor, *, batch_d
     the model really went through them (a fused attention kernel would not).
     """
     if gates.dim() not in (2, 3) or gates.shape[-2] != len(projections):
-        raise ValueError(f"gates must be (L, H) or (B, L, H) with L = {len(projections)} layers, "
-                         f"got {tuple(gates.shape)}")
+        raise ValueError(
+            f"gates must be (L, H) or (B, L, H) with L = {len(projections)} layers, got {tuple(gates.shape)}"
+        )
     if gates.dim() == 3 and batch_dim is None:
         raise ValueError("per-sentence gates (B, L, H) need batch_dim, the batch axis of the attention output")
     calls = [0] * len(projections)
@@ -78,6 +80,7 @@ def head_gates(projections: Sequence[nn.Module], gates: torch.Tensor, *, batch_d
                 g = g.reshape(shape)
             calls[layer] += 1
             return (x * g, *args[1:])
+
         return pre
 
     handles = [p.register_forward_pre_hook(hook_for(i)) for i, p in enumerate(projections)]
@@ -108,8 +111,9 @@ class HardConcreteGate(nn.Module):
         Initial probability-like value sigmoid(log_a) (0.5 in the released code: log_a = 0).
     """
 
-    def __init__(self, n: int, *, temperature: float = 0.33, stretch: float = 0.1, init_open: float = 0.5,
-                 eps: float = 1e-6):
+    def __init__(
+        self, n: int, *, temperature: float = 0.33, stretch: float = 0.1, init_open: float = 0.5, eps: float = 1e-6
+    ):
         super().__init__()
         self.temperature, self.eps = float(temperature), float(eps)
         self.low, self.high = -float(stretch), 1.0 + float(stretch)
@@ -163,4 +167,4 @@ def remove_heads(attention, keep: Sequence[bool]) -> None:
         attention.out_proj.in_features = len(idx)
     attention.num_heads = int(keep.sum())
     attention.embed_dim = attention.num_heads * d_head  # fairseq reshapes with embed_dim ...
-    attention.skip_embed_dim_check = True              # ... while its input keeps the model's width
+    attention.skip_embed_dim_check = True  # ... while its input keeps the model's width

@@ -32,7 +32,7 @@ layer by layer). Relevance is never rescaled.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -71,8 +71,9 @@ def conservative_rules(model: nn.Module) -> Iterator[None]:
     def constant_softmax(x, dim: int, onnx_trace: bool = False):
         return softmax(x, dim=dim, onnx_trace=onnx_trace).detach()
 
-    handles = [m.register_forward_hook(_layer_norm_with_constant_std) for m in model.modules()
-               if isinstance(m, nn.LayerNorm)]
+    handles = [
+        m.register_forward_hook(_layer_norm_with_constant_std) for m in model.modules() if isinstance(m, nn.LayerNorm)
+    ]
     utils.softmax = constant_softmax
     try:
         yield
@@ -82,8 +83,13 @@ def conservative_rules(model: nn.Module) -> Iterator[None]:
             h.remove()
 
 
-def relevance(output: torch.Tensor, tensors: Sequence[torch.Tensor], *, retain_graph: bool = False,
-              steps: torch.Tensor | None = None) -> list[torch.Tensor]:
+def relevance(
+    output: torch.Tensor,
+    tensors: Sequence[torch.Tensor],
+    *,
+    retain_graph: bool = False,
+    steps: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
     """R(z) = z * d(sum output)/dz for each tensor z of ``tensors`` (same shapes): the relevance
     of every element of z for the summed ``output``, under whatever rules were on while the
     graph was built. A tensor that does not influence the output gets zeros.
@@ -94,7 +100,10 @@ def relevance(output: torch.Tensor, tensors: Sequence[torch.Tensor], *, retain_g
     if steps is None:
         grads = torch.autograd.grad(output.sum(), list(tensors), retain_graph=retain_graph, allow_unused=True)
         return [(z * g).detach() if g is not None else torch.zeros_like(z).detach() for z, g in zip(tensors, grads)]
-    grads = torch.autograd.grad(output, list(tensors), grad_outputs=steps, is_grads_batched=True,
-                                retain_graph=retain_graph, allow_unused=True)
-    return [(z.detach()[None] * g).detach() if g is not None else torch.zeros((len(steps), *z.shape), dtype=z.dtype)
-            for z, g in zip(tensors, grads)]
+    grads = torch.autograd.grad(
+        output, list(tensors), grad_outputs=steps, is_grads_batched=True, retain_graph=retain_graph, allow_unused=True
+    )
+    return [
+        (z.detach()[None] * g).detach() if g is not None else torch.zeros((len(steps), *z.shape), dtype=z.dtype)
+        for z, g in zip(tensors, grads)
+    ]

@@ -24,16 +24,17 @@ evolution/fairseq_plugin`` works as well.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 
 __all__ = ["register", "OBJECTIVES", "encoder_of"]
 
 #: objective -> (fairseq task, fairseq model/arch name)
-OBJECTIVES = {"mt": ("translation", "evolution_mt"), "lm": ("language_modeling", "evolution_lm"),
-              "mlm": ("masked_lm", "evolution_mlm")}
+OBJECTIVES = {
+    "mt": ("translation", "evolution_mt"),
+    "lm": ("language_modeling", "evolution_lm"),
+    "mlm": ("masked_lm", "evolution_mlm"),
+}
 
 
 def encoder_of(model):
@@ -65,15 +66,26 @@ def _define() -> None:  # noqa: C901 - the three models read best side by side
     from evolution.nets.encoder import SharedEncoder, load_initial_encoder
 
     def add_shared_args(parser):
-        parser.add_argument("--init-encoder", type=str, default=None, metavar="FILE",
-                            help="state dict of the shared encoder to start from (identical across objectives)")
-        parser.add_argument("--input-token-dropout", type=float, default=0.0, metavar="P",
-                            help="replace each input token by a random one with probability P while training")
+        parser.add_argument(
+            "--init-encoder",
+            type=str,
+            default=None,
+            metavar="FILE",
+            help="state dict of the shared encoder to start from (identical across objectives)",
+        )
+        parser.add_argument(
+            "--input-token-dropout",
+            type=float,
+            default=0.0,
+            metavar="P",
+            help="replace each input token by a random one with probability P while training",
+        )
 
     def build_shared_encoder(args, dictionary, embed_tokens, *, causal: bool) -> SharedEncoder:
         cfg = TransformerConfig.from_namespace(args)
-        encoder = SharedEncoder(cfg, dictionary, embed_tokens, causal=causal,
-                                input_token_dropout=getattr(args, "input_token_dropout", 0.0))
+        encoder = SharedEncoder(
+            cfg, dictionary, embed_tokens, causal=causal, input_token_dropout=getattr(args, "input_token_dropout", 0.0)
+        )
         init = getattr(args, "init_encoder", None)
         if init:
             load_initial_encoder(encoder, init)
@@ -104,8 +116,7 @@ def _define() -> None:  # noqa: C901 - the three models read best side by side
         @classmethod
         def build_model(cls, args, task):
             model = super().build_model(args, task)
-            model.encoder = build_shared_encoder(args, task.source_dictionary, model.encoder.embed_tokens,
-                                                 causal=False)
+            model.encoder = build_shared_encoder(args, task.source_dictionary, model.encoder.embed_tokens, causal=False)
             if args.share_all_embeddings:
                 assert model.decoder.embed_tokens is model.encoder.embed_tokens
             return model
@@ -169,7 +180,7 @@ def _define() -> None:  # noqa: C901 - the three models read best side by side
         def build_model(cls, args, task):
             return cls(encoder_with_own_embedding(args, task, causal=False))
 
-        def forward(self, src_tokens, src_lengths=None, masked_tokens: Optional[torch.Tensor] = None, **kwargs):
+        def forward(self, src_tokens, src_lengths=None, masked_tokens: torch.Tensor | None = None, **kwargs):
             x = self.encoder(src_tokens)["encoder_out"][0].transpose(0, 1)  # B x T x C
             if masked_tokens is not None:
                 x = x[masked_tokens]  # only the predicted positions reach the softmax

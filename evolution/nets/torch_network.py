@@ -19,14 +19,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Dictionary", "Attention", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Network",
-           "sinusoidal_positions", "make_positions"]
+__all__ = [
+    "Dictionary",
+    "Attention",
+    "EncoderLayer",
+    "DecoderLayer",
+    "Encoder",
+    "Decoder",
+    "Network",
+    "sinusoidal_positions",
+    "make_positions",
+]
 
 
 class Dictionary:
@@ -100,7 +108,7 @@ class Attention(nn.Module):
     def __init__(self, dim: int, heads: int):
         super().__init__()
         self.embed_dim, self.num_heads, self.head_dim = dim, heads, dim // heads
-        self.scaling = self.head_dim ** -0.5
+        self.scaling = self.head_dim**-0.5
         self.q_proj, self.k_proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
         self.v_proj, self.out_proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
 
@@ -115,8 +123,11 @@ class Attention(nn.Module):
         if attn_mask is not None:
             scores = scores + attn_mask.unsqueeze(0)
         if key_padding_mask is not None:
-            scores = scores.view(b, h, tq, tk).masked_fill(key_padding_mask[:, None, None, :].to(torch.bool),
-                                                           float("-inf")).view(b * h, tq, tk)
+            scores = (
+                scores.view(b, h, tq, tk)
+                .masked_fill(key_padding_mask[:, None, None, :].to(torch.bool), float("-inf"))
+                .view(b * h, tq, tk)
+            )
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).type_as(scores)
         out = torch.bmm(probs, v).transpose(0, 1).contiguous().view(tq, b, d)
         return self.out_proj(out), (probs.view(b, h, tq, tk) if need_weights else None)
@@ -148,8 +159,9 @@ class EncoderLayer(nn.Module):
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x, probs = self.self_attn(x, x, x, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-                                  need_weights=need_weights)
+        x, probs = self.self_attn(
+            x, x, x, key_padding_mask=key_padding_mask, attn_mask=attn_mask, need_weights=need_weights
+        )
         x = residual + x
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
@@ -187,12 +199,30 @@ class DecoderLayer(nn.Module):
             x = norm(x)
         return x, probs
 
-    def forward(self, x, encoder_out, *, encoder_padding_mask=None, self_attn_mask=None,
-                self_attn_padding_mask=None, need_weights: bool = False):
-        x, own = self._block(x, self.self_attn_layer_norm, lambda y: self.self_attn(
-            y, y, y, key_padding_mask=self_attn_padding_mask, attn_mask=self_attn_mask, need_weights=need_weights))
-        x, cross = self._block(x, self.encoder_attn_layer_norm, lambda y: self.encoder_attn(
-            y, encoder_out, encoder_out, key_padding_mask=encoder_padding_mask, need_weights=need_weights))
+    def forward(
+        self,
+        x,
+        encoder_out,
+        *,
+        encoder_padding_mask=None,
+        self_attn_mask=None,
+        self_attn_padding_mask=None,
+        need_weights: bool = False,
+    ):
+        x, own = self._block(
+            x,
+            self.self_attn_layer_norm,
+            lambda y: self.self_attn(
+                y, y, y, key_padding_mask=self_attn_padding_mask, attn_mask=self_attn_mask, need_weights=need_weights
+            ),
+        )
+        x, cross = self._block(
+            x,
+            self.encoder_attn_layer_norm,
+            lambda y: self.encoder_attn(
+                y, encoder_out, encoder_out, key_padding_mask=encoder_padding_mask, need_weights=need_weights
+            ),
+        )
         x, _ = self._block(x, self.final_layer_norm, lambda y: (self.fc2(self.activation(self.fc1(y))), None))
         return x, own, cross
 
@@ -202,17 +232,32 @@ class Encoder(nn.Module):
     layer's states (the embedding output, then each block's output) and optionally each block's
     attention maps and its value input (for the norms of Kobayashi et al. 2020)."""
 
-    def __init__(self, *, vocab: int, dim: int, heads: int, ffn: int, layers: int, padding_idx: int,
-                 max_positions: int, normalize_before: bool, causal: bool, scale_embedding: bool = True,
-                 activation: str = "relu"):
+    def __init__(
+        self,
+        *,
+        vocab: int,
+        dim: int,
+        heads: int,
+        ffn: int,
+        layers: int,
+        padding_idx: int,
+        max_positions: int,
+        normalize_before: bool,
+        causal: bool,
+        scale_embedding: bool = True,
+        activation: str = "relu",
+    ):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, dim, padding_idx=padding_idx)
         self.embed_scale = math.sqrt(dim) if scale_embedding else 1.0
         self.padding_idx, self.max_source_positions, self.causal = padding_idx, max_positions, causal
-        self.register_buffer("positions", sinusoidal_positions(max_positions + padding_idx + 1, dim, padding_idx),
-                             persistent=False)
-        self.layers = nn.ModuleList(EncoderLayer(dim, heads, ffn, normalize_before=normalize_before,
-                                                 activation=activation) for _ in range(layers))
+        self.register_buffer(
+            "positions", sinusoidal_positions(max_positions + padding_idx + 1, dim, padding_idx), persistent=False
+        )
+        self.layers = nn.ModuleList(
+            EncoderLayer(dim, heads, ffn, normalize_before=normalize_before, activation=activation)
+            for _ in range(layers)
+        )
         self.layer_norm = nn.LayerNorm(dim) if normalize_before else None
 
     def max_positions(self) -> int:
@@ -230,8 +275,9 @@ class Encoder(nn.Module):
         """1.0 above the diagonal for the LM (the layer adds -1e8 there), else None."""
         return torch.triu(torch.ones(t, t, dtype=like.dtype, device=like.device), diagonal=1) if self.causal else None
 
-    def forward(self, tokens: torch.Tensor, *, attention: bool = False, values: bool = False,
-                key_mask: dict | None = None) -> dict:
+    def forward(
+        self, tokens: torch.Tensor, *, attention: bool = False, values: bool = False, key_mask: dict | None = None
+    ) -> dict:
         """``tokens`` (B, T). Returns ``states`` [(T, B, d)] (L + 1), ``attention`` [(B, H, T, T)]
         per block (``attention``), ``values`` [(T, B, d)] each block's attention value input
         (``values``) and ``padding`` (B, T). ``key_mask`` maps a 0-based block to a (B, T) bool
@@ -246,8 +292,7 @@ class Encoder(nn.Module):
                 mask = padding | key_mask[i].to(torch.bool)
             if values:
                 out["values"].append(layer.self_attn_layer_norm(x) if layer.normalize_before else x)
-            x, probs = layer(x, key_padding_mask=mask if mask.any() else None, attn_mask=future,
-                             need_weights=attention)
+            x, probs = layer(x, key_padding_mask=mask if mask.any() else None, attn_mask=future, need_weights=attention)
             out["states"].append(x)
             if attention:
                 out["attention"].append(probs)
@@ -258,24 +303,39 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """fairseq's Transformer decoder (MT) with the shared token embedding as input and output."""
 
-    def __init__(self, embed_tokens: nn.Embedding, *, dim: int, heads: int, ffn: int, layers: int,
-                 padding_idx: int, max_positions: int, normalize_before: bool, scale_embedding: bool = True,
-                 activation: str = "relu"):
+    def __init__(
+        self,
+        embed_tokens: nn.Embedding,
+        *,
+        dim: int,
+        heads: int,
+        ffn: int,
+        layers: int,
+        padding_idx: int,
+        max_positions: int,
+        normalize_before: bool,
+        scale_embedding: bool = True,
+        activation: str = "relu",
+    ):
         super().__init__()
         self.embed_tokens = embed_tokens
         self.embed_scale = math.sqrt(dim) if scale_embedding else 1.0
         self.padding_idx, self.max_target_positions = padding_idx, max_positions
-        self.register_buffer("positions", sinusoidal_positions(max_positions + padding_idx + 1, dim, padding_idx),
-                             persistent=False)
-        self.layers = nn.ModuleList(DecoderLayer(dim, heads, ffn, normalize_before=normalize_before,
-                                                 activation=activation) for _ in range(layers))
+        self.register_buffer(
+            "positions", sinusoidal_positions(max_positions + padding_idx + 1, dim, padding_idx), persistent=False
+        )
+        self.layers = nn.ModuleList(
+            DecoderLayer(dim, heads, ffn, normalize_before=normalize_before, activation=activation)
+            for _ in range(layers)
+        )
         self.layer_norm = nn.LayerNorm(dim) if normalize_before else None
 
     def max_positions(self) -> int:
         return self.max_target_positions
 
-    def forward(self, prev: torch.Tensor, encoder_out: torch.Tensor, encoder_padding: torch.Tensor, *,
-                attention: bool = False) -> dict:
+    def forward(
+        self, prev: torch.Tensor, encoder_out: torch.Tensor, encoder_padding: torch.Tensor, *, attention: bool = False
+    ) -> dict:
         """``prev`` (B, T) teacher-forced inputs (``</s> y1 ..``), ``encoder_out`` (S, B, d) and its
         padding (B, S). Returns ``features`` (B, T, d) and, with ``attention``, ``self`` and
         ``cross`` [(B, H, T, T or S)] per layer."""
@@ -286,9 +346,14 @@ class Decoder(nn.Module):
         pad = prev.eq(self.padding_idx)
         out = {"self": [], "cross": []}
         for layer in self.layers:
-            x, own, cross = layer(x, encoder_out, encoder_padding_mask=encoder_padding if encoder_padding.any()
-                                  else None, self_attn_mask=future, self_attn_padding_mask=pad if pad.any() else None,
-                                  need_weights=attention)
+            x, own, cross = layer(
+                x,
+                encoder_out,
+                encoder_padding_mask=encoder_padding if encoder_padding.any() else None,
+                self_attn_mask=future,
+                self_attn_padding_mask=pad if pad.any() else None,
+                need_weights=attention,
+            )
             if attention:
                 out["self"].append(own)
                 out["cross"].append(cross)
@@ -316,24 +381,43 @@ class Network(nn.Module):
         dim = int(args["encoder_embed_dim"])
         positions = int(args.get("max_source_positions") or args.get("tokens_per_sample") or 1024)
         act = args.get("activation_fn", "relu")
-        self.encoder = Encoder(vocab=vocab, dim=dim, heads=int(args["encoder_attention_heads"]),
-                               ffn=int(args["encoder_ffn_embed_dim"]), layers=int(args["encoder_layers"]),
-                               padding_idx=padding_idx, max_positions=positions,
-                               normalize_before=bool(args.get("encoder_normalize_before")), causal=objective == "lm",
-                               scale_embedding=not args.get("no_scale_embedding"), activation=act)
+        self.encoder = Encoder(
+            vocab=vocab,
+            dim=dim,
+            heads=int(args["encoder_attention_heads"]),
+            ffn=int(args["encoder_ffn_embed_dim"]),
+            layers=int(args["encoder_layers"]),
+            padding_idx=padding_idx,
+            max_positions=positions,
+            normalize_before=bool(args.get("encoder_normalize_before")),
+            causal=objective == "lm",
+            scale_embedding=not args.get("no_scale_embedding"),
+            activation=act,
+        )
         self.decoder = None
         if objective == "mt":
-            self.decoder = Decoder(self.encoder.embed_tokens, dim=int(args["decoder_embed_dim"]),
-                                   heads=int(args["decoder_attention_heads"]), ffn=int(args["decoder_ffn_embed_dim"]),
-                                   layers=int(args["decoder_layers"]), padding_idx=padding_idx,
-                                   max_positions=int(args.get("max_target_positions") or 1024),
-                                   normalize_before=bool(args.get("decoder_normalize_before")),
-                                   scale_embedding=not args.get("no_scale_embedding"), activation=act)
-        unsupported = [k for k in ("layernorm_embedding", "encoder_learned_pos", "no_token_positional_embeddings",
-                                   "adaptive_input") if args.get(k)]
+            self.decoder = Decoder(
+                self.encoder.embed_tokens,
+                dim=int(args["decoder_embed_dim"]),
+                heads=int(args["decoder_attention_heads"]),
+                ffn=int(args["decoder_ffn_embed_dim"]),
+                layers=int(args["decoder_layers"]),
+                padding_idx=padding_idx,
+                max_positions=int(args.get("max_target_positions") or 1024),
+                normalize_before=bool(args.get("decoder_normalize_before")),
+                scale_embedding=not args.get("no_scale_embedding"),
+                activation=act,
+            )
+        unsupported = [
+            k
+            for k in ("layernorm_embedding", "encoder_learned_pos", "no_token_positional_embeddings", "adaptive_input")
+            if args.get(k)
+        ]
         if unsupported or (objective == "mt" and not args.get("share_all_embeddings")):
-            raise ValueError(f"a shipped model with {unsupported or ['unshared embeddings']} is not an architecture "
-                             "this project trains; load its fairseq checkpoint with kind: fairseq")
+            raise ValueError(
+                f"a shipped model with {unsupported or ['unshared embeddings']} is not an architecture "
+                "this project trains; load its fairseq checkpoint with kind: fairseq"
+            )
 
     def load_fairseq_state(self, weights: dict[str, torch.Tensor]) -> None:
         """Load fairseq's state dict (the shipped safetensors): the encoder's keys under its prefix,
@@ -344,7 +428,7 @@ class Network(nn.Module):
             if key.endswith(".version") or key.endswith("_float_tensor"):
                 continue
             if key.startswith(prefix):
-                own["encoder." + key[len(prefix):]] = value
+                own["encoder." + key[len(prefix) :]] = value
             elif self.decoder is not None and key.startswith("decoder."):
                 if key in ("decoder.embed_tokens.weight", "decoder.output_projection.weight"):
                     continue  # tied to the encoder's token embedding
@@ -352,15 +436,25 @@ class Network(nn.Module):
         missing, unexpected = self.load_state_dict(own, strict=False)
         missing = [k for k in missing if not k.startswith("decoder.embed_tokens")]
         if missing or unexpected:
-            raise ValueError(f"the weights do not fit the architecture of model.json (missing {missing[:5]}, "
-                             f"unexpected {unexpected[:5]})")
+            raise ValueError(
+                f"the weights do not fit the architecture of model.json (missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]})"
+            )
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """The objective's output layer: the transposed token embedding."""
         return F.linear(features, self.encoder.embed_tokens.weight)
 
-    def translate_greedy(self, tokens: torch.Tensor, *, eos: int, pad: int, unk: int | None = None,
-                         max_len_a: float = 0.0, max_len_b: int = 200) -> list[list[int]]:
+    def translate_greedy(
+        self,
+        tokens: torch.Tensor,
+        *,
+        eos: int,
+        pad: int,
+        unk: int | None = None,
+        max_len_a: float = 0.0,
+        max_len_b: int = 200,
+    ) -> list[list[int]]:
         """Greedy decoding (fairseq's ``SequenceGenerator`` with beam 1: ``</s>`` starts, pad never
         chosen, ``</s>`` not first and forced at ``max_len_a * source length + max_len_b``). Returns target ids
         without the final ``</s>``."""
@@ -382,7 +476,7 @@ class Network(nn.Module):
                     lprobs[:, eos] = float("-inf")
                 if step >= limit:
                     lprobs[:, :eos] = float("-inf")
-                    lprobs[:, eos + 1:] = float("-inf")
+                    lprobs[:, eos + 1 :] = float("-inf")
                 nxt = lprobs.argmax(-1)
                 for i in range(b):
                     if not done[i]:

@@ -8,8 +8,8 @@ and the notebook cannot disagree. Beside each figure, the numbers it plots
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 __all__ = ["draw_all", "FORMATS"]
 

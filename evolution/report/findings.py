@@ -29,9 +29,11 @@ VERDICT_STYLE: dict[str, tuple[str, str, str, str]] = {
 
 def css() -> str:
     rules = "".join(f".{cls}{{background:{bg};color:{fg}}}" for cls, _, bg, fg in VERDICT_STYLE.values())
-    return (rules + ".verdict{white-space:nowrap;font-weight:600;padding:1px 6px;border-radius:3px;"
-            "display:inline-block}.summary{font-size:17px;margin:8px 0 12px}"
-            ".summary .verdict{font-size:15px}tr.part td{font-size:12px}")
+    return (
+        rules + ".verdict{white-space:nowrap;font-weight:600;padding:1px 6px;border-radius:3px;"
+        "display:inline-block}.summary{font-size:17px;margin:8px 0 12px}"
+        ".summary .verdict{font-size:15px}tr.part td{font-size:12px}"
+    )
 
 
 def _claims(findings) -> list:
@@ -45,7 +47,7 @@ def summary_counts(findings) -> dict[str, int]:
 
 
 def summary_text(findings, noun: str = "claims") -> str:
-    """"N of 12 claims hold; M not measurable here; K do not hold" (``noun``: what is counted)."""
+    """ "N of 12 claims hold; M not measurable here; K do not hold" (``noun``: what is counted)."""
     c, n = summary_counts(findings), len(_claims(findings))
     return f"{c[HOLDS]} of {n} {noun} hold; {c[NA]} not measurable here; {c[FAILS]} do not hold"
 
@@ -59,17 +61,25 @@ def _label(f) -> str:
     return getattr(f, "label", None) or str(f.number)
 
 
-def scorecard_html(findings, figures: dict[str, str], *, title: str = "claim (Voita et al. 2019)",
-                   noun: str = "claims", row_id: str = "claim") -> str:
+def scorecard_html(
+    findings,
+    figures: dict[str, str],
+    *,
+    title: str = "claim (Voita et al. 2019)",
+    noun: str = "claims",
+    row_id: str = "claim",
+) -> str:
     """The summary and the table; ``figures``: figure name -> its anchor on the page (claims
     whose figure is not there get no link); ``title``: the claim column's heading; ``noun``:
     what the summary counts; ``row_id``: the prefix of each row's anchor (``claim-3``)."""
     c = summary_counts(findings)
     n = len(_claims(findings))
-    out = [f'<p class="summary">{_badge(HOLDS, f"{c[HOLDS]} of {n} {noun} hold")} '
-           f'{_badge(NA, f"{c[NA]} not measurable here")} {_badge(FAILS, f"{c[FAILS]} do not hold")}</p>',
-           f'<table class="scorecard"><thead><tr><th>#</th><th>{html.escape(title)}</th><th>paper</th>'
-           '<th>this run</th><th>verdict</th></tr></thead><tbody>']
+    out = [
+        f'<p class="summary">{_badge(HOLDS, f"{c[HOLDS]} of {n} {noun} hold")} '
+        f"{_badge(NA, f'{c[NA]} not measurable here')} {_badge(FAILS, f'{c[FAILS]} do not hold')}</p>",
+        f'<table class="scorecard"><thead><tr><th>#</th><th>{html.escape(title)}</th><th>paper</th>'
+        "<th>this run</th><th>verdict</th></tr></thead><tbody>",
+    ]
     for f in findings:
         part = getattr(f, "part", "")
         anchor = figures.get(getattr(f, "figure", "") or "")
@@ -77,7 +87,7 @@ def scorecard_html(findings, figures: dict[str, str], *, title: str = "claim (Vo
         label = f'<a href="#{anchor}">{label}</a>' if anchor else label
         claim = html.escape(f.claim)
         if f.rule:
-            claim += f'<br><small>Rule: {html.escape(f.rule)}</small>'
+            claim += f"<br><small>Rule: {html.escape(f.rule)}</small>"
         if anchor:
             claim += f'<br><small><a href="#{anchor}">figure</a></small>'
         measured = html.escape(f.measured or "-")
@@ -87,9 +97,11 @@ def scorecard_html(findings, figures: dict[str, str], *, title: str = "claim (Vo
         verdict = _badge(f.verdict) + (f"<br><small>{html.escape(f.why)}</small>" if f.why else "")
         if getattr(f, "earlier", None):
             verdict += f"<br><small>{html.escape(_earlier(f.earlier))}</small>"
-        out.append(f'<tr class="{"part" if part else "claim"}" id="{row_id}-{html.escape(_label(f))}">'
-                   f'<td>{label}</td><td>{claim}</td><td>{html.escape(getattr(f, "paper", "") or "-")}</td>'
-                   f'<td>{measured}</td><td class="verdict-cell">{verdict}</td></tr>')
+        out.append(
+            f'<tr class="{"part" if part else "claim"}" id="{row_id}-{html.escape(_label(f))}">'
+            f"<td>{label}</td><td>{claim}</td><td>{html.escape(getattr(f, 'paper', '') or '-')}</td>"
+            f'<td>{measured}</td><td class="verdict-cell">{verdict}</td></tr>'
+        )
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -103,11 +115,16 @@ def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def scorecard_md(findings, figures: dict[str, str], *, title: str = "claim (Voita et al. 2019)",
-                 noun: str = "claims") -> list[str]:
+def scorecard_md(
+    findings, figures: dict[str, str], *, title: str = "claim (Voita et al. 2019)", noun: str = "claims"
+) -> list[str]:
     """The same in Markdown (no colour: the verdicts in words)."""
-    lines = [f"**{summary_text(findings, noun)}.**", "", f"| # | {_cell(title)} | paper | this run | verdict |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"**{summary_text(findings, noun)}.**",
+        "",
+        f"| # | {_cell(title)} | paper | this run | verdict |",
+        "|---|---|---|---|---|",
+    ]
     for f in findings:
         anchor = figures.get(getattr(f, "figure", "") or "")
         label = f"[{_label(f)}](#{anchor})" if anchor else _label(f)

@@ -54,7 +54,7 @@ class Section:
     heading: str
     intro: str = ""
     blocks: list = field(default_factory=list)  # Figure | Table | Raw
-    children: list["Section"] = field(default_factory=list)
+    children: list[Section] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not self.blocks and all(c.empty() for c in self.children)
@@ -106,26 +106,34 @@ _NUM = ' class="num"'
 
 
 def _rows_html(rows: list[list[str]], numeric: list[bool]) -> str:
-    return "".join("<tr>" + "".join(f'<td{_NUM if numeric[i] else ""}>{_e(c)}</td>'
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return "".join(
+        "<tr>" + "".join(f"<td{_NUM if numeric[i] else ''}>{_e(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
 
 
 def _table_html(t: Table) -> str:
     csv = f'<a class="csv" href="{_e(t.csv)}">csv</a>' if t.csv else ""
     if t.constant:
-        return (f'<p id="{_e(t.id)}"><b>{_e(t.heading)}</b>: {_e(t.constant)}'
-                + (f" {_e(t.caption)}" if t.caption else "") + "</p>")
+        return (
+            f'<p id="{_e(t.id)}"><b>{_e(t.heading)}</b>: {_e(t.constant)}'
+            + (f" {_e(t.caption)}" if t.caption else "")
+            + "</p>"
+        )
     numeric = numeric_columns(t.rows)
-    head = "<tr>" + "".join(f'<th{_NUM if numeric[i] else ""}>{_e(c)}</th>'
-                            for i, c in enumerate(t.rows[0])) + "</tr>"
+    head = "<tr>" + "".join(f"<th{_NUM if numeric[i] else ''}>{_e(c)}</th>" for i, c in enumerate(t.rows[0])) + "</tr>"
     body = t.rows[1:]
-    out = [f'<h4 id="{_e(t.id)}">{_e(t.heading)}{csv}</h4>',
-           f'<div class="wide"><table><thead>{head}</thead><tbody>{_rows_html(body[:FOLD], numeric)}</tbody>'
-           "</table></div>"]
+    out = [
+        f'<h4 id="{_e(t.id)}">{_e(t.heading)}{csv}</h4>',
+        f'<div class="wide"><table><thead>{head}</thead><tbody>{_rows_html(body[:FOLD], numeric)}</tbody>'
+        "</table></div>",
+    ]
     if len(body) > FOLD:
-        out.append(f"<details><summary>Show the other {len(body) - FOLD} of {len(body)} rows</summary>"
-                   f'<div class="wide"><table><thead>{head}</thead><tbody>{_rows_html(body[FOLD:], numeric)}</tbody>'
-                   "</table></div></details>")
+        out.append(
+            f"<details><summary>Show the other {len(body) - FOLD} of {len(body)} rows</summary>"
+            f'<div class="wide"><table><thead>{head}</thead><tbody>{_rows_html(body[FOLD:], numeric)}</tbody>'
+            "</table></div></details>"
+        )
     if t.caption:
         out.append(f'<p class="caption">{_e(t.caption)}</p>')
     return "".join(out)
@@ -133,10 +141,12 @@ def _table_html(t: Table) -> str:
 
 def _figure_html(f: Figure) -> str:
     size = f' width="{f.width}" height="{f.height}"' if f.width and f.height else ""
-    return (f'<h4 id="{_e(f.id)}">{_e(f.title)}</h4><figure><a href="{_e(f.file)}" title="full size">'
-            f'<img src="{_e(f.file)}" alt="{_e(f.title)}"{size} loading="lazy"></a>'
-            f"<figcaption>{_e(f.caption)} <small>(<code>{_e(f.name)}</code>; click for full size)</small>"
-            "</figcaption></figure>")
+    return (
+        f'<h4 id="{_e(f.id)}">{_e(f.title)}</h4><figure><a href="{_e(f.file)}" title="full size">'
+        f'<img src="{_e(f.file)}" alt="{_e(f.title)}"{size} loading="lazy"></a>'
+        f"<figcaption>{_e(f.caption)} <small>(<code>{_e(f.name)}</code>; click for full size)</small>"
+        "</figcaption></figure>"
+    )
 
 
 def _block_html(b) -> str:
@@ -158,22 +168,32 @@ def _section_html(s: Section, level: int) -> str:
 
 def _toc_html(sections: list[Section]) -> str:
     def items(ss: list[Section]) -> str:
-        return "".join(f'<li><a href="#{_e(s.id)}">{_e(s.heading)}</a>'
-                       + (f"<ol>{items(kids)}</ol>" if (kids := [c for c in s.children if not c.empty()]) else "")
-                       + "</li>" for s in ss if not s.empty())
+        return "".join(
+            f'<li><a href="#{_e(s.id)}">{_e(s.heading)}</a>'
+            + (f"<ol>{items(kids)}</ol>" if (kids := [c for c in s.children if not c.empty()]) else "")
+            + "</li>"
+            for s in ss
+            if not s.empty()
+        )
+
     return f'<nav class="toc" id="contents"><b>Contents</b><ol>{items(sections)}</ol></nav>'
 
 
 def render_html(page: Page, *, extra_css: str = "") -> str:
     body = [f'<h1 id="top">{_e(page.title)}</h1>', f"<p>{_e(page.paragraph)}</p>"]
     if page.links:
-        body.append("<p>" + " ".join(f'<a href="{_e(href)}">{_e(text)}</a> ({_e(what)}).'
-                                     for href, text, what in page.links) + "</p>")
+        body.append(
+            "<p>"
+            + " ".join(f'<a href="{_e(href)}">{_e(text)}</a> ({_e(what)}).' for href, text, what in page.links)
+            + "</p>"
+        )
     body.append(_toc_html(page.sections))
     body += [_section_html(s, 2) for s in page.sections if not s.empty()]
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(page.title)}</title>'
-            f"<style>{STYLE}{extra_css}</style></head><body>{''.join(body)}</body></html>\n")
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(page.title)}</title>'
+        f"<style>{STYLE}{extra_css}</style></head><body>{''.join(body)}</body></html>\n"
+    )
 
 
 # ---------------------------------------------------------------- Markdown
@@ -185,8 +205,10 @@ def _md_cell(text) -> str:
 
 def _md_rows(rows: list[list[str]]) -> list[str]:
     numeric = numeric_columns(rows)
-    out = ["| " + " | ".join(_md_cell(c) for c in rows[0]) + " |",
-           "|" + "".join("---:|" if n else "---|" for n in numeric)]
+    out = [
+        "| " + " | ".join(_md_cell(c) for c in rows[0]) + " |",
+        "|" + "".join("---:|" if n else "---|" for n in numeric),
+    ]
     return out + ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows[1:]]
 
 
@@ -197,19 +219,31 @@ def _anchor(id_: str) -> str:
 def _table_md(t: Table) -> list[str]:
     if t.constant:
         return [_anchor(t.id), "", f"**{t.heading}**: {t.constant}" + (f" {t.caption}" if t.caption else ""), ""]
-    out = [_anchor(t.id), "", f"#### {t.heading}", ""] + _md_rows(t.rows[:FOLD + 1]) + [""]
+    out = [_anchor(t.id), "", f"#### {t.heading}", ""] + _md_rows(t.rows[: FOLD + 1]) + [""]
     if t.n_rows > FOLD:  # every row is in the page: the rest in a <details> that code hosts render folded
-        out += [f"<details><summary>Show the other {t.n_rows - FOLD} of {t.n_rows} rows"
-                + (f" (also in [{t.csv}]({t.csv}))" if t.csv else "") + "</summary>", ""]
-        out += _md_rows([t.rows[0]] + t.rows[FOLD + 1:]) + ["", "</details>", ""]
+        out += [
+            f"<details><summary>Show the other {t.n_rows - FOLD} of {t.n_rows} rows"
+            + (f" (also in [{t.csv}]({t.csv}))" if t.csv else "")
+            + "</summary>",
+            "",
+        ]
+        out += _md_rows([t.rows[0]] + t.rows[FOLD + 1 :]) + ["", "</details>", ""]
     if t.caption:
         out += [t.caption, ""]
     return out
 
 
 def _figure_md(f: Figure) -> list[str]:
-    return [_anchor(f.id), "", f"#### {f.title}", "", f"[![{f.title}]({f.file})]({f.file})", "",
-            f"{f.caption} (`{f.name}`)", ""]
+    return [
+        _anchor(f.id),
+        "",
+        f"#### {f.title}",
+        "",
+        f"[![{f.title}]({f.file})]({f.file})",
+        "",
+        f"{f.caption} (`{f.name}`)",
+        "",
+    ]
 
 
 def _section_md(s: Section, level: int) -> list[str]:

@@ -30,7 +30,7 @@ def relative_path(path: str | Path, workdir: str | Path) -> str:
     if p == w:
         return "."
     if p.startswith(w.rstrip("/") + "/"):
-        return p[len(w.rstrip("/")) + 1:]
+        return p[len(w.rstrip("/")) + 1 :]
     return _outside(p)
 
 
@@ -42,8 +42,9 @@ def _outside(path: str) -> str:
 def scrub_paths(text: str, workdir: str | Path) -> str:
     """``text`` with every absolute path written by :func:`relative_path`: paths under
     ``workdir`` (as given or resolved) lose that prefix, others keep their last component."""
-    roots = sorted({os.path.normpath(str(workdir)), os.path.normpath(str(Path(workdir).resolve()))},
-                   key=len, reverse=True)
+    roots = sorted(
+        {os.path.normpath(str(workdir)), os.path.normpath(str(Path(workdir).resolve()))}, key=len, reverse=True
+    )
     for root in roots:
         if root == "/":
             continue

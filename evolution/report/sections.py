@@ -36,33 +36,74 @@ GROUPS: dict[str, str] = {
 
 #: subsections in page order
 SECTIONS: tuple[SectionSpec, ...] = (
-    SectionSpec("mi", "representations", "Mutual information with the tokens",
-                "How much of the input token (and of the output label) a layer's k-means clusters keep "
-                "(paper section 3, figures 1-2)."),
-    SectionSpec("neighbours", "representations", "Nearest neighbours",
-                "Who are a token's nearest neighbours in a layer (paper section 5, figure 5)."),
-    SectionSpec("similarity", "representations", "Distances between layers and models",
-                "PWCCA and CKA distances between the layers of one model and between models (paper figure 3)."),
-    SectionSpec("change", "representations", "Change between adjacent layers",
-                "How much a token's representation changes from one layer to the next, by frequency and by POS tag "
-                "(paper figure 4)."),
-    SectionSpec("influence", "representations", "Influence of a token on the others",
-                "How much masking one token changes the representations of the other tokens, by its frequency "
-                "(paper section 5)."),
-    SectionSpec("tsne", "representations", "t-SNE of selected tokens",
-                "Occurrences of a few tokens placed by t-SNE per model and layer, coloured by a label."),
-    SectionSpec("heads-statistics", "heads", "Head statistics",
-                "Entropy and spread of each head's attention (Clark et al. 2019)."),
-    SectionSpec("heads-roles", "heads", "Head roles",
-                "Positional, rare-token and syntactic heads (Voita et al., ACL 2019)."),
-    SectionSpec("heads-dependency", "heads", "Dependency heads",
-                "Dependency relations found by one head against the fixed-offset baseline (Clark et al. 2019)."),
-    SectionSpec("heads-norms", "heads", "Special tokens and vector norms",
-                "Attention weights against the norms of the weighted vectors (Kobayashi et al. 2020)."),
+    SectionSpec(
+        "mi",
+        "representations",
+        "Mutual information with the tokens",
+        "How much of the input token (and of the output label) a layer's k-means clusters keep "
+        "(paper section 3, figures 1-2).",
+    ),
+    SectionSpec(
+        "neighbours",
+        "representations",
+        "Nearest neighbours",
+        "Who are a token's nearest neighbours in a layer (paper section 5, figure 5).",
+    ),
+    SectionSpec(
+        "similarity",
+        "representations",
+        "Distances between layers and models",
+        "PWCCA and CKA distances between the layers of one model and between models (paper figure 3).",
+    ),
+    SectionSpec(
+        "change",
+        "representations",
+        "Change between adjacent layers",
+        "How much a token's representation changes from one layer to the next, by frequency and by POS tag "
+        "(paper figure 4).",
+    ),
+    SectionSpec(
+        "influence",
+        "representations",
+        "Influence of a token on the others",
+        "How much masking one token changes the representations of the other tokens, by its frequency "
+        "(paper section 5).",
+    ),
+    SectionSpec(
+        "tsne",
+        "representations",
+        "t-SNE of selected tokens",
+        "Occurrences of a few tokens placed by t-SNE per model and layer, coloured by a label.",
+    ),
+    SectionSpec(
+        "heads-statistics",
+        "heads",
+        "Head statistics",
+        "Entropy and spread of each head's attention (Clark et al. 2019).",
+    ),
+    SectionSpec(
+        "heads-roles", "heads", "Head roles", "Positional, rare-token and syntactic heads (Voita et al., ACL 2019)."
+    ),
+    SectionSpec(
+        "heads-dependency",
+        "heads",
+        "Dependency heads",
+        "Dependency relations found by one head against the fixed-offset baseline (Clark et al. 2019).",
+    ),
+    SectionSpec(
+        "heads-norms",
+        "heads",
+        "Special tokens and vector norms",
+        "Attention weights against the norms of the weighted vectors (Kobayashi et al. 2020).",
+    ),
     SectionSpec("heads-decoder", "heads", "Decoder heads", "The translation model's decoder."),
-    SectionSpec("heads-importance", "heads", "Importance, pruning and probes",
-                "Which heads matter (Voita et al., ACL 2019; Michel et al. 2019) and attention parsing probes "
-                "(Clark et al. 2019)."),
+    SectionSpec(
+        "heads-importance",
+        "heads",
+        "Importance, pruning and probes",
+        "Which heads matter (Voita et al., ACL 2019; Michel et al. 2019) and attention parsing probes "
+        "(Clark et al. 2019).",
+    ),
     SectionSpec("other", "other", "Other"),
 )
 
@@ -136,20 +177,28 @@ def figure_place(name: str) -> tuple[SectionSpec, str]:
         return _SECTION[sid], title
     for prefix, sid, title in FAMILIES:
         if name.startswith(prefix) and len(name) > len(prefix):
-            rest = name[len(prefix):]
+            rest = name[len(prefix) :]
             if sid == "tsne":
                 masked = rest.endswith("_masked")
-                sel = rest[:-len("_masked")] if masked else rest
+                sel = rest[: -len("_masked")] if masked else rest
                 return _SECTION[sid], f"t-SNE of the '{sel}' selection" + (" at masked positions" if masked else "")
             return _SECTION[sid], f"{title} ({_METRICS.get(rest, readable(rest))})"
     return _SECTION["other"], readable(name)
 
 
 #: analysis name -> subsection of its tables whose heading :data:`TABLES` does not know
-ANALYSIS_SECTIONS: dict[str, str] = {"mi": "mi", "neighbors": "neighbours", "similarity": "similarity",
-                                     "change_pos": "change", "influence": "influence", "tsne": "tsne",
-                                     "heads": "heads-statistics", "heads_importance": "heads-importance",
-                                     "heads_probes": "heads-importance", "heads_pruning": "heads-importance"}
+ANALYSIS_SECTIONS: dict[str, str] = {
+    "mi": "mi",
+    "neighbors": "neighbours",
+    "similarity": "similarity",
+    "change_pos": "change",
+    "influence": "influence",
+    "tsne": "tsne",
+    "heads": "heads-statistics",
+    "heads_importance": "heads-importance",
+    "heads_probes": "heads-importance",
+    "heads_pruning": "heads-importance",
+}
 
 
 def table_place(heading: str, analysis: str = "") -> SectionSpec:

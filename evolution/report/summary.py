@@ -24,8 +24,20 @@ __all__ = ["group_attrs", "run_paragraph", "provenance"]
 
 _OBJECTIVES = {"mt": "translation (MT)", "lm": "language model (LM)", "mlm": "masked language model (MLM)"}
 #: the packages named in the short provenance table (all of them are in the full record)
-MAIN_PACKAGES = ("python", "torch", "transformers", "ve-fairseq", "fairseq", "numpy", "xarray", "zarr",
-                 "scikit-learn", "faiss-cpu", "openTSNE", "dask")
+MAIN_PACKAGES = (
+    "python",
+    "torch",
+    "transformers",
+    "ve-fairseq",
+    "fairseq",
+    "numpy",
+    "xarray",
+    "zarr",
+    "scikit-learn",
+    "faiss-cpu",
+    "openTSNE",
+    "dask",
+)
 
 
 def group_attrs(path) -> dict[str, dict]:
@@ -73,8 +85,11 @@ def _model_list(path, attrs: dict[str, dict]) -> str:
         by_objective.setdefault(objectives.get(m) or "", []).append(f"{m} ({', '.join(role)})" if role else m)
     kinds = "; ".join((f"{_OBJECTIVES.get(o, o)}: " if o else "") + ", ".join(ms) for o, ms in by_objective.items())
     n_obj = len([o for o in by_objective if o])
-    return (f"This report analyses {len(models)} model{'s' if len(models) != 1 else ''}"
-            + (f" of {n_obj} objective{'s' if n_obj != 1 else ''}" if n_obj else "") + f": {kinds}.")
+    return (
+        f"This report analyses {len(models)} model{'s' if len(models) != 1 else ''}"
+        + (f" of {n_obj} objective{'s' if n_obj != 1 else ''}" if n_obj else "")
+        + f": {kinds}."
+    )
 
 
 def _corpus_sentence(corpus: dict | None, *, trained: bool) -> str:
@@ -97,8 +112,11 @@ def _corpus_sentence(corpus: dict | None, *, trained: bool) -> str:
     counts = corpus.get("splits", {}).get(split, {}) if split else {}
     if split and split != "all" and counts:
         names = counts.get("group_names") or []
-        analysed = (f"its {split} split" + (f" ({', '.join(map(str, names))})" if names else "")
-                    + f": {n_main:,} sentences" if isinstance(n_main, int) else f"its {split} split")
+        analysed = (
+            f"its {split} split" + (f" ({', '.join(map(str, names))})" if names else "") + f": {n_main:,} sentences"
+            if isinstance(n_main, int)
+            else f"its {split} split"
+        )
         if counts.get("source_words"):
             analysed += f", {counts['source_words']:,} {langs[0] if langs else 'source'} words"
     else:
@@ -107,8 +125,9 @@ def _corpus_sentence(corpus: dict | None, *, trained: bool) -> str:
     if annotated.get("n_sentences"):
         treebank = cfg.get("annotated")
         name = os.path.basename(str(treebank)) if treebank else "a treebank"
-        text += (f", plus {annotated['n_sentences']:,} annotated sentences of {name}"
-                 + (f" ({annotated['n_words']:,} words)" if annotated.get("n_words") else ""))
+        text += f", plus {annotated['n_sentences']:,} annotated sentences of {name}" + (
+            f" ({annotated['n_words']:,} words)" if annotated.get("n_words") else ""
+        )
     train = corpus.get("splits", {}).get("train", {})
     if trained and train.get("pairs"):
         text += f"; the models train on {train['pairs']:,} sentence pairs of the train split"
@@ -125,8 +144,10 @@ def _analysed_counts(path, attrs: dict[str, dict]) -> str:
         mi = open_group(path, "mi")
         if mi is not None and "n" in mi and np.isfinite(mi.n.values).any():
             top = (attrs["mi"].get("config", {}).get("tokens") or {}).get("top")
-            parts.append(f"MI on up to {int(np.nanmax(mi.n.values)):,} occurrences"
-                         + (f" of the {top} most frequent types" if top else ""))
+            parts.append(
+                f"MI on up to {int(np.nanmax(mi.n.values)):,} occurrences"
+                + (f" of the {top} most frequent types" if top else "")
+            )
     occ = attrs.get("similarity", {}).get("n_occurrences")
     if isinstance(occ, (int, np.integer)):
         parts.append(f"PWCCA / CKA on {int(occ):,} occurrences")
@@ -149,8 +170,9 @@ def _short(key: Any) -> str:
     return str(key)[:8]
 
 
-def provenance(path, attrs: dict[str, dict], *, workdir: Path, corpus: dict | None = None,
-               training: dict | None = None) -> tuple[list[list[str]], dict]:
+def provenance(
+    path, attrs: dict[str, dict], *, workdir: Path, corpus: dict | None = None, training: dict | None = None
+) -> tuple[list[list[str]], dict]:
     """(rows of the short table, header first; the full record). The record keeps every
     group's ``config``, ``versions`` and ``extract_keys`` once when they agree, per group
     where they do not."""
@@ -165,8 +187,21 @@ def provenance(path, attrs: dict[str, dict], *, workdir: Path, corpus: dict | No
         elif values:
             record[key] = {"by_group": values}
     if corpus:
-        record["corpus"] = {k: corpus[k] for k in ("key", "inputs", "config", "versions", "created", "splits",
-                                                   "analysed_split", "annotated", "n_sentences") if k in corpus}
+        record["corpus"] = {
+            k: corpus[k]
+            for k in (
+                "key",
+                "inputs",
+                "config",
+                "versions",
+                "created",
+                "splits",
+                "analysed_split",
+                "annotated",
+                "n_sentences",
+            )
+            if k in corpus
+        }
     if training:
         record["training"] = {k: training[k] for k in ("key", "config", "versions") if k in training}
     versions = record.get("versions") if isinstance(record.get("versions"), dict) else {}

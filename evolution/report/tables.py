@@ -20,8 +20,7 @@ import xarray as xr
 
 from evolution.analyses.plotting import open_group
 
-__all__ = ["Table", "representation_tables", "training_table", "training_caption", "numeric_columns",
-           "constant_value"]
+__all__ = ["Table", "representation_tables", "training_table", "training_caption", "numeric_columns", "constant_value"]
 
 _NUMBER = re.compile(r"^[+-]?(\d[\d,]*\.?\d*|\.\d+)(e[+-]?\d+)?%?\*?( \[[^\]]*\]| \([^)]*\))?$", re.I)
 
@@ -91,9 +90,11 @@ def _grid(da: xr.DataArray, row: str, col: str, fmt: str = "{:.3f}") -> list[lis
     return rows
 
 
-_TARGETS = {"input": "the input token", "output": "the output label (next token for an LM, original token for "
-                                                  "an MLM)",
-            "masked_input": "the token fed at the MLM's corrupted positions"}
+_TARGETS = {
+    "input": "the input token",
+    "output": "the output label (next token for an LM, original token for an MLM)",
+    "masked_input": "the token fed at the MLM's corrupted positions",
+}
 
 _ANNOTATIONS = {"left": "left token", "right": "right token", "pos": "POS tag", "deprel": "dependency relation"}
 
@@ -107,8 +108,12 @@ def neighbour_heading(measure: str) -> str:
         return "Neighbours: position distance among same-token neighbours"
     m = re.match(r"same_([a-z]+?)(_chance|_ceiling|_normalized)?$", measure)
     if m and m.group(1) in _ANNOTATIONS:
-        what = {None: "", "_chance": " by chance", "_ceiling": ", ceiling",
-                "_normalized": ", normalised between chance (0) and ceiling (1)"}[m.group(2)]
+        what = {
+            None: "",
+            "_chance": " by chance",
+            "_ceiling": ", ceiling",
+            "_normalized": ", normalised between chance (0) and ceiling (1)",
+        }[m.group(2)]
         return f"Neighbours: same {_ANNOTATIONS[m.group(1)]}{what}"
     return f"Neighbours: {measure.replace('_', ' ')}"
 
@@ -123,12 +128,21 @@ def _mi_tables(path) -> list[Table]:
         if np.isnan(m.values).all():
             continue
         ent = {str(k): float(v) for k, v in zip(mi.model.values, mi.entropy.sel(target=t).values) if np.isfinite(v)}
-        h = (f"H(X) = {next(iter(ent.values())):.3f} for every model" if len(set(ent.values())) == 1
-             else "H(X): " + ", ".join(f"{k} {v:.3f}" for k, v in ent.items()))
-        caption = (f"Nats, mean over k-means restarts. {h}. k = {int(np.nanmax(mi.k.sel(target=t).values))}, "
-                   f"occurrences = {int(np.nanmax(mi.n.sel(target=t).values)):,}.")
-        out.append(_collapse(Table(f"MI with {_TARGETS.get(str(t), str(t))}", _grid(m, "model", "layer"), caption,
-                                   section="mi"), "model and layer"))
+        h = (
+            f"H(X) = {next(iter(ent.values())):.3f} for every model"
+            if len(set(ent.values())) == 1
+            else "H(X): " + ", ".join(f"{k} {v:.3f}" for k, v in ent.items())
+        )
+        caption = (
+            f"Nats, mean over k-means restarts. {h}. k = {int(np.nanmax(mi.k.sel(target=t).values))}, "
+            f"occurrences = {int(np.nanmax(mi.n.sel(target=t).values)):,}."
+        )
+        out.append(
+            _collapse(
+                Table(f"MI with {_TARGETS.get(str(t), str(t))}", _grid(m, "model", "layer"), caption, section="mi"),
+                "model and layer",
+            )
+        )
     return out
 
 
@@ -145,11 +159,14 @@ def _neighbour_tables(path) -> list[Table]:
         if sum(len(r) - 1 for r in table.rows[1:]) >= 2 and all(len(v) == 1 for v in per_row.values()):
             # the same at every layer (chance and ceiling are layer-independent): one sentence
             iv = nb.interval.sel(measure=meas).values if "interval" in nb else np.array([np.nan])
-            span = (f" (95% intervals within [{np.nanmin(iv):.3f}, {np.nanmax(iv):.3f}])"
-                    if np.isfinite(iv).any() else "")
-            table.constant = (f"{values.pop()} for every model and layer{span}." if len(values) == 1 else
-                              "the same at every layer: " + ", ".join(f"{m} {v.pop()}" for m, v in per_row.items())
-                              + f"{span}.")
+            span = (
+                f" (95% intervals within [{np.nanmin(iv):.3f}, {np.nanmax(iv):.3f}])" if np.isfinite(iv).any() else ""
+            )
+            table.constant = (
+                f"{values.pop()} for every model and layer{span}."
+                if len(values) == 1
+                else "the same at every layer: " + ", ".join(f"{m} {v.pop()}" for m, v in per_row.items()) + f"{span}."
+            )
             out.append(table)
             continue
         if "interval" in nb and np.isfinite(nb.interval.sel(measure=meas).values).any():
@@ -175,15 +192,27 @@ def _similarity_tables(path) -> list[Table]:
         d = sim.distance.sel(metric=metric)
         n = d.sizes["layer_a"] - 1
         adj = xr.DataArray(
-            np.array([[d.sel(model_a=m, model_b=m, layer_a=i, layer_b=i + 1).item() for i in range(n)]
-                      for m in d.model_a.values]),
+            np.array(
+                [
+                    [d.sel(model_a=m, model_b=m, layer_a=i, layer_b=i + 1).item() for i in range(n)]
+                    for m in d.model_a.values
+                ]
+            ),
             dims=("model", "layer_pair"),
-            coords={"model": d.model_a.values, "layer_pair": [f"{i}-{i + 1}" for i in range(n)]})
+            coords={"model": d.model_a.values, "layer_pair": [f"{i}-{i + 1}" for i in range(n)]},
+        )
         occ = sim.attrs.get("n_occurrences")
-        out.append(_collapse(Table(f"{str(metric).upper()} distance between adjacent layers",
-                                   _grid(adj, "model", "layer_pair"),
-                                   f"On {occ:,} occurrences." if isinstance(occ, int) else "", section="similarity"),
-                             "model and layer pair"))
+        out.append(
+            _collapse(
+                Table(
+                    f"{str(metric).upper()} distance between adjacent layers",
+                    _grid(adj, "model", "layer_pair"),
+                    f"On {occ:,} occurrences." if isinstance(occ, int) else "",
+                    section="similarity",
+                ),
+                "model and layer pair",
+            )
+        )
     return out
 
 
@@ -204,10 +233,19 @@ def training_table(training: dict) -> tuple[list[list[str]], str]:
         minutes = f"{seconds / 60:.1f}" if isinstance(seconds, (int, float)) and seconds > 0 else ""
         if minutes and t.get("resumed_from"):
             minutes += "*"
-        rows.append([name, str(run.get("objective", "")), str(run.get("seed", "")),
-                     f"{run.get('token_dropout', 0.0):g}", str(t.get("updates", "")), minutes,
-                     f"{r['ppl']:.1f}" if "ppl" in r else "", f"{r['bleu']:.2f}" if "bleu" in r else "",
-                     f"{r['chrf']:.1f}" if "chrf" in r else ""])
+        rows.append(
+            [
+                name,
+                str(run.get("objective", "")),
+                str(run.get("seed", "")),
+                f"{run.get('token_dropout', 0.0):g}",
+                str(t.get("updates", "")),
+                minutes,
+                f"{r['ppl']:.1f}" if "ppl" in r else "",
+                f"{r['bleu']:.2f}" if "bleu" in r else "",
+                f"{r['chrf']:.1f}" if "chrf" in r else "",
+            ]
+        )
     return rows, training_caption(training)
 
 
@@ -217,24 +255,35 @@ def training_caption(training: dict) -> str:
     time is a total that was not measured)."""
     ev, cfg = training.get("evaluation", {}), training.get("config", {})
     if training.get("shipped"):
-        return ("Shipped weights (kind: shipped): updates from each model's model.json; test scores from the "
-                "scores.json beside the models, where they are of these weights (BLEU / chrF: beam 4, sacrebleu; "
-                "LM perplexity per next token; MLM perplexity over the seeded corruption's changed positions, "
-                "evolution.training.evaluate.perplexity, so not fairseq's). Blank: not scored.")
+        return (
+            "Shipped weights (kind: shipped): updates from each model's model.json; test scores from the "
+            "scores.json beside the models, where they are of these weights (BLEU / chrF: beam 4, sacrebleu; "
+            "LM perplexity per next token; MLM perplexity over the seeded corruption's changed positions, "
+            "evolution.training.evaluate.perplexity, so not fairseq's). Blank: not scored."
+        )
     parts = ["Test split of the corpus."]
     if "unigram_ppl" in ev:
         parts.append(f"Unigram baseline perplexity (training-split piece frequencies): {ev['unigram_ppl']:.1f}.")
     parts.append("LM perplexity is per next token, MLM per masked token (15%).")
     if cfg:
-        parts.append(f"Encoder: {cfg.get('layers')} layers, d = {cfg.get('embed_dim')}, {cfg.get('heads')} heads, "
-                     f"FFN {cfg.get('ffn_dim')}; vocabulary {cfg.get('vocab_size')} joint BPE pieces.")
+        parts.append(
+            f"Encoder: {cfg.get('layers')} layers, d = {cfg.get('embed_dim')}, {cfg.get('heads')} heads, "
+            f"FFN {cfg.get('ffn_dim')}; vocabulary {cfg.get('vocab_size')} joint BPE pieces."
+        )
     timings = training.get("timings", {})
     runs = [t["seconds"] for t in timings.values() if isinstance(t.get("seconds"), (int, float)) and t["seconds"] > 0]
     resumed = {name: t["resumed_from"] for name, t in timings.items() if t.get("resumed_from")}
     if runs:
-        parts.append("Minutes: each run's training time" + (
-            "; * resumed from a checkpoint (" + ", ".join(f"{k} at update {v}" for k, v in resumed.items())
-            + "): the minutes count the resumed part only." if resumed else "."))
+        parts.append(
+            "Minutes: each run's training time"
+            + (
+                "; * resumed from a checkpoint ("
+                + ", ".join(f"{k} at update {v}" for k, v in resumed.items())
+                + "): the minutes count the resumed part only."
+                if resumed
+                else "."
+            )
+        )
     prepare = training.get("prepare", {}).get("seconds")
     if isinstance(prepare, (int, float)) and prepare > 0:
         parts.append(f"Data preparation took {prepare / 60:.1f} minutes.")

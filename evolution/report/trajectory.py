@@ -22,7 +22,9 @@ def verdict_grid(verdicts):
 
     names = list(_COLOURS)
     claims, snaps = [str(c) for c in verdicts["claim"].values], [str(s) for s in verdicts["snapshot"].values]
-    codes = np.array([[names.index(str(v)) if str(v) in names else 2 for v in row] for row in verdicts["verdict"].values])
+    codes = np.array(
+        [[names.index(str(v)) if str(v) in names else 2 for v in row] for row in verdicts["verdict"].values]
+    )
     fig, ax = plt().subplots(figsize=(1.2 + 0.55 * len(snaps), 0.6 + 0.32 * len(claims)))
     ax.imshow(codes, cmap=ListedColormap(list(_COLOURS.values())), vmin=0, vmax=2, aspect="auto")
     ax.set_xticks(range(len(snaps)), [s if s == "final" else f"{s}" for s in snaps])
@@ -105,8 +107,14 @@ def curve_grid(curves):
     curves = _by_series(curves)
     rows = [("mi_input", "MI(input) / H(X)"), ("same_token", "same-token rate"), ("to_final", "PWCCA to final")]
     objectives = list(curves["series"].values)
-    fig, axes = plt().subplots(len(rows), len(objectives), figsize=(3.2 * len(objectives), 2.4 * len(rows)),
-                               sharex=True, sharey="row", squeeze=False)
+    fig, axes = plt().subplots(
+        len(rows),
+        len(objectives),
+        figsize=(3.2 * len(objectives), 2.4 * len(rows)),
+        sharex=True,
+        sharey="row",
+        squeeze=False,
+    )
     x = curves["checkpoint"].values
     layers = curves["layer"].values
     for r, (var, label) in enumerate(rows):
@@ -179,32 +187,47 @@ def first_holds_rows(verdicts, findings: list | None = None) -> list[list[str]]:
     text = {f.label: f.claim for f in findings or []}
     rows = [["#", "claim", "first holds at step", "holds from step on"]]
     for c, first, since in zip(verdicts["claim"].values, verdicts["first"].values, verdicts["since"].values):
-        rows.append([str(c), text.get(str(c), ""), "never" if first < 0 else str(int(first)),
-                     "never" if since < 0 else str(int(since))])
+        rows.append(
+            [
+                str(c),
+                text.get(str(c), ""),
+                "never" if first < 0 else str(int(first)),
+                "never" if since < 0 else str(int(since)),
+            ]
+        )
     return rows
 
 
 def _table(rows: list[list[str]], *, limit: int | None = None) -> str:
     esc = html.escape
-    body = rows[1:] if limit is None else rows[1:limit + 1]
-    return ("<table><thead><tr>" + "".join(f"<th>{esc(c)}</th>" for c in rows[0]) + "</tr></thead><tbody>" +
-            "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in body) + "</tbody></table>")
+    body = rows[1:] if limit is None else rows[1 : limit + 1]
+    return (
+        "<table><thead><tr>"
+        + "".join(f"<th>{esc(c)}</th>" for c in rows[0])
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in body)
+        + "</tbody></table>"
+    )
 
 
 def _csv(path: Path, rows: list[list[str]]) -> None:
     path.write_text("\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n", encoding="utf-8")
 
 
-def write_trajectory_page(path: str | Path, trajectory: str | Path, *, title: str, findings: list | None = None
-                          ) -> Path:
+def write_trajectory_page(
+    path: str | Path, trajectory: str | Path, *, title: str, findings: list | None = None
+) -> Path:
     """``trajectory.html`` at ``path``, its figures (PNG) and ``trajectory-first.csv`` (and, with
     head statistics, ``trajectory-roles.csv``) beside it."""
     from evolution.analyses.plotting import DPI, open_group, plt
 
     path = Path(path)
     curves, verdicts = _by_series(open_group(trajectory, "curves")), open_group(trajectory, "verdicts")
-    figures = {"trajectory-verdicts.png": verdict_grid(verdicts), "trajectory-curves.png": curve_grid(curves),
-               "trajectory-between.png": between_grid(curves)}
+    figures = {
+        "trajectory-verdicts.png": verdict_grid(verdicts),
+        "trajectory-curves.png": curve_grid(curves),
+        "trajectory-between.png": between_grid(curves),
+    }
     for name, fig in figures.items():
         if fig is not None:
             fig.savefig(path.parent / name, dpi=DPI, bbox_inches="tight")
@@ -213,10 +236,14 @@ def write_trajectory_page(path: str | Path, trajectory: str | Path, *, title: st
     _csv(path.parent / "trajectory-first.csv", rows)
     roles = role_rows(open_group(trajectory, "roles"))
     esc = html.escape
-    between = "" if figures["trajectory-between.png"] is None else """<h2>Between series, at the same step</h2>
+    between = (
+        ""
+        if figures["trajectory-between.png"] is None
+        else """<h2>Between series, at the same step</h2>
 <img src="trajectory-between.png" alt="distance between series">
 <p>The PWCCA distance between two series' models at the same step and layer (the snapshot's similarity between
 them; the last point is the final models'). Only steps that both series have are drawn.</p>"""
+    )
     role_html = ""
     if len(roles) > 1:
         _csv(path.parent / "trajectory-roles.csv", roles)
@@ -226,12 +253,19 @@ them; the last point is the final models'). Only steps that both series have are
 analysed step: the first step with the role, and whether it keeps it at every later step{esc(more)}.</p>
 {_table(roles, limit=60)}<p><a href="trajectory-roles.csv">trajectory-roles.csv</a></p>"""
     same = curves.attrs.get("same_weights") or {}
-    warning = "" if not same else "<p><b>Warning: some steps are one model.</b> " + "; ".join(
-        f"{esc(k)}: {esc(', '.join(g))} hold byte-identical weights" for k, groups in same.items() for g in groups) + \
-        ". Their points are the same model at different steps; check the checkpoint source.</p>"
+    warning = (
+        ""
+        if not same
+        else "<p><b>Warning: some steps are one model.</b> "
+        + "; ".join(
+            f"{esc(k)}: {esc(', '.join(g))} hold byte-identical weights" for k, groups in same.items() for g in groups
+        )
+        + ". Their points are the same model at different steps; check the checkpoint source.</p>"
+    )
     snaps = ", ".join(str(s) for s in verdicts["snapshot"].values)
     series = ", ".join(str(s) for s in curves["series"].values)
-    path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>
+    path.write_text(
+        f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>body{{font-family:sans-serif;max-width:70em;margin:2em auto}}td,th{{border:1px solid #ccc;padding:.2em .5em}}
 table{{border-collapse:collapse}}img{{max-width:100%}}</style></head><body>
 <h1>{esc(title)}</h1>
@@ -250,5 +284,7 @@ PWCCA distance of each layer to the same layer of the final model (0 there by de
 {between}
 {role_html}
 </body></html>
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     return path

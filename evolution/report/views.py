@@ -27,8 +27,9 @@ from __future__ import annotations
 import html
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +49,9 @@ def _edges(maps: np.ndarray, top_k: int) -> list:
         for h in range(H):
             m = maps[layer, h]
             keys = np.argsort(-m, axis=1, kind="stable")[:, :k]
-            per_head.append([[q, int(j), round(float(m[q, j]), 3)] for q in range(T) for j in keys[q]
-                             if m[q, j] >= 0.005])
+            per_head.append(
+                [[q, int(j), round(float(m[q, j]), 3)] for q in range(T) for j in keys[q] if m[q, j] >= 0.005]
+            )
         out.append(per_head)
     return out
 
@@ -59,8 +61,16 @@ def _row_normalised(w: np.ndarray) -> np.ndarray:
     return w / np.maximum(w.sum(-1, keepdims=True), 1e-30)
 
 
-def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] | None = None, top_k: int = 8,
-               neuron: bool = True, word_rule: str = "mean", decoder: bool = True) -> dict[str, Any]:
+def views_data(
+    store: str,
+    specs: dict[str, dict],
+    *,
+    sentences: Sequence[int] | None = None,
+    top_k: int = 8,
+    neuron: bool = True,
+    word_rule: str = "mean",
+    decoder: bool = True,
+) -> dict[str, Any]:
     """The page's data: per model and sentence, tokens and top-k edges for every
     (level, weight), and queries / keys ``(L, H, T, d_head)`` for the neuron view.
 
@@ -79,8 +89,9 @@ def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] |
     from evolution.store import open_attention, open_representations
 
     if sentences is None:
-        common = sorted(set.intersection(*(set(int(s) for s in open_attention(store, n)["sentence"].values)
-                                           for n in specs)))
+        common = sorted(
+            set.intersection(*(set(int(s) for s in open_attention(store, n)["sentence"].values) for n in specs))
+        )
         sentences = common[:3]
     models = []
     for name, spec in specs.items():
@@ -88,9 +99,11 @@ def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] |
         stored = [int(s) for s in att["sentence"].values]
         missing = [s for s in sentences if s not in stored]
         if missing:
-            raise ValueError(f"model {name!r}: sentence(s) {missing} were not extracted with attention; the store "
-                             f"holds corpus sentences {stored[0]}..{stored[-1]} ({len(stored)}): choose among them in "
-                             "report.views.sentences, or raise extract.attention.sentences and rerun")
+            raise ValueError(
+                f"model {name!r}: sentence(s) {missing} were not extracted with attention; the store "
+                f"holds corpus sentences {stored[0]}..{stored[-1]} ({len(stored)}): choose among them in "
+                "report.views.sentences, or raise extract.attention.sentences and rerun"
+            )
         adapter = cached_adapter(spec)
         rows_of = rows_by_sentence(reps["sentence"].values)
         n_prefix, n_suffix = adapter.content_offset, len(adapter.suffix)
@@ -111,32 +124,42 @@ def views_data(store: str, specs: dict[str, dict], *, sentences: Sequence[int] |
             for u in range(int(units.max()) + 1):
                 idx = np.flatnonzero(units == u)
                 words.append(_join(pieces, idx) if n_prefix <= u < n_prefix + n_words else pieces[idx[0]])
-            levels = {"subword": {"tokens": pieces, "edges": {w: _edges(m, top_k) for w, m in weights.items()}},
-                      "word": {"tokens": words,
-                               "edges": {w: _edges(word_attention(m, units, rule=word_rule), top_k)
-                                         for w, m in weights.items()}}}
+            levels = {
+                "subword": {"tokens": pieces, "edges": {w: _edges(m, top_k) for w, m in weights.items()}},
+                "word": {
+                    "tokens": words,
+                    "edges": {w: _edges(word_attention(m, units, rule=word_rule), top_k) for w, m in weights.items()},
+                },
+            }
             item: dict[str, Any] = {"sentence": s, "levels": levels}
             if neuron and adapter.supports_norms:
                 q, kk = adapter.forward_qk([ids])
                 # float16, as the page carries them (views_html), so that data and page agree exactly
-                item["neuron"] = {"q": q[:, 0].astype(np.float16).astype(float).tolist(),
-                                  "k": kk[:, 0].astype(np.float16).astype(float).tolist()}
+                item["neuron"] = {
+                    "q": q[:, 0].astype(np.float16).astype(float).tolist(),
+                    "k": kk[:, 0].astype(np.float16).astype(float).tolist(),
+                }
             if decoder and getattr(adapter, "supports_decoder", False) and hasattr(adapter, "translate"):
                 item["decoder"] = _decoder_view(adapter, ids, top_k)
             items.append(item)
-        models.append({"name": name, "layers": int(att.sizes["layer"]), "heads": int(att.sizes["head"]),
-                       "sentences": items})
+        models.append(
+            {"name": name, "layers": int(att.sizes["layer"]), "heads": int(att.sizes["head"]), "sentences": items}
+        )
     return {"models": models, "top_k": top_k, "word_rule": word_rule}
 
 
 def _decoder_view(adapter, ids: list[int], top_k: int) -> dict[str, Any]:
     """The decoder attention of one source sentence over the model's greedy translation: tokens
     (the decoder's input, ``</s> y1 .. ym``), ``self`` and ``cross`` top-k edges per layer and head."""
-    target = adapter.translate([ids], max_len_a=1.5, max_len_b=10)[0][:max(1, adapter.max_target_tokens - 1)]
+    target = adapter.translate([ids], max_len_a=1.5, max_len_b=10)[0][: max(1, adapter.max_target_tokens - 1)]
     dec = adapter.build_decoder_input(target)
     own, cross = adapter.forward_decoder([ids], [dec])  # (L, 1, H, T, T), (L, 1, H, T, S)
-    return {"tokens": adapter.pieces(dec), "layers": int(own.shape[0]),
-            "self": _edges(_row_normalised(own[:, 0]), top_k), "cross": _edges(_row_normalised(cross[:, 0]), top_k)}
+    return {
+        "tokens": adapter.pieces(dec),
+        "layers": int(own.shape[0]),
+        "self": _edges(_row_normalised(own[:, 0]), top_k),
+        "cross": _edges(_row_normalised(cross[:, 0]), top_k),
+    }
 
 
 def _join(pieces: list[str], idx: np.ndarray) -> str:
@@ -156,7 +179,9 @@ def views_html(data: dict[str, Any], *, title: str = "attention views", only: st
     ``only``: ``head``, ``model`` or ``neuron`` shows that view alone."""
     payload = json.dumps(_compact(data), separators=(",", ":")).replace("</", "<\\/")
     rule = _WORD_RULES.get(data.get("word_rule", "mean"), "")
-    page = _page_template().replace("%TITLE%", html.escape(title)).replace("%WORDRULE%", rule).replace("%DATA%", payload)
+    page = (
+        _page_template().replace("%TITLE%", html.escape(title)).replace("%WORDRULE%", rule).replace("%DATA%", payload)
+    )
     if only is not None:
         if only not in ("head", "model", "neuron"):
             raise ValueError(f"only={only!r}: one of head, model, neuron")
@@ -232,6 +257,7 @@ def _map_payload(data: dict[str, Any], *, edges, half) -> dict[str, Any]:
     decoder's self and cross attention) and ``half`` to the neuron view's queries and keys: the
     one walk of the payload that packing (:func:`_compact`) and unpacking (:func:`unpack_payload`)
     share."""
+
     def heads(layers):
         return [[edges(h) for h in layer] for layer in layers]
 
@@ -240,8 +266,10 @@ def _map_payload(data: dict[str, Any], *, edges, half) -> dict[str, Any]:
         items = []
         for it in m["sentences"]:
             it = dict(it)
-            it["levels"] = {lv: {"tokens": v["tokens"], "edges": {w: heads(e) for w, e in v["edges"].items()}}
-                            for lv, v in it["levels"].items()}
+            it["levels"] = {
+                lv: {"tokens": v["tokens"], "edges": {w: heads(e) for w, e in v["edges"].items()}}
+                for lv, v in it["levels"].items()
+            }
             if "neuron" in it:
                 it["neuron"] = {x: half(it["neuron"][x]) for x in ("q", "k")}
             if "decoder" in it:
@@ -262,10 +290,12 @@ def write_views(path: str | Path, data: dict[str, Any], *, title: str = "attenti
     return path
 
 
-_WORD_RULES = {"mean": "Word level: attention to a word is the sum over its pieces, from a word the mean over its "
-                       "pieces (Clark et al. 2019).",
-               "first": "Word level: attention to a word is the sum over its pieces, from a word its first "
-                        "piece's (Clark et al.'s released code)."}
+_WORD_RULES = {
+    "mean": "Word level: attention to a word is the sum over its pieces, from a word the mean over its "
+    "pieces (Clark et al. 2019).",
+    "first": "Word level: attention to a word is the sum over its pieces, from a word its first "
+    "piece's (Clark et al.'s released code).",
+}
 
 
 def _page_template() -> str:

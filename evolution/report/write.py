@@ -15,8 +15,8 @@ from __future__ import annotations
 import html
 import json
 import logging
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from evolution.atomic import replace_dir
 from evolution.report.figures import draw_all
@@ -35,15 +35,19 @@ __all__ = ["write_report", "training_table"]
 
 logger = logging.getLogger(__name__)
 
-SCORECARD_TEXT = ("Each verdict is computed from this run's stored numbers by the rule under its claim "
-                  "(evolution/report/scorecard/), never by hand. Not measurable here: the run lacks what the claim "
-                  "needs, or the difference is within the uncertainty. The paper's values are read off its figures.")
+SCORECARD_TEXT = (
+    "Each verdict is computed from this run's stored numbers by the rule under its claim "
+    "(evolution/report/scorecard/), never by hand. Not measurable here: the run lacks what the claim "
+    "needs, or the difference is within the uncertainty. The paper's values are read off its figures."
+)
 
-HEAD_VERDICTS_TEXT = ("Each verdict is computed from this run's stored head statistics by the rule under its claim "
-                      "(evolution/report/heads_card/), model by model: it holds where it holds for every model it "
-                      "concerns, and the models without the numbers it needs are named. Not measurable here: the run "
-                      "lacks what the claim needs, or a model's numbers point the claimed way within the test's "
-                      "uncertainty. Counted apart from the 12 representation claims.")
+HEAD_VERDICTS_TEXT = (
+    "Each verdict is computed from this run's stored head statistics by the rule under its claim "
+    "(evolution/report/heads_card/), model by model: it holds where it holds for every model it "
+    "concerns, and the models without the numbers it needs are named. Not measurable here: the run "
+    "lacks what the claim needs, or a model's numbers point the claimed way within the test's "
+    "uncertainty. Counted apart from the 12 representation claims."
+)
 
 
 class _Ids:
@@ -97,10 +101,18 @@ def _analysis_sections(figures: list[Figure], tables: list[Table]) -> list[Secti
     return list(groups.values())
 
 
-def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = "evolution report",
-                 training: dict | None = None, links: Iterable[tuple[str, str, str]] = (),
-                 corpus: dict | None = None, pages: dict[str, Callable[[Path], object]] | None = None,
-                 workdir: str | Path | None = None, findings: list | None = None) -> Path:
+def write_report(
+    metrics_path: str | Path,
+    out_dir: str | Path,
+    *,
+    title: str = "evolution report",
+    training: dict | None = None,
+    links: Iterable[tuple[str, str, str]] = (),
+    corpus: dict | None = None,
+    pages: dict[str, Callable[[Path], object]] | None = None,
+    workdir: str | Path | None = None,
+    findings: list | None = None,
+) -> Path:
     """Draw every figure and write ``report.md`` and ``report.html`` into ``out_dir``
     (written under a temporary name, then moved into place). Returns the HTML file.
 
@@ -117,52 +129,104 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
         drawn = draw_all(metrics_path, tmp)
         for name, write in (pages or {}).items():
             write(tmp / name)
-        ids = _Ids(["top", "contents", "scorecard", "head-verdicts", "training", "notes", "provenance", *GROUPS,
-                    *(s.id for s in SECTIONS)])
+        ids = _Ids(
+            [
+                "top",
+                "contents",
+                "scorecard",
+                "head-verdicts",
+                "training",
+                "notes",
+                "provenance",
+                *GROUPS,
+                *(s.id for s in SECTIONS),
+            ]
+        )
         figures = []
         for name, file, caption in drawn:
             w, h = png_size(file)
-            figures.append(Figure(name, Path(file).name, figure_place(name)[1], caption, ids(f"fig-{slug(name)}"),
-                                  w, h))
+            figures.append(
+                Figure(name, Path(file).name, figure_place(name)[1], caption, ids(f"fig-{slug(name)}"), w, h)
+            )
         tables = representation_tables(metrics_path) + _analysis_tables(metrics_path)
         attrs = group_attrs(metrics_path)
         anchors = {f.name: f.id for f in figures}
         sections = []
         if findings is not None or set(attrs) & set(Run.GROUPS):
             findings = scorecard(metrics_path) if findings is None else list(findings)
-            (tmp / "scorecard.json").write_text(scrub_paths(json.dumps([f.as_dict() for f in findings], indent=1),
-                                                            workdir), encoding="utf-8")
-            sections.append(Section("scorecard", "Findings scorecard", intro=SCORECARD_TEXT,
-                                    blocks=[Raw(scorecard_html(findings, anchors), scorecard_md(findings, anchors))]))
+            (tmp / "scorecard.json").write_text(
+                scrub_paths(json.dumps([f.as_dict() for f in findings], indent=1), workdir), encoding="utf-8"
+            )
+            sections.append(
+                Section(
+                    "scorecard",
+                    "Findings scorecard",
+                    intro=SCORECARD_TEXT,
+                    blocks=[Raw(scorecard_html(findings, anchors), scorecard_md(findings, anchors))],
+                )
+            )
         else:  # a heads-only run: twelve "not measurable" rows would only hide its head verdicts
-            logger.info("report: no representation analysis (%s) in %s: no findings scorecard",
-                        ", ".join(Run.GROUPS), metrics_path)
+            logger.info(
+                "report: no representation analysis (%s) in %s: no findings scorecard",
+                ", ".join(Run.GROUPS),
+                metrics_path,
+            )
         if training is not None:
             rows, caption = training_table(training)
             sections.append(Section("training", "Trained models", blocks=[Table("Runs", rows, caption)]))
         verdicts = head_verdicts(metrics_path)
-        (tmp / "head_verdicts.json").write_text(scrub_paths(json.dumps([f.as_dict() for f in verdicts], indent=1),
-                                                            workdir), encoding="utf-8")
+        (tmp / "head_verdicts.json").write_text(
+            scrub_paths(json.dumps([f.as_dict() for f in verdicts], indent=1), workdir), encoding="utf-8"
+        )
         groups = _analysis_sections(figures, tables)
         if has_head_groups(metrics_path):
-            next(g for g in groups if g.id == "heads").children.insert(0, Section(
-                "head-verdicts", "Head verdicts", intro=HEAD_VERDICTS_TEXT, blocks=[Raw(
-                    scorecard_html(verdicts, anchors, title="claim (attention-head papers)", noun="head verdicts",
-                                   row_id="verdict"),
-                    scorecard_md(verdicts, anchors, title="claim (attention-head papers)", noun="head verdicts"))]))
+            next(g for g in groups if g.id == "heads").children.insert(
+                0,
+                Section(
+                    "head-verdicts",
+                    "Head verdicts",
+                    intro=HEAD_VERDICTS_TEXT,
+                    blocks=[
+                        Raw(
+                            scorecard_html(
+                                verdicts,
+                                anchors,
+                                title="claim (attention-head papers)",
+                                noun="head verdicts",
+                                row_id="verdict",
+                            ),
+                            scorecard_md(
+                                verdicts, anchors, title="claim (attention-head papers)", noun="head verdicts"
+                            ),
+                        )
+                    ],
+                ),
+            )
         sections += groups
         notes = _notes(attrs)
         if notes:
-            sections.append(Section("notes", "Notes", intro="What the analyses noted while computing.",
-                                    blocks=[_notes_block(notes)]))
+            sections.append(
+                Section(
+                    "notes", "Notes", intro="What the analyses noted while computing.", blocks=[_notes_block(notes)]
+                )
+            )
         rows, record = provenance(metrics_path, attrs, workdir=workdir, corpus=corpus, training=training)
         full = scrub_paths(json.dumps(record, indent=1, default=str), workdir)
         (tmp / "provenance.json").write_text(full + "\n", encoding="utf-8")
-        sections.append(Section("provenance", "Provenance", blocks=[
-            Table("Versions, seed and keys", rows, "", export=False),
-            Raw(f'<details><summary>The full record (<a href="provenance.json">provenance.json</a>)</summary>'
-                f"<pre>{_esc(full)}</pre></details>",
-                ["The full record: [provenance.json](provenance.json)."])]))
+        sections.append(
+            Section(
+                "provenance",
+                "Provenance",
+                blocks=[
+                    Table("Versions, seed and keys", rows, "", export=False),
+                    Raw(
+                        f'<details><summary>The full record (<a href="provenance.json">provenance.json</a>)</summary>'
+                        f"<pre>{_esc(full)}</pre></details>",
+                        ["The full record: [provenance.json](provenance.json)."],
+                    ),
+                ],
+            )
+        )
         for t in (b for s in _walk(sections) for b in s.blocks if isinstance(b, Table)):
             t.id = ids(f"tab-{slug(t.heading)}")
             if not t.constant and t.n_rows and t.export:
@@ -176,11 +240,11 @@ def write_report(metrics_path: str | Path, out_dir: str | Path, *, title: str = 
                 logger.warning("report: no link to %s: not in the report directory", href)
         # shipped models may have been trained on another corpus: no "the models train on" sentence
         trained = training is not None and not training.get("shipped")
-        page = Page(title, run_paragraph(metrics_path, attrs, corpus=corpus, trained=trained), shown,
-                    sections)
+        page = Page(title, run_paragraph(metrics_path, attrs, corpus=corpus, trained=trained), shown, sections)
         (tmp / "report.md").write_text(scrub_paths(render_md(page), workdir), encoding="utf-8")
-        (tmp / "report.html").write_text(scrub_paths(render_html(page, extra_css=findings_css()), workdir),
-                                         encoding="utf-8")
+        (tmp / "report.html").write_text(
+            scrub_paths(render_html(page, extra_css=findings_css()), workdir), encoding="utf-8"
+        )
     return out_dir / "report.html"
 
 
@@ -190,8 +254,10 @@ def _notes_block(notes: list[str]) -> Raw:
     block = f"<ul>{items(notes[:FOLD])}</ul>"
     md = [f"- {n}" for n in notes[:FOLD]]
     if len(notes) > FOLD:
-        block += (f"<details><summary>Show the other {len(notes) - FOLD} of {len(notes)} notes</summary>"
-                  f"<ul>{items(notes[FOLD:])}</ul></details>")
+        block += (
+            f"<details><summary>Show the other {len(notes) - FOLD} of {len(notes)} notes</summary>"
+            f"<ul>{items(notes[FOLD:])}</ul></details>"
+        )
         md += ["", f"<details><summary>Show the other {len(notes) - FOLD} of {len(notes)} notes</summary>", ""]
         md += [f"- {n}" for n in notes[FOLD:]] + ["", "</details>"]
     return Raw(block, md)

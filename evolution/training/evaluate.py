@@ -44,12 +44,26 @@ def unigram_perplexity(train_pieces: Path, test_pieces: Path, *, vocab_size: int
     return math.exp(nll / n)
 
 
-def fairseq_perplexity(*, data_args: list[str], checkpoint: Path, subset: str = "test", seed: int = 0,
-                       threads: int = 2, cpu: bool = True) -> float:
+def fairseq_perplexity(
+    *, data_args: list[str], checkpoint: Path, subset: str = "test", seed: int = 0, threads: int = 2, cpu: bool = True
+) -> float:
     """fairseq's perplexity of ``checkpoint`` on ``subset`` (2 ** base-2 loss per predicted token)."""
-    args = [*data_args, "--path", str(checkpoint), "--valid-subset", subset, "--max-tokens", "8192",
-            "--seed", str(seed), "--log-format", "json", "--required-batch-size-multiple", "1",
-            *(["--cpu"] if cpu else [])]
+    args = [
+        *data_args,
+        "--path",
+        str(checkpoint),
+        "--valid-subset",
+        subset,
+        "--max-tokens",
+        "8192",
+        "--seed",
+        str(seed),
+        "--log-format",
+        "json",
+        "--required-batch-size-multiple",
+        "1",
+        *(["--cpu"] if cpu else []),
+    ]
     proc = fairseq_cli.run("validate", args, threads=threads)
     for line in (proc.stdout + proc.stderr).splitlines():
         m = re.search(r"\{.*\"%s_loss\".*\}" % re.escape(subset), line)
@@ -76,8 +90,10 @@ def perplexity(adapter, sentences, *, seed: int = 0, max_tokens: int = 8192) -> 
     from evolution.metrics.importance import objective_items, sentence_losses
 
     if adapter.objective not in ("lm", "mlm"):
-        raise ValueError(f"{adapter.name}: perplexity is for causal and masked LMs, not {adapter.objective!r}; "
-                         "score a translation model with translate() and bleu_chrf()")
+        raise ValueError(
+            f"{adapter.name}: perplexity is for causal and masked LMs, not {adapter.objective!r}; "
+            "score a translation model with translate() and bleu_chrf()"
+        )
     items = [it for it in objective_items(adapter, sentences, seed=seed) if it is not None]
     if not items:
         raise ValueError(f"{adapter.name}: no predicted token in {len(sentences)} sentences")
@@ -91,12 +107,30 @@ def perplexity(adapter, sentences, *, seed: int = 0, max_tokens: int = 8192) -> 
     return math.exp(nll / n)
 
 
-def translate(*, data: Path, checkpoint: Path, subset: str = "test", beam: int = 4, threads: int = 2,
-              cpu: bool = True) -> list[str]:
+def translate(
+    *, data: Path, checkpoint: Path, subset: str = "test", beam: int = 4, threads: int = 2, cpu: bool = True
+) -> list[str]:
     """Detokenised beam-search translations of ``subset``, in corpus order."""
-    args = [str(data), "--path", str(checkpoint), "--gen-subset", subset, "--beam", str(beam),
-            "--max-tokens", "8192", "--remove-bpe", "sentencepiece", "--required-batch-size-multiple", "1",
-            "--max-len-a", "1.5", "--max-len-b", "10", *(["--cpu"] if cpu else [])]
+    args = [
+        str(data),
+        "--path",
+        str(checkpoint),
+        "--gen-subset",
+        subset,
+        "--beam",
+        str(beam),
+        "--max-tokens",
+        "8192",
+        "--remove-bpe",
+        "sentencepiece",
+        "--required-batch-size-multiple",
+        "1",
+        "--max-len-a",
+        "1.5",
+        "--max-len-b",
+        "10",
+        *(["--cpu"] if cpu else []),
+    ]
     proc = fairseq_cli.run("generate", args, threads=threads)
     hyps: dict[int, str] = {}
     for line in proc.stdout.splitlines():
@@ -112,5 +146,7 @@ def bleu_chrf(hypotheses: list[str], references: list[str]) -> dict[str, float]:
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} translations for {len(references)} references")
-    return {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-            "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score}
+    return {
+        "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+    }

@@ -34,8 +34,9 @@ def environment(threads: int | None = None) -> dict:
     return env
 
 
-def run(tool: str, args: list[str], *, threads: int | None = None, what: str | None = None
-        ) -> subprocess.CompletedProcess:
+def run(
+    tool: str, args: list[str], *, threads: int | None = None, what: str | None = None
+) -> subprocess.CompletedProcess:
     """Run ``tool`` to completion; a failure raises with the end of its stderr."""
     proc = subprocess.run(command(tool, args), capture_output=True, text=True, env=environment(threads))
     if proc.returncode != 0:

@@ -33,14 +33,25 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["training_items", "fixed_batches", "BATCHINGS", "l0_penalty", "inverse_sqrt", "prune", "kept_gates", "train_with_heads", "translate", "label_smoothed_loss"]
+__all__ = [
+    "training_items",
+    "fixed_batches",
+    "BATCHINGS",
+    "l0_penalty",
+    "inverse_sqrt",
+    "prune",
+    "kept_gates",
+    "train_with_heads",
+    "translate",
+    "label_smoothed_loss",
+]
 
 
 def training_items(adapter, sources: Sequence[str], targets: Sequence[str], *, max_tokens: int | None = None):
@@ -85,7 +96,7 @@ def _batches(items, *, max_tokens: int, seed: int):
         cut: list[list[int]] = []
         for start in range(0, len(order), 2000):
             batch: list[int] = []
-            for i in sorted(order[start:start + 2000], key=lambda i: items[i].length):
+            for i in sorted(order[start : start + 2000], key=lambda i: items[i].length):
                 if batch and items[i].length * (len(batch) + 1) > max_tokens:
                     cut.append(batch)
                     batch = []
@@ -120,8 +131,13 @@ def fixed_batches(items, *, max_tokens: int, seed: int, multiple: int = 1):
     order = order[np.argsort(src[order], kind="mergesort")]
     # the token counts aligned with ``order``, as LanguagePairDataset.num_tokens_vec(indices) gives them
     # (with them batch_by_size calls no num_tokens_fn)
-    cut = data_utils.batch_by_size(order, None, num_tokens_vec=np.maximum(src, tgt)[order], max_tokens=max_tokens,
-                                   required_batch_size_multiple=multiple)
+    cut = data_utils.batch_by_size(
+        order,
+        None,
+        num_tokens_vec=np.maximum(src, tgt)[order],
+        max_tokens=max_tokens,
+        required_batch_size_multiple=multiple,
+    )
     epoch = 1
     while True:
         batches = list(cut)
@@ -153,9 +169,25 @@ def inverse_sqrt(step: int, *, lr: float, warmup: int, warmup_init_lr: float = 1
     return lr * (warmup / step) ** 0.5
 
 
-def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens: int, seed: int,
-         gates: dict, fixed: dict, lam: float, save_every: int, progress: bool, smoothing: float,
-         warmup: int = 0, gate_lr: float | None = None, batching: str = "regrouped") -> dict:
+def _run(
+    adapter,
+    items,
+    *,
+    directory: Path,
+    updates: int,
+    lr: float,
+    max_tokens: int,
+    seed: int,
+    gates: dict,
+    fixed: dict,
+    lam: float,
+    save_every: int,
+    progress: bool,
+    smoothing: float,
+    warmup: int = 0,
+    gate_lr: float | None = None,
+    batching: str = "regrouped",
+) -> dict:
     import torch
 
     from evolution.nets.gates import head_gates
@@ -211,13 +243,27 @@ def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens
         if bar is not None:
             bar.update(1)
         if step % 10 == 0 or step == updates:
-            history.append({"update": step, "loss": float(loss_sum.detach()) / n, "penalty": float(penalty.detach()),
-                            "open": {a: float(g.prob_open().sum().detach()) for a, g in gates.items()}})
+            history.append(
+                {
+                    "update": step,
+                    "loss": float(loss_sum.detach()) / n,
+                    "penalty": float(penalty.detach()),
+                    "open": {a: float(g.prob_open().sum().detach()) for a, g in gates.items()},
+                }
+            )
         if step % save_every == 0 or step == updates:
             tmp = directory / "state.pt.partial"
-            torch.save({"model": model.state_dict(), "gates": {a: g.state_dict() for a, g in gates.items()},
-                        "optimizer": optimizer.state_dict(), "step": step, "history": json.dumps(history),
-                        "torch_rng": torch.get_rng_state()}, str(tmp))
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "gates": {a: g.state_dict() for a, g in gates.items()},
+                    "optimizer": optimizer.state_dict(),
+                    "step": step,
+                    "history": json.dumps(history),
+                    "torch_rng": torch.get_rng_state(),
+                },
+                str(tmp),
+            )
             tmp.replace(state_path)
     if bar is not None:
         bar.close()
@@ -230,13 +276,28 @@ def _run(adapter, items, *, directory: Path, updates: int, lr: float, max_tokens
 def _gates_for(adapter, attentions: Sequence[str]) -> dict:
     from evolution.nets.gates import HardConcreteGate
 
-    return {a: HardConcreteGate(len(adapter.output_projections(a)) * adapter.attention_modules(a)[0].num_heads)
-            for a in attentions}
+    return {
+        a: HardConcreteGate(len(adapter.output_projections(a)) * adapter.attention_modules(a)[0].num_heads)
+        for a in attentions
+    }
 
 
-def prune(adapter, items, *, directory: str | Path, lam: float, attentions: Sequence[str] = ("encoder_self",),
-          updates: int = 1000, lr: float = 1e-4, gate_lr: float | None = None, max_tokens: int = 4096, seed: int = 0,
-          save_every: int = 200, progress: bool = True, smoothing: float = 0.1) -> dict:
+def prune(
+    adapter,
+    items,
+    *,
+    directory: str | Path,
+    lam: float,
+    attentions: Sequence[str] = ("encoder_self",),
+    updates: int = 1000,
+    lr: float = 1e-4,
+    gate_lr: float | None = None,
+    max_tokens: int = 4096,
+    seed: int = 0,
+    save_every: int = 200,
+    progress: bool = True,
+    smoothing: float = 0.1,
+) -> dict:
     """Fine-tune ``adapter``'s model in place with Hard-Concrete head gates on ``attentions``.
 
     Returns (and writes to ``directory/result.json``) ``{"kept": {attention: (L, H) bool as
@@ -255,13 +316,30 @@ def prune(adapter, items, *, directory: str | Path, lam: float, attentions: Sequ
     if finished is not None:
         return finished
     gates = _gates_for(adapter, attentions)
-    run = _run(adapter, items, directory=directory, updates=updates, lr=lr, max_tokens=max_tokens, seed=seed,
-               gates=gates, fixed={}, lam=lam, save_every=save_every, progress=progress, smoothing=smoothing,
-               gate_lr=gate_lr)
+    run = _run(
+        adapter,
+        items,
+        directory=directory,
+        updates=updates,
+        lr=lr,
+        max_tokens=max_tokens,
+        seed=seed,
+        gates=gates,
+        fixed={},
+        lam=lam,
+        save_every=save_every,
+        progress=progress,
+        smoothing=smoothing,
+        gate_lr=gate_lr,
+    )
     shape = {a: (len(adapter.output_projections(a)), -1) for a in attentions}
-    result = {"lambda": lam, "attentions": list(attentions),
-              "kept": {a: g.kept().view(shape[a]).tolist() for a, g in gates.items()},
-              "prob_open": {a: g.prob_open().detach().view(shape[a]).tolist() for a, g in gates.items()}, **run}
+    result = {
+        "lambda": lam,
+        "attentions": list(attentions),
+        "kept": {a: g.kept().view(shape[a]).tolist() for a, g in gates.items()},
+        "prob_open": {a: g.prob_open().detach().view(shape[a]).tolist() for a, g in gates.items()},
+        **run,
+    }
     (directory / "result.json").write_text(json.dumps(result), encoding="utf-8")
     return result
 
@@ -304,9 +382,22 @@ def test_time_gates(result: dict, *, temperature: float = 0.33, stretch: float =
     return out
 
 
-def train_with_heads(adapter, items, *, directory: str | Path, layout: dict, updates: int, lr: float = 1e-3,
-                     warmup: int = 400, max_tokens: int = 4096, seed: int = 0, save_every: int = 200,
-                     progress: bool = True, smoothing: float = 0.1, batching: str = "regrouped") -> dict:
+def train_with_heads(
+    adapter,
+    items,
+    *,
+    directory: str | Path,
+    layout: dict,
+    updates: int,
+    lr: float = 1e-3,
+    warmup: int = 400,
+    max_tokens: int = 4096,
+    seed: int = 0,
+    save_every: int = 200,
+    progress: bool = True,
+    smoothing: float = 0.1,
+    batching: str = "regrouped",
+) -> dict:
     """Re-initialise ``adapter``'s model (fairseq's initialisation under ``seed``) and train it
     from scratch with the fixed head ``layout`` (``attention -> (L, H)`` 0/1, e.g.
     :func:`kept_gates` of a pruning run) for ``updates`` updates under the base recipe's schedule
@@ -325,16 +416,31 @@ def train_with_heads(adapter, items, *, directory: str | Path, layout: dict, upd
         fresh = adapter._task.build_model(adapter.cfg.model)
         adapter._model.load_state_dict(fresh.state_dict())
     fixed = {a: torch.as_tensor(m, dtype=torch.float32) for a, m in layout.items()}
-    run = _run(adapter, items, directory=directory, updates=updates, lr=lr, max_tokens=max_tokens, seed=seed,
-               gates={}, fixed=fixed, lam=0.0, save_every=save_every, progress=progress, smoothing=smoothing,
-               warmup=warmup, batching=batching)
+    run = _run(
+        adapter,
+        items,
+        directory=directory,
+        updates=updates,
+        lr=lr,
+        max_tokens=max_tokens,
+        seed=seed,
+        gates={},
+        fixed=fixed,
+        lam=0.0,
+        save_every=save_every,
+        progress=progress,
+        smoothing=smoothing,
+        warmup=warmup,
+        batching=batching,
+    )
     result = {"layout": {a: np.asarray(m).tolist() for a, m in layout.items()}, **run}
     (directory / "result.json").write_text(json.dumps(result), encoding="utf-8")
     return result
 
 
-def translate(adapter, sources: Sequence[Sequence[int]], *, gates: dict | None = None, beam: int = 4,
-              max_batch_tokens: int = 8192) -> list[str]:
+def translate(
+    adapter, sources: Sequence[Sequence[int]], *, gates: dict | None = None, beam: int = 4, max_batch_tokens: int = 8192
+) -> list[str]:
     """Beam-search translations (fairseq's ``SequenceGenerator``, as the base evaluation:
     beam 4, max length 1.5 x source + 10) of source content ids, detokenised, with the heads
     multiplied by ``gates`` (``attention -> (L, H)``) where given."""

@@ -79,8 +79,9 @@ def prepare_data(paths: TrainingPaths, cfg: TrainConfig) -> dict:
         return json.loads(done.read_text(encoding="utf-8"))
     t0 = time.perf_counter()
     src, tgt = paths.src, paths.tgt
-    model = vocab.train_sentencepiece([paths.text / f"train.{src}", paths.text / f"train.{tgt}"],
-                                      paths.spm_dir / "spm", vocab_size=cfg.vocab_size)
+    model = vocab.train_sentencepiece(
+        [paths.text / f"train.{src}", paths.text / f"train.{tgt}"], paths.spm_dir / "spm", vocab_size=cfg.vocab_size
+    )
     counts: Counter = Counter()
     for split in ("train", "valid", "test"):
         for lang in (src, tgt):
@@ -89,19 +90,35 @@ def prepare_data(paths: TrainingPaths, cfg: TrainConfig) -> dict:
                 counts.update(c)
     vocab.write_dictionary(model, counts, paths.dictionary)
     pref = {s: paths.spm_dir / s for s in ("train", "valid", "test")}
-    vocab.binarize(dictionary=paths.dictionary, destdir=paths.bin_mt, trainpref=pref["train"],
-                   validpref=pref["valid"], testpref=pref["test"], source_lang=src, target_lang=tgt)
-    vocab.binarize(dictionary=paths.dictionary, destdir=paths.bin_mono,
-                   trainpref=pref["train"].with_suffix(f".{src}"), validpref=pref["valid"].with_suffix(f".{src}"),
-                   testpref=pref["test"].with_suffix(f".{src}"))
-    summary = {"vocab_size": cfg.vocab_size, "dictionary_size": 4 + sum(1 for _ in open(paths.dictionary)),
-               "train_pieces": {lang: sum(len(line.split()) for line in open(paths.spm_dir / f"train.{lang}",
-                                                                               encoding="utf-8"))
-                                for lang in (src, tgt)},
-               "seconds": round(time.perf_counter() - t0, 1)}
+    vocab.binarize(
+        dictionary=paths.dictionary,
+        destdir=paths.bin_mt,
+        trainpref=pref["train"],
+        validpref=pref["valid"],
+        testpref=pref["test"],
+        source_lang=src,
+        target_lang=tgt,
+    )
+    vocab.binarize(
+        dictionary=paths.dictionary,
+        destdir=paths.bin_mono,
+        trainpref=pref["train"].with_suffix(f".{src}"),
+        validpref=pref["valid"].with_suffix(f".{src}"),
+        testpref=pref["test"].with_suffix(f".{src}"),
+    )
+    summary = {
+        "vocab_size": cfg.vocab_size,
+        "dictionary_size": 4 + sum(1 for _ in open(paths.dictionary)),
+        "train_pieces": {
+            lang: sum(len(line.split()) for line in open(paths.spm_dir / f"train.{lang}", encoding="utf-8"))
+            for lang in (src, tgt)
+        },
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     done.write_text(json.dumps(summary, indent=1), encoding="utf-8")
-    logger.info("train: vocabulary of %d pieces, data binarised in %.0f s (%s)", cfg.vocab_size,
-                summary["seconds"], paths.root)
+    logger.info(
+        "train: vocabulary of %d pieces, data binarised in %.0f s (%s)", cfg.vocab_size, summary["seconds"], paths.root
+    )
     return summary
 
 
@@ -117,26 +134,47 @@ def initial_encoder(paths: TrainingPaths, cfg: TrainConfig, *, seed: int, langua
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    args = [*recipe.task_args(cfg, "mlm", data=paths.data("mlm"), languages=languages), *recipe.encoder_args(cfg),
-            "--seed", str(seed), "--cpu"]
+    args = [
+        *recipe.task_args(cfg, "mlm", data=paths.data("mlm"), languages=languages),
+        *recipe.encoder_args(cfg),
+        "--seed",
+        str(seed),
+        "--cpu",
+    ]
     tmp = out.with_suffix(".partial")
     fairseq_cli.run("init-encoder", [str(tmp), *args], threads=cfg.threads, what="building the initial encoder")
     os.replace(tmp, out)
     return out
 
 
-def run_args(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, languages: tuple[str, str],
-             updates: int | None = None) -> list[str]:
+def run_args(
+    paths: TrainingPaths,
+    cfg: TrainConfig,
+    name: str,
+    spec: dict,
+    *,
+    languages: tuple[str, str],
+    updates: int | None = None,
+) -> list[str]:
     """``fairseq-train``'s arguments for run ``name`` up to ``updates`` (default: the run's total)."""
     objective = spec["objective"]
-    return recipe.train_args(cfg, objective=objective, data=paths.data(objective), languages=languages,
-                             updates=updates or getattr(cfg.updates, objective), seed=spec["seed"],
-                             save_dir=paths.run_dir(name), init_encoder=paths.init(spec["seed"]),
-                             token_dropout=spec["token_dropout"], cpu=_cpu())
+    return recipe.train_args(
+        cfg,
+        objective=objective,
+        data=paths.data(objective),
+        languages=languages,
+        updates=updates or getattr(cfg.updates, objective),
+        seed=spec["seed"],
+        save_dir=paths.run_dir(name),
+        init_encoder=paths.init(spec["seed"]),
+        token_dropout=spec["token_dropout"],
+        cpu=_cpu(),
+    )
 
 
-def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, languages: tuple[str, str],
-              progress: bool = True) -> dict:
+def train_run(
+    paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, languages: tuple[str, str], progress: bool = True
+) -> dict:
     """Run ``fairseq-train`` for one run (resuming from ``checkpoint_last.pt`` if there is one).
 
     With ``train.checkpoints`` the run stops at each kept update, saves the model there
@@ -158,14 +196,25 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
         _keep(paths.checkpoint(name), paths.kept(name, resumed))
     lost = [u for u in keep if u < resumed and not paths.kept(name, u).is_file()]
     if lost:
-        logger.warning("train %s: resuming at update %d, after the kept updates %s were passed without being "
-                       "kept; they are missing from its trajectory (delete %s to train it again)", name, resumed,
-                       lost, run_dir)
-    (run_dir / "args.json").write_text(json.dumps(run_args(paths, cfg, name, spec, languages=languages), indent=1),
-                                       encoding="utf-8")
-    logger.info("train %s: %s, %d updates%s%s", name, objective, total,
-                f" (resuming at update {resumed})" if resumed else "",
-                f", keeping the checkpoints at updates {keep}" if keep else "")
+        logger.warning(
+            "train %s: resuming at update %d, after the kept updates %s were passed without being "
+            "kept; they are missing from its trajectory (delete %s to train it again)",
+            name,
+            resumed,
+            lost,
+            run_dir,
+        )
+    (run_dir / "args.json").write_text(
+        json.dumps(run_args(paths, cfg, name, spec, languages=languages), indent=1), encoding="utf-8"
+    )
+    logger.info(
+        "train %s: %s, %d updates%s%s",
+        name,
+        objective,
+        total,
+        f" (resuming at update {resumed})" if resumed else "",
+        f", keeping the checkpoints at updates {keep}" if keep else "",
+    )
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -176,15 +225,26 @@ def train_run(paths: TrainingPaths, cfg: TrainConfig, name: str, spec: dict, *, 
     try:
         for stop in [u for u in keep if u > resumed] + [total]:  # the last always runs: fairseq resumes, finishes
             args = run_args(paths, cfg, name, spec, languages=languages, updates=stop)
-            last = _fairseq_train(args, run_dir=run_dir, name=name, threads=cfg.threads, bar=bar, last=last,
-                                  done=lambda stop=stop: _checkpoint_updates(paths.checkpoint(name)) >= stop)
+            last = _fairseq_train(
+                args,
+                run_dir=run_dir,
+                name=name,
+                threads=cfg.threads,
+                bar=bar,
+                last=last,
+                done=lambda stop=stop: _checkpoint_updates(paths.checkpoint(name)) >= stop,
+            )
             if stop < total:
                 _keep(paths.checkpoint(name), paths.kept(name, stop))
     finally:
         if bar is not None:
             bar.close()
-    result = {"seconds": round(time.perf_counter() - t0, 1), "updates": _checkpoint_updates(paths.checkpoint(name)),
-              "resumed_from": resumed, "kept": [u for u in keep if paths.kept(name, u).is_file()]}
+    result = {
+        "seconds": round(time.perf_counter() - t0, 1),
+        "updates": _checkpoint_updates(paths.checkpoint(name)),
+        "resumed_from": resumed,
+        "kept": [u for u in keep if paths.kept(name, u).is_file()],
+    }
     done.write_text(json.dumps(result), encoding="utf-8")
     logger.info("train %s: %d updates in %.0f s", name, result["updates"], result["seconds"])
     return result
@@ -197,8 +257,13 @@ def _fairseq_train(args: list[str], *, run_dir: Path, name: str, threads: int, b
     reached the stop) is taken as finished: a C++ runtime can abort at interpreter exit
     ("terminate called without an active exception") after every file was written."""
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:
-        proc = subprocess.Popen(fairseq_cli.command("train", args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=fairseq_cli.environment(threads))
+        proc = subprocess.Popen(
+            fairseq_cli.command("train", args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=fairseq_cli.environment(threads),
+        )
         finished = False
         for line in proc.stdout:
             log.write(line)
@@ -211,8 +276,13 @@ def _fairseq_train(args: list[str], *, run_dir: Path, name: str, threads: int, b
                 last = max(last, n)
         rc = proc.wait()
     if rc != 0 and finished and done():
-        logger.warning("train %s: fairseq-train exited with status %d after finishing and saving its checkpoint "
-                       "(log: %s); continuing", name, rc, run_dir / "train.log")
+        logger.warning(
+            "train %s: fairseq-train exited with status %d after finishing and saving its checkpoint "
+            "(log: %s); continuing",
+            name,
+            rc,
+            run_dir / "train.log",
+        )
         return last
     if rc != 0:
         tail = (run_dir / "train.log").read_text(encoding="utf-8")[-3000:]
@@ -241,27 +311,31 @@ def _checkpoint_updates(path: Path) -> int:
     return int(state["optimizer_history"][-1]["num_updates"])
 
 
-def evaluate_runs(paths: TrainingPaths, cfg: TrainConfig, runs: dict[str, dict], *, languages: tuple[str, str]
-                  ) -> dict:
+def evaluate_runs(paths: TrainingPaths, cfg: TrainConfig, runs: dict[str, dict], *, languages: tuple[str, str]) -> dict:
     """Perplexity (LM, MLM) with the unigram baseline, BLEU and chrF (MT), on the test split."""
-    out: dict = {"unigram_ppl": evaluate.unigram_perplexity(paths.spm_dir / f"train.{paths.src}",
-                                                            paths.spm_dir / f"test.{paths.src}",
-                                                            vocab_size=cfg.vocab_size + 4)}
+    out: dict = {
+        "unigram_ppl": evaluate.unigram_perplexity(
+            paths.spm_dir / f"train.{paths.src}", paths.spm_dir / f"test.{paths.src}", vocab_size=cfg.vocab_size + 4
+        )
+    }
     refs = (paths.text / f"test.{paths.tgt}").read_text(encoding="utf-8").splitlines()
     for name, spec in runs.items():
         objective = spec["objective"]
         ckpt = paths.checkpoint(name)
         t0 = time.perf_counter()
         if objective == "mt":
-            hyps = evaluate.translate(data=paths.data("mt"), checkpoint=ckpt, beam=cfg.beam, threads=cfg.threads,
-                                      cpu=_cpu())
-            (paths.run_dir(name) / f"test.hyp.{paths.tgt}").write_text("".join(h + "\n" for h in hyps),
-                                                                       encoding="utf-8")
+            hyps = evaluate.translate(
+                data=paths.data("mt"), checkpoint=ckpt, beam=cfg.beam, threads=cfg.threads, cpu=_cpu()
+            )
+            (paths.run_dir(name) / f"test.hyp.{paths.tgt}").write_text(
+                "".join(h + "\n" for h in hyps), encoding="utf-8"
+            )
             result = evaluate.bleu_chrf(hyps, refs)
         else:
             data = recipe.data_args(cfg, objective, data=paths.data(objective), languages=languages)
-            result = {"ppl": evaluate.fairseq_perplexity(data_args=data, checkpoint=ckpt, threads=cfg.threads,
-                                                         cpu=_cpu())}
+            result = {
+                "ppl": evaluate.fairseq_perplexity(data_args=data, checkpoint=ckpt, threads=cfg.threads, cpu=_cpu())
+            }
         result["seconds"] = round(time.perf_counter() - t0, 1)
         out[name] = result
         logger.info("evaluate %s: %s", name, ", ".join(f"{k} {v:.2f}" for k, v in result.items()))

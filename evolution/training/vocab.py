@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from evolution.corpus.text import CorpusError
 
@@ -37,15 +37,27 @@ def train_sentencepiece(texts: Sequence[Path], prefix: Path, *, vocab_size: int)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     try:
         spm.SentencePieceTrainer.train(
-            input=",".join(str(t) for t in texts), model_prefix=str(prefix), vocab_size=vocab_size,
-            model_type="bpe", character_coverage=1.0, num_threads=1,
-            unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, input_sentence_size=0, shuffle_input_sentence=False,
-            minloglevel=2)
+            input=",".join(str(t) for t in texts),
+            model_prefix=str(prefix),
+            vocab_size=vocab_size,
+            model_type="bpe",
+            character_coverage=1.0,
+            num_threads=1,
+            unk_id=0,
+            bos_id=-1,
+            eos_id=-1,
+            pad_id=-1,
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            minloglevel=2,
+        )
     except RuntimeError as exc:
         msg = str(exc)
         if "Vocabulary size" in msg or "vocab_size" in msg:
-            raise CorpusError(f"train.vocab_size = {vocab_size} is more than the training text supports "
-                              f"({msg.strip()}); lower train.vocab_size") from None
+            raise CorpusError(
+                f"train.vocab_size = {vocab_size} is more than the training text supports "
+                f"({msg.strip()}); lower train.vocab_size"
+            ) from None
         raise
     return prefix.with_suffix(".model")
 
@@ -80,8 +92,16 @@ def write_dictionary(model: Path, counts: Counter, path: Path) -> Path:
     return path
 
 
-def binarize(*, dictionary: Path, destdir: Path, trainpref: Path, validpref: Path, testpref: Path,
-             source_lang: str | None = None, target_lang: str | None = None) -> Path:
+def binarize(
+    *,
+    dictionary: Path,
+    destdir: Path,
+    trainpref: Path,
+    validpref: Path,
+    testpref: Path,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+) -> Path:
     """``fairseq-preprocess`` with the one dictionary (in a subprocess, with the compat patches).
 
     With both languages: an MT data directory; with neither: a monolingual
@@ -89,8 +109,20 @@ def binarize(*, dictionary: Path, destdir: Path, trainpref: Path, validpref: Pat
     """
     from evolution.training import fairseq_cli
 
-    args = ["--destdir", str(destdir), "--trainpref", str(trainpref), "--validpref", str(validpref),
-            "--testpref", str(testpref), "--srcdict", str(dictionary), "--workers", "1"]
+    args = [
+        "--destdir",
+        str(destdir),
+        "--trainpref",
+        str(trainpref),
+        "--validpref",
+        str(validpref),
+        "--testpref",
+        str(testpref),
+        "--srcdict",
+        str(dictionary),
+        "--workers",
+        "1",
+    ]
     if source_lang:
         args += ["--source-lang", source_lang, "--target-lang", target_lang, "--tgtdict", str(dictionary)]
     else:

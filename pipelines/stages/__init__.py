@@ -24,12 +24,24 @@ from pipelines.stages.report import ReportStage
 from pipelines.stages.train import TrainStage
 from pipelines.stages.trajectory import TrajectoryStage
 
-__all__ = ["Context", "Stage", "CorpusStage", "TrainStage", "ExtractStage", "MetricsStage", "ReportStage", "TrajectoryStage", "STAGES",
-           "stage_order", "downstream"]
+__all__ = [
+    "Context",
+    "Stage",
+    "CorpusStage",
+    "TrainStage",
+    "ExtractStage",
+    "MetricsStage",
+    "ReportStage",
+    "TrajectoryStage",
+    "STAGES",
+    "stage_order",
+    "downstream",
+]
 
 #: The DAG: every stage, each naming the stages it runs after.
-STAGES: dict[str, Stage] = {s.name: s for s in (CorpusStage(), TrainStage(), ExtractStage(), MetricsStage(),
-                                                 TrajectoryStage(), ReportStage())}
+STAGES: dict[str, Stage] = {
+    s.name: s for s in (CorpusStage(), TrainStage(), ExtractStage(), MetricsStage(), TrajectoryStage(), ReportStage())
+}
 
 
 def stage_order(target: str | None = None) -> list[str]:
@@ -43,7 +55,7 @@ def stage_order(target: str | None = None) -> list[str]:
             visit(dep)
         order.append(name)
 
-    for name in ([target] if target else list(STAGES)):
+    for name in [target] if target else list(STAGES):
         if name not in STAGES:
             raise KeyError(f"unknown stage {name!r}; stages are {list(STAGES)}")
         visit(name)

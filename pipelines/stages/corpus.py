@@ -53,18 +53,26 @@ class CorpusStage(Stage):
 
     def key(self, ctx: Context) -> str:
         def compute():
-            return config_hash({"corpus": self._section(ctx), "inputs": {**self._inputs(ctx),
-                                                                        **self._annotated_inputs(ctx)},
-                                "seed": ctx.config.seed})
+            return config_hash(
+                {
+                    "corpus": self._section(ctx),
+                    "inputs": {**self._inputs(ctx), **self._annotated_inputs(ctx)},
+                    "seed": ctx.config.seed,
+                }
+            )
+
         return ctx.memo("corpus.key", compute)
 
     def training_key(self, ctx: Context) -> str:
         """Hash of what the training text depends on (not of what is analysed), so that
         analysing another split or adding annotated text reuses the trained models."""
+
         def compute():
             fields = [k for k in resolved_dict(ctx.config.corpus) if k not in self.ANALYSIS_FIELDS]
-            return config_hash({"corpus": self._section(ctx, fields), "inputs": self._inputs(ctx),
-                                "seed": ctx.config.seed})
+            return config_hash(
+                {"corpus": self._section(ctx, fields), "inputs": self._inputs(ctx), "seed": ctx.config.seed}
+            )
+
         return ctx.memo("corpus.training_key", compute)
 
     def directory(self, ctx: Context) -> Path:

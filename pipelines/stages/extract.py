@@ -40,8 +40,11 @@ class ExtractStage(Stage):
                 if model.update is not None:
                     inputs["update"] = model.update
             else:
-                inputs = {p: tree_hash(getattr(model, p)) for p in ("path", "data", "sentencepiece")
-                          if getattr(model, p) is not None}
+                inputs = {
+                    p: tree_hash(getattr(model, p))
+                    for p in ("path", "data", "sentencepiece")
+                    if getattr(model, p) is not None
+                }
                 if model.kind == "shipped":  # the vocabulary lives beside the model directory; the corpus
                     # key above fixes the training text that the recorded hash is compared with
                     from evolution.models.shipped_format import shipped_vocabulary, training_text_hash
@@ -53,8 +56,16 @@ class ExtractStage(Stage):
             # nor where the model's files are: their content is in ``inputs``, so that a clone of the
             # project elsewhere (or another machine) finds the same keys (and reuses committed units)
             keyed = {k: (None if k in inputs else v) for k, v in model.keyed().items()}
-            return config_hash({"corpus": CorpusStage().key(ctx), "extract": extract,
-                                "model": keyed, "inputs": inputs, "store_version": STORE_VERSION})
+            return config_hash(
+                {
+                    "corpus": CorpusStage().key(ctx),
+                    "extract": extract,
+                    "model": keyed,
+                    "inputs": inputs,
+                    "store_version": STORE_VERSION,
+                }
+            )
+
         return ctx.memo(f"extract.key.{model.name}", compute)
 
     def training_text(self, ctx: Context, model: ModelConfig) -> Path | None:
@@ -77,8 +88,11 @@ class ExtractStage(Stage):
 
         store = self.store(ctx)
         check_store(store)  # before any cluster or write: a foreign store stops the run here
-        return [m for m in (ctx.config.models if models is None else models)
-                if self.name in ctx.force or not group_is_complete(store, m.name, self.model_key(ctx, m))]
+        return [
+            m
+            for m in (ctx.config.models if models is None else models)
+            if self.name in ctx.force or not group_is_complete(store, m.name, self.model_key(ctx, m))
+        ]
 
     def pending(self, ctx: Context) -> list[str]:
         return [f"extract: model {m.name} ({m.kind}) -> {self.store(ctx)} group {m.name}" for m in self._todo(ctx)]
@@ -110,13 +124,30 @@ class ExtractStage(Stage):
                 logger.info("extract: %s cached in %s", model.name, store)
                 continue
             spec = self.spec(ctx, model)
-            attrs = {"model": model.name, "model_config": spec, "extract_config": resolved_dict(ctx.config.extract),
-                     "corpus_key": CorpusStage().key(ctx), "model_sha256": tree_hash(Path(spec["path"])),
-                     "seed": ctx.config.seed, "versions": versions()}
+            attrs = {
+                "model": model.name,
+                "model_config": spec,
+                "extract_config": resolved_dict(ctx.config.extract),
+                "corpus_key": CorpusStage().key(ctx),
+                "model_sha256": tree_hash(Path(spec["path"])),
+                "seed": ctx.config.seed,
+                "versions": versions(),
+            }
             training_text = self.training_text(ctx, model)
-            stats = extract_to_store(spec, corpus, store=store, group=model.name, fingerprint=self.model_key(ctx, model),
-                                     config=ctx.config.extract, annotation=annotation, attrs=attrs, client=ctx.client,
-                                     progress=ctx.progress, training_text=training_text)
+            stats = extract_to_store(
+                spec,
+                corpus,
+                store=store,
+                group=model.name,
+                fingerprint=self.model_key(ctx, model),
+                config=ctx.config.extract,
+                annotation=annotation,
+                attrs=attrs,
+                client=ctx.client,
+                progress=ctx.progress,
+                training_text=training_text,
+            )
             ctx.timings[f"extract.{model.name}"] = stats
-            logger.info("extract: %s, %d tokens in %.1f s -> %s", model.name, stats["tokens"],
-                        stats["stage_seconds"], store)
+            logger.info(
+                "extract: %s, %d tokens in %.1f s -> %s", model.name, stats["tokens"], stats["stage_seconds"], store
+            )

@@ -16,9 +16,8 @@ import logging
 import time
 
 from evolution import location
-from evolution.config import resolved_dict
-from evolution.provenance import config_hash, versions
 from evolution.corpus import layout as corpus_layout
+from evolution.provenance import config_hash, versions
 from pipelines.stages.base import Context, Stage
 from pipelines.stages.corpus import CorpusStage
 from pipelines.stages.extract import ExtractStage
@@ -53,16 +52,24 @@ class MetricsStage(Stage):
         the seed and every model's extraction key."""
         from evolution.analyses import enabled
 
-        return config_hash({"metrics": self._config(ctx), "seed": ctx.config.seed,
-                            "analyses": {a.name: [a.version, a.layout] for a in enabled(ctx.config.metrics)},
-                            "models": {m.name: ExtractStage().model_key(ctx, m) for m in ctx.config.models}})
+        return config_hash(
+            {
+                "metrics": self._config(ctx),
+                "seed": ctx.config.seed,
+                "analyses": {a.name: [a.version, a.layout] for a in enabled(ctx.config.metrics)},
+                "models": {m.name: ExtractStage().model_key(ctx, m) for m in ctx.config.models},
+            }
+        )
 
     def pending(self, ctx: Context) -> list[str]:
         from evolution.metrics.results import check_metrics_store, metrics_fingerprint
 
         check_metrics_store(self.path(ctx))  # before any cluster or write: a foreign store stops the run here
-        if self.name not in ctx.force and ExtractStage().pending(ctx) == [] and \
-                metrics_fingerprint(self.path(ctx)) == self.fingerprint(ctx):
+        if (
+            self.name not in ctx.force
+            and ExtractStage().pending(ctx) == []
+            and metrics_fingerprint(self.path(ctx)) == self.fingerprint(ctx)
+        ):
             return []
         return [f"metrics: {', '.join(m.name for m in ctx.config.models)} -> {self.path(ctx)}"]
 
@@ -90,18 +97,38 @@ class MetricsStage(Stage):
 
         extract, cfg = ExtractStage(), ctx.config
         store = extract.store(ctx)
-        sources = [ModelSource(name=m.name, kind=m.kind, key=extract.model_key(ctx, m), spec=extract.spec(ctx, m),
-                               objective=m.objective) for m in models]
+        sources = [
+            ModelSource(
+                name=m.name,
+                kind=m.kind,
+                key=extract.model_key(ctx, m),
+                spec=extract.spec(ctx, m),
+                objective=m.objective,
+            )
+            for m in models
+        ]
         config = self._config_of(metrics)
-        attrs = {"config": config, "seed": cfg.seed, "versions": versions(),
-                 "representations": store, "extract_keys": {s.name: s.key for s in sources},
-                 # which trained run each model is (objective, seed, token dropout): the report's scorecard
-                 # tells base models from their seed and token-dropout controls by it
-                 "runs": self.runs(ctx, models)}
-        return load_inputs(store=store, models=sources, config=metrics, seed=cfg.seed,
-                           torch_threads=cfg.extract.torch_threads, max_batch_tokens=cfg.extract.max_batch_tokens,
-                           arrays_dir=location.inputs_dir(store), attrs=attrs,
-                           targets=corpus_layout.load_targets(CorpusStage().directory(ctx)))
+        attrs = {
+            "config": config,
+            "seed": cfg.seed,
+            "versions": versions(),
+            "representations": store,
+            "extract_keys": {s.name: s.key for s in sources},
+            # which trained run each model is (objective, seed, token dropout): the report's scorecard
+            # tells base models from their seed and token-dropout controls by it
+            "runs": self.runs(ctx, models),
+        }
+        return load_inputs(
+            store=store,
+            models=sources,
+            config=metrics,
+            seed=cfg.seed,
+            torch_threads=cfg.extract.torch_threads,
+            max_batch_tokens=cfg.extract.max_batch_tokens,
+            arrays_dir=location.inputs_dir(store),
+            attrs=attrs,
+            targets=corpus_layout.load_targets(CorpusStage().directory(ctx)),
+        )
 
     def run(self, ctx: Context) -> None:
         from evolution.analyses import enabled
@@ -122,12 +149,20 @@ class MetricsStage(Stage):
             except ValueError as exc:
                 raise ConfigError(f"metrics.device: {exc}") from None
         inputs = self.inputs(ctx, models=cfg.models, metrics=cfg.metrics)
-        datasets = run_analyses(enabled(cfg.metrics), inputs, cache=self.cache(ctx), client=ctx.client,
-                                progress=ctx.progress, force=self.name in ctx.force, reuse=cfg.metrics.reuse or (),
-                                profile=ctx.workdir / "metrics" / "profile.jsonl")
+        datasets = run_analyses(
+            enabled(cfg.metrics),
+            inputs,
+            cache=self.cache(ctx),
+            client=ctx.client,
+            progress=ctx.progress,
+            force=self.name in ctx.force,
+            reuse=cfg.metrics.reuse or (),
+            profile=ctx.workdir / "metrics" / "profile.jsonl",
+        )
         write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
-        logger.info("metrics: %s in %.1f s -> %s", ", ".join(sorted(datasets)), time.perf_counter() - t0,
-                    self.path(ctx))
+        logger.info(
+            "metrics: %s in %.1f s -> %s", ", ".join(sorted(datasets)), time.perf_counter() - t0, self.path(ctx)
+        )
 
     @staticmethod
     def cache(ctx: Context):

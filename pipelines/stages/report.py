@@ -30,8 +30,12 @@ class ReportStage(Stage):
 
     def _key(self, ctx: Context) -> str:
         train = TrainStage().key(ctx) if ctx.config.train is not None else None
-        key = {"metrics": MetricsStage().fingerprint(ctx), "train": train,
-               "report": resolved_dict(ctx.config.report), "layout": self.LAYOUT}
+        key = {
+            "metrics": MetricsStage().fingerprint(ctx),
+            "train": train,
+            "report": resolved_dict(ctx.config.report),
+            "layout": self.LAYOUT,
+        }
         if TrajectoryStage().checkpoints(ctx):
             key["trajectory"] = TrajectoryStage()._key(ctx)
         if TrainStage().evaluation(ctx) is None:  # the shipped models' table: redrawn when their scores change
@@ -74,22 +78,34 @@ class ReportStage(Stage):
         if vcfg is None:
             return None
         store = ExtractStage().store(ctx)
-        models = [m for m in ctx.config.models if has_attention(store, m.name)
-                  and (vcfg.models is None or m.name in vcfg.models)]
+        models = [
+            m
+            for m in ctx.config.models
+            if has_attention(store, m.name) and (vcfg.models is None or m.name in vcfg.models)
+        ]
         if not models:
             return None
         try:
-            return views_data(store, {m.name: ExtractStage().spec(ctx, m) for m in models},
-                              sentences=vcfg.sentences, top_k=vcfg.top_k, neuron=vcfg.neuron,
-                              word_rule=ctx.config.metrics.heads.word_rule if ctx.config.metrics.heads else "mean")
+            return views_data(
+                store,
+                {m.name: ExtractStage().spec(ctx, m) for m in models},
+                sentences=vcfg.sentences,
+                top_k=vcfg.top_k,
+                neuron=vcfg.neuron,
+                word_rule=ctx.config.metrics.heads.word_rule if ctx.config.metrics.heads else "mean",
+            )
         except ValueError as exc:
             raise ConfigError(f"report.views.sentences: {exc}") from None
 
     def pending(self, ctx: Context) -> list[str]:
         done = self.directory(ctx) / "done.json"
-        if self.name not in ctx.force and not MetricsStage().pending(ctx) and not TrajectoryStage().pending(ctx) \
-                and done.is_file() and \
-                json.loads(done.read_text(encoding="utf-8")).get("key") == self._key(ctx):
+        if (
+            self.name not in ctx.force
+            and not MetricsStage().pending(ctx)
+            and not TrajectoryStage().pending(ctx)
+            and done.is_file()
+            and json.loads(done.read_text(encoding="utf-8")).get("key") == self._key(ctx)
+        ):
             return []
         return [f"report: figures and report.html -> {self.directory(ctx)}"]
 
@@ -105,23 +121,45 @@ class ReportStage(Stage):
         links, pages = [], {}
         if views is not None:
             shown = sorted({s["sentence"] for m in views["models"] for s in m["sentences"]})
-            links.append(("views.html", "Attention views", f"Vig 2019: head, model and neuron view of corpus sentences "
-                                                           f"{', '.join(map(str, shown))}; static, works offline"))
+            links.append(
+                (
+                    "views.html",
+                    "Attention views",
+                    f"Vig 2019: head, model and neuron view of corpus sentences "
+                    f"{', '.join(map(str, shown))}; static, works offline",
+                )
+            )
             # written into the report directory before the page, so that the page links to a file that exists
             pages["views.html"] = lambda path: write_views(
-                path, views, title=f"evolution: {ctx.config.workdir.name}: attention views")
+                path, views, title=f"evolution: {ctx.config.workdir.name}: attention views"
+            )
         trajectory = TrajectoryStage().path(ctx)
         if TrajectoryStage().checkpoints(ctx) and trajectory.exists():
             from evolution.report.scorecard import scorecard
             from evolution.report.trajectory import write_trajectory_page
 
-            links.append(("trajectory.html", "Trajectory over training",
-                          "the scorecard per checkpoint kept in training: when each finding first holds"))
+            links.append(
+                (
+                    "trajectory.html",
+                    "Trajectory over training",
+                    "the scorecard per checkpoint kept in training: when each finding first holds",
+                )
+            )
             pages["trajectory.html"] = lambda path: write_trajectory_page(
-                path, trajectory, title=f"evolution: {ctx.config.workdir.name}: trajectory over training",
-                findings=scorecard(MetricsStage().path(ctx)))
-        page = write_report(MetricsStage().path(ctx), self.directory(ctx), links=links, pages=pages,
-                            title=f"evolution: {ctx.config.workdir.name}", training=self._training(ctx),
-                            corpus=self._corpus_meta(ctx), workdir=ctx.workdir)
+                path,
+                trajectory,
+                title=f"evolution: {ctx.config.workdir.name}: trajectory over training",
+                findings=scorecard(MetricsStage().path(ctx)),
+            )
+        page = write_report(
+            MetricsStage().path(ctx),
+            self.directory(ctx),
+            links=links,
+            pages=pages,
+            title=f"evolution: {ctx.config.workdir.name}",
+            training=self._training(ctx),
+            corpus=self._corpus_meta(ctx),
+            workdir=ctx.workdir,
+        )
         (self.directory(ctx) / "done.json").write_text(json.dumps({"key": self._key(ctx)}), encoding="utf-8")
         logger.info("report: %s", page)

@@ -33,6 +33,7 @@ class TrainStage(Stage):
         def compute():
             train = ctx.config.train.keyed() if ctx.config.train else None
             return config_hash({"corpus": CorpusStage().training_key(ctx), "train": train, "seed": ctx.config.seed})
+
         return ctx.memo("train.key", compute)
 
     def directory(self, ctx: Context) -> Path:
@@ -90,20 +91,37 @@ class TrainStage(Stage):
         runs = self.needed(ctx)
         for seed in sorted({r["seed"] for r in runs.values()}):
             trainer.initial_encoder(paths, cfg, seed=seed, languages=languages)
-        timings = {n: trainer.train_run(paths, cfg, n, spec, languages=languages, progress=ctx.progress)
-                   for n, spec in runs.items()}
+        timings = {
+            n: trainer.train_run(paths, cfg, n, spec, languages=languages, progress=ctx.progress)
+            for n, spec in runs.items()
+        }
         train_seconds = time.perf_counter() - t0
         evaluation = trainer.evaluate_runs(paths, cfg, runs, languages=languages)
-        summary = {"key": self.key(ctx), "prepare": prep, "runs": runs, "timings": timings,
-                   "train_seconds": round(train_seconds, 1), "evaluation": evaluation,
-                   "config": resolved_dict(cfg), "versions": versions()}
+        summary = {
+            "key": self.key(ctx),
+            "prepare": prep,
+            "runs": runs,
+            "timings": timings,
+            "train_seconds": round(train_seconds, 1),
+            "evaluation": evaluation,
+            "config": resolved_dict(cfg),
+            "versions": versions(),
+        }
         ctx.timings["train"] = summary
         (paths.root / "eval.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-        (paths.root / "done.json").write_text(json.dumps({"key": self.key(ctx), "runs": sorted(runs)}),
-                                             encoding="utf-8")
-        logger.info("train: %d runs in %.0f s (incl. data preparation); %s", len(runs), train_seconds,
-                    "; ".join(f"{n}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items() if k != "seconds")
-                              for n, r in evaluation.items() if isinstance(r, dict)))
+        (paths.root / "done.json").write_text(
+            json.dumps({"key": self.key(ctx), "runs": sorted(runs)}), encoding="utf-8"
+        )
+        logger.info(
+            "train: %d runs in %.0f s (incl. data preparation); %s",
+            len(runs),
+            train_seconds,
+            "; ".join(
+                f"{n}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items() if k != "seconds")
+                for n, r in evaluation.items()
+                if isinstance(r, dict)
+            ),
+        )
 
     def evaluation(self, ctx: Context) -> dict | None:
         """``eval.json`` of a finished training (None without a train section or before it)."""
@@ -117,9 +135,15 @@ class TrainStage(Stage):
         run = ctx.config.train.runs(ctx.config.seed)[model.run_name]
         paths = self.paths(ctx)
         spec = resolved_dict(model)
-        checkpoint = paths.checkpoint(model.run_name) if model.update is None else paths.kept(model.run_name,
-                                                                                                model.update)
-        spec.update(kind="fairseq", path=str(checkpoint),
-                    data=str(paths.data(run["objective"])), sentencepiece=str(paths.spm_model),
-                    objective=run["objective"], run=model.run_name)
+        checkpoint = (
+            paths.checkpoint(model.run_name) if model.update is None else paths.kept(model.run_name, model.update)
+        )
+        spec.update(
+            kind="fairseq",
+            path=str(checkpoint),
+            data=str(paths.data(run["objective"])),
+            sentencepiece=str(paths.spm_model),
+            objective=run["objective"],
+            run=model.run_name,
+        )
         return spec

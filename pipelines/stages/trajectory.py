@@ -37,8 +37,9 @@ class TrajectoryStage(Stage):
         cfg = ctx.config
         if cfg.metrics.trajectory is None:
             return []
-        return ctx.memo("trajectory.rows", lambda: [*trained_rows(cfg.train, cfg.seed, cfg.models),
-                                                    *series_rows(cfg.series())])
+        return ctx.memo(
+            "trajectory.rows", lambda: [*trained_rows(cfg.train, cfg.seed, cfg.models), *series_rows(cfg.series())]
+        )
 
     def checkpoints(self, ctx: Context) -> dict:
         """``step -> models`` of every snapshot."""
@@ -56,16 +57,24 @@ class TrajectoryStage(Stage):
         models = self.checkpoints(ctx)[update]
         finals = final_of(self.rows(ctx))
         models = [*models, *{finals[m.name].name: finals[m.name] for m in models}.values()]
-        return config_hash({"metrics": MetricsStage()._config_of(metrics), "seed": cfg.seed,
-                            "trajectory": cfg.metrics.trajectory.model_dump(mode="json"),
-                            "analyses": {a.name: [a.version, a.layout] for a in enabled(metrics)},
-                            "models": {m.name: extract.model_key(ctx, m) for m in models}})
+        return config_hash(
+            {
+                "metrics": MetricsStage()._config_of(metrics),
+                "seed": cfg.seed,
+                "trajectory": cfg.metrics.trajectory.model_dump(mode="json"),
+                "analyses": {a.name: [a.version, a.layout] for a in enabled(metrics)},
+                "models": {m.name: extract.model_key(ctx, m) for m in models},
+            }
+        )
 
     def _todo(self, ctx: Context) -> list[int]:
         from evolution.metrics.results import metrics_fingerprint
 
-        return [u for u in self.checkpoints(ctx) if self.name in ctx.force or
-                metrics_fingerprint(str(self.snapshot(ctx, u))) != self._snapshot_key(ctx, u)]
+        return [
+            u
+            for u in self.checkpoints(ctx)
+            if self.name in ctx.force or metrics_fingerprint(str(self.snapshot(ctx, u))) != self._snapshot_key(ctx, u)
+        ]
 
     def off(self, ctx: Context) -> str | None:
         return None if self.checkpoints(ctx) else "off (metrics.trajectory off, or no kept checkpoints or series)"
@@ -76,15 +85,22 @@ class TrajectoryStage(Stage):
         if self.off(ctx):
             return []
         todo = self._todo(ctx)
-        lines = [f"trajectory: checkpoint at step {u} ({', '.join(m.name for m in self.checkpoints(ctx)[u])}) "
-                 f"-> {self.snapshot(ctx, u)}" for u in todo]
+        lines = [
+            f"trajectory: checkpoint at step {u} ({', '.join(m.name for m in self.checkpoints(ctx)[u])}) "
+            f"-> {self.snapshot(ctx, u)}"
+            for u in todo
+        ]
         if todo or MetricsStage().pending(ctx) or metrics_fingerprint(str(self.path(ctx))) != self._key(ctx):
             lines.append(f"trajectory: curves and verdicts per checkpoint -> {self.path(ctx)}")
         return lines
 
     def _key(self, ctx: Context) -> str:
-        return config_hash({"final": MetricsStage().fingerprint(ctx),
-                            "snapshots": {u: self._snapshot_key(ctx, u) for u in self.checkpoints(ctx)}})
+        return config_hash(
+            {
+                "final": MetricsStage().fingerprint(ctx),
+                "snapshots": {u: self._snapshot_key(ctx, u) for u in self.checkpoints(ctx)},
+            }
+        )
 
     def run(self, ctx: Context) -> None:
         from evolution.analyses import enabled
@@ -97,8 +113,10 @@ class TrajectoryStage(Stage):
             if self.checkpoints(ctx):
                 logger.info("trajectory: cached at %s", self.path(ctx))
             elif ctx.config.train is not None and ctx.config.train.checkpoints is not None:
-                logger.info("trajectory: checkpoints are kept (train.checkpoints) but not analysed; "
-                            "set metrics.trajectory: {} to analyse them")
+                logger.info(
+                    "trajectory: checkpoints are kept (train.checkpoints) but not analysed; "
+                    "set metrics.trajectory: {} to analyse them"
+                )
             return
         cfg, metrics_stage = ctx.config, MetricsStage()
         trajectory = cfg.metrics.trajectory
@@ -114,25 +132,50 @@ class TrajectoryStage(Stage):
             models = self.checkpoints(ctx)[update]
             self._extract_members(ctx, models, done=i, todo=len(todo))
             inputs = metrics_stage.inputs(ctx, models=models, metrics=metrics)
-            datasets = run_analyses(enabled(metrics), inputs, cache=metrics_stage.cache(ctx), client=ctx.client,
-                                    progress=ctx.progress, force=self.name in ctx.force)
+            datasets = run_analyses(
+                enabled(metrics),
+                inputs,
+                cache=metrics_stage.cache(ctx),
+                client=ctx.client,
+                progress=ctx.progress,
+                force=self.name in ctx.force,
+            )
             mine = {finals[m.name].name: finals[m.name] for m in models}
             pairs = metrics_stage.inputs(ctx, models=[*models, *mine.values()], metrics=metrics)
             pairs.attrs["finals"] = {m.name: finals[m.name].name for m in models}
-            datasets.update(run_analyses([ToFinal(trajectory.methods)], pairs, cache=metrics_stage.cache(ctx),
-                                         client=ctx.client, progress=ctx.progress, force=self.name in ctx.force))
+            datasets.update(
+                run_analyses(
+                    [ToFinal(trajectory.methods)],
+                    pairs,
+                    cache=metrics_stage.cache(ctx),
+                    client=ctx.client,
+                    progress=ctx.progress,
+                    force=self.name in ctx.force,
+                )
+            )
             for ds in datasets.values():
                 ds.attrs["update"] = update
             write_metrics(str(self.snapshot(ctx, update)), datasets, fingerprint=self._snapshot_key(ctx, update))
-            logger.info("trajectory: step %d (%s) in %.1f s -> %s [%d of %d]", update,
-                        ", ".join(m.name for m in models), time.perf_counter() - t0, self.snapshot(ctx, update),
-                        i + 1, len(todo))
-        groups = collect(metrics_stage.path(ctx), {u: self.snapshot(ctx, u) for u in self.checkpoints(ctx)},
-                         rows=rows)
+            logger.info(
+                "trajectory: step %d (%s) in %.1f s -> %s [%d of %d]",
+                update,
+                ", ".join(m.name for m in models),
+                time.perf_counter() - t0,
+                self.snapshot(ctx, update),
+                i + 1,
+                len(todo),
+            )
+        groups = collect(metrics_stage.path(ctx), {u: self.snapshot(ctx, u) for u in self.checkpoints(ctx)}, rows=rows)
         same = self._same_weights(rows)
-        provenance = {"trajectory": trajectory.model_dump(mode="json"), "seed": cfg.seed,
-                      "series": {r.label: {str(u): _origin(m) for u, m in [*r.members.items(), (r.final_step, r.final)]}
-                                 for r in rows if r.final.series is not None}}
+        provenance = {
+            "trajectory": trajectory.model_dump(mode="json"),
+            "seed": cfg.seed,
+            "series": {
+                r.label: {str(u): _origin(m) for u, m in [*r.members.items(), (r.final_step, r.final)]}
+                for r in rows
+                if r.final.series is not None
+            },
+        }
         if same:
             provenance["same_weights"] = same
         if cfg.train is not None and cfg.train.checkpoints is not None:
@@ -156,10 +199,13 @@ class TrajectoryStage(Stage):
             if groups:
                 out[r.label] = groups
                 for names in groups:
-                    logger.warning("trajectory: series %r: %s hold byte-identical weights, so they are one model "
-                                   "at different steps (the checkpoint source serves one file under several "
-                                   "names; check it, or leave the copies out of the series)", r.label,
-                                   ", ".join(names))
+                    logger.warning(
+                        "trajectory: series %r: %s hold byte-identical weights, so they are one model "
+                        "at different steps (the checkpoint source serves one file under several "
+                        "names; check it, or leave the copies out of the series)",
+                        r.label,
+                        ", ".join(names),
+                    )
         return out
 
     def _extract_members(self, ctx: Context, models: list, *, done: int, todo: int) -> None:
@@ -177,7 +223,8 @@ class TrajectoryStage(Stage):
                     f"trajectory: {what}, member {m.name} ({source}) cannot be extracted: {type(exc).__name__}: "
                     f"{exc}. Fix or replace that checkpoint, or leave it out of the series ('revisions' / the "
                     f"'checkpoints' glob); {done} snapshot(s) of this run and the members extracted so far stay in "
-                    "the store and are not recomputed.") from exc
+                    "the store and are not recomputed."
+                ) from exc
 
 
 def _origin(m) -> str:

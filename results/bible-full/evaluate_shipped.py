@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("text", type=Path, help="a corpus stage's text/ directory with test.en and test.es")
-    parser.add_argument("--models", nargs="+",
-                        default=sorted(p.parent.name for p in (HERE / "models").glob("*/model.json")))
+    parser.add_argument(
+        "--models", nargs="+", default=sorted(p.parent.name for p in (HERE / "models").glob("*/model.json"))
+    )
     args = parser.parse_args(argv)
     sources = (args.text / "test.en").read_text(encoding="utf-8").splitlines()
     refs = (args.text / "test.es").read_text(encoding="utf-8").splitlines()
@@ -40,13 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         adapter = ShippedAdapter(HERE / "models" / name, device="cpu")
         t0 = time.perf_counter()
-        ids = [adapter.tokenize(s).ids[:adapter.max_content_tokens] for s in sources]
+        ids = [adapter.tokenize(s).ids[: adapter.max_content_tokens] for s in sources]
         if adapter.objective == "mt":
             result = evaluate.bleu_chrf(pruning.translate(adapter, ids), refs)
         else:
             result = {"ppl": evaluate.perplexity(adapter, ids)}
-        result.update(sentences=len(sources), seconds=round(time.perf_counter() - t0, 1),
-                      weights_sha256=adapter.meta["weights_sha256"])
+        result.update(
+            sentences=len(sources),
+            seconds=round(time.perf_counter() - t0, 1),
+            weights_sha256=adapter.meta["weights_sha256"],
+        )
         scores[name] = result
         print(name, result, flush=True)
     out_path.write_text(json.dumps(scores, indent=1, sort_keys=True) + "\n", encoding="utf-8")

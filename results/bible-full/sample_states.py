@@ -39,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         weights = json.loads((directory / "model.json").read_text(encoding="utf-8"))["weights_sha256"]
         arrays[f"{name}.hidden"] = sel.hidden.values
         arrays[f"{name}.token_id"] = sel.token_id.values
-        meta["store_models"][name] = {"shipped": directory.name, "weights_sha256": weights,
-                                      "corpus_key": reps.attrs["corpus_key"], "versions": reps.attrs["versions"]}
+        meta["store_models"][name] = {
+            "shipped": directory.name,
+            "weights_sha256": weights,
+            "corpus_key": reps.attrs["corpus_key"],
+            "versions": reps.attrs["versions"],
+        }
     if not arrays:
         raise SystemExit(f"{args.store}: no model of kind: shipped")
     meta["text"] = _sentence(Path(args.store).parent, meta, args.sentence)

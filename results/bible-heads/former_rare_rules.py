@@ -9,6 +9,7 @@ current one changes (results/bible-heads/README.md). Runs the pipeline in-proces
 
 ``VARIANT=tie python results/bible-heads/former_rare_rules.py configs/bible-heads.yaml --set ...``
 """
+
 import os
 import sys
 
@@ -32,6 +33,7 @@ def _every_sentence(open_representations):
         ds = open_representations(*args, **kwargs)
         ds.attrs.pop("annotated_from", None)  # no out-of-domain boundary: every sentence counts
         return ds
+
     return opened
 
 

@@ -41,9 +41,10 @@ def heads_from_csv(path: Path) -> xr.Dataset:
         elif r["measure"] == "uniform_entropy":
             value[m, layer, :, 1] = float(r["value"])
     value[..., 1] = np.where(np.isfinite(value[..., 0]), value[..., 1], np.nan)
-    return xr.Dataset({"value": (("model", "layer", "head", "measure"), value)},
-                      coords={"model": models, "layer": layers, "head": heads,
-                              "measure": ["entropy", "uniform_entropy"]})
+    return xr.Dataset(
+        {"value": (("model", "layer", "head", "measure"), value)},
+        coords={"model": models, "layer": layers, "head": heads, "measure": ["entropy", "uniform_entropy"]},
+    )
 
 
 def c2(path: Path = HERE / "report" / "heads_entropy.csv") -> dict:

@@ -74,9 +74,23 @@ from evolution.analyses.heads.analysis import Heads, logger  # noqa: F401
 from evolution.analyses.heads.decoder import ATTENTIONS, decoder_task, decoder_text  # noqa: F401
 from evolution.analyses.heads.dependency import DIRECTIONS, SPLITS, dependency_task, treebank_text  # noqa: F401
 from evolution.analyses.heads.head_map import head_map_task  # noqa: F401
-from evolution.analyses.heads.report import (FIGURES, _tables, dependency_heatmap, entropy_by_head,  # noqa: F401
-                                             head_map, head_roles, special_tokens_by_layer)
+from evolution.analyses.heads.report import (  # noqa: F401
+    FIGURES,
+    _tables,
+    dependency_heatmap,
+    entropy_by_head,
+    head_map,
+    head_roles,
+    special_tokens_by_layer,
+)
 from evolution.analyses.heads.statistics import KEY_TYPES, heads_task, rare_token_hit  # noqa: F401
 
-__all__ = ["Heads", "heads_task", "dependency_task", "entropy_by_head", "special_tokens_by_layer",
-           "dependency_heatmap", "head_roles"]
+__all__ = [
+    "Heads",
+    "heads_task",
+    "dependency_task",
+    "entropy_by_head",
+    "special_tokens_by_layer",
+    "dependency_heatmap",
+    "head_roles",
+]

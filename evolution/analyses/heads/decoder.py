@@ -21,13 +21,26 @@ def decoder_text(inputs: Inputs) -> str:
     where every worker reads) and return the file's path."""
     from pathlib import Path
 
-    return save_texts(inputs.arrays_dir, "heads-decoder",
-                      {"targets": "\n".join(inputs.targets.sentences),
-                       "training": Path(inputs.targets.training_text).read_text(encoding="utf-8")})
+    return save_texts(
+        inputs.arrays_dir,
+        "heads-decoder",
+        {
+            "targets": "\n".join(inputs.targets.sentences),
+            "training": Path(inputs.targets.training_text).read_text(encoding="utf-8"),
+        },
+    )
 
 
-def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tokens: int,
-                 punctuation: str = "clark", torch_threads: int = 1) -> dict[str, Any]:
+def decoder_task(
+    *,
+    store: str,
+    model: str,
+    spec: dict,
+    text: str,
+    max_batch_tokens: int,
+    punctuation: str = "clark",
+    torch_threads: int = 1,
+) -> dict[str, Any]:
     """The decoder heads of a translation model (Voita et al. ACL 2019 measured the roles of
     encoder heads; here the same statistics where they apply to the decoder): teacher-forced
     on the reference translation ``targets[s]`` of every analysed sentence ``s`` (``text``:
@@ -41,8 +54,9 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
     token(s) (the store's ``train_count``; every decoder query), with the tie rule of
     :func:`~evolution.analyses.heads.statistics.rare_token_hit`; main-text sentences only.
     ``punctuation``: the rule of :func:`~evolution.metrics.heads.is_punctuation`."""
-    import torch
     from collections import Counter
+
+    import torch
 
     from evolution.extract import batches
     from evolution.metrics.heads import MEASURES, cross_head_sums, head_sums, is_punctuation
@@ -52,8 +66,10 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
     torch.set_num_threads(torch_threads)
     adapter = cached_adapter(spec)
     if not adapter.supports_decoder:
-        return {"unsupported": f"{model}: {type(adapter).__name__} cannot return decoder attention; decoder heads "
-                               "are measured for fairseq translation models"}
+        return {
+            "unsupported": f"{model}: {type(adapter).__name__} cannot return decoder attention; decoder heads "
+            "are measured for fairseq translation models"
+        }
     texts = load_texts(text)
     targets = texts["targets"].split("\n")
     reps = open_representations(store, model)
@@ -61,8 +77,11 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
     token_id, token_str = reps["token_id"].values, reps["token_str"].values
     source_count = reps["train_count"].values if "train_count" in reps.coords else None
     annotated_from = int(reps.attrs.get("annotated_from", -1))
-    sentences = [s for s in sorted(rows_of) if s < len(targets) and targets[s].strip()
-                 and (annotated_from < 0 or s < annotated_from)]
+    sentences = [
+        s
+        for s in sorted(rows_of)
+        if s < len(targets) and targets[s].strip() and (annotated_from < 0 or s < annotated_from)
+    ]
     target_counts: Counter = Counter()
     for line in texts["training"].splitlines():
         if line.strip():
@@ -73,7 +92,9 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
         tok = adapter.tokenize_target(targets[s])
         truncated += len(tok) > limit
         ids, pieces = tok.ids[:limit], tok.pieces[:limit]
-        pairs.append((adapter.build_input(token_id[rows_of[s]].tolist()), adapter.build_decoder_input(ids), ids, pieces))
+        pairs.append(
+            (adapter.build_input(token_id[rows_of[s]].tolist()), adapter.build_decoder_input(ids), ids, pieces)
+        )
     n_prefix = adapter.content_offset
     src_suffix = len(adapter.suffix)
     sums = {a: 0.0 for a in ATTENTIONS}
@@ -91,10 +112,11 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
             a_own = np.asarray(own[:, b, :, :tt, :tt], dtype=np.float64)
             s_own, c_own, _ = head_sums(a_own, bos=first, eos=np.zeros(tt, bool), punct=dec_punct, causal=True)
             src_punct = np.zeros(ts, bool)
-            src_punct[n_prefix:ts - src_suffix] = [is_punctuation(str(p), rule=punctuation) for p in token_str[rows]]
+            src_punct[n_prefix : ts - src_suffix] = [is_punctuation(str(p), rule=punctuation) for p in token_str[rows]]
             a_cross = np.asarray(cross[:, b, :, :tt, :ts], dtype=np.float64)
-            s_cross, c_cross = cross_head_sums(a_cross, bos=np.arange(ts) < n_prefix,
-                                               eos=np.arange(ts) >= ts - src_suffix, punct=src_punct)
+            s_cross, c_cross = cross_head_sums(
+                a_cross, bos=np.arange(ts) < n_prefix, eos=np.arange(ts) >= ts - src_suffix, punct=src_punct
+            )
             for a, sm, c in (("decoder_self", s_own, c_own), ("encoder_decoder", s_cross, c_cross)):
                 sums[a] = sums[a] + sm
                 counts[a].update(c)
@@ -107,18 +129,24 @@ def decoder_task(*, store: str, model: str, spec: dict, text: str, max_batch_tok
             rarest = None if source_count is None else rarest_positions(source_count[rows])
             if rarest is not None:
                 rare = np.zeros(ts, bool)
-                rare[n_prefix:ts - src_suffix] = rarest
+                rare[n_prefix : ts - src_suffix] = rarest
                 rare_hits["encoder_decoder"] += rare_token_hit(a_cross, rare=rare, queries=np.ones(tt, bool))
                 rare_sentences["encoder_decoder"] += 1
     if not pairs:
         return {"sentences": 0, "notes": [f"{model}: no analysed sentence has a target side; no decoder heads"]}
     notes = []
     if truncated:
-        notes.append(f"{model}: {truncated} target sentence(s) longer than the decoder's {limit} positions were "
-                     "truncated for the decoder heads")
-    return {"sums": np.stack([np.asarray(sums[a]) for a in ATTENTIONS]),
-            "counts": {a: dict(counts[a]) for a in ATTENTIONS},
-            "rare_hits": np.stack([np.zeros(np.shape(sums[a])[:2]) + rare_hits[a] for a in ATTENTIONS]),
-            "rare_sentences": [rare_sentences[a] for a in ATTENTIONS], "sentences": len(pairs),
-            "target_tokens": int(sum(len(p[2]) for p in pairs)), "notes": notes,
-            "measures": list(MEASURES)}
+        notes.append(
+            f"{model}: {truncated} target sentence(s) longer than the decoder's {limit} positions were "
+            "truncated for the decoder heads"
+        )
+    return {
+        "sums": np.stack([np.asarray(sums[a]) for a in ATTENTIONS]),
+        "counts": {a: dict(counts[a]) for a in ATTENTIONS},
+        "rare_hits": np.stack([np.zeros(np.shape(sums[a])[:2]) + rare_hits[a] for a in ATTENTIONS]),
+        "rare_sentences": [rare_sentences[a] for a in ATTENTIONS],
+        "sentences": len(pairs),
+        "target_tokens": int(sum(len(p[2]) for p in pairs)),
+        "notes": notes,
+        "measures": list(MEASURES),
+    }

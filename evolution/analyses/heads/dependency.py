@@ -34,8 +34,9 @@ def treebank_text(inputs: Inputs, treebank: str) -> str:
         return save_texts(inputs.arrays_dir, "treebank", {"conllu": f.read()})
 
 
-def dependency_task(*, spec: dict, treebank: str, text: str, heads: HeadsConfig, max_batch_tokens: int,
-                    torch_threads: int = 1) -> dict[str, Any]:
+def dependency_task(
+    *, spec: dict, treebank: str, text: str, heads: HeadsConfig, max_batch_tokens: int, torch_threads: int = 1
+) -> dict[str, Any]:
     """Dependency arcs predicted by each head's maxima on ``treebank`` (re-running the
     model; no map is kept): per (layer, head, relation, direction) hits
     (:func:`~evolution.metrics.heads.dependency_hits`), arcs per relation, and the
@@ -50,8 +51,9 @@ def dependency_task(*, spec: dict, treebank: str, text: str, heads: HeadsConfig,
 
     torch.set_num_threads(torch_threads)
     adapter = cached_adapter(spec)
-    sentences = read_conllu(resolve_treebank(treebank), max_sentences=heads.max_sentences,
-                            text=load_texts(text)["conllu"])
+    sentences = read_conllu(
+        resolve_treebank(treebank), max_sentences=heads.max_sentences, text=load_texts(text)["conllu"]
+    )
     relations = sorted({r for s in sentences for r in s.deprel})
     code = {r: i for i, r in enumerate(relations)}
     L, H, R = adapter.num_layers, adapter.num_heads, len(relations)
@@ -73,18 +75,29 @@ def dependency_task(*, spec: dict, treebank: str, text: str, heads: HeadsConfig,
             s, tok = kept[i]
             t = len(inputs[i])
             units = word_units(tok.word_ids, n_prefix=n_prefix, n_suffix=n_suffix)
-            words = word_attention(att[:, b, :, :t, :t], units, rule=heads.word_rule)[..., n_prefix:n_prefix + len(s),
-                                                                                      n_prefix:n_prefix + len(s)]
+            words = word_attention(att[:, b, :, :t, :t], units, rule=heads.word_rule)[
+                ..., n_prefix : n_prefix + len(s), n_prefix : n_prefix + len(s)
+            ]
             h, a, o = dependency_hits(words, s.head, [code[r] for r in s.deprel], R)
             hits += h
             arcs += a
             offset_hits += o
     notes = []
     if too_long:
-        notes.append(f"{spec['name']}: {too_long} sentence(s) of {treebank} longer than the model's "
-                     f"{adapter.max_content_tokens} content positions were left out of the dependency analysis")
+        notes.append(
+            f"{spec['name']}: {too_long} sentence(s) of {treebank} longer than the model's "
+            f"{adapter.max_content_tokens} content positions were left out of the dependency analysis"
+        )
     if len(kept) + too_long < len(sentences):
-        notes.append(f"{spec['name']}: {len(sentences) - len(kept) - too_long} sentence(s) of {treebank} could not "
-                     "be aligned word by word and were left out")
-    return {"relations": relations, "hits": hits, "arcs": arcs, "offset_hits": offset_hits,
-            "sentences": len(kept), "notes": notes}
+        notes.append(
+            f"{spec['name']}: {len(sentences) - len(kept) - too_long} sentence(s) of {treebank} could not "
+            "be aligned word by word and were left out"
+        )
+    return {
+        "relations": relations,
+        "hits": hits,
+        "arcs": arcs,
+        "offset_hits": offset_hits,
+        "sentences": len(kept),
+        "notes": notes,
+    }

@@ -11,11 +11,32 @@ import xarray as xr
 
 from evolution.analyses.heads.dependency import CLARK_DIRECTIONS
 from evolution.analyses.heads.statistics import KEY_TYPES
-from evolution.analyses.plotting import (STYLES, WIDTH, concat, figure, label_edges, legend_below, legend_right,
-                                         open_group, panel_grid, plt, robust_range, scale_label, tidy)
+from evolution.analyses.plotting import (
+    STYLES,
+    WIDTH,
+    concat,
+    figure,
+    label_edges,
+    legend_below,
+    legend_right,
+    open_group,
+    panel_grid,
+    plt,
+    robust_range,
+    scale_label,
+    tidy,
+)
 
-__all__ = ["entropy_by_head", "special_tokens_by_layer", "dependency_heatmap", "head_roles", "head_map",
-           "role_table", "RARE_SHARE", "FIGURES"]
+__all__ = [
+    "entropy_by_head",
+    "special_tokens_by_layer",
+    "dependency_heatmap",
+    "head_roles",
+    "head_map",
+    "role_table",
+    "RARE_SHARE",
+    "FIGURES",
+]
 
 #: a rare-token head points to the sentence's rarest token in at least this share of sentences
 #: (the heads group's attribute ``rare_share`` where stored; as the pruning analysis and the
@@ -42,8 +63,10 @@ def entropy_by_head(path):
         uniform = v.sel(measure="uniform_entropy").mean("head")
         ax.plot(ds.layer, uniform, color="grey", lw=0.8, label="uniform attention (mean over heads)")
         ax.set(title=str(m), xticks=ds.layer.values)
-        frames += [tidy(v.sel(measure="entropy"), "entropy", model=str(m)),
-                   tidy(uniform, "uniform_entropy (mean over heads)", model=str(m))]
+        frames += [
+            tidy(v.sel(measure="entropy"), "entropy", model=str(m)),
+            tidy(uniform, "uniform_entropy (mean over heads)", model=str(m)),
+        ]
     label_edges(axes, xlabel="layer", ylabel="entropy (nats)")
     legend_below(fig)
     return fig, concat(frames)
@@ -103,8 +126,13 @@ def dependency_heatmap(path, top: int = 15):
     vmin, vmax = robust_range(acc.values)
     cell = (WIDTH - 2.4) / max(1, len(models))  # inches per model column
     both = cell >= 0.8  # room for "0.52 (0.40)" at the smallest font
-    fig, axes = pyplot.subplots(len(directions), 1, figsize=(WIDTH, (0.24 * len(rel) + 1.0) * len(directions)),
-                                squeeze=False, layout="constrained")
+    fig, axes = pyplot.subplots(
+        len(directions),
+        1,
+        figsize=(WIDTH, (0.24 * len(rel) + 1.0) * len(directions)),
+        squeeze=False,
+        layout="constrained",
+    )
     axes = list(axes[:, 0])
     cmap = pyplot.get_cmap("viridis")
     for ax, direction in zip(axes, directions):
@@ -115,15 +143,30 @@ def dependency_heatmap(path, top: int = 15):
             for c in range(a.shape[1]):
                 if np.isfinite(a[r, c]):
                     shade = (a[r, c] - vmin) / (vmax - vmin)
-                    ax.text(c, r, f"{a[r, c]:.2f} ({b[r, c]:.2f})" if both else f"{a[r, c]:.2f}", ha="center",
-                            va="center", fontsize=8, color="white" if shade < 0.6 else "black")
+                    ax.text(
+                        c,
+                        r,
+                        f"{a[r, c]:.2f} ({b[r, c]:.2f})" if both else f"{a[r, c]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="white" if shade < 0.6 else "black",
+                    )
         ax.set_xticks(range(len(models)), models)
         ax.set_yticks(range(len(rel)), rel)
-        ax.set_title(f"{str(direction).replace('_', ' ')}: accuracy of the head picked on "
-                     f"{ds.treebank.values[0]}, scored on {ds.treebank.values[1]}"
-                     + (" (in brackets: the offset baseline)" if both else ""), loc="left")
-    fig.colorbar(im, ax=axes, fraction=0.03, extend=_extend(acc.values, vmin, vmax),
-                 label=scale_label("accuracy of the picked head", vmin, vmax))
+        ax.set_title(
+            f"{str(direction).replace('_', ' ')}: accuracy of the head picked on "
+            f"{ds.treebank.values[0]}, scored on {ds.treebank.values[1]}"
+            + (" (in brackets: the offset baseline)" if both else ""),
+            loc="left",
+        )
+    fig.colorbar(
+        im,
+        ax=axes,
+        fraction=0.03,
+        extend=_extend(acc.values, vmin, vmax),
+        label=scale_label("accuracy of the picked head", vmin, vmax),
+    )
     frames = [tidy(acc, "picked_accuracy"), tidy(base, "baseline_accuracy")]
     return fig, concat(frames)
 
@@ -152,15 +195,38 @@ def role_table(ds: xr.Dataset, model: str):
             if not np.isfinite(conf[i, j]):
                 continue
             pos = bool(h.positional.values[i, j]) if "positional" in h else False
-            rels = ([str(r) for r, s in zip(h.syntactic_relation.values, h.syntactic.transpose(
-                "layer", "head", "syntactic_relation").values[i, j]) if s] if "syntactic" in h else [])
-            share = float(h.rare_token_share.transpose("layer", "head").values[i, j]) if "rare_token_share" in h \
+            rels = (
+                [
+                    str(r)
+                    for r, s in zip(
+                        h.syntactic_relation.values,
+                        h.syntactic.transpose("layer", "head", "syntactic_relation").values[i, j],
+                    )
+                    if s
+                ]
+                if "syntactic" in h
+                else []
+            )
+            share = (
+                float(h.rare_token_share.transpose("layer", "head").values[i, j])
+                if "rare_token_share" in h
                 else float("nan")
+            )
             rare = bool(np.isfinite(share) and share >= rare_share)
-            rows.append(dict(model=str(model), layer=int(layer), head=int(head), confidence=float(conf[i, j]),
-                             positional=pos, syntactic=bool(rels), syntactic_relations=" ".join(rels),
-                             rare_token_share=share, rare_token=rare,
-                             roles="".join(x for x, on in (("P", pos), ("S", bool(rels)), ("R", rare)) if on)))
+            rows.append(
+                dict(
+                    model=str(model),
+                    layer=int(layer),
+                    head=int(head),
+                    confidence=float(conf[i, j]),
+                    positional=pos,
+                    syntactic=bool(rels),
+                    syntactic_relations=" ".join(rels),
+                    rare_token_share=share,
+                    rare_token=rare,
+                    roles="".join(x for x, on in (("P", pos), ("S", bool(rels)), ("R", rare)) if on),
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -203,24 +269,44 @@ def head_roles(path):
             grid[r, c] = row.confidence
             if row.roles:
                 shade = (row.confidence - vmin) / (vmax - vmin)
-                ax.text(c, r, row.roles, ha="center", va="center", fontsize=8, fontweight="bold",
-                        color="white" if shade < 0.6 else "black")
+                ax.text(
+                    c,
+                    r,
+                    row.roles,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    fontweight="bold",
+                    color="white" if shade < 0.6 else "black",
+                )
         im = ax.imshow(grid, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
         ax.set_xticks(range(H), [str(h) for h in heads])
         ax.set_yticks(range(L), [str(x) for x in layers])
         ax.set_title(m)
     label_edges(axes, xlabel="head", ylabel="layer")
-    fig.colorbar(im, ax=axes, location="bottom", fraction=0.05, aspect=40, shrink=0.8,
-                 extend=_extend(conf, vmin, vmax),
-                 label=scale_label(_confidence_label(ds), vmin, vmax).replace(":\n", ": ", 1))
+    fig.colorbar(
+        im,
+        ax=axes,
+        location="bottom",
+        fraction=0.05,
+        aspect=40,
+        shrink=0.8,
+        extend=_extend(conf, vmin, vmax),
+        label=scale_label(_confidence_label(ds), vmin, vmax).replace(":\n", ": ", 1),
+    )
     rare_share = float(ds.attrs.get("rare_share", RARE_SHARE))
     rels = ", ".join(str(r) for r in ds.syntactic_relation.values) if "syntactic" in ds else ""
     positional = ds.positional.attrs.get("long_name", "one offset holds most maxima") if "positional" in ds else ""
-    marks = [("P", f"positional ({positional})" if positional else "positional (not measured)"),
-             ("S", f"syntactic (any of {rels})" if rels else "syntactic (not measured)"),
-             ("R", f"rare-token (share of sentences >= {rare_share:g})")]
-    legend_below(fig, [Line2D([], [], linestyle="none", marker=f"${x}$", color="black", markersize=7)
-                       for x, _ in marks], [text for _, text in marks])
+    marks = [
+        ("P", f"positional ({positional})" if positional else "positional (not measured)"),
+        ("S", f"syntactic (any of {rels})" if rels else "syntactic (not measured)"),
+        ("R", f"rare-token (share of sentences >= {rare_share:g})"),
+    ]
+    legend_below(
+        fig,
+        [Line2D([], [], linestyle="none", marker=f"${x}$", color="black", markersize=7) for x, _ in marks],
+        [text for _, text in marks],
+    )
     return fig, concat(tables)
 
 
@@ -238,38 +324,64 @@ def head_map(path):
     for i, m in enumerate(dict.fromkeys(ds.unit_model.values)):
         sel = ds.unit_model.values == m
         style = STYLES[i % len(STYLES)]
-        ax.scatter(ds.xy.values[sel, 0], ds.xy.values[sel, 1], s=12 + 10 * layers[sel], color=style["color"],
-                   marker=style["marker"], alpha=0.75, label=str(m))
-    ax.set(title=f"heads by Jensen-Shannon distance (MDS; {ds.attrs.get('sentences')} sentences)",
-           xticks=[], yticks=[])
+        ax.scatter(
+            ds.xy.values[sel, 0],
+            ds.xy.values[sel, 1],
+            s=12 + 10 * layers[sel],
+            color=style["color"],
+            marker=style["marker"],
+            alpha=0.75,
+            label=str(m),
+        )
+    ax.set(title=f"heads by Jensen-Shannon distance (MDS; {ds.attrs.get('sentences')} sentences)", xticks=[], yticks=[])
     legend_right(ax, title="model\n(marker size: layer)")
-    data = pd.DataFrame({"model": [str(m) for m in ds.unit_model.values], "layer": ds.unit_layer.values,
-                         "head": ds.unit_head.values, "x": ds.xy.values[:, 0], "y": ds.xy.values[:, 1]})
+    data = pd.DataFrame(
+        {
+            "model": [str(m) for m in ds.unit_model.values],
+            "layer": ds.unit_layer.values,
+            "head": ds.unit_head.values,
+            "x": ds.xy.values[:, 0],
+            "y": ds.xy.values[:, 1],
+        }
+    )
     return fig, data
 
 
 #: The figures of :class:`~evolution.analyses.heads.analysis.Heads`: name -> (function, caption).
 FIGURES = {
-    "heads_entropy": (entropy_by_head, "Entropy of each head's attention (dots), averaged over the queries of the "
-                                       "stored sentences, against uniform attention (grey), per layer "
-                                       "(Clark et al. 2019, fig. 4)."),
-    "heads_special": (special_tokens_by_layer,
-                      "Share of attention to the beginning token (BOS / [CLS]), the end token (EOS / [SEP]) and "
-                      "punctuation per layer: attention weights averaged over heads (solid) against the norm of the "
-                      "summed weighted vectors ||sum_h alpha f(x)|| (dashed), Kobayashi et al. (2020)."),
-    "heads_dependency": (dependency_heatmap,
-                         "Dependency relations (the 15 most frequent) found by one attention head: accuracy on the "
-                         "score treebank (UD EWT test) of the head picked on the select treebank (UD EWT dev), in "
-                         "brackets the best fixed-offset baseline picked the same way (Clark et al. 2019, section "
-                         "4.2; they picked and scored on the same data: heads_dependency/best_accuracy). Colour "
-                         "scale fit to the data (stated on the colour bar)."),
-    "heads_map": (head_map, "Every head of every model placed by multidimensional scaling of the Jensen-Shannon "
-                            "distance between their word-level attention (content words; Clark et al. 2019, fig. 6)."),
-    "heads_roles": (head_roles, "Confidence of every head (the mean over content queries of its largest weight on a "
-                                "content key; in stores before heads version 4 on any key: the colour bar says which) by "
-                                "layer and head, one panel per model, with its roles (Voita et al., "
-                                "ACL 2019, fig. 1-3): P positional (>= 90% of maxima on one offset), S syntactic "
-                                "(dependency accuracy >= the offset baseline + 10 points for a relation), R rare-token "
-                                "(share of sentences whose maxima go mostly to the rarest token >= 0.2). One colour "
-                                "scale for every model, fit to the data."),
+    "heads_entropy": (
+        entropy_by_head,
+        "Entropy of each head's attention (dots), averaged over the queries of the "
+        "stored sentences, against uniform attention (grey), per layer "
+        "(Clark et al. 2019, fig. 4).",
+    ),
+    "heads_special": (
+        special_tokens_by_layer,
+        "Share of attention to the beginning token (BOS / [CLS]), the end token (EOS / [SEP]) and "
+        "punctuation per layer: attention weights averaged over heads (solid) against the norm of the "
+        "summed weighted vectors ||sum_h alpha f(x)|| (dashed), Kobayashi et al. (2020).",
+    ),
+    "heads_dependency": (
+        dependency_heatmap,
+        "Dependency relations (the 15 most frequent) found by one attention head: accuracy on the "
+        "score treebank (UD EWT test) of the head picked on the select treebank (UD EWT dev), in "
+        "brackets the best fixed-offset baseline picked the same way (Clark et al. 2019, section "
+        "4.2; they picked and scored on the same data: heads_dependency/best_accuracy). Colour "
+        "scale fit to the data (stated on the colour bar).",
+    ),
+    "heads_map": (
+        head_map,
+        "Every head of every model placed by multidimensional scaling of the Jensen-Shannon "
+        "distance between their word-level attention (content words; Clark et al. 2019, fig. 6).",
+    ),
+    "heads_roles": (
+        head_roles,
+        "Confidence of every head (the mean over content queries of its largest weight on a "
+        "content key; in stores before heads version 4 on any key: the colour bar says which) by "
+        "layer and head, one panel per model, with its roles (Voita et al., "
+        "ACL 2019, fig. 1-3): P positional (>= 90% of maxima on one offset), S syntactic "
+        "(dependency accuracy >= the offset baseline + 10 points for a relation), R rare-token "
+        "(share of sentences whose maxima go mostly to the rarest token >= 0.2). One colour "
+        "scale for every model, fit to the data.",
+    ),
 }

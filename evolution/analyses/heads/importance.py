@@ -52,8 +52,18 @@ def _sem(samples: np.ndarray) -> list | None:
     return (samples.std(axis=0, ddof=1) / np.sqrt(len(samples))).tolist() if len(samples) > 1 else None
 
 
-def importance_task(*, store: str, model: str, spec: dict, text: str | None, sentences: int | None, seed: int,
-                    relevance: bool, max_batch_tokens: int, torch_threads: int = 1) -> dict[str, Any]:
+def importance_task(
+    *,
+    store: str,
+    model: str,
+    spec: dict,
+    text: str | None,
+    sentences: int | None,
+    seed: int,
+    relevance: bool,
+    max_batch_tokens: int,
+    torch_threads: int = 1,
+) -> dict[str, Any]:
     """Mask importance (and for translation models LRP relevance) of every head over the first
     ``sentences`` analysed sentences (the store's token ids; MT: teacher-forced on the
     reference translations in ``text``, saved by :func:`~evolution.analyses.base.save_texts`)."""
@@ -77,8 +87,10 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
     targets = None
     if adapter.objective == "mt":
         if text is None:
-            return {"unsupported": f"{model}: a translation model's loss needs the reference translations "
-                                   "(a parallel corpus)"}
+            return {
+                "unsupported": f"{model}: a translation model's loss needs the reference translations "
+                "(a parallel corpus)"
+            }
         lines = load_texts(text)["targets"].split("\n")
         limit = adapter.max_target_tokens
         keep = [k for k, s in enumerate(chosen) if s < len(lines) and lines[s].strip()]
@@ -90,21 +102,26 @@ def importance_task(*, store: str, model: str, spec: dict, text: str | None, sen
     grads = mask_gradients(adapter, items, attentions=attentions, max_batch_tokens=max_batch_tokens)
     tokens = [len(it.labels) for it in items]  # each item's predicted tokens (metrics.importance.flat_positions)
     out: dict[str, Any] = {
-        "attentions": list(attentions), "sentences": len(items),
+        "attentions": list(attentions),
+        "sentences": len(items),
         "importance": {a: importance(g).tolist() for a, g in grads.items()},
         "importance_sem": {a: _sem(np.abs(g)) for a, g in grads.items()},
         "importance_batch": {a: batch_importance(g, tokens, batch_size=BATCH_SIZE).tolist() for a, g in grads.items()},
         "batch_size": BATCH_SIZE,
-        "importance_seconds": round(time.perf_counter() - t0, 2)}
+        "importance_seconds": round(time.perf_counter() - t0, 2),
+    }
     if relevance and adapter.objective == "mt":
         t0 = time.perf_counter()
         # LRP's rules patch fairseq's attention and run on the CPU (evolution/nets/lrp.py); the mask
         # gradients above ran on the spec's device, through the plain network for a shipped model
         cpu = fairseq_adapter({**spec, "device": "cpu"})
         rel = head_relevance(cpu, items, attentions=attentions, max_batch_tokens=max_batch_tokens, per_step=True)
-        out.update(steps=rel["steps"], relevance={a: v.tolist() for a, v in rel["relevance"].items()},
-                   relevance_sem={a: _sem(v) for a, v in rel["per_step"].items()},
-                   relevance_seconds=round(time.perf_counter() - t0, 2))
+        out.update(
+            steps=rel["steps"],
+            relevance={a: v.tolist() for a, v in rel["relevance"].items()},
+            relevance_sem={a: _sem(v) for a, v in rel["per_step"].items()},
+            relevance_seconds=round(time.perf_counter() - t0, 2),
+        )
     return out
 
 
@@ -121,13 +138,31 @@ class HeadImportance(Analysis):
         if inputs.targets is not None and any(m.objective == "mt" for m in inputs.models.values()):
             text = save_texts(inputs.arrays_dir, "heads-importance", {"targets": "\n".join(inputs.targets.sentences)})
             digest = inputs.targets.digest
-        return [Unit(m.name, importance_task,
-                     dict(store=inputs.store, model=m.name, spec=m.spec, text=text if m.objective == "mt" else None,
-                          sentences=cfg.sentences, seed=inputs.seed, relevance=cfg.relevance,
-                          max_batch_tokens=inputs.max_batch_tokens, torch_threads=inputs.torch_threads),
-                     key={"model": m.key, "sentences": cfg.sentences, "relevance": cfg.relevance, "seed": inputs.seed,
-                          "targets": digest if m.objective == "mt" else None})
-                for m in inputs.models.values()]
+        return [
+            Unit(
+                m.name,
+                importance_task,
+                dict(
+                    store=inputs.store,
+                    model=m.name,
+                    spec=m.spec,
+                    text=text if m.objective == "mt" else None,
+                    sentences=cfg.sentences,
+                    seed=inputs.seed,
+                    relevance=cfg.relevance,
+                    max_batch_tokens=inputs.max_batch_tokens,
+                    torch_threads=inputs.torch_threads,
+                ),
+                key={
+                    "model": m.key,
+                    "sentences": cfg.sentences,
+                    "relevance": cfg.relevance,
+                    "seed": inputs.seed,
+                    "targets": digest if m.objective == "mt" else None,
+                },
+            )
+            for m in inputs.models.values()
+        ]
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
         for name in inputs.names:
@@ -138,8 +173,10 @@ class HeadImportance(Analysis):
             return {}
         shapes = [np.shape(results[m]["importance"][a]) for m in models for a in results[m]["attentions"]]
         L, H = max(s[0] for s in shapes), max(s[1] for s in shapes)  # noqa: N806
-        arrays = {v: np.full((len(models), len(ATTENTIONS), L, H), np.nan)
-                  for v in ("importance", "importance_sem", "importance_batch", "relevance", "relevance_sem")}
+        arrays = {
+            v: np.full((len(models), len(ATTENTIONS), L, H), np.nan)
+            for v in ("importance", "importance_sem", "importance_batch", "relevance", "relevance_sem")
+        }
         for i, m in enumerate(models):
             r = results[m]
             for a in r["attentions"]:
@@ -148,30 +185,55 @@ class HeadImportance(Analysis):
                     value = (r.get(v) or {}).get(a)
                     if value is not None:
                         value = np.asarray(value, dtype=float)
-                        arrays[v][i, j, :value.shape[0], :value.shape[1]] = value
+                        arrays[v][i, j, : value.shape[0], : value.shape[1]] = value
         from evolution.metrics.importance import normalize_by_layer as normalized
 
         sizes = {results[m].get("batch_size") for m in models} - {None}
         batch_size = sizes.pop() if len(sizes) == 1 else BATCH_SIZE
         dims = ("model", "attention", "layer", "head")
         ds = xr.Dataset(
-            {"importance": (dims, arrays["importance"], {"long_name": "E_x |dL/dxi_h| (Michel et al. 2019)",
-                                                         "estimator": ESTIMATORS["importance"]}),
-             "importance_sem": (dims, arrays["importance_sem"], {"long_name": "standard error over sentences"}),
-             "importance_normalized": (dims, normalized(arrays["importance"]),
-                                       {"long_name": "importance / its l2 norm over the layer's heads"}),
-             "importance_batch": (dims, arrays["importance_batch"],
-                                  {"long_name": f"mean over batches of {batch_size} sentences of |dL(batch)/dxi_h|",
-                                   "estimator": ESTIMATORS["importance_batch"], "batch_size": int(batch_size)}),
-             "importance_batch_normalized": (dims, normalized(arrays["importance_batch"]),
-                                             {"long_name": "importance_batch / its l2 norm over the layer's heads"}),
-             "relevance": (dims, arrays["relevance"],
-                           {"long_name": "LRP relevance of the top-1 logit, share of the layer (Voita et al. 2019)"}),
-             "relevance_sem": (dims, arrays["relevance_sem"], {"long_name": "standard error over decoding steps"}),
-             "sentences": (("model",), np.array([results[m]["sentences"] for m in models])),
-             "steps": (("model",), np.array([results[m].get("steps", 0) for m in models]))},
-            coords={"model": np.array(models, dtype=object), "attention": np.array(ATTENTIONS, dtype=object),
-                    "layer": np.arange(1, L + 1), "head": np.arange(H)})
+            {
+                "importance": (
+                    dims,
+                    arrays["importance"],
+                    {"long_name": "E_x |dL/dxi_h| (Michel et al. 2019)", "estimator": ESTIMATORS["importance"]},
+                ),
+                "importance_sem": (dims, arrays["importance_sem"], {"long_name": "standard error over sentences"}),
+                "importance_normalized": (
+                    dims,
+                    normalized(arrays["importance"]),
+                    {"long_name": "importance / its l2 norm over the layer's heads"},
+                ),
+                "importance_batch": (
+                    dims,
+                    arrays["importance_batch"],
+                    {
+                        "long_name": f"mean over batches of {batch_size} sentences of |dL(batch)/dxi_h|",
+                        "estimator": ESTIMATORS["importance_batch"],
+                        "batch_size": int(batch_size),
+                    },
+                ),
+                "importance_batch_normalized": (
+                    dims,
+                    normalized(arrays["importance_batch"]),
+                    {"long_name": "importance_batch / its l2 norm over the layer's heads"},
+                ),
+                "relevance": (
+                    dims,
+                    arrays["relevance"],
+                    {"long_name": "LRP relevance of the top-1 logit, share of the layer (Voita et al. 2019)"},
+                ),
+                "relevance_sem": (dims, arrays["relevance_sem"], {"long_name": "standard error over decoding steps"}),
+                "sentences": (("model",), np.array([results[m]["sentences"] for m in models])),
+                "steps": (("model",), np.array([results[m].get("steps", 0) for m in models])),
+            },
+            coords={
+                "model": np.array(models, dtype=object),
+                "attention": np.array(ATTENTIONS, dtype=object),
+                "layer": np.arange(1, L + 1),
+                "head": np.arange(H),
+            },
+        )
         return {"heads_importance": ds}
 
     def tables(self, path):
@@ -184,22 +246,34 @@ class HeadImportance(Analysis):
             for (a, b), p in zip(PAIRS, corr.pair.values):
                 rho = float(corr.rho.sel(model=m, pair=p))
                 if np.isfinite(rho):
-                    rows.append([str(m), f"{names[a]} ~ {names[b]}", f"{rho:+.2f}",
-                                 str(int(corr.n.sel(model=m, pair=p)))])
-        return [("Which heads matter: Spearman correlations between importance, relevance and confidence", rows,
-                 "Encoder self-attention heads of each model (Voita et al. ACL 2019: the heads LRP finds relevant "
-                 "are the confident ones). Mask importance (Michel et al. 2019) under two estimators: per sentence, "
-                 "the mean over sentences of |dL(x)/dxi_h| (their eq. 2; variable importance), and per batch of "
-                 f"{BATCH_SIZE} consecutive sentences, the mean over batches of |dL(batch)/dxi_h|, whose sentences' "
-                 "signs cancel within a batch (Hugging Face's run_bertology.py; variable importance_batch; rows "
-                 "only where the store has it). Michel et al.'s released prune.py takes the absolute value per "
-                 "sentence and query position, so that no two sentences' signs cancel.")]
+                    rows.append(
+                        [str(m), f"{names[a]} ~ {names[b]}", f"{rho:+.2f}", str(int(corr.n.sel(model=m, pair=p)))]
+                    )
+        return [
+            (
+                "Which heads matter: Spearman correlations between importance, relevance and confidence",
+                rows,
+                "Encoder self-attention heads of each model (Voita et al. ACL 2019: the heads LRP finds relevant "
+                "are the confident ones). Mask importance (Michel et al. 2019) under two estimators: per sentence, "
+                "the mean over sentences of |dL(x)/dxi_h| (their eq. 2; variable importance), and per batch of "
+                f"{BATCH_SIZE} consecutive sentences, the mean over batches of |dL(batch)/dxi_h|, whose sentences' "
+                "signs cancel within a batch (Hugging Face's run_bertology.py; variable importance_batch; rows "
+                "only where the store has it). Michel et al.'s released prune.py takes the absolute value per "
+                "sentence and query position, so that no two sentences' signs cancel.",
+            )
+        ]
 
     figures = {}
 
 
-PAIRS = (("relevance", "confidence"), ("importance", "confidence"), ("relevance", "importance"),
-         ("importance_batch", "confidence"), ("relevance", "importance_batch"), ("importance", "importance_batch"))
+PAIRS = (
+    ("relevance", "confidence"),
+    ("importance", "confidence"),
+    ("relevance", "importance"),
+    ("importance_batch", "confidence"),
+    ("relevance", "importance_batch"),
+    ("importance", "importance_batch"),
+)
 
 
 def correlations(path) -> xr.Dataset | None:
@@ -217,8 +291,11 @@ def correlations(path) -> xr.Dataset | None:
     rho = np.full((len(models), len(PAIRS)), np.nan)
     n = np.zeros((len(models), len(PAIRS)), int)
     for i, m in enumerate(models):
-        values = {v: imp[v].sel(model=m, attention="encoder_self").values.ravel()
-                  for v in ("relevance", "importance", "importance_batch") if v in imp}  # a store before v3: no batch
+        values = {
+            v: imp[v].sel(model=m, attention="encoder_self").values.ravel()
+            for v in ("relevance", "importance", "importance_batch")
+            if v in imp
+        }  # a store before v3: no batch
         if heads is not None and m in heads.model.values:
             conf = heads.value.sel(model=m, measure="confidence").values.ravel()
             if conf.size == values["importance"].size:  # both padded to the same (layer, head) grid
@@ -229,9 +306,13 @@ def correlations(path) -> xr.Dataset | None:
                 n[i, j] = int(ok.sum())
                 if n[i, j] > 2:
                     rho[i, j] = spearmanr(values[a][ok], values[b][ok]).statistic
-    return xr.Dataset({"rho": (("model", "pair"), rho), "n": (("model", "pair"), n)},
-                      coords={"model": np.array(models, dtype=object),
-                              "pair": np.array([f"{a} ~ {b}" for a, b in PAIRS], dtype=object)})
+    return xr.Dataset(
+        {"rho": (("model", "pair"), rho), "n": (("model", "pair"), n)},
+        coords={
+            "model": np.array(models, dtype=object),
+            "pair": np.array([f"{a} ~ {b}" for a, b in PAIRS], dtype=object),
+        },
+    )
 
 
 @figure
@@ -244,18 +325,25 @@ def importance_heatmaps(path):
         return None
     heads = open_group(path, "heads")
     models = list(imp.model.values)
-    panels = [("importance_normalized", "mask importance\n(layer-normalised)"), ("relevance", "LRP relevance"),
-              ("confidence", "confidence")]
+    panels = [
+        ("importance_normalized", "mask importance\n(layer-normalised)"),
+        ("relevance", "LRP relevance"),
+        ("confidence", "confidence"),
+    ]
     pyplot = plt()
-    fig, axes = pyplot.subplots(len(models), 3, figsize=(WIDTH, 2.2 * len(models) + 0.4), squeeze=False,
-                                layout="constrained")
+    fig, axes = pyplot.subplots(
+        len(models), 3, figsize=(WIDTH, 2.2 * len(models) + 0.4), squeeze=False, layout="constrained"
+    )
     frames = []
     for r, m in enumerate(models):
         for c, (var, title) in enumerate(panels):
             ax = axes[r][c]
             if var == "confidence":
-                da = (heads.value.sel(model=m, measure="confidence")
-                      if heads is not None and m in heads.model.values else None)
+                da = (
+                    heads.value.sel(model=m, measure="confidence")
+                    if heads is not None and m in heads.model.values
+                    else None
+                )
             else:
                 da = imp[var].sel(model=m, attention="encoder_self")
             data = None if da is None else da.transpose("layer", "head").values
@@ -277,8 +365,11 @@ def importance_heatmaps(path):
 
 
 HeadImportance.figures = {
-    "heads_importance": (importance_heatmaps, "Encoder heads by layer (rows) and head (columns): Michel et al.'s "
-                                              "mask importance (normalised per layer), Voita et al.'s LRP relevance "
-                                              "(translation models) and confidence; each panel's colour scale runs from "
-                                              "its smallest to its largest value (stated on its colour bar)."),
+    "heads_importance": (
+        importance_heatmaps,
+        "Encoder heads by layer (rows) and head (columns): Michel et al.'s "
+        "mask importance (normalised per layer), Voita et al.'s LRP relevance "
+        "(translation models) and confidence; each panel's colour scale runs from "
+        "its smallest to its largest value (stated on its colour bar).",
+    ),
 }

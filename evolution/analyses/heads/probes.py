@@ -53,14 +53,32 @@ def _probe_sentences(adapter, sentences, *, max_batch_tokens: int):
             word_ids = [-1] * adapter.content_offset + list(tok.word_ids) + [-1] * len(adapter.suffix)
             maps = word_level_attention(att[:, b, :, :t, :t].reshape(-1, t, t), word_ids)
             emb = word_level_embeddings(hidden[0, b, :t], word_ids)
-            out.append(ProbeSentence(attention=maps.astype(np.float32), heads=np.asarray(s.head),
-                                     punct=np.asarray([r == "punct" for r in s.deprel]), embeddings=emb))
+            out.append(
+                ProbeSentence(
+                    attention=maps.astype(np.float32),
+                    heads=np.asarray(s.head),
+                    punct=np.asarray([r == "punct" for r in s.deprel]),
+                    embeddings=emb,
+                )
+            )
     return out, len(sentences) - len(kept)
 
 
-def probe_task(*, spec: dict, texts: str, train: str, test: str, max_sentences: int | None, epochs: int, seed: int,
-               max_batch_tokens: int, held_out: float = 0.0, patience: int = 3, shuffle: bool = False,
-               torch_threads: int = 1) -> dict[str, Any]:
+def probe_task(
+    *,
+    spec: dict,
+    texts: str,
+    train: str,
+    test: str,
+    max_sentences: int | None,
+    epochs: int,
+    seed: int,
+    max_batch_tokens: int,
+    held_out: float = 0.0,
+    patience: int = 3,
+    shuffle: bool = False,
+    torch_threads: int = 1,
+) -> dict[str, Any]:
     """UAS of each probe and baseline for one model (``texts``: the two treebanks saved by
     :func:`~evolution.analyses.base.save_texts` under ``train`` / ``test``), with each probe's
     held-out learning curve."""
@@ -80,19 +98,33 @@ def probe_task(*, spec: dict, texts: str, train: str, test: str, max_sentences: 
     fit, held = split_held_out(data["train"], held_out, seed=seed)
     scores, curves = {}, {}
     for kind in PROBES[:3]:
-        probe = fit_probe(fit, kind=kind, epochs=epochs, seed=seed, shuffle=shuffle, held_out=held or None,
-                          patience=patience)
+        probe = fit_probe(
+            fit, kind=kind, epochs=epochs, seed=seed, shuffle=shuffle, held_out=held or None, patience=patience
+        )
         scores[kind] = uas(probe, data["test"])
-        curves[kind] = {"loss": [c[1] for c in probe.curve], "uas": [c[2] for c in probe.curve],
-                        "best_epoch": probe.best_epoch}
+        curves[kind] = {
+            "loss": [c[1] for c in probe.curve],
+            "uas": [c[2] for c in probe.curve],
+            "best_epoch": probe.best_epoch,
+        }
     scores["right_branching"] = uas([right_branching(len(s.heads)) for s in data["test"]], data["test"])
-    notes = [f"{spec['name']}: {n} sentence(s) of the {split} treebank left out (too long, or not aligned word "
-             "by word)" for split, n in left_out.items() if n]
-    notes += [f"{spec['name']}: probe {kind} ran all {epochs} epochs without its held-out loss levelling off "
-              "(raise metrics.probes.epochs)" for kind, c in curves.items()
-              if held and len(c["loss"]) == epochs and c["best_epoch"] == epochs]
-    return {"uas": scores, "sentences": {"train": len(fit), "held_out": len(held), "test": len(data["test"])},
-            "curves": curves, "notes": notes}
+    notes = [
+        f"{spec['name']}: {n} sentence(s) of the {split} treebank left out (too long, or not aligned word by word)"
+        for split, n in left_out.items()
+        if n
+    ]
+    notes += [
+        f"{spec['name']}: probe {kind} ran all {epochs} epochs without its held-out loss levelling off "
+        "(raise metrics.probes.epochs)"
+        for kind, c in curves.items()
+        if held and len(c["loss"]) == epochs and c["best_epoch"] == epochs
+    ]
+    return {
+        "uas": scores,
+        "sentences": {"train": len(fit), "held_out": len(held), "test": len(data["test"])},
+        "curves": curves,
+        "notes": notes,
+    }
 
 
 class HeadProbes(Analysis):
@@ -114,15 +146,37 @@ class HeadProbes(Analysis):
                 texts[split] = f.read()
         saved = save_texts(inputs.arrays_dir, "probes", texts)
         key = {split: file_hash(resolve_treebank(getattr(cfg, split))) for split in SPLITS}
-        return [Unit(m.name, probe_task,
-                     dict(spec=m.spec, texts=saved, train=cfg.train, test=cfg.test, max_sentences=cfg.max_sentences,
-                          epochs=cfg.epochs, seed=inputs.seed, max_batch_tokens=inputs.max_batch_tokens,
-                          held_out=cfg.held_out, patience=cfg.patience, shuffle=cfg.shuffle,
-                          torch_threads=inputs.torch_threads),
-                     key={"model": m.key, **key, "max_sentences": cfg.max_sentences, "epochs": cfg.epochs,
-                          "held_out": cfg.held_out, "patience": cfg.patience, "shuffle": cfg.shuffle,
-                          "seed": inputs.seed})
-                for m in inputs.models.values()]
+        return [
+            Unit(
+                m.name,
+                probe_task,
+                dict(
+                    spec=m.spec,
+                    texts=saved,
+                    train=cfg.train,
+                    test=cfg.test,
+                    max_sentences=cfg.max_sentences,
+                    epochs=cfg.epochs,
+                    seed=inputs.seed,
+                    max_batch_tokens=inputs.max_batch_tokens,
+                    held_out=cfg.held_out,
+                    patience=cfg.patience,
+                    shuffle=cfg.shuffle,
+                    torch_threads=inputs.torch_threads,
+                ),
+                key={
+                    "model": m.key,
+                    **key,
+                    "max_sentences": cfg.max_sentences,
+                    "epochs": cfg.epochs,
+                    "held_out": cfg.held_out,
+                    "patience": cfg.patience,
+                    "shuffle": cfg.shuffle,
+                    "seed": inputs.seed,
+                },
+            )
+            for m in inputs.models.values()
+        ]
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
         models = [n for n in inputs.names if n in results]
@@ -139,19 +193,29 @@ class HeadProbes(Analysis):
                 if c is None:
                     continue
                 for q in ("uas", "loss"):
-                    curve[q][i, j, :len(c[q])] = c[q]
+                    curve[q][i, j, : len(c[q])] = c[q]
                 if c["best_epoch"] is not None:
                     best[i, j] = c["best_epoch"]
         dims = ("model", "probe", "epoch")
-        ds = xr.Dataset({"uas": (("model", "probe"), uas, {"long_name": "unlabelled attachment score, punct excluded"}),
-                         "sentences": (("model", "split"), sentences),
-                         "curve_uas": (dims, curve["uas"], {"long_name": "held-out UAS after each epoch"}),
-                         "curve_loss": (dims, curve["loss"],
-                                        {"long_name": "held-out cross-entropy per word after each epoch"}),
-                         "best_epoch": (("model", "probe"), best, {"long_name": "the epoch whose weights the probe "
-                                                                                "keeps (lowest held-out loss)"})},
-                        coords={"model": np.array(models, dtype=object), "probe": np.array(PROBES, dtype=object),
-                                "split": np.array(COUNTS, dtype=object), "epoch": np.arange(1, n_epochs + 1)})
+        ds = xr.Dataset(
+            {
+                "uas": (("model", "probe"), uas, {"long_name": "unlabelled attachment score, punct excluded"}),
+                "sentences": (("model", "split"), sentences),
+                "curve_uas": (dims, curve["uas"], {"long_name": "held-out UAS after each epoch"}),
+                "curve_loss": (dims, curve["loss"], {"long_name": "held-out cross-entropy per word after each epoch"}),
+                "best_epoch": (
+                    ("model", "probe"),
+                    best,
+                    {"long_name": "the epoch whose weights the probe keeps (lowest held-out loss)"},
+                ),
+            },
+            coords={
+                "model": np.array(models, dtype=object),
+                "probe": np.array(PROBES, dtype=object),
+                "split": np.array(COUNTS, dtype=object),
+                "epoch": np.arange(1, n_epochs + 1),
+            },
+        )
         return {"heads_probes": ds}
 
     def tables(self, path):
@@ -161,19 +225,39 @@ class HeadProbes(Analysis):
         if ds is None:
             return []
         splits = [str(x) for x in ds.split.values]
-        rows = [["model", *[str(p).replace("_", " ") for p in ds.probe.values],
-                 " / ".join(x.replace("_", "-") for x in splits) + " sentences", "epochs kept"]]
+        rows = [
+            [
+                "model",
+                *[str(p).replace("_", " ") for p in ds.probe.values],
+                " / ".join(x.replace("_", "-") for x in splits) + " sentences",
+                "epochs kept",
+            ]
+        ]
         for m in ds.model.values:
-            kept = (" / ".join("-" if not np.isfinite(e) else str(int(e))
-                               for e in ds.best_epoch.sel(model=m).values[:3]) if "best_epoch" in ds else "1")
-            rows.append([str(m), *[f"{float(ds.uas.sel(model=m, probe=p)):.3f}" for p in ds.probe.values],
-                         " / ".join(str(int(v)) for v in ds.sentences.sel(model=m).values), kept])
-        return [("Attention parsing probes (Clark et al. 2019, Table 3)", rows,
-                 "UAS on the test treebank of probes trained on the train treebank, punctuation excluded. "
-                 "'attention words' adds the model's own layer-0 states where the paper used GloVe. Each probe "
-                 "(and the distance baseline) trains until its loss on the held-out part of the train treebank "
-                 "stops falling (metrics.probes.held_out, patience) and keeps its best epoch ('epochs kept': "
-                 "attention / attention words / distance words; figure 'Parsing probes: learning curves').")]
+            kept = (
+                " / ".join("-" if not np.isfinite(e) else str(int(e)) for e in ds.best_epoch.sel(model=m).values[:3])
+                if "best_epoch" in ds
+                else "1"
+            )
+            rows.append(
+                [
+                    str(m),
+                    *[f"{float(ds.uas.sel(model=m, probe=p)):.3f}" for p in ds.probe.values],
+                    " / ".join(str(int(v)) for v in ds.sentences.sel(model=m).values),
+                    kept,
+                ]
+            )
+        return [
+            (
+                "Attention parsing probes (Clark et al. 2019, Table 3)",
+                rows,
+                "UAS on the test treebank of probes trained on the train treebank, punctuation excluded. "
+                "'attention words' adds the model's own layer-0 states where the paper used GloVe. Each probe "
+                "(and the distance baseline) trains until its loss on the held-out part of the train treebank "
+                "stops falling (metrics.probes.held_out, patience) and keeps its best epoch ('epochs kept': "
+                "attention / attention words / distance words; figure 'Parsing probes: learning curves').",
+            )
+        ]
 
 
 @figure
@@ -187,12 +271,11 @@ def probe_curves(path):
         return None
     kinds = [p for p in PROBES[:3] if np.isfinite(ds.curve_uas.sel(probe=p)).any()]
     pyplot = plt()
-    fig, axes = pyplot.subplots(1, len(kinds), figsize=(WIDTH, 3.0), squeeze=False, layout="constrained",
-                                sharey=True)
+    fig, axes = pyplot.subplots(1, len(kinds), figsize=(WIDTH, 3.0), squeeze=False, layout="constrained", sharey=True)
     for ax, kind in zip(axes[0], kinds):
         for m in ds.model.values:
             y = ds.curve_uas.sel(model=m, probe=kind).values
-            line, = ax.plot(ds.epoch.values, y, label=str(m), lw=1.2)
+            (line,) = ax.plot(ds.epoch.values, y, label=str(m), lw=1.2)
             best = float(ds.best_epoch.sel(model=m, probe=kind))
             if np.isfinite(best):
                 ax.plot([best], [y[int(best) - 1]], "o", color=line.get_color(), ms=4)
@@ -200,14 +283,20 @@ def probe_curves(path):
         ax.set_xlabel("epoch")
     axes[0][0].set_ylabel("held-out UAS")
     axes[0][-1].legend(fontsize=7, loc="lower right")
-    frames = [tidy(ds.curve_uas, "held-out UAS"), tidy(ds.curve_loss, "held-out loss per word"),
-              tidy(ds.best_epoch, "best epoch")]
+    frames = [
+        tidy(ds.curve_uas, "held-out UAS"),
+        tidy(ds.curve_loss, "held-out loss per word"),
+        tidy(ds.best_epoch, "best epoch"),
+    ]
     return fig, concat(frames)
 
 
 HeadProbes.figures = {
-    "heads_probes_curve": (probe_curves, "Learning curves of the parsing probes: UAS on the held-out part of the "
-                                         "training treebank after each epoch (metrics.probes.held_out), one line per "
-                                         "model; the dot marks the epoch whose weights the probe keeps (its lowest "
-                                         "held-out loss), after which training ran metrics.probes.patience epochs."),
+    "heads_probes_curve": (
+        probe_curves,
+        "Learning curves of the parsing probes: UAS on the held-out part of the "
+        "training treebank after each epoch (metrics.probes.held_out), one line per "
+        "model; the dot marks the epoch whose weights the probe keeps (its lowest "
+        "held-out loss), after which training ran metrics.probes.patience epochs.",
+    ),
 }

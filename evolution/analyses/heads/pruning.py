@@ -52,9 +52,22 @@ def _pairs(lines_src: list[str], lines_tgt: list[str]) -> tuple[list[str], list[
     return [lines_src[i] for i in keep], [lines_tgt[i] for i in keep]
 
 
-def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, scope: str, updates: int, lr: float,
-                 max_tokens: int, seed: int, scratch_updates: int | None, torch_threads: int = 1,
-                 gate_lr: float | None = None, scratch_batches: str = "regrouped") -> dict[str, Any]:
+def pruning_task(
+    *,
+    spec: dict,
+    texts: str,
+    directory: str,
+    lam: float | None,
+    scope: str,
+    updates: int,
+    lr: float,
+    max_tokens: int,
+    seed: int,
+    scratch_updates: int | None,
+    torch_threads: int = 1,
+    gate_lr: float | None = None,
+    scratch_batches: str = "regrouped",
+) -> dict[str, Any]:
     """One pruning run (``lam`` None: the unpruned model's BLEU only, or with ``scope`` "scratch" the
     full layout trained from scratch for ``scratch_updates``; ``scope`` "tuned": the same fine-tuning
     without gates): fine-tune with gates, translate the test sentences with the kept heads, and with
@@ -71,7 +84,7 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
     t = load_texts(texts)
     src, tgt = _pairs(t["train_source"].split("\n"), t["train_target"].split("\n"))
     refs = t["test_target"].split("\n")
-    test_ids = [adapter.tokenize(s).ids[:adapter.max_content_tokens] for s in t["test_source"].split("\n")]
+    test_ids = [adapter.tokenize(s).ids[: adapter.max_content_tokens] for s in t["test_source"].split("\n")]
 
     def score(gates=None) -> dict:
         hyps = pruning.translate(adapter, test_ids, gates=gates)
@@ -84,13 +97,27 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
         if scratch_batches == "fixed" and len(items) != len(src):
             # fairseq draws its order over every binarised pair and filters after: one pair fewer here
             # changes every batch (still cut once and reordered per epoch, but not fairseq-train's)
-            logger.warning("metrics.pruning.scratch_batches fixed: %d of %d training pairs are longer than the "
-                           "model accepts or max_tokens %d and were left out, so the batches are fixed but not "
-                           "those fairseq-train drew", len(src) - len(items), len(src), max_tokens)
-        return pruning.train_with_heads(model, items,
-                                        directory=Path(directory) / "scratch", layout=layout,
-                                        updates=scratch_updates, lr=base_lr, warmup=warmup, max_tokens=max_tokens,
-                                        seed=seed, progress=False, batching=scratch_batches)
+            logger.warning(
+                "metrics.pruning.scratch_batches fixed: %d of %d training pairs are longer than the "
+                "model accepts or max_tokens %d and were left out, so the batches are fixed but not "
+                "those fairseq-train drew",
+                len(src) - len(items),
+                len(src),
+                max_tokens,
+            )
+        return pruning.train_with_heads(
+            model,
+            items,
+            directory=Path(directory) / "scratch",
+            layout=layout,
+            updates=scratch_updates,
+            lr=base_lr,
+            warmup=warmup,
+            max_tokens=max_tokens,
+            seed=seed,
+            progress=False,
+            batching=scratch_batches,
+        )
 
     t0 = time.perf_counter()
     if lam is None and scope != "scratch":
@@ -98,21 +125,46 @@ def pruning_task(*, spec: dict, texts: str, directory: str, lam: float | None, s
     from evolution import location
 
     if location.is_url(directory):
-        raise ValueError(f"metrics.pruning keeps its resumable runs on a local disk, not at {directory}: "
-                         "use a local metrics.store / extract.store for pruning")
+        raise ValueError(
+            f"metrics.pruning keeps its resumable runs on a local disk, not at {directory}: "
+            "use a local metrics.store / extract.store for pruning"
+        )
     if scope == "scratch":  # every head, from scratch, by the from-scratch runs' loop
-        layout = {a: [[1.0] * adapter.attention_modules(a)[0].num_heads] * len(adapter.output_projections(a))
-                  for a in ATTENTIONS}
+        layout = {
+            a: [[1.0] * adapter.attention_modules(a)[0].num_heads] * len(adapter.output_projections(a))
+            for a in ATTENTIONS
+        }
         scratch = from_scratch(adapter, layout)
         s = score()
-        return {"bleu_scratch": s["bleu"], "chrf_scratch": s["chrf"], "layout": layout,
-                "scratch_seconds": scratch["seconds"], "seconds": round(time.perf_counter() - t0, 1)}
+        return {
+            "bleu_scratch": s["bleu"],
+            "chrf_scratch": s["chrf"],
+            "layout": layout,
+            "scratch_seconds": scratch["seconds"],
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
     items = pruning.training_items(adapter, src, tgt, max_tokens=max_tokens)
-    run = pruning.prune(adapter, items, directory=Path(directory) / "prune", lam=lam, attentions=SCOPES.get(scope, ()),
-                        updates=updates, lr=lr, gate_lr=gate_lr, max_tokens=max_tokens, seed=seed, progress=False)
+    run = pruning.prune(
+        adapter,
+        items,
+        directory=Path(directory) / "prune",
+        lam=lam,
+        attentions=SCOPES.get(scope, ()),
+        updates=updates,
+        lr=lr,
+        gate_lr=gate_lr,
+        max_tokens=max_tokens,
+        seed=seed,
+        progress=False,
+    )
     kept = pruning.kept_gates(run)
-    out = {"kept": run["kept"], "prob_open": run["prob_open"], **score(kept), "prune_seconds": run["seconds"],
-           "history": run["history"]}
+    out = {
+        "kept": run["kept"],
+        "prob_open": run["prob_open"],
+        **score(kept),
+        "prune_seconds": run["seconds"],
+        "history": run["history"],
+    }
     # the released code's own test-time model: every head scaled by its gate's deterministic value
     continuous = score(pruning.test_time_gates(run))
     out.update(bleu_continuous=continuous["bleu"], chrf_continuous=continuous["chrf"])
@@ -155,9 +207,12 @@ class HeadPruning(Analysis):
         train_src = next(p for p in train_tgt.parent.glob("train.*") if p != train_tgt)
         n = cfg.test_sentences or len(inputs.targets.sentences)
         sources = _analysed_sources(inputs, n)
-        texts = {"train_source": train_src.read_text(encoding="utf-8"),
-                 "train_target": train_tgt.read_text(encoding="utf-8"),
-                 "test_source": "\n".join(sources), "test_target": "\n".join(inputs.targets.sentences[:len(sources)])}
+        texts = {
+            "train_source": train_src.read_text(encoding="utf-8"),
+            "train_target": train_tgt.read_text(encoding="utf-8"),
+            "test_source": "\n".join(sources),
+            "test_target": "\n".join(inputs.targets.sentences[: len(sources)]),
+        }
         saved = save_texts(inputs.arrays_dir, "pruning", texts)
         digest = hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()[:16]
         root = location.join(location.parent(inputs.arrays_dir), "pruning")
@@ -168,22 +223,59 @@ class HeadPruning(Analysis):
         for m in models:
             seed = _seed_of(inputs, m.name)
             if cfg.scratch_updates and cfg.scratch_full:  # every head from scratch: the recipe's own control
-                key = {"model": model_identity(m.spec), "texts": digest, "lam": None, "scope": "scratch",
-                       "max_tokens": cfg.max_tokens, "seed": seed, "scratch": cfg.scratch_updates, **batches}
+                key = {
+                    "model": model_identity(m.spec),
+                    "texts": digest,
+                    "lam": None,
+                    "scope": "scratch",
+                    "max_tokens": cfg.max_tokens,
+                    "seed": seed,
+                    "scratch": cfg.scratch_updates,
+                    **batches,
+                }
                 directory = location.join(root, config_hash(key))
-                units.append(Unit(f"{m.name}-scratch", pruning_task,
-                                  dict(spec=m.spec, texts=saved, directory=directory,
-                                       lam=None, scope="scratch", updates=cfg.updates, lr=cfg.lr, gate_lr=None,
-                                       max_tokens=cfg.max_tokens, seed=seed, scratch_batches=cfg.scratch_batches,
-                                       scratch_updates=cfg.scratch_updates, torch_threads=inputs.torch_threads),
-                                  key=key, started=location.exists(directory)))
-            runs = ([(None, "full")] + ([(0.0, "tuned")] if cfg.control else [])
-                    + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES])
+                units.append(
+                    Unit(
+                        f"{m.name}-scratch",
+                        pruning_task,
+                        dict(
+                            spec=m.spec,
+                            texts=saved,
+                            directory=directory,
+                            lam=None,
+                            scope="scratch",
+                            updates=cfg.updates,
+                            lr=cfg.lr,
+                            gate_lr=None,
+                            max_tokens=cfg.max_tokens,
+                            seed=seed,
+                            scratch_batches=cfg.scratch_batches,
+                            scratch_updates=cfg.scratch_updates,
+                            torch_threads=inputs.torch_threads,
+                        ),
+                        key=key,
+                        started=location.exists(directory),
+                    )
+                )
+            runs = (
+                [(None, "full")]
+                + ([(0.0, "tuned")] if cfg.control else [])
+                + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
+            )
             for lam, scope in runs:
-                key = {"model": model_identity(m.spec), "texts": digest, "lam": lam, "scope": scope, "updates": cfg.updates,
-                       "lr": cfg.lr, "max_tokens": cfg.max_tokens, "seed": seed,
-                       "scratch": cfg.scratch_updates if scope == "all" and (
-                           cfg.scratch_lambdas is None or lam in cfg.scratch_lambdas) else None}
+                key = {
+                    "model": model_identity(m.spec),
+                    "texts": digest,
+                    "lam": lam,
+                    "scope": scope,
+                    "updates": cfg.updates,
+                    "lr": cfg.lr,
+                    "max_tokens": cfg.max_tokens,
+                    "seed": seed,
+                    "scratch": cfg.scratch_updates
+                    if scope == "all" and (cfg.scratch_lambdas is None or lam in cfg.scratch_lambdas)
+                    else None,
+                }
                 gated = scope in SCOPES
                 if gated and cfg.gate_lr is not None:  # null keeps the keys of runs with one rate for all
                     key["gate_lr"] = cfg.gate_lr
@@ -191,13 +283,29 @@ class HeadPruning(Analysis):
                     key.update(batches)
                 name = f"{m.name}-{scope}-{lam:g}" if gated else f"{m.name}-{scope}"
                 directory = location.join(root, config_hash(key))
-                units.append(Unit(name, pruning_task,
-                                  dict(spec=m.spec, texts=saved, directory=directory,
-                                       lam=lam, scope=scope, updates=cfg.updates, lr=cfg.lr,
-                                       gate_lr=cfg.gate_lr if gated else None, max_tokens=cfg.max_tokens,
-                                       seed=seed, scratch_updates=key["scratch"], scratch_batches=cfg.scratch_batches,
-                                       torch_threads=inputs.torch_threads),
-                                  key=key, started=location.exists(directory)))
+                units.append(
+                    Unit(
+                        name,
+                        pruning_task,
+                        dict(
+                            spec=m.spec,
+                            texts=saved,
+                            directory=directory,
+                            lam=lam,
+                            scope=scope,
+                            updates=cfg.updates,
+                            lr=cfg.lr,
+                            gate_lr=cfg.gate_lr if gated else None,
+                            max_tokens=cfg.max_tokens,
+                            seed=seed,
+                            scratch_updates=key["scratch"],
+                            scratch_batches=cfg.scratch_batches,
+                            torch_threads=inputs.torch_threads,
+                        ),
+                        key=key,
+                        started=location.exists(directory),
+                    )
+                )
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
@@ -205,19 +313,25 @@ class HeadPruning(Analysis):
         models = [n for n in inputs.names if f"{n}-full" in results]
         if not models:
             return {}
-        weak = [f"{m} (BLEU {results[f'{m}-full']['bleu']:.1f})" for m in models
-                if results[f"{m}-full"]["bleu"] < WEAK_BLEU]
+        weak = [
+            f"{m} (BLEU {results[f'{m}-full']['bleu']:.1f})" for m in models if results[f"{m}-full"]["bleu"] < WEAK_BLEU
+        ]
         if weak:
-            logger.warning("metrics.pruning: %s translate too poorly for the pruning curve to mean anything (BLEU "
-                           "< %d on the test sentences); prune a well-trained model (configs/bible-full.yaml)",
-                           ", ".join(weak), WEAK_BLEU)
+            logger.warning(
+                "metrics.pruning: %s translate too poorly for the pruning curve to mean anything (BLEU "
+                "< %d on the test sentences); prune a well-trained model (configs/bible-full.yaml)",
+                ", ".join(weak),
+                WEAK_BLEU,
+            )
         runs = [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
         names = [f"{scope}-{lam:g}" for lam, scope in runs]
         shape = [(np.shape(r["kept"][a])) for r in results.values() if "kept" in r for a in r["kept"]]
         L = max([s[0] for s in shape], default=1)  # noqa: N806
         H = max([s[1] for s in shape], default=1)  # noqa: N806
-        scores = {v: np.full((len(models), len(runs)), np.nan)
-                  for v in ("bleu", "chrf", "bleu_scratch", "chrf_scratch", "bleu_continuous", "chrf_continuous")}
+        scores = {
+            v: np.full((len(models), len(runs)), np.nan)
+            for v in ("bleu", "chrf", "bleu_scratch", "chrf_scratch", "bleu_continuous", "chrf_continuous")
+        }
         kept = np.full((len(models), len(runs), len(ATTENTIONS), L, H), np.nan)
         for i, m in enumerate(models):
             for j, (lam, scope) in enumerate(runs):
@@ -228,52 +342,113 @@ class HeadPruning(Analysis):
                     scores[v][i, j] = r.get(v, np.nan)
                 for a, k in r["kept"].items():
                     k = np.asarray(k, dtype=float)
-                    kept[i, j, ATTENTIONS.index(a), :k.shape[0], :k.shape[1]] = k
-        ds = xr.Dataset({**{v: (("model", "run"), x) for v, x in scores.items()},
-                         "kept": (("model", "run", "attention", "layer", "head"), kept,
-                                  {"long_name": "1 kept (P(open) > P(closed)), 0 pruned, NaN not gated"}),
-                         "lam": (("run",), np.array([lam for lam, _ in runs], dtype=float)),
-                         "scope": (("run",), np.array([s for _, s in runs], dtype=object)),
-                         "bleu_full": (("model",), np.array([results[f"{m}-full"]["bleu"] for m in models])),
-                         "chrf_full": (("model",), np.array([results[f"{m}-full"]["chrf"] for m in models])),
-                         **{f"{v}_tuned": (("model",), np.array([results.get(f"{m}-tuned", {}).get(v, np.nan)
-                                                                 for m in models])) for v in ("bleu", "chrf")},
-                         **{f"{v}_scratch_full": (("model",), np.array([results.get(f"{m}-scratch", {}).get(
-                             f"{v}_scratch", np.nan) for m in models])) for v in ("bleu", "chrf")}},
-                        coords={"model": np.array(models, dtype=object), "run": np.array(names, dtype=object),
-                                "attention": np.array(ATTENTIONS, dtype=object), "layer": np.arange(1, L + 1),
-                                "head": np.arange(H)})
+                    kept[i, j, ATTENTIONS.index(a), : k.shape[0], : k.shape[1]] = k
+        ds = xr.Dataset(
+            {
+                **{v: (("model", "run"), x) for v, x in scores.items()},
+                "kept": (
+                    ("model", "run", "attention", "layer", "head"),
+                    kept,
+                    {"long_name": "1 kept (P(open) > P(closed)), 0 pruned, NaN not gated"},
+                ),
+                "lam": (("run",), np.array([lam for lam, _ in runs], dtype=float)),
+                "scope": (("run",), np.array([s for _, s in runs], dtype=object)),
+                "bleu_full": (("model",), np.array([results[f"{m}-full"]["bleu"] for m in models])),
+                "chrf_full": (("model",), np.array([results[f"{m}-full"]["chrf"] for m in models])),
+                **{
+                    f"{v}_tuned": (("model",), np.array([results.get(f"{m}-tuned", {}).get(v, np.nan) for m in models]))
+                    for v in ("bleu", "chrf")
+                },
+                **{
+                    f"{v}_scratch_full": (
+                        ("model",),
+                        np.array([results.get(f"{m}-scratch", {}).get(f"{v}_scratch", np.nan) for m in models]),
+                    )
+                    for v in ("bleu", "chrf")
+                },
+            },
+            coords={
+                "model": np.array(models, dtype=object),
+                "run": np.array(names, dtype=object),
+                "attention": np.array(ATTENTIONS, dtype=object),
+                "layer": np.arange(1, L + 1),
+                "head": np.arange(H),
+            },
+        )
         return {"heads_pruning": ds}
 
     def tables(self, path):
         ds = open_group(path, "heads_pruning")
         if ds is None:
             return []
-        rows = [["model", "lambda", "gated", "heads kept (enc / dec-self / enc-dec)", "BLEU", "chrF",
-                 "BLEU from scratch"]]
+        rows = [
+            ["model", "lambda", "gated", "heads kept (enc / dec-self / enc-dec)", "BLEU", "chrF", "BLEU from scratch"]
+        ]
         for m in ds.model.values:
-            rows.append([str(m), "-", "none", "all", f"{float(ds.bleu_full.sel(model=m)):.2f}",
-                         f"{float(ds.chrf_full.sel(model=m)):.2f}", ""])
+            rows.append(
+                [
+                    str(m),
+                    "-",
+                    "none",
+                    "all",
+                    f"{float(ds.bleu_full.sel(model=m)):.2f}",
+                    f"{float(ds.chrf_full.sel(model=m)):.2f}",
+                    "",
+                ]
+            )
             if "bleu_tuned" in ds and np.isfinite(float(ds.bleu_tuned.sel(model=m))):
-                rows.append([str(m), "0", "none, fine-tuned", "all", f"{float(ds.bleu_tuned.sel(model=m)):.2f}",
-                             f"{float(ds.chrf_tuned.sel(model=m)):.2f}", ""])
+                rows.append(
+                    [
+                        str(m),
+                        "0",
+                        "none, fine-tuned",
+                        "all",
+                        f"{float(ds.bleu_tuned.sel(model=m)):.2f}",
+                        f"{float(ds.chrf_tuned.sel(model=m)):.2f}",
+                        "",
+                    ]
+                )
             if "bleu_scratch_full" in ds and np.isfinite(float(ds.bleu_scratch_full.sel(model=m))):
-                rows.append([str(m), "-", "none, from scratch", "all", "", "",
-                             f"{float(ds.bleu_scratch_full.sel(model=m)):.2f}"])
+                rows.append(
+                    [
+                        str(m),
+                        "-",
+                        "none, from scratch",
+                        "all",
+                        "",
+                        "",
+                        f"{float(ds.bleu_scratch_full.sel(model=m)):.2f}",
+                    ]
+                )
             for run in ds.run.values:
                 k = ds.kept.sel(model=m, run=run)
-                counts = " / ".join(str(int(np.nansum(k.sel(attention=a)))) if np.isfinite(k.sel(attention=a)).any()
-                                    else "all" for a in ATTENTIONS)
+                counts = " / ".join(
+                    str(int(np.nansum(k.sel(attention=a)))) if np.isfinite(k.sel(attention=a)).any() else "all"
+                    for a in ATTENTIONS
+                )
                 bs = float(ds.bleu_scratch.sel(model=m, run=run))
-                rows.append([str(m), f"{float(ds.lam.sel(run=run)):g}", str(ds.scope.sel(run=run).values), counts,
-                             f"{float(ds.bleu.sel(model=m, run=run)):.2f}", f"{float(ds.chrf.sel(model=m, run=run)):.2f}",
-                             f"{bs:.2f}" if np.isfinite(bs) else ""])
-        return [("Pruning heads (Voita et al. ACL 2019, fig. 7 and table 2)", rows,
-                 "BLEU / chrF on the test books (beam 4) after fine-tuning with Hard-Concrete gates and an L0 "
-                 "penalty lambda; heads kept where P(open) > P(closed); 'none, fine-tuned': the same fine-tuning "
-                 "without gates (the reference for the pruned runs' BLEU); 'from scratch': the kept layout trained "
-                 "from a fresh initialisation for metrics.pruning.scratch_updates; 'none, from scratch': every "
-                 "head trained the same way (the from-scratch column's own reference).")] + _seed_table(ds)
+                rows.append(
+                    [
+                        str(m),
+                        f"{float(ds.lam.sel(run=run)):g}",
+                        str(ds.scope.sel(run=run).values),
+                        counts,
+                        f"{float(ds.bleu.sel(model=m, run=run)):.2f}",
+                        f"{float(ds.chrf.sel(model=m, run=run)):.2f}",
+                        f"{bs:.2f}" if np.isfinite(bs) else "",
+                    ]
+                )
+        return [
+            (
+                "Pruning heads (Voita et al. ACL 2019, fig. 7 and table 2)",
+                rows,
+                "BLEU / chrF on the test books (beam 4) after fine-tuning with Hard-Concrete gates and an L0 "
+                "penalty lambda; heads kept where P(open) > P(closed); 'none, fine-tuned': the same fine-tuning "
+                "without gates (the reference for the pruned runs' BLEU); 'from scratch': the kept layout trained "
+                "from a fresh initialisation for metrics.pruning.scratch_updates; 'none, from scratch': every "
+                "head trained the same way (the from-scratch column's own reference).",
+            )
+        ] + _seed_table(ds)
 
 
 def _seed_table(ds) -> list:
@@ -282,14 +457,19 @@ def _seed_table(ds) -> list:
     rows, seeds = seed_rows(ds)
     if not rows:
         return []
-    return [(f"Pruning over {len(seeds)} seeds: each arm against its own reference (Voita et al. ACL 2019, table 3)",
-             rows, f"BLEU differences on the test books, mean over the seeds {', '.join(seeds)} with a "
-                   f"{LEVEL:.0%} Student-t interval (n - 1 degrees of freedom). Pruned: fine-tuned with gates "
-                   "against the same fine-tuning without gates, translated with the hard 0/1 layout or with each "
-                   "head scaled by its gate's test-time value (the released code's evaluation); from scratch: the "
-                   "kept layout against every head, both trained from scratch by the same loop and budget; d: the "
-                   "first against the third, which head verdict V3 reads (holds when the interval of d lies above "
-                   "0 at every lambda).")]
+    return [
+        (
+            f"Pruning over {len(seeds)} seeds: each arm against its own reference (Voita et al. ACL 2019, table 3)",
+            rows,
+            f"BLEU differences on the test books, mean over the seeds {', '.join(seeds)} with a "
+            f"{LEVEL:.0%} Student-t interval (n - 1 degrees of freedom). Pruned: fine-tuned with gates "
+            "against the same fine-tuning without gates, translated with the hard 0/1 layout or with each "
+            "head scaled by its gate's test-time value (the released code's evaluation); from scratch: the "
+            "kept layout against every head, both trained from scratch by the same loop and budget; d: the "
+            "first against the third, which head verdict V3 reads (holds when the interval of d lies above "
+            "0 at every lambda).",
+        )
+    ]
 
 
 def _seed_of(inputs: Inputs, model: str) -> int:
@@ -308,15 +488,24 @@ def _analysed_sources(inputs: Inputs, n: int) -> list[str]:
 
 
 HeadPruning.figures = {
-    "heads_pruning": (pruning_curve, "BLEU against the number of retained encoder heads after fine-tuning with "
-                                     "Hard-Concrete gates on the encoder self-attention, one point per lambda "
-                                     "(Voita et al. ACL 2019, fig. 7); at all heads the model fine-tuned as long without "
-                                     "gates (star) and the unpruned model, not fine-tuned (hollow)."),
-    "heads_pruning_roles": (pruning_roles, "Roles of the encoder heads retained by each encoder-only run, from the "
-                                           "unpruned model's head statistics (Voita et al. ACL 2019, fig. 8): "
-                                           "positional, syntactic (any relation), rare-token (share >= 0.2) or none; "
-                                           "a head with two roles counts under each."),
-    "heads_pruning_layers": (pruning_layers, "Heads kept in each layer of each attention type when all three are "
-                                             "gated, one line per lambda (Voita et al. ACL 2019, figs. 9-10); "
-                                             "dotted: the layer's number of heads."),
+    "heads_pruning": (
+        pruning_curve,
+        "BLEU against the number of retained encoder heads after fine-tuning with "
+        "Hard-Concrete gates on the encoder self-attention, one point per lambda "
+        "(Voita et al. ACL 2019, fig. 7); at all heads the model fine-tuned as long without "
+        "gates (star) and the unpruned model, not fine-tuned (hollow).",
+    ),
+    "heads_pruning_roles": (
+        pruning_roles,
+        "Roles of the encoder heads retained by each encoder-only run, from the "
+        "unpruned model's head statistics (Voita et al. ACL 2019, fig. 8): "
+        "positional, syntactic (any relation), rare-token (share >= 0.2) or none; "
+        "a head with two roles counts under each.",
+    ),
+    "heads_pruning_layers": (
+        pruning_layers,
+        "Heads kept in each layer of each attention type when all three are "
+        "gated, one line per lambda (Voita et al. ACL 2019, figs. 9-10); "
+        "dotted: the layer's number of heads.",
+    ),
 }

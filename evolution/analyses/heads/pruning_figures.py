@@ -19,16 +19,21 @@ __all__ = ["ROLES", "head_role_flags", "survivor_roles", "pruning_curve", "pruni
 #: the roles counted among the kept encoder heads (the ``heads`` group's flags); "other": none of the three
 ROLES = ("positional", "syntactic", "rare_token", "other")
 
+
 def head_role_flags(heads: xr.Dataset, model: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(positional, syntactic, rare_token)``, each (layer, head) bool, of ``model`` in the ``heads``
     group: its positional flag, a syntactic flag for any relation, and a rare-token share of
     sentences >= the group's ``rare_share`` attribute (0.2 where absent; a NaN share is no role)."""
     h = heads.sel(model=model)
     positional = h.positional.values.astype(bool)
-    syntactic = (h.syntactic.any("syntactic_relation").values.astype(bool) if "syntactic" in h
-                 else np.zeros_like(positional))
-    rare = (np.nan_to_num(h.rare_token_share.values, nan=-1.0) >= heads.attrs.get("rare_share", 0.2)
-            if "rare_token_share" in h else np.zeros_like(positional))
+    syntactic = (
+        h.syntactic.any("syntactic_relation").values.astype(bool) if "syntactic" in h else np.zeros_like(positional)
+    )
+    rare = (
+        np.nan_to_num(h.rare_token_share.values, nan=-1.0) >= heads.attrs.get("rare_share", 0.2)
+        if "rare_token_share" in h
+        else np.zeros_like(positional)
+    )
     return positional, syntactic, rare
 
 
@@ -46,13 +51,22 @@ def survivor_roles(path) -> xr.Dataset | None:
             continue
         positional, syntactic, rare = head_role_flags(heads, m)
         for j, run in enumerate(prune.run.values):
-            kept = prune.kept.sel(model=m, run=run, attention="encoder_self").values[:positional.shape[0],
-                                                                                   :positional.shape[1]] == 1
-            counts[i, j] = [np.sum(kept & positional), np.sum(kept & syntactic), np.sum(kept & rare),
-                            np.sum(kept & ~(positional | syntactic | rare))]
-    return xr.Dataset({"heads": (("model", "run", "role"), counts)},
-                      coords={"model": prune.model.values, "run": prune.run.values,
-                              "role": np.array(roles, dtype=object)})
+            kept = (
+                prune.kept.sel(model=m, run=run, attention="encoder_self").values[
+                    : positional.shape[0], : positional.shape[1]
+                ]
+                == 1
+            )
+            counts[i, j] = [
+                np.sum(kept & positional),
+                np.sum(kept & syntactic),
+                np.sum(kept & rare),
+                np.sum(kept & ~(positional | syntactic | rare)),
+            ]
+    return xr.Dataset(
+        {"heads": (("model", "run", "role"), counts)},
+        coords={"model": prune.model.values, "run": prune.run.values, "role": np.array(roles, dtype=object)},
+    )
 
 
 @figure
@@ -77,8 +91,10 @@ def pruning_curve(path):
         total = int(np.isfinite(enc.isel(run=0)).sum())
         x = [int(np.nansum(enc.sel(run=r))) for r in runs]
         y = [float(ds.bleu.sel(model=m, run=r)) for r in runs]
-        rows += [dict(model=str(m), run=str(r), lam=float(ds.lam.sel(run=r)), kept_encoder_heads=xi, bleu=yi)
-                 for r, xi, yi in zip(runs, x, y)]
+        rows += [
+            dict(model=str(m), run=str(r), lam=float(ds.lam.sel(run=r)), kept_encoder_heads=xi, bleu=yi)
+            for r, xi, yi in zip(runs, x, y)
+        ]
         full = float(ds.bleu_full.sel(model=m))
         rows.append(dict(model=str(m), run="unpruned", lam=0.0, kept_encoder_heads=total, bleu=full))
         style = STYLES[i % len(STYLES)]
@@ -88,32 +104,52 @@ def pruning_curve(path):
         # unpruned model
         end = tuned if np.isfinite(tuned) else full
         order = np.argsort(x + [total], kind="stable")
-        ax.plot(np.asarray(x + [total])[order], np.asarray(y + [end])[order], label=str(m), color=style["color"],
-                marker=style["marker"])
+        ax.plot(
+            np.asarray(x + [total])[order],
+            np.asarray(y + [end])[order],
+            label=str(m),
+            color=style["color"],
+            marker=style["marker"],
+        )
         if np.isfinite(tuned):
             rows.append(dict(model=str(m), run="tuned", lam=0.0, kept_encoder_heads=total, bleu=tuned))
-            ax.plot([total], [tuned], linestyle="none", marker="*", markersize=12, color=style["color"],
-                    label=f"{m}, fine-tuned without gates")
-            ax.plot([total], [full], linestyle="none", marker=style["marker"], markerfacecolor="none",
-                    color=style["color"], label=f"{m}, unpruned (not fine-tuned)")
+            ax.plot(
+                [total],
+                [tuned],
+                linestyle="none",
+                marker="*",
+                markersize=12,
+                color=style["color"],
+                label=f"{m}, fine-tuned without gates",
+            )
+            ax.plot(
+                [total],
+                [full],
+                linestyle="none",
+                marker=style["marker"],
+                markerfacecolor="none",
+                color=style["color"],
+                label=f"{m}, unpruned (not fine-tuned)",
+            )
         for r, xi, yi in zip(runs, x, y):
-            ax.annotate(f"λ={float(ds.lam.sel(run=r)):g}", (xi, yi), fontsize=8, xytext=(3, 3),
-                        textcoords="offset points")
-    ax.set(xlabel="retained encoder heads", ylabel="BLEU (test, beam 4)",
-           title="pruning encoder self-attention heads")
+            ax.annotate(
+                f"λ={float(ds.lam.sel(run=r)):g}", (xi, yi), fontsize=8, xytext=(3, 3), textcoords="offset points"
+            )
+    ax.set(xlabel="retained encoder heads", ylabel="BLEU (test, beam 4)", title="pruning encoder self-attention heads")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.margins(x=0.12, y=0.15)
     legend_right(ax)
     return fig, pd.DataFrame(rows)
 
 
-
-
 def _encoder_runs(ds: xr.Dataset, model) -> list[tuple[str, float, int]]:
     """(run, lambda, kept encoder heads) of the encoder-only runs, most heads first."""
     enc = ds.kept.sel(model=model, attention="encoder_self")
-    runs = [(str(r), float(ds.lam.sel(run=r)), int(np.nansum(enc.sel(run=r)))) for r in ds.run.values
-            if str(ds.scope.sel(run=r).values) == "encoder" and np.isfinite(enc.sel(run=r)).any()]
+    runs = [
+        (str(r), float(ds.lam.sel(run=r)), int(np.nansum(enc.sel(run=r))))
+        for r in ds.run.values
+        if str(ds.scope.sel(run=r).values) == "encoder" and np.isfinite(enc.sel(run=r)).any()
+    ]
     return sorted(runs, key=lambda t: (-t[2], t[1]))
 
 
@@ -142,10 +178,17 @@ def pruning_roles(path):
         runs = _encoder_runs(ds, m)
         for k, role in enumerate(ROLES):
             y = [float(roles.heads.sel(model=m, run=r, role=role)) for r, _, _ in runs]
-            ax.bar(np.arange(len(runs)) + (k - (len(ROLES) - 1) / 2) * width, y, width=width, color=colors[role],
-                   label=role.replace("_", "-"))
-            rows += [dict(model=str(m), run=r, lam=lam, kept_encoder_heads=n, role=role, heads=v)
-                     for (r, lam, n), v in zip(runs, y)]
+            ax.bar(
+                np.arange(len(runs)) + (k - (len(ROLES) - 1) / 2) * width,
+                y,
+                width=width,
+                color=colors[role],
+                label=role.replace("_", "-"),
+            )
+            rows += [
+                dict(model=str(m), run=r, lam=lam, kept_encoder_heads=n, role=role, heads=v)
+                for (r, lam, n), v in zip(runs, y)
+            ]
         ax.set_xticks(range(len(runs)), [f"λ={lam:g}\n{n} kept" for _, lam, n in runs])
         ax.set(ylabel="retained encoder heads", title=f"{m}: roles of the retained heads")
         ax.yaxis.get_major_locator().set_params(integer=True)
@@ -171,8 +214,9 @@ def pruning_layers(path):
     if not pairs:
         return None
     pyplot = plt()
-    fig, axes = pyplot.subplots(1, len(ATTENTIONS), figsize=(6.4, 3.0), layout="constrained", sharey=True,
-                                squeeze=False)
+    fig, axes = pyplot.subplots(
+        1, len(ATTENTIONS), figsize=(6.4, 3.0), layout="constrained", sharey=True, squeeze=False
+    )
     several = len(ds.model) > 1
     rows = []
     for ax, attention in zip(axes[0], ATTENTIONS):
@@ -187,8 +231,10 @@ def pruning_layers(path):
             lam = float(ds.lam.sel(run=r))
             style = STYLES[i % len(STYLES)]
             ax.plot(layers, y, label=f"{m} λ={lam:g}" if several else f"λ={lam:g}", **style)
-            rows += [dict(model=str(m), run=str(r), lam=lam, attention=attention, layer=x, kept_heads=v, heads=n)
-                     for x, v, n in zip(layers, y, total[1])]
+            rows += [
+                dict(model=str(m), run=str(r), lam=lam, attention=attention, layer=x, kept_heads=v, heads=n)
+                for x, v, n in zip(layers, y, total[1])
+            ]
         if total is not None:
             ax.plot(*total, color="black", linestyle=":", linewidth=1, label="heads per layer")
             ax.set_xticks(total[0])

@@ -27,10 +27,12 @@ __all__ = ["LEVEL", "ARMS", "seed_interval", "recipe_seeds", "arm_values", "seed
 #: the two-sided level of the seed intervals
 LEVEL = 0.95
 #: the arms (:func:`arm_values`) and how the tables name them
-ARMS = {"pruned": "pruned (hard 0/1 layout) - fine-tuned without gates",
-        "continuous": "pruned (continuous test-time gate) - fine-tuned without gates",
-        "scratch": "layout from scratch - every head from scratch",
-        "d": "d = pruned arm - from-scratch arm"}
+ARMS = {
+    "pruned": "pruned (hard 0/1 layout) - fine-tuned without gates",
+    "continuous": "pruned (continuous test-time gate) - fine-tuned without gates",
+    "scratch": "layout from scratch - every head from scratch",
+    "d": "d = pruned arm - from-scratch arm",
+}
 
 
 def seed_interval(d, *, level: float = LEVEL) -> tuple[float, float, float]:
@@ -72,6 +74,7 @@ def recipe_seeds(ds) -> tuple[list[str], dict[str, str]]:
 def arm_values(ds, run, models, *, metric: str = "bleu") -> dict[str, np.ndarray]:
     """Each arm of :data:`ARMS` for ``run`` (one value per model of ``models``, in order; NaN where
     the run lacks it), ``metric`` "bleu" or "chrf"."""
+
     def get(var: str, by_run: bool) -> np.ndarray:
         if var not in ds:
             return np.full(len(models), np.nan)
@@ -81,8 +84,12 @@ def arm_values(ds, run, models, *, metric: str = "bleu") -> dict[str, np.ndarray
     tuned = get(f"{metric}_tuned", False)
     pruned = get(metric, True) - tuned
     scratch = get(f"{metric}_scratch", True) - get(f"{metric}_scratch_full", False)
-    return {"pruned": pruned, "continuous": get(f"{metric}_continuous", True) - tuned, "scratch": scratch,
-            "d": pruned - scratch}
+    return {
+        "pruned": pruned,
+        "continuous": get(f"{metric}_continuous", True) - tuned,
+        "scratch": scratch,
+        "d": pruned - scratch,
+    }
 
 
 def seed_rows(ds, *, level: float = LEVEL) -> tuple[list[list[str]], list[str]]:
@@ -92,13 +99,27 @@ def seed_rows(ds, *, level: float = LEVEL) -> tuple[list[list[str]], list[str]]:
     seeds, _ = recipe_seeds(ds)
     if len(seeds) < 2:
         return [], seeds
-    rows = [["lambda", "gated", "arm (BLEU difference)", f"mean [{level:.0%} t interval]",
-             "per seed (" + ", ".join(seeds) + ")"]]
+    rows = [
+        [
+            "lambda",
+            "gated",
+            "arm (BLEU difference)",
+            f"mean [{level:.0%} t interval]",
+            "per seed (" + ", ".join(seeds) + ")",
+        ]
+    ]
     for run in ds.run.values:
         for arm, x in arm_values(ds, run, seeds).items():
             if not np.isfinite(x).all():
                 continue
             mean, low, high = seed_interval(x, level=level)
-            rows.append([f"{float(ds.lam.sel(run=run)):g}", str(ds.scope.sel(run=run).values), ARMS[arm],
-                         f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]", ", ".join(f"{v:+.2f}" for v in x)])
+            rows.append(
+                [
+                    f"{float(ds.lam.sel(run=run)):g}",
+                    str(ds.scope.sel(run=run).values),
+                    ARMS[arm],
+                    f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]",
+                    ", ".join(f"{v:+.2f}" for v in x),
+                ]
+            )
     return rows, seeds

@@ -52,8 +52,17 @@ def maxima_per_key(alpha: np.ndarray, *, queries: np.ndarray) -> np.ndarray:
     return (amax[..., None] == np.arange(np.shape(alpha)[-1])).sum(-2)
 
 
-def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_tokens: int,
-               punctuation: str = "clark", torch_threads: int = 1, sentences: int | None = None) -> dict[str, Any]:
+def heads_task(
+    *,
+    store: str,
+    model: str,
+    spec: dict,
+    causal: bool,
+    max_batch_tokens: int,
+    punctuation: str = "clark",
+    torch_threads: int = 1,
+    sentences: int | None = None,
+) -> dict[str, Any]:
     """Per-head sums over every sentence of the analysis set, streamed: the model re-runs on
     the stored token ids (truncation included) in batches and no map is kept. Also the
     Spearman correlation of ||f(x)|| and of the attention a token receives with its
@@ -103,7 +112,7 @@ def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_to
             bos = np.arange(t) < n_prefix
             eos = np.arange(t) >= t - n_suffix
             punct = np.zeros(t, bool)
-            punct[n_prefix:t - n_suffix] = [is_punctuation(str(p), rule=punctuation) for p in token_str[rows]]
+            punct[n_prefix : t - n_suffix] = [is_punctuation(str(p), rule=punctuation) for p in token_str[rows]]
             alpha = np.asarray(att[:, b, :, :t, :t], dtype=np.float64)
             norm = np.asarray(norms["weighted_norm"][:, b, :, :t, :t], dtype=np.float64) if has_norms else None
             s, c, ns = head_sums(alpha, bos=bos, eos=eos, punct=punct, causal=causal, norm=norm)
@@ -124,10 +133,15 @@ def heads_task(*, store: str, model: str, spec: dict, causal: bool, max_batch_to
             if has_norms:
                 norm_sums += ns
                 value_norm.append(np.asarray(norms["value_norm"][:, b, :, :t], dtype=np.float64).mean(1)[:, content])
-                layer_norm_sums += special_shares(np.asarray(norms["summed_norm"][:, b, :t, :t], dtype=np.float64),
-                                                  bos=bos, eos=eos, punct=punct)
-    out: dict[str, Any] = {"sums": sums, "counts": counts, "sentences": len(sentences),
-                           "frequency": "train_count" if train_count is not None else "freq_rank"}
+                layer_norm_sums += special_shares(
+                    np.asarray(norms["summed_norm"][:, b, :t, :t], dtype=np.float64), bos=bos, eos=eos, punct=punct
+                )
+    out: dict[str, Any] = {
+        "sums": sums,
+        "counts": counts,
+        "sentences": len(sentences),
+        "frequency": "train_count" if train_count is not None else "freq_rank",
+    }
     spearman = np.full((L, 2), np.nan)
     r = np.concatenate(ranks)
     for j, values in enumerate((value_norm, received)):

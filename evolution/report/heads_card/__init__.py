@@ -14,7 +14,7 @@ gets "not measurable here" and says what is missing (docs/heads.md, "Verdicts").
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from evolution.report.heads_card.base import ALPHA, HeadRun
 from evolution.report.heads_card.clark import claim_broad_lower, claim_dependency_heads, claim_sinks_upper
@@ -26,8 +26,15 @@ from evolution.report.scorecard.base import Finding
 __all__ = ["head_verdicts", "has_head_groups", "CLAIMS", "ALPHA", "HeadRun"]
 
 CLAIMS: tuple[Callable[[HeadRun], Finding], ...] = (
-    claim_sinks_upper, claim_broad_lower, claim_dependency_heads, claim_roles_confident, claim_roles_relevant,
-    claim_pruned_beats_scratch, claim_small_norms, claim_norm_below_weight)
+    claim_sinks_upper,
+    claim_broad_lower,
+    claim_dependency_heads,
+    claim_roles_confident,
+    claim_roles_relevant,
+    claim_pruned_beats_scratch,
+    claim_small_norms,
+    claim_norm_below_weight,
+)
 
 
 def head_verdicts(path) -> list[Finding]:

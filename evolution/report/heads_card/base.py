@@ -32,8 +32,19 @@ from evolution.report.scorecard.base import FAILS, HOLDS, NA, Finding
 if TYPE_CHECKING:
     import xarray as xr
 
-__all__ = ["ALPHA", "NOT_SIGNIFICANT", "SINKS", "HeadRun", "Outcome", "rank_greater", "signed_rank_below", "halves",
-           "span", "verdict", "pfmt"]
+__all__ = [
+    "ALPHA",
+    "NOT_SIGNIFICANT",
+    "SINKS",
+    "HeadRun",
+    "Outcome",
+    "rank_greater",
+    "signed_rank_below",
+    "halves",
+    "span",
+    "verdict",
+    "pfmt",
+]
 
 #: one-sided level of every test of the head verdicts
 ALPHA = 0.05
@@ -85,7 +96,7 @@ def halves(layers) -> tuple[list[int], list[int]]:
     left out when L is odd)."""
     layers = [int(x) for x in layers]
     k = len(layers) // 2
-    return layers[:k], layers[len(layers) - k:]
+    return layers[:k], layers[len(layers) - k :]
 
 
 def span(layers: list[int]) -> str:
@@ -105,8 +116,18 @@ class Outcome:
     short: str = ""
 
 
-def verdict(label: str, claim: str, rule: str, outcomes: list[Outcome], left_out: dict[str, str], *,
-            missing: str = "", paper: str = "", figure: str = "", details: tuple[str, ...] = ()) -> Finding:
+def verdict(
+    label: str,
+    claim: str,
+    rule: str,
+    outcomes: list[Outcome],
+    left_out: dict[str, str],
+    *,
+    missing: str = "",
+    paper: str = "",
+    figure: str = "",
+    details: tuple[str, ...] = (),
+) -> Finding:
     """The claim's :class:`Finding` from the per-model ``outcomes`` (see the module's rule):
     ``measured`` the short numbers of each model, ``details`` each model's full text, then
     ``details``; ``left_out``: model -> why the claim does not concern it; ``missing``: why
@@ -125,8 +146,12 @@ def verdict(label: str, claim: str, rule: str, outcomes: list[Outcome], left_out
     undecided = [o for o in outcomes if o.verdict == NA]
     holds = [o.model for o in outcomes if o.verdict == HOLDS]
     if fails:
-        why = (f"does not hold for {len(fails)} of {n} models"
-               + (f" (holds for {', '.join(holds)})" if holds else "") + ": " + _reasons(fails))
+        why = (
+            f"does not hold for {len(fails)} of {n} models"
+            + (f" (holds for {', '.join(holds)})" if holds else "")
+            + ": "
+            + _reasons(fails)
+        )
         return out(measured, FAILS, "; ".join([why, *([gone] if gone else [])]))
     if undecided:
         why = f"undecided for {len(undecided)} of {n} models: " + _reasons(undecided)
@@ -135,17 +160,17 @@ def verdict(label: str, claim: str, rule: str, outcomes: list[Outcome], left_out
 
 
 def _reasons(outcomes: list[Outcome]) -> str:
-    """"reason (model, model); other reason (model)": each reason of ``outcomes`` (a why may
+    """ "reason (model, model); other reason (model)": each reason of ``outcomes`` (a why may
     join several with "; ") with the models it applies to."""
     by_reason: dict[str, list[str]] = {}
     for o in outcomes:
-        for reason in (o.why.split("; ") if o.why else ["see the measured values"]):
+        for reason in o.why.split("; ") if o.why else ["see the measured values"]:
             by_reason.setdefault(reason, []).append(o.model)
     return "; ".join(f"{reason} ({', '.join(ms)})" for reason, ms in by_reason.items())
 
 
 def _left_out(left_out: dict[str, str]) -> str:
-    """"left out: a, b (reason); c (other reason)", models grouped by their reason."""
+    """ "left out: a, b (reason); c (other reason)", models grouped by their reason."""
     if not left_out:
         return ""
     by_reason: dict[str, list[str]] = {}
@@ -167,8 +192,14 @@ class HeadRun:
         self.groups = {name: open_group(path, name) for name in self.GROUPS}
 
     @classmethod
-    def from_groups(cls, heads: xr.Dataset | None, dependency: xr.Dataset | None = None,
-                    importance: xr.Dataset | None = None, *, path: str = "") -> HeadRun:
+    def from_groups(
+        cls,
+        heads: xr.Dataset | None,
+        dependency: xr.Dataset | None = None,
+        importance: xr.Dataset | None = None,
+        *,
+        path: str = "",
+    ) -> HeadRun:
         """The verdicts' view of groups already in memory (e.g. rebuilt from a report's CSVs)."""
         run = cls.__new__(cls)
         run.path = path

@@ -20,8 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from evolution.report.heads_card.base import (ALPHA, NOT_SIGNIFICANT, SINKS, HeadRun, Outcome, pfmt,
-                                              signed_rank_below, verdict)
+from evolution.report.heads_card.base import (
+    ALPHA,
+    NOT_SIGNIFICANT,
+    SINKS,
+    HeadRun,
+    Outcome,
+    pfmt,
+    signed_rank_below,
+    verdict,
+)
 from evolution.report.scorecard.base import FAILS, HOLDS, NA, Finding, fmt
 
 __all__ = ["claim_small_norms", "claim_norm_below_weight", "RHO_MIN"]
@@ -32,9 +40,9 @@ RHO_MIN = 0.1
 
 PAPER = {
     "K1": "the tokens BERT weights most ([CLS], [SEP], periods, commas) have small ||f(x)||, and ||f(x)|| is smaller "
-          "for frequent words: it correlates positively with the frequency rank (Kobayashi et al. 2020, sec. 4)",
+    "for frequent words: it correlates positively with the frequency rank (Kobayashi et al. 2020, sec. 4)",
     "K2": "contrary to the weights, BERT pays poor attention to special tokens once the norms ||alpha f(x)|| are "
-          "counted (Kobayashi et al. 2020, abstract, sec. 4)",
+    "counted (Kobayashi et al. 2020, abstract, sec. 4)",
 }
 
 _SINKS = " + ".join(SINKS)
@@ -42,11 +50,13 @@ _SINKS = " + ".join(SINKS)
 
 def claim_small_norms(run: HeadRun) -> Finding:
     claim = "||f(x)|| is small for the sink tokens and for frequent words."
-    rule = (f"per model: (a) the sinks' ({_SINKS}) share of ||alpha f(x)|| (heads/norm_share) below their share of "
-            "the weight (heads/alpha_share), head by head, over the heads that attend to a sink: one-sided Wilcoxon "
-            f"signed-rank test, p < {ALPHA:g}; and (b) Spearman's rho of ||f(x)|| with the frequency rank "
-            "(heads/spearman value_norm; positive: rarer tokens have larger norms) averaged over the layers at least "
-            f"{RHO_MIN:g}; every model with norms")
+    rule = (
+        f"per model: (a) the sinks' ({_SINKS}) share of ||alpha f(x)|| (heads/norm_share) below their share of "
+        "the weight (heads/alpha_share), head by head, over the heads that attend to a sink: one-sided Wilcoxon "
+        f"signed-rank test, p < {ALPHA:g}; and (b) Spearman's rho of ||f(x)|| with the frequency rank "
+        "(heads/spearman value_norm; positive: rarer tokens have larger norms) averaged over the layers at least "
+        f"{RHO_MIN:g}; every model with norms"
+    )
     args = dict(paper=PAPER["K1"], figure="heads_special")
     if run.heads is None:
         return verdict("K1", claim, rule, [], {}, missing="no heads group in this run", **args)
@@ -69,9 +79,11 @@ def claim_small_norms(run: HeadRun) -> Finding:
             continue
         below, n, p, in_order = signed_rank_below(norm[ok] - alpha[ok])
         mean_rho = float(rho.mean())
-        text = (f"sinks' norm share below their weight share in {below} of {n} heads (signed rank p = {pfmt(p)}); "
-                f"Spearman(||f(x)||, rarity) {mean_rho:+.2f} averaged over layers ({rho.min():+.2f} to "
-                f"{rho.max():+.2f})")
+        text = (
+            f"sinks' norm share below their weight share in {below} of {n} heads (signed rank p = {pfmt(p)}); "
+            f"Spearman(||f(x)||, rarity) {mean_rho:+.2f} averaged over layers ({rho.min():+.2f} to "
+            f"{rho.max():+.2f})"
+        )
         reasons = []
         if not in_order:
             reasons.append("the sinks' norm shares are not below their weight shares")
@@ -87,9 +99,11 @@ def claim_small_norms(run: HeadRun) -> Finding:
 
 def claim_norm_below_weight(run: HeadRun) -> Finding:
     claim = "The sinks' share of the norms is below their share of the attention weights."
-    rule = (f"per model, in every layer whose heads give the sinks ({_SINKS}) some weight: their share of "
-            "||sum_h alpha f(x)|| (heads/layer_norm_share) below their share of the weight averaged over heads "
-            "(heads/layer_alpha_share); point values (no interval is stored); every model with norms")
+    rule = (
+        f"per model, in every layer whose heads give the sinks ({_SINKS}) some weight: their share of "
+        "||sum_h alpha f(x)|| (heads/layer_norm_share) below their share of the weight averaged over heads "
+        "(heads/layer_alpha_share); point values (no interval is stored); every model with norms"
+    )
     args = dict(paper=PAPER["K2"], figure="heads_special")
     if run.heads is None:
         return verdict("K2", claim, rule, [], {}, missing="no heads group in this run", **args)
@@ -110,13 +124,16 @@ def claim_norm_below_weight(run: HeadRun) -> Finding:
         rows = [(layers[i], float(norm[i]), float(alpha[i])) for i in np.flatnonzero(ok)]
         bad = [(x, nv, av) for x, nv, av in rows if not nv < av]
         worst = max(rows, key=lambda r: r[1] - r[2])
-        text = (f"norm share below weight share in {len(rows) - len(bad)} of {len(rows)} layers"
-                + (f" (not in layer(s) {', '.join(str(x) for x, _, _ in bad)})" if bad else "")
-                + f"; the least below: layer {worst[0]}, norm {fmt(worst[1], 3)} vs weight {fmt(worst[2], 3)}")
+        text = (
+            f"norm share below weight share in {len(rows) - len(bad)} of {len(rows)} layers"
+            + (f" (not in layer(s) {', '.join(str(x) for x, _, _ in bad)})" if bad else "")
+            + f"; the least below: layer {worst[0]}, norm {fmt(worst[1], 3)} vs weight {fmt(worst[2], 3)}"
+        )
         short = f"{len(rows) - len(bad)} of {len(rows)} layers"
         if bad:
-            outcomes.append(Outcome(m, FAILS, text, "the sinks' norm share reaches their weight share in some layer",
-                                    short))
+            outcomes.append(
+                Outcome(m, FAILS, text, "the sinks' norm share reaches their weight share in some layer", short)
+            )
         else:
             outcomes.append(Outcome(m, HOLDS, text, "", short))
     return verdict("K2", claim, rule, outcomes, left_out, **args)

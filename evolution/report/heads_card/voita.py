@@ -38,13 +38,15 @@ BATCH_PREFIX = "per-batch mask importance"
 
 PAPER = {
     "V1": "the most important and confident heads play consistent, often linguistically interpretable roles: "
-          "positional, syntactic, rare tokens (Voita et al. ACL 2019, abstract, sec. 5)",
+    "positional, syntactic, rare tokens (Voita et al. ACL 2019, abstract, sec. 5)",
     "V2": "the heads LRP finds most relevant are the confident ones and those with roles; the others can be pruned "
-          "with little loss (Voita et al. ACL 2019, sec. 4-6)",
+    "with little loss (Voita et al. ACL 2019, sec. 4-6)",
 }
 
-_ROLES = ("positional: >= heads.positional_share of maxima on one offset; syntactic: heads/syntactic for any relation; "
-          "rare-token: heads/rare_token_share >= {rare:g}")
+_ROLES = (
+    "positional: >= heads.positional_share of maxima on one offset; syntactic: heads/syntactic for any relation; "
+    "rare-token: heads/rare_token_share >= {rare:g}"
+)
 
 
 def _rare_share(run: HeadRun) -> float:
@@ -66,8 +68,10 @@ def _with_roles(run: HeadRun, model: str, values: np.ndarray, name: str) -> Outc
         return "every head has a role"
     a, p = rank_greater(x, y)
     kinds = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
-    text = (f"{len(x)} head(s) with a role ({kinds}) {name} {fmt(x.mean(), 3)} vs {len(y)} without "
-            f"{fmt(y.mean(), 3)}; A = {fmt(a)}, p = {pfmt(p)}")
+    text = (
+        f"{len(x)} head(s) with a role ({kinds}) {name} {fmt(x.mean(), 3)} vs {len(y)} without "
+        f"{fmt(y.mean(), 3)}; A = {fmt(a)}, p = {pfmt(p)}"
+    )
     short = f"A = {fmt(a)}, p = {pfmt(p)}"
     if a <= 0.5:
         return Outcome(model, FAILS, text, f"the heads with a role do not score higher on {name}", short)
@@ -79,17 +83,21 @@ def _version_note(run: HeadRun) -> tuple[str, ...]:
     ``confidence_with_sink`` measure beside ``confidence``)."""
     if "confidence_with_sink" in run.heads.measure.values:
         return ()
-    return ("this store predates heads analysis version 4 (docs/heads.md): its confidence is the largest weight on "
-            "any key, the sinks included, and its rare-token shares follow the earlier rule (first minimum, BOS "
-            "queries and annotated sentences counted)",)
+    return (
+        "this store predates heads analysis version 4 (docs/heads.md): its confidence is the largest weight on "
+        "any key, the sinks included, and its rare-token shares follow the earlier rule (first minimum, BOS "
+        "queries and annotated sentences counted)",
+    )
 
 
 def claim_roles_confident(run: HeadRun) -> Finding:
     claim = "The heads with a role (positional, syntactic, rare-token) are the confident ones."
     rare = _rare_share(run) if run.heads is not None else RARE_SHARE
-    rule = ("per model, the confidence (heads/value confidence: the mean largest weight on a content key) of the "
-            "heads with a role against the heads without one: one-sided Mann-Whitney over heads, "
-            f"p < {ALPHA:g}; roles: {_ROLES.format(rare=rare)}; every model with heads of both kinds")
+    rule = (
+        "per model, the confidence (heads/value confidence: the mean largest weight on a content key) of the "
+        "heads with a role against the heads without one: one-sided Mann-Whitney over heads, "
+        f"p < {ALPHA:g}; roles: {_ROLES.format(rare=rare)}; every model with heads of both kinds"
+    )
     args = dict(paper=PAPER["V1"], figure="heads_roles")
     if run.heads is None:
         return verdict("V1", claim, rule, [], {}, missing="no heads group in this run", **args)
@@ -102,8 +110,11 @@ def claim_roles_confident(run: HeadRun) -> Finding:
             left_out[m] = got
         else:
             outcomes.append(got)
-    missing = "" if any(v in run.heads for v in ("positional", "syntactic", "rare_token_share")) else \
-        "the heads group stores no head role (positional, syntactic, rare_token_share)"
+    missing = (
+        ""
+        if any(v in run.heads for v in ("positional", "syntactic", "rare_token_share"))
+        else "the heads group stores no head role (positional, syntactic, rare_token_share)"
+    )
     return verdict("V1", claim, rule, outcomes, left_out, missing=missing, details=_version_note(run), **args)
 
 
@@ -136,8 +147,9 @@ def _importance(run: HeadRun, model: str) -> tuple[np.ndarray, str] | str:
     return normalize_by_layer(raw), "mask importance"
 
 
-def _per_batch(run: HeadRun, claim: str, rule: str, outcomes: list[Outcome], names: dict[str, str],
-               left_out: dict[str, str]) -> str | None:
+def _per_batch(
+    run: HeadRun, claim: str, rule: str, outcomes: list[Outcome], names: dict[str, str], left_out: dict[str, str]
+) -> str | None:
     """V2's line on the per-batch estimator (``importance_batch``, normalised per layer): the
     verdict with each mask-importance model's per-batch outcome in place of its per-sentence
     one (``outcomes``, read from ``names[model]``), the LRP outcomes kept; None when the store
@@ -155,8 +167,11 @@ def _per_batch(run: HeadRun, claim: str, rule: str, outcomes: list[Outcome], nam
             lrp.append(o.model)
             continue
         raw = _read(run, o.model, "importance_batch")
-        got = "no per-batch importance stored (its unit predates heads_importance version 3)" if raw is None \
+        got = (
+            "no per-batch importance stored (its unit predates heads_importance version 3)"
+            if raw is None
             else _with_roles(run, o.model, normalize_by_layer(raw), BATCH_PREFIX)
+        )
         if isinstance(got, str):
             gone[o.model] = got
             texts.append(f"{o.model}: left out ({got})")
@@ -165,8 +180,10 @@ def _per_batch(run: HeadRun, claim: str, rule: str, outcomes: list[Outcome], nam
         texts.append(f"{o.model}: {got.verdict} ({got.short}; per sentence: {o.verdict})")
     b = verdict("V2", claim, rule, batch, gone)
     if lrp:
-        texts.append(f"{', '.join(lrp)}: {'reads' if len(lrp) == 1 else 'read'} LRP relevance (translation "
-                     f"{'model' if len(lrp) == 1 else 'models'}), unaffected")
+        texts.append(
+            f"{', '.join(lrp)}: {'reads' if len(lrp) == 1 else 'read'} LRP relevance (translation "
+            f"{'model' if len(lrp) == 1 else 'models'}), unaffected"
+        )
     if not any(names[o.model] == "mask importance" for o in outcomes):
         texts.append("no model reads mask importance")
     return f"{head}: {b.verdict}; " + "; ".join(texts)
@@ -176,14 +193,24 @@ def claim_roles_relevant(run: HeadRun) -> Finding:
     from scipy.stats import spearmanr
 
     claim = "Where head importance is measured, the heads with a role are the relevant ones."
-    rule = ("per model with heads_importance, the encoder self-attention heads' LRP relevance (share of the layer; "
-            "translation models), else their mask importance (Michel et al. 2019) divided by its l2 norm over the "
-            "layer's heads: the heads with a role against those without one, one-sided Mann-Whitney over heads, "
-            f"p < {ALPHA:g}; roles as in V1; every model with importance and heads of both kinds")
+    rule = (
+        "per model with heads_importance, the encoder self-attention heads' LRP relevance (share of the layer; "
+        "translation models), else their mask importance (Michel et al. 2019) divided by its l2 norm over the "
+        "layer's heads: the heads with a role against those without one, one-sided Mann-Whitney over heads, "
+        f"p < {ALPHA:g}; roles as in V1; every model with importance and heads of both kinds"
+    )
     args = dict(paper=PAPER["V2"], figure="heads_importance")
     if run.importance is None:
-        return verdict("V2", claim, rule, [], {}, missing="no heads_importance group in this run (metrics.importance "
-                                                          "is off, or no model computes its own loss)", **args)
+        return verdict(
+            "V2",
+            claim,
+            rule,
+            [],
+            {},
+            missing="no heads_importance group in this run (metrics.importance "
+            "is off, or no model computes its own loss)",
+            **args,
+        )
     if run.heads is None or not run.has_measures("entropy"):
         return verdict("V2", claim, rule, [], {}, missing="no heads group in this run (the roles)", **args)
     outcomes, left_out, details, names = [], {}, list(_version_note(run)), {}
@@ -207,8 +234,10 @@ def claim_roles_relevant(run: HeadRun) -> Finding:
             ok = np.isfinite(conf) & np.isfinite(values)
             if ok.sum() > 2:
                 res = spearmanr(values[ok], conf[ok], alternative="greater")
-                details.append(f"{m}: Spearman({name}, confidence) {float(res.statistic):+.2f} over {int(ok.sum())} "
-                               f"heads, one-sided p = {pfmt(float(res.pvalue))}")
+                details.append(
+                    f"{m}: Spearman({name}, confidence) {float(res.statistic):+.2f} over {int(ok.sum())} "
+                    f"heads, one-sided p = {pfmt(float(res.pvalue))}"
+                )
     line = _per_batch(run, claim, rule, outcomes, names, left_out)
     if line is not None:
         details.append(line)

@@ -12,22 +12,50 @@ without what a claim needs gets "not measurable here" and says what is missing.
 
 from __future__ import annotations
 
-from evolution.report.scorecard.base import (FAILS, HOLDS, NA, SATURATION, SD_FACTOR, VERDICTS, ClaimFn, Finding,
-                                             Run)
+from evolution.report.scorecard.base import FAILS, HOLDS, NA, SATURATION, SD_FACTOR, VERDICTS, ClaimFn, Finding, Run
 from evolution.report.scorecard.influence_claims import claim_rare_influence
-from evolution.report.scorecard.mi_claims import (claim_lm_input_falls, claim_lm_output_rises, claim_mlm_corrupted,
-                                                  claim_mlm_input_recovers, claim_mt_keeps_identity)
+from evolution.report.scorecard.mi_claims import (
+    claim_lm_input_falls,
+    claim_lm_output_rises,
+    claim_mlm_corrupted,
+    claim_mlm_input_recovers,
+    claim_mt_keeps_identity,
+)
 from evolution.report.scorecard.neighbor_claims import claim_lm_left_context, claim_mt_position, claim_same_token_order
-from evolution.report.scorecard.similarity_claims import (claim_frequent_change_more, claim_lm_mt_farthest,
-                                                          claim_seeds_closer)
+from evolution.report.scorecard.similarity_claims import (
+    claim_frequent_change_more,
+    claim_lm_mt_farthest,
+    claim_seeds_closer,
+)
 
-__all__ = ["Finding", "Run", "scorecard", "scorecard_table", "CLAIMS", "VERDICTS", "HOLDS", "FAILS", "NA",
-           "SD_FACTOR", "SATURATION"]
+__all__ = [
+    "Finding",
+    "Run",
+    "scorecard",
+    "scorecard_table",
+    "CLAIMS",
+    "VERDICTS",
+    "HOLDS",
+    "FAILS",
+    "NA",
+    "SD_FACTOR",
+    "SATURATION",
+]
 
 CLAIMS: tuple[ClaimFn, ...] = (
-    claim_lm_input_falls, claim_mlm_input_recovers, claim_mt_keeps_identity, claim_lm_output_rises,
-    claim_mlm_corrupted, claim_same_token_order, claim_mt_position, claim_lm_left_context, claim_lm_mt_farthest,
-    claim_seeds_closer, claim_frequent_change_more, claim_rare_influence)
+    claim_lm_input_falls,
+    claim_mlm_input_recovers,
+    claim_mt_keeps_identity,
+    claim_lm_output_rises,
+    claim_mlm_corrupted,
+    claim_same_token_order,
+    claim_mt_position,
+    claim_lm_left_context,
+    claim_lm_mt_farthest,
+    claim_seeds_closer,
+    claim_frequent_change_more,
+    claim_rare_influence,
+)
 
 _NO_INTERVAL = "no bootstrap interval in this run: point values only"
 
@@ -52,6 +80,5 @@ def scorecard_table(findings: list[Finding]) -> list[list[str]]:
     """Rows (header first): claim, paper's value, measured, verdict (and why)."""
     rows = [["#", "claim (Voita et al. 2019)", "paper", "measured", "verdict"]]
     for f in findings:
-        rows.append([f.label, f.claim, f.paper or "-", f.measured or "-",
-                     f.verdict + (f" ({f.why})" if f.why else "")])
+        rows.append([f.label, f.claim, f.paper or "-", f.measured or "-", f.verdict + (f" ({f.why})" if f.why else "")])
     return rows

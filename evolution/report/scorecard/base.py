@@ -20,13 +20,26 @@ the other seeds are its replicates, ``token_dropout > 0`` marks claim 12's contr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import numpy as np
 
-__all__ = ["Finding", "Run", "VERDICTS", "HOLDS", "FAILS", "NA", "SD_FACTOR", "SATURATION", "Z95", "fmt",
-           "threshold", "separate", "ClaimFn"]
+__all__ = [
+    "Finding",
+    "Run",
+    "VERDICTS",
+    "HOLDS",
+    "FAILS",
+    "NA",
+    "SD_FACTOR",
+    "SATURATION",
+    "Z95",
+    "fmt",
+    "threshold",
+    "separate",
+    "ClaimFn",
+]
 
 VERDICTS = ("holds", "does not hold", "not measurable here")
 HOLDS, FAILS, NA = VERDICTS
@@ -124,8 +137,11 @@ class Run:
     # roles -----------------------------------------------------------------------------------
     def replicates(self, objective: str) -> list[str]:
         """Models of ``objective`` without token dropout, the base model (the config's seed) first."""
-        models = [m for m, o in self.objectives.items() if o == objective
-                  and self.runs.get(m, {}).get("token_dropout", 0.0) == 0.0]
+        models = [
+            m
+            for m, o in self.objectives.items()
+            if o == objective and self.runs.get(m, {}).get("token_dropout", 0.0) == 0.0
+        ]
         return sorted(models, key=lambda m: self.runs.get(m, {}).get("seed", self.seed) != self.seed)
 
     def base(self, objective: str) -> str | None:
@@ -133,8 +149,11 @@ class Run:
         return r[0] if r else None
 
     def token_dropout(self, objective: str) -> list[str]:
-        return [m for m, o in self.objectives.items() if o == objective
-                and self.runs.get(m, {}).get("token_dropout", 0.0) > 0]
+        return [
+            m
+            for m, o in self.objectives.items()
+            if o == objective and self.runs.get(m, {}).get("token_dropout", 0.0) > 0
+        ]
 
     # MI ----------------------------------------------------------------------------------------
     def mi(self, model: str, target: str) -> MICurve | None:
@@ -154,8 +173,9 @@ class Run:
         shuffled = ds.mi_shuffled.sel(**sel).values if "mi_shuffled" in ds else np.zeros_like(mean)
         value = ds.mi_corrected.sel(**sel).values if "mi_corrected" in ds else mean - shuffled
         entropy = float(ds.entropy.sel(**sel))
-        has_interval = "mi_corrected_interval" in ds and np.isfinite(
-            ds.mi_corrected_interval.sel(**sel).values[keep]).all()
+        has_interval = (
+            "mi_corrected_interval" in ds and np.isfinite(ds.mi_corrected_interval.sel(**sel).values[keep]).all()
+        )
         if has_interval:
             iv = ds.mi_corrected_interval.sel(**sel)
             sd_sentences = (iv.sel(bound="high").values - iv.sel(bound="low").values) / (2 * Z95)
@@ -205,8 +225,13 @@ class Run:
         d = ds.distance.sel(metric="pwcca")
         if layer not in d.layer_a.values:
             return float("nan")
-        return float((d.sel(model_a=a, model_b=b, layer_a=layer, layer_b=layer)
-                      + d.sel(model_a=b, model_b=a, layer_a=layer, layer_b=layer)) / 2)
+        return float(
+            (
+                d.sel(model_a=a, model_b=b, layer_a=layer, layer_b=layer)
+                + d.sel(model_a=b, model_b=a, layer_a=layer, layer_b=layer)
+            )
+            / 2
+        )
 
     def distance_interval(self, a: str, b: str, layer: int) -> tuple[float, float] | None:
         """The bootstrap interval of :meth:`distance`, when the run stored one."""
@@ -227,6 +252,9 @@ class Run:
         if ds is None:
             return None
         d = ds.distance.sel(metric=ds.metric.values[0])
-        layers = [int(max(d.layer_a.values[~np.isnan(d.sel(model_a=m, model_b=m).values.diagonal())], default=-1))
-                  for m in models if m in d.model_a.values]
+        layers = [
+            int(max(d.layer_a.values[~np.isnan(d.sel(model_a=m, model_b=m).values.diagonal())], default=-1))
+            for m in models
+            if m in d.model_a.values
+        ]
         return min(layers) if layers and min(layers) >= 0 else None

@@ -38,15 +38,18 @@ def _profile(run: Run, model: str):
 
 
 def claim_rare_influence(run: Run) -> Finding:
-    claim = ("Rare tokens influence other tokens most at layer 1 in MT and LM, and input token dropout removes that.")
-    rule = ("influence (PWCCA) of masking a token, by frequency-rank bin, for MT and LM: in every seed replicate the "
-            "rarest filled bin has the largest layer-1 influence of all bins (its 95% interval above the most frequent "
-            "bin's) and peaks at layer 1; in the model with input token dropout its layer-1 influence is below the base "
-            "model's by more than the seed replicates' spread, and it is no longer the top bin")
+    claim = "Rare tokens influence other tokens most at layer 1 in MT and LM, and input token dropout removes that."
+    rule = (
+        "influence (PWCCA) of masking a token, by frequency-rank bin, for MT and LM: in every seed replicate the "
+        "rarest filled bin has the largest layer-1 influence of all bins (its 95% interval above the most frequent "
+        "bin's) and peaks at layer 1; in the model with input token dropout its layer-1 influence is below the base "
+        "model's by more than the seed replicates' spread, and it is no longer the top bin"
+    )
 
     def out(measured: str, verdict: str, why: str = "", details: tuple[str, ...] = ()) -> Finding:
-        return Finding(12, claim, rule, measured, verdict, why, paper=str(PAPER[12]), figure="influence_pwcca",
-                       details=details)
+        return Finding(
+            12, claim, rule, measured, verdict, why, paper=str(PAPER[12]), figure="influence_pwcca", details=details
+        )
 
     ds = run.groups["influence"]
     if ds is None or "pwcca" not in ds.metric.values:
@@ -69,13 +72,23 @@ def claim_rare_influence(run: Run) -> Finding:
             apart = iv is None or separate(iv[0, rare, 0], iv[0, frequent, 1])
             if iv is None:
                 run.missing_intervals = True
-            parts.append(f"{m}: layer 1 rare {d[0, rare]:.2e} vs frequent {d[0, frequent]:.2e}"
-                         + (f" [{iv[0, rare, 0]:.2e}, {iv[0, rare, 1]:.2e}] vs [{iv[0, frequent, 0]:.2e}, "
-                            f"{iv[0, frequent, 1]:.2e}]" if iv is not None else "")
-                         + f"; top bin {ds.freq_bin.values[top]}; rare peaks at layer {peak + 1}")
+            parts.append(
+                f"{m}: layer 1 rare {d[0, rare]:.2e} vs frequent {d[0, frequent]:.2e}"
+                + (
+                    f" [{iv[0, rare, 0]:.2e}, {iv[0, rare, 1]:.2e}] vs [{iv[0, frequent, 0]:.2e}, "
+                    f"{iv[0, frequent, 1]:.2e}]"
+                    if iv is not None
+                    else ""
+                )
+                + f"; top bin {ds.freq_bin.values[top]}; rare peaks at layer {peak + 1}"
+            )
             if samples is not None:
-                details.append(f"{m}: masked occurrences per bin " + ", ".join(
-                    f"{b} {int(s)}" for b, s in zip(ds.freq_bin.values, samples) if np.isfinite(s) and s > 0))
+                details.append(
+                    f"{m}: masked occurrences per bin "
+                    + ", ".join(
+                        f"{b} {int(s)}" for b, s in zip(ds.freq_bin.values, samples) if np.isfinite(s) and s > 0
+                    )
+                )
             if top != rare:
                 ok = False
                 reasons.append(f"{m}: the rare bin is not the most influential at layer 1")
@@ -91,7 +104,7 @@ def claim_rare_influence(run: Run) -> Finding:
             missing.append(f"no {objective.upper()} with input token dropout (train.token_dropout)")
             verdicts.append(ok)
             continue
-        spread = [abs(rare_l1[a] - rare_l1[b]) for i, a in enumerate(rare_l1) for b in list(rare_l1)[i + 1:]]
+        spread = [abs(rare_l1[a] - rare_l1[b]) for i, a in enumerate(rare_l1) for b in list(rare_l1)[i + 1 :]]
         if not spread:
             missing.append(f"no {objective.upper()} seed replicate to measure the seed spread of influence")
             verdicts.append(ok)
@@ -102,8 +115,10 @@ def claim_rare_influence(run: Run) -> Finding:
             reference = rare_l1.get(base, float(np.mean(list(rare_l1.values()))))
             fall = reference - d[0, rare]
             still_top = int(np.nanargmax(d[0])) == rare
-            parts.append(f"{m}: layer 1 rare {d[0, rare]:.2e} ({fall:+.2e} below {base}; seed spread "
-                         f"{spread_max:.2e}); top bin {ds.freq_bin.values[int(np.nanargmax(d[0]))]}")
+            parts.append(
+                f"{m}: layer 1 rare {d[0, rare]:.2e} ({fall:+.2e} below {base}; seed spread "
+                f"{spread_max:.2e}); top bin {ds.freq_bin.values[int(np.nanargmax(d[0]))]}"
+            )
             if not fall > spread_max:
                 ok = False
                 reasons.append(f"{m}: the rare bin's layer-1 influence does not fall beyond the seed spread")
