@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from evolution.config import MetricsConfig, ModelConfig, TrainConfig, TrajectoryConfig
+from evolution.config import ModelConfig, TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,6 @@ __all__ = [
     "series_rows",
     "checkpoint_models",
     "final_of",
-    "snapshot_config",
     "first_holds",
     "head_roles",
     "collect",
@@ -118,23 +117,6 @@ def checkpoint_models(rows: Sequence[Row]) -> dict[int, list[ModelConfig]]:
 def final_of(rows: Sequence[Row]) -> dict[str, ModelConfig]:
     """``member name -> the final model of its row``: what each snapshot model is compared with."""
     return {m.name: r.final for r in rows for m in r.members.values()}
-
-
-def snapshot_config(metrics: MetricsConfig, trajectory: TrajectoryConfig) -> MetricsConfig:
-    """The ``metrics`` section of one snapshot: the analyses of ``trajectory.analyses`` with the
-    run's settings, every other one off, and no bootstrap unless ``trajectory.intervals``."""
-    off = {
-        s: None
-        for s in ("mi", "neighbors", "similarity", "tsne", "influence", "heads", "importance", "probes", "pruning")
-        if s not in trajectory.analyses
-    }
-    out = metrics.model_copy(update={**off, "trajectory": None, "store": None})
-    if not trajectory.intervals:
-        for section in ("mi", "neighbors", "similarity"):
-            cfg = getattr(out, section)
-            if cfg is not None:
-                out = out.model_copy(update={section: cfg.model_copy(update={"bootstrap": 0})})
-    return out
 
 
 def first_holds(verdicts: Sequence[str], updates: Sequence[int]) -> tuple[int | None, int | None]:

@@ -220,7 +220,7 @@ def test_a_resumed_fairseq_checkpoint_records_the_updates_of_its_last_history_en
 def _roles_by_loop(flags, steps):
     """head_roles, one head at a time: the first analysed step with the flag, and whether every
     analysed step from there on has it."""
-    known = [(f, u) for f, u in zip(flags, steps) if f is not None]
+    known = [(f, u) for f, u in zip(flags, steps, strict=True) if f is not None]
     first = np.full(known[0][0].shape, -1)
     kept = np.zeros(known[0][0].shape, dtype=bool)
     for idx in np.ndindex(first.shape):
@@ -253,7 +253,7 @@ def test_head_roles_against_a_plain_loop():
 
 def test_a_snapshot_has_the_trajectorys_analyses_with_a_bootstrap_only_with_intervals():
     from evolution.config import MetricsConfig, TrajectoryConfig
-    from evolution.trajectory import snapshot_config
+    from evolution.snapshots import snapshot_config
 
     metrics = MetricsConfig()
     assert (metrics.mi.bootstrap, metrics.neighbors.bootstrap, metrics.similarity.bootstrap) == (200, 200, 20)

@@ -239,3 +239,51 @@ def test_intervals_per_step_only_where_asked(run, series, tmp_path):
         curves["mi_input_interval"].sel(series="gpt2", checkpoint=80),
         (mi["mi_mean_interval"] / mi["entropy"]).sel(target="input"),
     )
+
+
+LEAVE_OUT = """workdir: leave-out
+corpus: {{source: text, path: genesis.txt, max_sentences: 120}}
+extract: {{attention: {{sentences: 40}}}}
+models:
+  - {{name: g, kind: huggingface, checkpoints: "ckpt/gpt2/step[08]*"}}
+metrics:
+  tokens: {{top: 30, min_count: 5}}
+  mi: {{k: 10, restarts: 1, bootstrap: 0}}
+  neighbors: {{k: 5, max_per_type: 30, bootstrap: 0}}
+  similarity: {{sentences: 100, bootstrap: 0, equal_bins: 0}}
+  tsne: null
+  influence: null
+  trajectory: {{analyses: {analyses}}}
+report: {{views: null}}
+"""
+
+
+def test_the_pipeline_route_with_each_analysis_left_out(series):
+    """metrics.trajectory.analyses without one of its analyses: the run finishes, the snapshot has
+    every other analysis's group and not the one left out, and each layer's distance to the final
+    member is the same as with all four (it reads the similarity sentences whether or not the
+    similarity analysis runs on the snapshot)."""
+    from evolution.analyses.plotting import open_group
+    from evolution.config import load_config
+    from pipelines.run import main
+    from pipelines.stages import Context, TrajectoryStage
+
+    every = ["mi", "neighbors", "similarity", "heads"]
+    groups = {"mi": "mi", "neighbors": "neighbors", "similarity": "similarity", "heads": "heads"}
+    distances = {}
+    for left_out in [None, *every]:
+        analyses = [a for a in every if a != left_out]
+        path = series / f"leave-out-{left_out}.yaml"
+        path.write_text(LEAVE_OUT.format(analyses="[" + ", ".join(analyses) + "]"), encoding="utf-8")
+        assert main([str(path), "--no-progress"]) == 0, left_out
+        ctx = Context(config=load_config(path))
+        assert sorted(TrajectoryStage().checkpoints(ctx)) == [0]  # g@0 against the final g@80
+        snapshot = TrajectoryStage().snapshot(ctx, 0)
+        for a in every:
+            present = open_group(snapshot, groups[a]) is not None
+            assert present == (a != left_out), (left_out, a)
+        d = open_group(snapshot, "to_final")["distance"].sel(model="g@0")
+        assert np.isfinite(d.values).all() and (d.values > 0).all(), left_out
+        distances[left_out] = d.values
+    for left_out in every:
+        np.testing.assert_allclose(distances[left_out], distances[None], rtol=0, atol=1e-12, err_msg=left_out)

@@ -17,7 +17,7 @@ from evolution.analyses.neighbors import Neighbors
 from evolution.analyses.similarity import Similarity
 from evolution.analyses.tsne import TSNE
 
-__all__ = ["ANALYSES", "Analysis", "Inputs", "ModelInputs", "Unit", "enabled", "figures"]
+__all__ = ["ANALYSES", "SECTIONS", "Analysis", "Inputs", "ModelInputs", "Unit", "enabled", "figures"]
 
 #: Every analysis, in the order of the report.
 ANALYSES: tuple[Analysis, ...] = (
@@ -32,6 +32,12 @@ ANALYSES: tuple[Analysis, ...] = (
     HeadProbes(),
     HeadPruning(),
 )
+
+
+#: The ``metrics`` config sections the analyses read, in report order, each once (an analysis
+#: names its own as :attr:`~evolution.analyses.base.Analysis.section`): the API's sections and
+#: the sections a trajectory snapshot turns off come from here, so a new analysis needs no other list.
+SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(a.section for a in ANALYSES if a.section is not None))
 
 
 def enabled(config) -> list[Analysis]:

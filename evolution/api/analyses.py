@@ -40,7 +40,6 @@ logger = logging.getLogger(__name__)
 
 #: the token selection of the API's MI and neighbours unless ``tokens=`` says otherwise
 API_TOKENS = {"top": 100, "min_count": 5}
-_SECTIONS = ("mi", "neighbors", "similarity", "tsne", "influence", "heads", "importance", "probes", "pruning")
 
 
 def metrics_config(sections: dict[str, dict | None], *, tokens: dict | None = None):
@@ -50,12 +49,13 @@ def metrics_config(sections: dict[str, dict | None], *, tokens: dict | None = No
 
     from pydantic import ValidationError
 
+    from evolution.analyses import SECTIONS
     from evolution.config import ConfigError, MetricsConfig
 
-    unknown = sorted(set(sections) - set(_SECTIONS))
+    unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
-        raise ValueError(f"unknown analyses {unknown}; these exist: {list(_SECTIONS)}")
-    raw = {s: None for s in _SECTIONS}
+        raise ValueError(f"unknown analyses {unknown}; these exist: {list(SECTIONS)}")
+    raw = {s: None for s in SECTIONS}
     raw.update({s: (o or {}) for s, o in sections.items()})
     raw["tokens"] = tokens or API_TOKENS
     try:
@@ -75,10 +75,15 @@ def inputs_of(
     """The analyses' :class:`~evolution.analyses.base.Inputs` for ``models`` of ``reps`` under the
     ``metrics`` sections given (others off; :func:`metrics_config`), its ``config`` the validated
     ``MetricsConfig``."""
+    return inputs_for(reps, metrics_config(sections, tokens=tokens), seed=seed, models=models)
+
+
+def inputs_for(reps: Representations, config, *, seed: int = 0, models: list[str] | None = None):
+    """The analyses' :class:`~evolution.analyses.base.Inputs` for ``models`` of ``reps`` under the
+    validated ``MetricsConfig`` ``config`` (:func:`inputs_of` builds it from sections)."""
     from evolution import location
     from evolution.analyses.inputs import ModelSource, load_inputs
 
-    config = metrics_config(sections, tokens=tokens)
     names = list(models) if models is not None else list(reps.specs)
     unknown_models = [n for n in names if n not in reps.specs]
     if unknown_models or not names:
@@ -133,12 +138,12 @@ def analyse(
     inputs = inputs_of(reps, sections, tokens=tokens, seed=seed, models=models)
     config = inputs.config
     if config.similarity is not None:
-        _check_similarity(inputs, config.similarity)
+        check_similarity(inputs, config.similarity)
     wanted = [a for a in ANALYSES if a.enabled(config)]
     return run_analyses(wanted, inputs, cache=reps.cache, client=client, progress=progress)
 
 
-def _check_similarity(inputs, scfg) -> None:
+def check_similarity(inputs, scfg) -> None:
     """PWCCA / CKA need at least ``min_ratio`` x d occurrences: a model with fewer would be left
     NaN; refuse it here, naming the model, the counts and the fixes."""
     for m in inputs.models.values():

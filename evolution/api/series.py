@@ -147,12 +147,12 @@ def trajectory(
     from pydantic import ValidationError
 
     from evolution.analyses.runner import run_analyses
-    from evolution.analyses.to_final import ToFinal
-    from evolution.api.analyses import analyse, inputs_of, metrics_config
+    from evolution.api.analyses import analyse, check_similarity, inputs_for, metrics_config
     from evolution.api.represent import represent
     from evolution.config import ConfigError, ModelConfig, TrajectoryConfig
     from evolution.metrics.results import write_metrics
-    from evolution.trajectory import Row, checkpoint_models, collect, final_of, snapshot_config
+    from evolution.snapshots import run_snapshots
+    from evolution.trajectory import Row, collect
 
     group = [series] if isinstance(series, Series) else list(series)
     if not group or not all(isinstance(s, Series) for s in group):
@@ -168,9 +168,7 @@ def trajectory(
     except ValidationError as exc:
         raise ConfigError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
     final_sections = {a: options.get(a, {}) for a in analyses}
-    # a snapshot's sections as the pipeline's (evolution.trajectory.snapshot_config): no bootstrap unless intervals
-    snapshot = snapshot_config(metrics_config(final_sections, tokens=tokens), plan)
-    snapshot_sections = {a: getattr(snapshot, a).model_dump(mode="json") for a in analyses}
+    final_config = metrics_config(final_sections, tokens=tokens)
 
     def config_of(m: Model) -> ModelConfig:
         return ModelConfig.model_validate({k: v for k, v in m.spec.items() if k != "device"})
@@ -198,25 +196,26 @@ def trajectory(
             analyse(reps, final_sections, models=[s.final.name for s in group], **kw),
             fingerprint="api",
         )
-        finals = final_of(rows)
-        snapshots = {}
-        for step, members in checkpoint_models(rows).items():
-            names = [m.name for m in members]
-            datasets = analyse(reps, snapshot_sections, models=names, **kw)
-            inputs = inputs_of(
-                reps,
-                {"similarity": options.get("similarity", {})},
-                models=[*names, *sorted({finals[n].name for n in names})],
-                tokens=tokens,
-                seed=seed,
-            )
-            inputs.attrs["finals"] = {n: finals[n].name for n in names}
-            datasets.update(run_analyses([ToFinal(plan.methods)], inputs, cache=reps.cache, progress=progress))
-            for ds in datasets.values():
-                ds.attrs["update"] = step
-            snapshots[step] = root / "trajectory" / f"update-{step}" / "metrics.zarr"
-            write_metrics(str(snapshots[step]), datasets, fingerprint="api")
-            logger.info("trajectory: step %d (%s)", step, ", ".join(names))
+
+        def run(wanted, inputs):
+            if any(a.name == "similarity" for a in wanted):
+                check_similarity(inputs, inputs.config.similarity)
+            return run_analyses(wanted, inputs, cache=reps.cache, progress=progress)
+
+        def write(step, datasets):
+            path = root / "trajectory" / f"update-{step}" / "metrics.zarr"
+            write_metrics(str(path), datasets, fingerprint="api")
+            return path
+
+        # the pipeline's snapshot loop (evolution.snapshots): no bootstrap unless intervals
+        snapshots = run_snapshots(
+            rows,
+            metrics=final_config,
+            trajectory=plan,
+            inputs=lambda names, config: inputs_for(reps, config, seed=seed, models=names),
+            run=run,
+            write=write,
+        )
         groups = collect(final_path, snapshots, rows=rows)
         return {k: v.load() for k, v in groups.items()}
     finally:

@@ -5,7 +5,6 @@ then ``trajectory.zarr``. Does nothing without ``metrics.trajectory``."""
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 from evolution.provenance import config_hash
@@ -49,7 +48,8 @@ class TrajectoryStage(Stage):
 
     def _snapshot_key(self, ctx: Context, update: int) -> str:
         from evolution.analyses import enabled
-        from evolution.trajectory import final_of, snapshot_config
+        from evolution.snapshots import snapshot_config
+        from evolution.trajectory import final_of
 
         cfg = ctx.config
         metrics = snapshot_config(cfg.metrics, cfg.metrics.trajectory)
@@ -103,11 +103,10 @@ class TrajectoryStage(Stage):
         )
 
     def run(self, ctx: Context) -> None:
-        from evolution.analyses import enabled
         from evolution.analyses.runner import run_analyses
-        from evolution.analyses.to_final import ToFinal
         from evolution.metrics.results import write_metrics
-        from evolution.trajectory import collect, final_of, snapshot_config
+        from evolution.snapshots import run_snapshots
+        from evolution.trajectory import collect
 
         if not self.pending(ctx):
             if self.checkpoints(ctx):
@@ -120,51 +119,43 @@ class TrajectoryStage(Stage):
             return
         cfg, metrics_stage = ctx.config, MetricsStage()
         trajectory = cfg.metrics.trajectory
-        metrics = snapshot_config(cfg.metrics, trajectory)
+        assert trajectory is not None  # pending() is empty without it
         rows = self.rows(ctx)
-        finals = final_of(rows)
         extra = [r.final for r in rows if r.final.name not in {x.name for x in cfg.models}]
         if extra:  # the final model of an objective that the config does not analyse itself
             ExtractStage().extract_models(ctx, extra)
-        todo = self._todo(ctx)
-        for i, update in enumerate(todo):
-            t0 = time.perf_counter()
-            models = self.checkpoints(ctx)[update]
-            self._extract_members(ctx, models, done=i, todo=len(todo))
-            inputs = metrics_stage.inputs(ctx, models=models, metrics=metrics)
-            datasets = run_analyses(
-                enabled(metrics),
+        by_name = {m.name: m for r in rows for m in [*r.members.values(), r.final]}
+
+        def inputs(names, metrics):
+            return metrics_stage.inputs(ctx, models=[by_name[n] for n in names], metrics=metrics)
+
+        def run(analyses, inputs):
+            return run_analyses(
+                analyses,
                 inputs,
                 cache=metrics_stage.cache(ctx),
                 client=ctx.client,
                 progress=ctx.progress,
                 force=self.name in ctx.force,
             )
-            mine = {finals[m.name].name: finals[m.name] for m in models}
-            pairs = metrics_stage.inputs(ctx, models=[*models, *mine.values()], metrics=metrics)
-            pairs.attrs["finals"] = {m.name: finals[m.name].name for m in models}
-            datasets.update(
-                run_analyses(
-                    [ToFinal(trajectory.methods)],
-                    pairs,
-                    cache=metrics_stage.cache(ctx),
-                    client=ctx.client,
-                    progress=ctx.progress,
-                    force=self.name in ctx.force,
-                )
-            )
-            for ds in datasets.values():
-                ds.attrs["update"] = update
+
+        def write(update, datasets):
             write_metrics(str(self.snapshot(ctx, update)), datasets, fingerprint=self._snapshot_key(ctx, update))
-            logger.info(
-                "trajectory: step %d (%s) in %.1f s -> %s [%d of %d]",
-                update,
-                ", ".join(m.name for m in models),
-                time.perf_counter() - t0,
-                self.snapshot(ctx, update),
-                i + 1,
-                len(todo),
-            )
+            return self.snapshot(ctx, update)
+
+        def before(update, models, done, todo):
+            self._extract_members(ctx, models, done=done, todo=todo)
+
+        run_snapshots(
+            rows,
+            metrics=cfg.metrics,
+            trajectory=trajectory,
+            inputs=inputs,
+            run=run,
+            write=write,
+            steps=self._todo(ctx),
+            before=before,
+        )
         groups = collect(metrics_stage.path(ctx), {u: self.snapshot(ctx, u) for u in self.checkpoints(ctx)}, rows=rows)
         same = self._same_weights(rows)
         provenance = {
