@@ -20,7 +20,6 @@ ones are the trajectory's snapshots (:mod:`evolution.trajectory`).
 from __future__ import annotations
 
 import glob
-import json
 import re
 from pathlib import Path
 
@@ -53,43 +52,19 @@ def step_of_name(name: str) -> int | None:
 def recorded_step(path: str | Path, kind: str) -> int | None:
     """The step a checkpoint records about itself (None if it records none): ``global_step`` of
     ``trainer_state.json`` (Hugging Face), ``updates`` of ``model.json`` (shipped), ``num_updates``
-    of the last optimizer-history entry (fairseq; loads the checkpoint on the CPU)."""
-    path = Path(path)
-    if kind in ("huggingface", "shipped"):
-        name, key = ("trainer_state.json", "global_step") if kind == "huggingface" else ("model.json", "updates")
-        f = path / name
-        if f.is_file():
-            value = json.loads(f.read_text(encoding="utf-8")).get(key)
-            return int(value) if value is not None else None
-        return None
-    if kind == "fairseq" and path.is_file():
-        import torch
+    of the last optimizer-history entry (fairseq; loads the checkpoint on the CPU); per kind in
+    :data:`evolution.models.kinds.KINDS`."""
+    from evolution.models.kinds import kind_of
 
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        history = state.get("optimizer_history") or []
-        if history and history[-1].get("num_updates") is not None:
-            return int(history[-1]["num_updates"])
-    return None
+    return kind_of(kind).step(Path(path))
 
 
 def _check_member(path: Path, kind: str, where: str) -> None:
-    if kind == "fairseq":
-        if not path.is_file():
-            raise SeriesError(f"{where}: a fairseq checkpoint is a file, {str(path)!r} is not")
-    elif not path.is_dir():
-        raise SeriesError(
-            f"{where}: a {kind} checkpoint is a directory, {str(path)!r} is not; "
-            "make the glob match the checkpoint directories"
-        )
-    elif kind == "huggingface" and not (path / "config.json").is_file():
-        raise SeriesError(
-            f"{where}: {str(path)!r} has no config.json; save it with save_pretrained, or "
-            "narrow the glob to the checkpoint directories"
-        )
-    elif kind == "shipped" and not (path / "model.json").is_file():
-        raise SeriesError(
-            f"{where}: {str(path)!r} has no model.json (python -m evolution.models.shipped_format writes it)"
-        )
+    from evolution.models.kinds import kind_of
+
+    problem = kind_of(kind).check_member(path)
+    if problem is not None:
+        raise SeriesError(f"{where}: {problem}")
 
 
 def _members_from_revisions(spec: ModelConfig) -> dict[int, dict]:

@@ -125,9 +125,9 @@ def first_holds(verdicts: Sequence[str], updates: Sequence[int]) -> tuple[int | 
     a snapshot where the claim is not measurable breaks neither)."""
     from evolution.report.scorecard import FAILS, HOLDS
 
-    first = next((u for v, u in zip(verdicts, updates) if v == HOLDS), None)
+    first = next((u for v, u in zip(verdicts, updates, strict=True) if v == HOLDS), None)
     since = None
-    for v, u in zip(verdicts, updates):
+    for v, u in zip(verdicts, updates, strict=True):
         if v == FAILS:
             since = None
         elif v == HOLDS and since is None:
@@ -144,7 +144,7 @@ def head_roles(flags: Sequence[np.ndarray | None], steps: Sequence[int]) -> tupl
     (role, layer, head) bool array, or None where the step was not analysed (breaks nothing).
     Returns ``first`` (role, layer, head): the first step with the flag (-1: never), and ``kept``:
     the flag holds at every analysed step from ``first`` on (False where never taken)."""
-    known = [(f, u) for f, u in zip(flags, steps) if f is not None]
+    known = [(f, u) for f, u in zip(flags, steps, strict=True) if f is not None]
     if not known:
         raise ValueError("head_roles: no step has head flags")
     stack = np.stack([f for f, _ in known])  # (step, role, layer, head)
@@ -236,7 +236,7 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
             t, g = updates.index(u), groups[key]
             for group, var, pick, out in read:
                 if g[group] is not None and var in g[group]:
-                    c = _curve(g[group], model, lambda d: pick(d, var))
+                    c = _curve(g[group], model, lambda d, pick=pick, var=var: pick(d, var))
                     if c is not None:
                         out[o, t, : len(c)] = c
             if key != FINAL:  # the final model's own distance: 0 at its layers, set below
@@ -302,7 +302,9 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
         [[next((f.verdict for f in cards[s] if f.label == c), "") for s in snap_labels] for c in claims], dtype=object
     ).reshape(len(claims), len(snap_labels))
     snapshot_updates = [*snapshots, max(r.final_step for r in rows)]
-    first, since = zip(*(first_holds(list(row), snapshot_updates) for row in verdict)) if claims else ((), ())
+    first, since = (
+        zip(*(first_holds(list(row), snapshot_updates) for row in verdict), strict=True) if claims else ((), ())
+    )
     verdicts = xr.Dataset(
         {
             "verdict": (("claim", "snapshot"), verdict),

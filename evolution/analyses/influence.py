@@ -89,11 +89,12 @@ class Influence(Analysis):
     def units(self, inputs: Inputs) -> list[Unit]:
         from evolution.metrics.influence import sample_influencers
         from evolution.metrics.plan import content_ids_by_sentence
+        from evolution.models.kinds import kind_of
 
         icfg = inputs.config.influence
         units = []
         for m in inputs.models.values():
-            if m.kind == "huggingface":
+            if not kind_of(m.kind).supports_key_masking:  # as the task checks its adapter
                 continue
             bins, _ = _bins(icfg, m)
             sentence, main = m.coords["sentence"], m.primary
@@ -254,7 +255,7 @@ def influence_by_frequency(path, metric: str = "pwcca"):
     band = ds.interval.sel(metric=metric, layer=1).load().isel(freq_bin=kept)
     x = np.arange(int(kept.sum()))
     frames = [data]
-    for ax, m in zip(fig.axes, d.model.values):
+    for ax, m in zip(fig.axes, d.model.values, strict=False):  # axes beyond the models: none drawn
         lo, hi = band.sel(model=m, bound="low").values, band.sel(model=m, bound="high").values
         if np.isfinite(lo).any():
             ax.fill_between(x, lo, hi, color="0.5", alpha=0.25, linewidth=0)
@@ -270,7 +271,7 @@ def _bin_size_table(ds: xr.Dataset) -> list[list[str]]:
         values = [int(v) for v in values]
         if len(set(values)) == 1:
             return f"{values[0]:,}"
-        return ", ".join(f"{m}: {v:,}" for m, v in zip(ds.model.values, values))
+        return ", ".join(f"{m}: {v:,}" for m, v in zip(ds.model.values, values, strict=True))
 
     table = [["bin (frequency rank)", "available", "masked", "sentences", "rows at layer 1"]]
     for b in ds.freq_bin.values:

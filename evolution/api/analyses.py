@@ -5,15 +5,16 @@ runs the same :class:`~evolution.analyses.base.Analysis` units the ``metrics`` s
 
 Every function takes ``models=`` (the names to analyse; default all) and ``layers=`` (the
 layers to return; default all) beside its options, the keys of the config's ``metrics``
-section (``docs/config.md``): ``mi(reps, k=100)`` is ``metrics: {mi: {k: 100}}``. ``tokens`` selects the types of MI and the
-neighbours; for a few sentences the default here is the 100 most frequent types with at least
-5 occurrences (the pipeline's default, 1,000 types with 1,000 occurrences, suits corpora).
+section (``docs/config.md``): ``mi(reps, k=100)`` is ``metrics: {mi: {k: 100}}``. ``tokens``
+selects the types of MI and the neighbours; for a few sentences the default here is the 100 most
+frequent types with at least 5 occurrences (the pipeline's default, 1,000 types with 1,000 occurrences, suits corpora).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import xarray as xr
@@ -159,10 +160,16 @@ def check_similarity(inputs, scfg) -> None:
 
 
 def _runs(reps: Representations, names: list[str]) -> dict[str, dict]:
-    """What the scorecard needs of shipped models: objective, seed, token dropout."""
-    from evolution.models.shipped_format import run_spec
+    """What the scorecard needs of models that record their training run (shipped models):
+    objective, seed, token dropout."""
+    from evolution.models.kinds import kind_of
 
-    return {n: run_spec(reps.specs[n]["path"]) for n in names if reps.specs[n]["kind"] == "shipped"}
+    out = {}
+    for n in names:
+        kind = kind_of(reps.specs[n]["kind"])
+        if kind.recorded_run is not None:
+            out[n] = kind.recorded_run(Path(reps.specs[n]["path"]))
+    return out
 
 
 def select_layers(ds: xr.Dataset, layers: Sequence[int] | None) -> xr.Dataset:
@@ -182,7 +189,7 @@ def select_layers(ds: xr.Dataset, layers: Sequence[int] | None) -> xr.Dataset:
     if "layer_pair" in ds.dims and "layer_from" in ds.coords:
         keep = [
             i
-            for i, (a, b) in enumerate(zip(ds.layer_from.values, ds.layer_to.values))
+            for i, (a, b) in enumerate(zip(ds.layer_from.values, ds.layer_to.values, strict=True))
             if int(a) in layers and int(b) in layers
         ]
         out = out.isel(layer_pair=keep)

@@ -40,24 +40,11 @@ class Model:
 
 def infer_kind(path: str | Path) -> str:
     """``shipped`` for a directory with ``model.json`` and ``model.safetensors``, ``huggingface``
-    for one with ``config.json`` or for a hub id, ``fairseq`` for a checkpoint file."""
-    from evolution.models.hub import looks_like_hub_id
+    for one with ``config.json`` or for a hub id, ``fairseq`` for a checkpoint file
+    (:func:`evolution.models.kinds.infer_kind`)."""
+    from evolution.models.kinds import infer_kind as infer
 
-    p = Path(path)
-    if p.is_dir():
-        if (p / "model.json").is_file() and (p / "model.safetensors").is_file():
-            return "shipped"
-        if (p / "config.json").is_file():
-            return "huggingface"
-        raise ValueError(
-            f"{p} is a directory with neither model.json + model.safetensors (a shipped model) nor "
-            "config.json (a Hugging Face model)"
-        )
-    if p.is_file():
-        return "fairseq"
-    if looks_like_hub_id(str(path)):
-        return "huggingface"
-    raise FileNotFoundError(f"{path}: no such file or directory, and not a Hugging Face hub id")
+    return infer(path)
 
 
 def load(

@@ -35,7 +35,8 @@ class MIConfig(_Section):
     )
     algorithm: Literal["auto", "flat", "two_level"] = Field(
         "auto",
-        description="k-means: flat faiss, or two-level (4 sqrt(k) coarse cells + one refinement pass; auto from k >= 2000)",
+        description="k-means: flat faiss, or two-level (4 sqrt(k) coarse cells + one refinement pass; "
+        "auto from k >= 2000)",
     )
     bootstrap: int = Field(
         200,

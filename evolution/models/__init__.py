@@ -26,36 +26,20 @@ __all__ = [
 def load_adapter(spec: dict) -> Adapter:
     """Build an adapter from a model spec (``ModelConfig.model_dump(mode="json")``, plus an
     optional ``device``: :mod:`evolution.models.device`; default the CPU)."""
-    kind = spec["kind"]
-    device = spec.get("device")
-    if kind == "huggingface":
-        from evolution.models.huggingface import HuggingFaceAdapter
+    from evolution.models.kinds import kind_of
 
-        return HuggingFaceAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"), device=device)
-    if kind == "fairseq":
-        from evolution.models.fairseq import FairseqAdapter
-
-        return FairseqAdapter(
-            spec["path"],
-            data=spec["data"],
-            sentencepiece=spec.get("sentencepiece"),
-            name=spec.get("name"),
-            objective=spec.get("objective"),
-            device=device,
-        )
-    if kind == "shipped":
-        from evolution.models.shipped_torch import PlainAdapter
-
-        return PlainAdapter(spec["path"], name=spec.get("name"), objective=spec.get("objective"), device=device)
-    raise ModelLoadError(f"unknown model kind {kind!r}; use huggingface, fairseq or shipped")
+    return kind_of(spec["kind"]).build(spec)
 
 
 def fairseq_adapter(spec: dict, *, cached: bool = True) -> Adapter:
     """The adapter for ``spec`` built from fairseq's classes, for the analyses that need them
-    (LRP relevance patches fairseq's attention; pruning trains): a shipped model through
-    :class:`~evolution.models.shipped_fairseq.ShippedAdapter`, other kinds as :func:`load_adapter`
+    (LRP relevance patches fairseq's attention; pruning trains): a kind whose own adapter is not
+    fairseq's through its :attr:`~evolution.models.kinds.Kind.fairseq_adapter` (a shipped model:
+    :class:`~evolution.models.shipped_fairseq.ShippedAdapter`), other kinds as :func:`load_adapter`
     (``cached``: loaded at most once per process). Needs fairseq: ``pip install 'evolution[train]'``."""
-    if spec["kind"] != "shipped":
+    from evolution.models.kinds import kind_of
+
+    if kind_of(spec["kind"]).fairseq_adapter is None:
         return cached_adapter(spec) if cached else load_adapter(spec)
     if cached:
         return _cached_fairseq(json.dumps(spec, sort_keys=True))
@@ -64,12 +48,10 @@ def fairseq_adapter(spec: dict, *, cached: bool = True) -> Adapter:
 
 @lru_cache(maxsize=4)
 def _cached_fairseq(spec_json: str) -> Adapter:
-    from evolution.models.shipped_fairseq import ShippedAdapter
+    from evolution.models.kinds import kind_of
 
     spec = json.loads(spec_json)
-    return ShippedAdapter(
-        spec["path"], name=spec.get("name"), objective=spec.get("objective"), device=spec.get("device")
-    )
+    return kind_of(spec["kind"]).build(spec, adapter=kind_of(spec["kind"]).fairseq_adapter)
 
 
 @lru_cache(maxsize=4)
@@ -89,11 +71,10 @@ def model_identity(spec: dict) -> str:
     representation store (pruning) key on it, so that a new extraction does not redo them."""
     from pathlib import Path
 
+    from evolution.models.kinds import kind_of
     from evolution.provenance import config_hash, tree_hash
 
     files = {p: tree_hash(spec[p]) for p in ("path", "data", "sentencepiece") if spec.get(p)}
-    if spec["kind"] == "shipped":
-        from evolution.models.shipped_format import shipped_vocabulary
-
-        files["vocabulary"] = tree_hash(shipped_vocabulary(Path(spec["path"])))
+    if spec.get("path"):
+        files.update({k: tree_hash(f) for k, f in kind_of(spec["kind"]).identity_files(Path(spec["path"])).items()})
     return config_hash({"kind": spec["kind"], "objective": spec.get("objective"), "files": files})

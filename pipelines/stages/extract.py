@@ -34,6 +34,8 @@ class ExtractStage(Stage):
         return {**spec, "device": ctx.config.extract.device}
 
     def model_key(self, ctx: Context, model: ModelConfig) -> str:
+        from evolution.models.kinds import kind_of
+
         def compute():
             if model.kind == "trained":
                 inputs = {"train": TrainStage().key(ctx), "run": model.run_name}
@@ -45,12 +47,12 @@ class ExtractStage(Stage):
                     for p in ("path", "data", "sentencepiece")
                     if getattr(model, p) is not None
                 }
-                if model.kind == "shipped":  # the vocabulary lives beside the model directory; the corpus
-                    # key above fixes the training text that the recorded hash is compared with
-                    from evolution.models.shipped_format import shipped_vocabulary, training_text_hash
-
-                    inputs["vocabulary"] = tree_hash(shipped_vocabulary(model.path))
-                    inputs["training_text"] = training_text_hash(model.path)
+                # files beside the weights that are part of the model (a shipped model's vocabulary), and the
+                # training text it records (the corpus key above fixes the text the hash is compared with)
+                kind = kind_of(model.kind)
+                inputs.update({k: tree_hash(f) for k, f in kind.identity_files(model.path).items()})
+                if kind.training_text is not None:
+                    inputs["training_text"] = kind.training_text(model.path)
             # where the store is is not what it holds: moving it (say, to object storage) keeps the keys
             extract = {**resolved_dict(ctx.config.extract), "store": None}
             # nor where the model's files are: their content is in ``inputs``, so that a clone of the
@@ -72,14 +74,15 @@ class ExtractStage(Stage):
         """The training split's source text when ``model`` was trained on it: every ``kind: trained``
         model, and a ``kind: shipped`` one whose ``model.json`` records this text's SHA-256 (token
         frequency ranks then come from the training split; otherwise from the analysed text)."""
-        if model.kind not in ("trained", "shipped") or not ctx.config.corpus.parallel:
+        from evolution.models.kinds import kind_of
+
+        kind = kind_of(model.kind)
+        if not (model.kind == "trained" or kind.training_text is not None) or not ctx.config.corpus.parallel:
             return None
         text = CorpusStage().directory(ctx) / "text" / f"train.{ctx.config.corpus.languages[0]}"
-        if model.kind == "trained":
+        if kind.training_text is None:  # a run of this config's train section
             return text
-        from evolution.models.shipped_format import training_text_hash
-
-        recorded = training_text_hash(model.path)
+        recorded = kind.training_text(model.path)
         return text if recorded is not None and text.is_file() and file_hash(text) == recorded else None
 
     def _todo(self, ctx: Context, models: list[ModelConfig] | None = None) -> list[ModelConfig]:

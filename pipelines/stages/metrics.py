@@ -78,7 +78,7 @@ class MetricsStage(Stage):
         """``model -> {objective, seed, token_dropout}`` for this project's models (default: the
         config's): the train section's runs (``kind: trained``, a kept checkpoint being its run's)
         and what a shipped model's ``model.json`` records."""
-        from evolution.models.shipped_format import run_spec
+        from evolution.models.kinds import kind_of
 
         cfg = ctx.config
         runs = cfg.train.runs(cfg.seed) if cfg.train is not None else {}
@@ -86,8 +86,8 @@ class MetricsStage(Stage):
         for m in cfg.models if models is None else models:
             if m.kind == "trained" and m.run_name in runs:
                 out[m.name] = runs[m.run_name]
-            elif m.kind == "shipped":
-                out[m.name] = run_spec(m.path)
+            elif kind_of(m.kind).recorded_run is not None:
+                out[m.name] = kind_of(m.kind).recorded_run(m.path)
         return out
 
     def inputs(self, ctx: Context, *, models, metrics):
