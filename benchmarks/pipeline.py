@@ -91,7 +91,7 @@ def forward_rate(spec: dict, sentences: list[list[int]], *, attention: bool) -> 
     """Tokens per second of the model's forward loop over ``sentences`` (token ids, built inputs)."""
     import torch
 
-    from evolution.extract import batches
+    from evolution.extract_plan import batches
     from evolution.models import cached_adapter
 
     torch.set_num_threads(1)
@@ -280,7 +280,11 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
     }  # from the config: a store outside the repository records no usable path
     sources = [
         ModelSource(
-            name=n, kind=specs[n]["kind"], key=reps.keys[n], spec=specs[n], objective=reps.specs[n].get("objective")
+            name=n,
+            kind=specs[n]["kind"],
+            key=reps.extract_keys[n],
+            spec=specs[n],
+            objective=reps.specs[n].get("objective"),
         )
         for n in names
     ]

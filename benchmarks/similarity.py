@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from evolution import location
     from evolution.analyses.base import save_arrays
     from evolution.analyses.inputs import ModelSource, load_inputs
-    from evolution.analyses.similarity import _subsets, change_task, similarity_task
+    from evolution.analyses.similarity_tasks import _subsets, change_task, similarity_task
     from evolution.api import open_store
     from evolution.config import load_config
     from evolution.metrics.plan import frequency_bins
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         ModelSource(
             name=n,
             kind=reps.specs[n]["kind"],
-            key=reps.keys[n],
+            key=reps.extract_keys[n],
             spec=reps.specs[n],
             objective=reps.specs[n].get("objective"),
         )

@@ -71,6 +71,8 @@ def _members_from_revisions(spec: ModelConfig) -> dict[int, dict]:
     from evolution.models.base import ModelLoadError
     from evolution.models.hub import resolve
 
+    if spec.revisions is None or spec.hub_id is None:
+        raise SeriesError(f"model {spec.name!r}: a series of revisions needs 'revisions' and a hub id as 'path'")
     out: dict[int, dict] = {}
     for rev in spec.revisions:
         step = step_of_name(rev)
@@ -91,6 +93,8 @@ def _members_from_revisions(spec: ModelConfig) -> dict[int, dict]:
 
 
 def _members_from_glob(spec: ModelConfig) -> dict[int, dict]:
+    if spec.checkpoints is None:
+        raise SeriesError(f"model {spec.name!r}: a series of checkpoints needs 'checkpoints', a glob")
     paths = sorted(Path(p) for p in glob.glob(spec.checkpoints))
     if not paths:
         raise SeriesError(
@@ -149,6 +153,8 @@ def _weights_digest(m: ModelConfig) -> str:
 
     from evolution.provenance import file_hash
 
+    if m.path is None:
+        raise SeriesError(f"member {m.name}: no path to read its weights from")
     path = Path(m.path)
     if path.is_file():
         return file_hash(path)

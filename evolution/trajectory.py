@@ -21,7 +21,7 @@ Layout under the workdir::
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,9 +99,15 @@ def series_rows(series: dict[str, list[ModelConfig]]) -> list[Row]:
     """The rows of checkpoint series (:mod:`evolution.series`): every member but the last is a
     snapshot's; the last is the final model."""
     return [
-        Row(name, {m.step: m for m in members[:-1]}, members[-1], members[-1].step, members[-1].objective)
+        Row(name, {_step(m): m for m in members[:-1]}, members[-1], _step(members[-1]), members[-1].objective)
         for name, members in series.items()
     ]
+
+
+def _step(member: ModelConfig) -> int:
+    if member.step is None:
+        raise ValueError(f"series member {member.name} has no step (evolution.series.expand sets it)")
+    return member.step
 
 
 def checkpoint_models(rows: Sequence[Row]) -> dict[int, list[ModelConfig]]:
@@ -173,7 +179,7 @@ def _between(ds: xr.Dataset | None, a: str, b: str, methods: list[str]) -> np.nd
     return np.fmax(d.sel(model_a=a, model_b=b).values, d.sel(model_a=b, model_b=a).values)
 
 
-def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequence[Row]) -> dict[str, xr.Dataset]:
+def collect(final: str | Path, snapshots: Mapping[int, str | Path], *, rows: Sequence[Row]) -> dict[str, xr.Dataset]:
     """The groups of ``trajectory.zarr`` from the snapshot stores (``step -> metrics.zarr``) and the
     final models' store ``final``, for ``rows`` (:func:`trained_rows`, :func:`series_rows`).
 
@@ -196,7 +202,7 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
 
     labels = [r.label for r in rows]
     updates = sorted(set(snapshots) | {r.final_step for r in rows})
-    stores = {**{u: str(p) for u, p in snapshots.items()}, FINAL: str(final)}
+    stores: dict[int | str, str] = {**{u: str(p) for u, p in snapshots.items()}, FINAL: str(final)}
     groups = {
         key: {g: open_group(path, g) for g in ("mi", "neighbors", "to_final", "similarity", "heads")}
         for key, path in stores.items()
@@ -235,8 +241,9 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
         for key, u, model in where(row):
             t, g = updates.index(u), groups[key]
             for group, var, pick, out in read:
-                if g[group] is not None and var in g[group]:
-                    c = _curve(g[group], model, lambda d, pick=pick, var=var: pick(d, var))
+                ds = g[group]
+                if ds is not None and var in ds:
+                    c = _curve(ds, model, lambda d, pick=pick, var=var: pick(d, var))
                     if c is not None:
                         out[o, t, : len(c)] = c
             if key != FINAL:  # the final model's own distance: 0 at its layers, set below
@@ -325,11 +332,11 @@ def collect(final: str | Path, snapshots: dict[int, str | Path], *, rows: Sequen
             "update": ("snapshot", np.array(snapshot_updates)),
         },
     )
-    out = {"curves": curves, "verdicts": verdicts}
+    result = {"curves": curves, "verdicts": verdicts}
     roles = _roles(rows, groups, where, head_role_flags)
     if roles is not None:
-        out["roles"] = roles
-    return out
+        result["roles"] = roles
+    return result
 
 
 def _roles(rows, groups, where, flags_of) -> xr.Dataset | None:

@@ -81,6 +81,15 @@ def test_an_api_analysis_equals_the_pipelines_group(run_dir):
     np.testing.assert_allclose(nb.value.values, theirs.value.sel(model=list(nb.model.values)).values)
 
 
+def test_representations_are_a_mapping_of_models(reps):
+    """``Representations`` is a ``Mapping``: ``keys()``, ``dict(reps)`` and ``in`` work (an attribute
+    named ``keys`` once shadowed the method, so ``dict(reps)`` failed)."""
+    assert list(reps.keys()) == ["bert", "gpt2"] == list(reps)
+    assert set(dict(reps)) == {"bert", "gpt2"} and "bert" in reps
+    assert dict(reps)["bert"].sizes == reps["bert"].sizes
+    assert set(reps.extract_keys) == {"bert", "gpt2"}
+
+
 def test_in_memory_representations_feed_every_analysis(reps):
     mi = ev.mi(reps, k=6, restarts=2, bootstrap=10)
     assert list(mi.model.values) == ["bert", "gpt2"] and np.isfinite(mi.mi_corrected.values).any()
@@ -126,7 +135,7 @@ def test_hugging_face_use_imports_neither_fairseq_nor_faiss(model_specs, tmp_pat
         sys.meta_path.insert(0, Block())
         import evolution.api as ev
         from evolution.metrics.results import open_metrics
-        from evolution.analyses.mi import mi_by_layer
+        from evolution.analyses.mi_figures import mi_by_layer
         bert = ev.load({model_specs["bert"]["path"]!r}, name="bert")
         reps = ev.represent(bert, {SENTENCES!r}, attention=3)
         mi = ev.mi(reps, k=6, restarts=2, bootstrap=5)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, required, strings
 from evolution.analyses.plotting import by_group_panels, concat, figure, open_group, tidy
 from evolution.config import InfluenceConfig, resolved_dict
 
@@ -91,7 +91,7 @@ class Influence(Analysis):
         from evolution.metrics.plan import content_ids_by_sentence
         from evolution.models.kinds import kind_of
 
-        icfg = inputs.config.influence
+        icfg = required(inputs.config.influence, "influence")
         units = []
         for m in inputs.models.values():
             if not kind_of(m.kind).supports_key_masking:  # as the task checks its adapter
@@ -138,7 +138,7 @@ class Influence(Analysis):
         results = {n: results[n] for n in inputs.names if n in results and "unsupported" not in results[n]}
         if not results:
             return {}
-        icfg = inputs.config.influence
+        icfg = required(inputs.config.influence, "influence")
         methods = icfg.methods
         models = list(results)
         L = max(len(r["rows"]) for r in results.values())
@@ -309,7 +309,8 @@ def influence_tables(path) -> list[tuple[str, list[list[str]], str]]:
         for m in ds.model.values:
             row = [str(m)]
             for b in ds.freq_bin.values:
-                v, lo, hi = float(d.sel(model=m, freq_bin=b)), *iv.sel(model=m, freq_bin=b).values
+                v = float(d.sel(model=m, freq_bin=b))
+                lo, hi = (float(x) for x in iv.sel(model=m, freq_bin=b).values)
                 row.append("" if np.isnan(v) else f"{v:.2e}" + (f" [{lo:.2e}, {hi:.2e}]" if np.isfinite(lo) else ""))
             table.append(row)
         out.append(

@@ -56,7 +56,7 @@ def metrics_config(sections: dict[str, dict | None], *, tokens: dict | None = No
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         raise ValueError(f"unknown analyses {unknown}; these exist: {list(SECTIONS)}")
-    raw = {s: None for s in SECTIONS}
+    raw: dict[str, Any] = {s: None for s in SECTIONS}
     raw.update({s: (o or {}) for s, o in sections.items()})
     raw["tokens"] = tokens or API_TOKENS
     try:
@@ -95,7 +95,7 @@ def inputs_for(reps: Representations, config, *, seed: int = 0, models: list[str
         ModelSource(
             name=n,
             kind=reps.specs[n]["kind"],
-            key=reps.keys[n],
+            key=reps.extract_keys[n],
             spec=reps.specs[n],
             objective=reps.specs[n].get("objective"),
         )
@@ -105,7 +105,7 @@ def inputs_for(reps: Representations, config, *, seed: int = 0, models: list[str
         "seed": seed,
         "representations": reps.store,
         "runs": _runs(reps, names),
-        "extract_keys": {n: reps.keys[n] for n in names},
+        "extract_keys": {n: reps.extract_keys[n] for n in names},
     }
     inputs = load_inputs(
         store=reps.store,

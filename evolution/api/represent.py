@@ -38,7 +38,8 @@ class Representations(Mapping):
 
     store: str
     specs: dict[str, dict[str, Any]]
-    keys: dict[str, str]
+    #: ``model -> its extraction key`` (the store group's fingerprint; unit cache keys build on it)
+    extract_keys: dict[str, str]
     cache: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="evolution-cache-")))
     #: whether this object made ``store`` and ``cache`` (a fresh in-memory store, a temporary
     #: cache) and so removes them when closed or collected
@@ -213,7 +214,7 @@ def represent(
             progress=progress,
         )
         keys[model.name] = key
-    return Representations(store=store, specs={m.name: m.spec for m in models}, keys=keys, owned=(owned, True))
+    return Representations(store=store, specs={m.name: m.spec for m in models}, extract_keys=keys, owned=(owned, True))
 
 
 def checked_sentences(sentences) -> list[str]:
@@ -268,14 +269,16 @@ def open_store(path: str | Path, models: Sequence[str] | None = None) -> Represe
             raise KeyError(f"{path} has no model {missing}; it has {names}")
         names = list(models)
     base = Path(location.parent(path)) if not location.is_url(path) else None
-    specs = {n: _absolute(dict(root[n].attrs["model_config"]), base) for n in names}
+    specs = {n: _absolute(_model_config(root[n].attrs, f"{path} group {n}"), base) for n in names}
     keys = {n: str(root[n].attrs.get(_FINGERPRINT, "")) for n in names}
     cache = (
         Path(location.parent(path)) / "api-cache"
         if not location.is_url(path)
         else Path(tempfile.mkdtemp(prefix="evolution-cache-"))
     )
-    return Representations(store=path, specs=specs, keys=keys, cache=cache, owned=(False, location.is_url(path)))
+    return Representations(
+        store=path, specs=specs, extract_keys=keys, cache=cache, owned=(False, location.is_url(path))
+    )
 
 
 def _absolute(spec: dict, base: Path | None) -> dict:
@@ -288,3 +291,11 @@ def _absolute(spec: dict, base: Path | None) -> dict:
         if value and not Path(value).is_absolute() and "://" not in str(value):
             spec[key] = str((base / value).resolve())
     return spec
+
+
+def _model_config(attrs, where: str) -> dict[str, Any]:
+    """A store group's ``model_config`` attribute (the model's resolved config entry)."""
+    value = attrs.get("model_config")
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: its model_config attribute is not a mapping; re-extract the model")
+    return dict(value)

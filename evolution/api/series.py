@@ -116,8 +116,15 @@ def load_series(
         raise ConfigError(str(exc)) from None
     resolve_device(device)
     return Series(
-        name=name, members={m.step: Model(name=m.name, spec={**resolved_dict(m), "device": device}) for m in members}
+        name=name,
+        members={_step(m): Model(name=m.name, spec={**resolved_dict(m), "device": device}) for m in members},
     )
+
+
+def _step(member) -> int:
+    if member.step is None:
+        raise ValueError(f"series member {member.name} has no step (evolution.series.expand sets it)")
+    return int(member.step)
 
 
 def trajectory(
@@ -184,16 +191,16 @@ def trajectory(
         for s in group
     ]
     tmp = tempfile.TemporaryDirectory(prefix="evolution-trajectory-") if workdir is None else None
-    root = Path(tmp.name if tmp is not None else workdir)
+    root = Path(tmp.name) if tmp is not None else Path(str(workdir))
     root.mkdir(parents=True, exist_ok=True)
     try:
         models = [m for s in group for m in s.members.values()]
         reps = represent(models, sentences, store=root / "reps.zarr", progress=progress)
-        kw = dict(tokens=tokens, seed=seed, progress=progress)
         final_path = root / "metrics.zarr"
+        finals = [s.final.name for s in group]
         write_metrics(
             str(final_path),
-            analyse(reps, final_sections, models=[s.final.name for s in group], **kw),
+            analyse(reps, final_sections, models=finals, tokens=tokens, seed=seed, progress=progress),
             fingerprint="api",
         )
 

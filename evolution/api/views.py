@@ -10,6 +10,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from evolution.api.model import Model
 from evolution.api.represent import Representations, represent
@@ -42,7 +43,7 @@ def views(
     *,
     top_k: int = 8,
     neuron: bool = True,
-    word_rule: str = "mean",
+    word_rule: Literal["mean", "first"] = "mean",
     only: str | None = None,
     title: str = "attention views",
     height: int | None = None,

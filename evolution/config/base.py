@@ -37,10 +37,13 @@ def _resolve(path: str | Path, info: ValidationInfo) -> Path:
     return p.resolve() if base is not None else p
 
 
+#: Treebanks shipped with the package, by the name ``corpus.annotated`` accepts: the file under
+#: ``evolution/data/ud-ewt/`` (:func:`evolution.corpus.conllu.resolve_treebank` reads it).
+EMBEDDED = {"ud-ewt-dev": "en_ewt-ud-dev.conllu.gz", "ud-ewt-test": "en_ewt-ud-test.conllu.gz"}
+
+
 def _treebank(v: Any, info: ValidationInfo, key: str) -> str | None:
     """An embedded treebank's name, or an existing CoNLL-U file's resolved path."""
-    from evolution.corpus.conllu import EMBEDDED
-
     if v is None or str(v) in EMBEDDED:
         return v
     path = _resolve(v, info)

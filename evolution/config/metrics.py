@@ -9,6 +9,19 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from evolution.config.base import _resolve, _Section, _store_location, _treebank
 
+#: a similarity method (Morcos et al. 2018's PWCCA, Kornblith et al. 2019's linear CKA)
+Method = Literal["pwcca", "cka"]
+#: an analysis that a trajectory snapshot can repeat
+SnapshotAnalysis = Literal["mi", "neighbors", "similarity", "heads"]
+
+
+def _methods(*names: Method) -> list[Method]:
+    return list(names)
+
+
+def _snapshot_analyses() -> list[SnapshotAnalysis]:
+    return ["mi", "neighbors", "similarity", "heads"]
+
 
 class TokenSelection(_Section):
     """The analysis set of MI and neighbours: the ``top`` most frequent token
@@ -83,7 +96,7 @@ class SimilarityConfig(_Section):
     """PWCCA / linear CKA between layers and models, and change by frequency (Voita et al. 2019,
     sec. 4; ``docs/metrics.md``)."""
 
-    methods: list[Literal["pwcca", "cka"]] = Field(default_factory=lambda: ["pwcca", "cka"], min_length=1)
+    methods: list[Method] = Field(default_factory=lambda: _methods("pwcca", "cka"), min_length=1)
     sentences: int = Field(5000, ge=1, description="all tokens of the first N sentences (Voita et al.: 5,000)")
     min_ratio: float = Field(10.0, gt=0, description="refuse fewer than min_ratio x d occurrences")
     epsilon: float = Field(1e-6, gt=0, description="relative singular-value threshold for rank deficiency")
@@ -126,7 +139,7 @@ class InfluenceConfig(_Section):
         "interval (influence/interval; 0: none; each redoes the PWCCA / "
         "CKA from per-sentence cross-products)",
     )
-    methods: list[Literal["pwcca", "cka"]] = Field(default_factory=lambda: ["pwcca"], min_length=1)
+    methods: list[Method] = Field(default_factory=lambda: _methods("pwcca"), min_length=1)
     min_ratio: float = Field(10.0, gt=0, description="rows per bin needed, as a multiple of d")
     epsilon: float = Field(1e-6, gt=0)
     freq_bins: list[int] = Field(
@@ -269,7 +282,7 @@ class ProbesConfig(_Section):
 
     @field_validator("train", "test", mode="before")
     @classmethod
-    def _treebanks(cls, v: Any, info: ValidationInfo) -> str:
+    def _treebanks(cls, v: Any, info: ValidationInfo) -> str | None:
         return _treebank(v, info, f"metrics.probes.{info.field_name}")
 
 
@@ -344,8 +357,8 @@ class TrajectoryConfig(_Section):
     base model of each objective (docs/trajectory.md): each checkpoint gets the scorecard,
     and the curves of MI, the same-token rate and the distance to the final model per layer."""
 
-    analyses: list[Literal["mi", "neighbors", "similarity", "heads"]] = Field(
-        default_factory=lambda: ["mi", "neighbors", "similarity", "heads"],
+    analyses: list[SnapshotAnalysis] = Field(
+        default_factory=_snapshot_analyses,
         min_length=1,
         description="the analyses per checkpoint, with this metrics section's settings",
     )
@@ -354,8 +367,8 @@ class TrajectoryConfig(_Section):
         description="bootstrap intervals per checkpoint too (off: point values, "
         "the scorecard says so; the bootstraps cost most of the time)",
     )
-    methods: list[Literal["pwcca", "cka"]] = Field(
-        default_factory=lambda: ["pwcca", "cka"],
+    methods: list[Method] = Field(
+        default_factory=lambda: _methods("pwcca", "cka"),
         min_length=1,
         description="distances of each checkpoint to its final model",
     )

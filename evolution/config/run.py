@@ -86,7 +86,7 @@ class EvolutionConfig(_Section):
         trained = [m for m in self.models if m.kind == "trained"]
         if trained and self.train is None:
             raise ValueError(f"models {[m.name for m in trained]} are kind: trained but there is no train section")
-        if trained:
+        if trained and self.train is not None:
             runs = self.train.runs(self.seed)
             unknown = [m.run_name for m in trained if m.run_name not in runs]
             if unknown:

@@ -8,6 +8,13 @@ from pydantic import Field, model_validator
 
 from evolution.config.base import _Section
 
+#: a training objective (Voita et al. 2019: MT, causal LM, masked LM)
+Objective = Literal["mt", "lm", "mlm"]
+
+
+def _every_objective() -> list[Objective]:
+    return ["mt", "lm", "mlm"]
+
 
 class ObjectiveBudget(_Section):
     """Training updates per objective (a fixed count, so that a run is reproducible;
@@ -50,7 +57,7 @@ class TrainConfig(_Section):
 
     added_later = ("checkpoints",)
 
-    objectives: list[Literal["mt", "lm", "mlm"]] = Field(default_factory=lambda: ["mt", "lm", "mlm"], min_length=1)
+    objectives: list[Objective] = Field(default_factory=_every_objective, min_length=1)
     seeds: list[int] = Field(default_factory=list, description="extra seeds per objective (the 'init' baselines)")
     token_dropout: list[Literal["mt", "lm", "mlm"]] = Field(
         default_factory=list, description="objectives also trained with input token dropout"
@@ -91,7 +98,7 @@ class TrainConfig(_Section):
 
     def runs(self, base_seed: int) -> dict[str, dict]:
         """Every training run: ``name -> {objective, seed, token_dropout}``."""
-        out = {}
+        out: dict[str, dict] = {}
         for objective in self.objectives:
             out[objective] = {"objective": objective, "seed": base_seed, "token_dropout": 0.0}
             for seed in self.seeds:

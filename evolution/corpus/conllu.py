@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evolution.config.base import EMBEDDED  # the names corpus.annotated accepts
 from evolution.corpus.text import CorpusError
 from evolution.labels import NO_LABEL, label_codes  # the codes of the store's annotation strings
 
@@ -38,9 +39,6 @@ __all__ = [
     "NO_LABEL",
     "ANNOTATION_COLUMNS",
 ]
-
-#: Treebanks shipped with the package (``corpus.annotated`` accepts these names).
-EMBEDDED = {"ud-ewt-dev": "en_ewt-ud-dev.conllu.gz", "ud-ewt-test": "en_ewt-ud-test.conllu.gz"}
 
 
 @dataclass(frozen=True)
@@ -158,11 +156,11 @@ def _word_index(
     (``lengths[j]`` words), and the index of that word among all annotated words."""
     sentence = np.asarray(sentence, dtype=np.int64)
     word_id = np.asarray(word_id, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n_words = np.asarray(lengths, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(n_words)]).astype(np.int64)
     j = sentence - first
-    ok = (j >= 0) & (j < len(lengths))
-    ok[ok] &= (word_id[ok] >= 0) & (word_id[ok] < lengths[j[ok]])
+    ok = (j >= 0) & (j < len(n_words))
+    ok[ok] &= (word_id[ok] >= 0) & (word_id[ok] < n_words[j[ok]])
     return ok, offsets[j[ok]] + word_id[ok]
 
 

@@ -80,7 +80,7 @@ class ExtractStage(Stage):
         if not (model.kind == "trained" or kind.training_text is not None) or not ctx.config.corpus.parallel:
             return None
         text = CorpusStage().directory(ctx) / "text" / f"train.{ctx.config.corpus.languages[0]}"
-        if kind.training_text is None:  # a run of this config's train section
+        if kind.training_text is None or model.path is None:  # a run of this config's train section
             return text
         recorded = kind.training_text(model.path)
         return text if recorded is not None and text.is_file() and file_hash(text) == recorded else None

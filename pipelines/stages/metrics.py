@@ -86,8 +86,8 @@ class MetricsStage(Stage):
         for m in cfg.models if models is None else models:
             if m.kind == "trained" and m.run_name in runs:
                 out[m.name] = runs[m.run_name]
-            elif kind_of(m.kind).recorded_run is not None:
-                out[m.name] = kind_of(m.kind).recorded_run(m.path)
+            elif (recorded := kind_of(m.kind).recorded_run) is not None and m.path is not None:
+                out[m.name] = recorded(m.path)
         return out
 
     def inputs(self, ctx: Context, *, models, metrics):

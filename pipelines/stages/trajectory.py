@@ -52,7 +52,10 @@ class TrajectoryStage(Stage):
         from evolution.trajectory import final_of
 
         cfg = ctx.config
-        metrics = snapshot_config(cfg.metrics, cfg.metrics.trajectory)
+        trajectory = cfg.metrics.trajectory
+        if trajectory is None:
+            raise ValueError("trajectory: metrics.trajectory is off; there is no snapshot to key")
+        metrics = snapshot_config(cfg.metrics, trajectory)
         extract = ExtractStage()
         models = self.checkpoints(ctx)[update]
         finals = final_of(self.rows(ctx))
@@ -61,7 +64,7 @@ class TrajectoryStage(Stage):
             {
                 "metrics": MetricsStage()._config_of(metrics),
                 "seed": cfg.seed,
-                "trajectory": cfg.metrics.trajectory.model_dump(mode="json"),
+                "trajectory": trajectory.model_dump(mode="json"),
                 "analyses": {a.name: [a.version, a.layout] for a in enabled(metrics)},
                 "models": {m.name: extract.model_key(ctx, m) for m in models},
             }
