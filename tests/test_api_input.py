@@ -82,7 +82,7 @@ def test_every_analysis_takes_models_and_layers(bert, gpt2):
         assert list(change.layer_pair.values) == ["1-2"]
         with pytest.raises(KeyError, match=r"\['roberta'\] not in these representations; they hold \['bert', 'gpt2'\]"):
             ev.mi(reps, models=["roberta"])
-        with pytest.raises(KeyError, match=r"layers \[9\] are not in this group"):
+        with pytest.raises(KeyError, match=r"layers \[9\] are not layers of bert, gpt2: valid are 0..2"):
             ev.neighbors(reps, layers=[9], k=3, bootstrap=0)
 
 
@@ -166,3 +166,111 @@ def test_tokens_selects_the_types_that_mi_and_neighbours_analyse(bert, tokens, w
         assert float(mi.entropy.sel(model="bert", target="input")) == pytest.approx(-(p * np.log(p)).sum(), rel=1e-9)
         nb = ev.neighbors(reps, tokens=tokens, k=3, bootstrap=0)
         assert int(nb.queries.sel(model="bert", measure="same_token")) == counts.sum()
+
+
+def test_two_models_with_one_name_are_refused(bert, model_specs):
+    """Representations are stored per model name: a second model under a taken name would overwrite
+    the first one's states, so two models with one name are refused, naming the names and the fix."""
+    other = ev.load(model_specs["gpt2"]["path"], name="bert")
+    with pytest.raises(ValueError, match=r"two models share a name \(\['bert', 'bert'\]\).*name="):
+        ev.represent([bert, other], SENTENCES[:2], attention=False)
+
+
+def test_datasets_handed_out_outlive_the_in_memory_store(bert):
+    """A dataset from represent()'s in-memory store (``reps[name]``, ``reps.attention(name)``) holds
+    its values: after the Representations are closed and collected (which frees the store) it
+    still reads the states and attention that were extracted."""
+    from evolution.store import open_attention, open_representations
+
+    reps = ev.represent(bert, SENTENCES[:4], attention=2)
+    store = reps.store
+    hidden, attention = reps["bert"], reps.attention("bert")
+    want_hidden = open_representations(store, "bert").hidden.values.copy()
+    want_attention = open_attention(store, "bert").attention.values.copy()
+    assert np.isfinite(want_hidden).all() and np.abs(want_hidden).max() > 0
+    reps.close()
+    del reps
+    gc.collect()
+    for name, ds, var, want in (
+        ("reps['bert']", hidden, "hidden", want_hidden),
+        ("attention", attention, "attention", want_attention),
+    ):
+        try:
+            got = ds[var].values
+        except Exception as exc:  # noqa: BLE001 - a lazy dataset fails to read its freed store
+            raise AssertionError(f"{name} no longer reads its {var} once the store is freed: {exc!r}") from None
+        np.testing.assert_array_equal(got, want, err_msg=f"{name}.{var} after close()")
+
+
+def test_layers_are_checked_before_any_work_and_count_from_the_top(bert, gpt2, monkeypatch):
+    """``layers=`` out of range fails before an analysis starts (the analysis is replaced by one
+    that fails the test if called); negative numbers count from the top, as in Python: -1 is the
+    last block, the same layer as L."""
+    import evolution.api.analyses as api
+
+    with ev.represent([bert, gpt2], SENTENCES, attention=True) as reps:
+        top = reps["bert"].sizes["layer"] - 1
+        assert top == 2
+        full = ev.mi(reps, k=4, restarts=1, bootstrap=0)
+        last = ev.mi(reps, layers=[-1, 0], k=4, restarts=1, bootstrap=0)
+        assert list(last.layer.values) == [top, 0]
+        xr.testing.assert_identical(last.sel(layer=top), full.sel(layer=top))
+        heads = ev.heads(reps, layers=[-1])  # attention blocks are 1..L: -1 is L, -L is 1
+        assert list(heads.layer.values) == [top]
+        assert list(ev.heads(reps, layers=[-top]).layer.values) == [1]
+
+        def no_work(*a, **k):
+            raise AssertionError("an analysis ran before layers= was checked")
+
+        monkeypatch.setattr(api, "analyse", no_work)
+        with pytest.raises(KeyError, match=r"layers \[99\] are not layers of bert, gpt2: valid are 0..2 .*-3..-1"):
+            ev.mi(reps, layers=[0, 99], k=4)
+        with pytest.raises(KeyError, match=r"layers \[0\] .* valid are 1..2"):
+            ev.heads(reps, layers=[0])  # layer 0 (the embeddings) has no attention
+        with pytest.raises(KeyError, match=r"layers \[-4\]"):
+            ev.neighbors(reps, layers=[-4])
+        with pytest.raises(TypeError, match=r"1.5 is not a layer number"):
+            ev.mi(reps, layers=[1.5])
+
+
+def test_unknown_options_and_keys_get_the_closest_valid_names(bert, tmp_path):
+    from evolution.config import ConfigError, load_config
+
+    with ev.represent(bert, SENTENCES[:5], attention=False) as reps:
+        with pytest.raises(ConfigError, match=r"mi\.kk: unknown key; did you mean k\? the keys here .*: k, restarts"):
+            ev.mi(reps, kk=40)
+        with pytest.raises(ConfigError, match=r"neighbors\.max_per_typ: unknown key; did you mean max_per_type\?"):
+            ev.neighbors(reps, max_per_typ=3)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workdir: w\ncorpus: {source: text, path: c.txt}\nmodels: []\nmetrics: {mi: {restrats: 2}}\n")
+    (tmp_path / "c.txt").write_text("the cat sat.\n")
+    with pytest.raises(ConfigError, match=r"metrics\.mi\.restrats: unknown key; did you mean restarts\?"):
+        load_config(cfg)
+
+
+def test_a_closed_representations_says_what_to_do(bert):
+    with ev.represent(bert, SENTENCES[:5], attention=False) as reps:
+        assert not reps.closed
+    assert reps.closed
+    for call in (lambda: ev.mi(reps, k=4), lambda: reps["bert"], lambda: ev.neighbors(reps)):
+        with pytest.raises(ValueError, match=r"is closed .* run the analyses inside the 'with' block, or call ev.repr"):
+            call()
+
+
+def test_the_device_message_tells_a_cuda_build_without_a_gpu_from_a_cpu_build(monkeypatch):
+    import torch
+
+    import evolution.models.device as device
+
+    monkeypatch.setattr(device, "cuda_count", lambda: 0)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(ValueError, match=r"is a CPU build \(no CUDA\).*set device: cpu or auto"):
+        device.resolve_device("cuda")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(ValueError, match=r"is a CUDA 12.8 build but sees no GPU \(CUDA_VISIBLE_DEVICES=''\)"):
+        device.resolve_device("cuda:0")
+    monkeypatch.setattr(device, "cuda_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"torch sees 2 CUDA device\(s\), cuda:0..cuda:1"):
+        device.resolve_device("cuda:2")
+    assert device.resolve_device("cuda:1") == "cuda:1"

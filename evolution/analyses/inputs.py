@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ __all__ = ["ModelSource", "load_inputs"]
 
 #: Token coordinates read into memory for the analyses.
 COORDS = ("sentence", "position", "token_id", "token_str", "word_id", "freq_rank")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def load_inputs(
         coords = {c: ds[c].values for c in COORDS}
         annotated = all(c in ds.coords for c in ANNOTATION_COLUMNS)
         labels = {c: ds[c].values for c in ANNOTATION_COLUMNS} if annotated else None
-        if annotated:
+        if labels is not None:  # (annotated)
             coords.update(labels)
         objective = m.objective or ds.attrs.get("objective")
         trained_ranks = "train_rank" in ds.coords
@@ -102,6 +105,12 @@ def load_inputs(
             ranked_types=ranked_types,
         )
     notes = [n for mi in out.values() for n in mi.plan.notes]
+    by_note: dict[str, list[str]] = {}
+    for mi in out.values():
+        for n in mi.plan.notes:
+            by_note.setdefault(n, []).append(mi.name)
+    for note, names in by_note.items():  # once per note, naming the models it holds for
+        logger.warning("metrics: %s (%s)", note, ", ".join(names))
     return Inputs(
         store=store,
         models=out,

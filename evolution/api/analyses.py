@@ -52,6 +52,7 @@ def metrics_config(sections: dict[str, dict | None], *, tokens: dict | None = No
 
     from evolution.analyses import SECTIONS
     from evolution.config import ConfigError, MetricsConfig
+    from evolution.config.base import error_lines
 
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
@@ -62,7 +63,7 @@ def metrics_config(sections: dict[str, dict | None], *, tokens: dict | None = No
     try:
         return MetricsConfig.model_validate(raw, context={"base_dir": Path.cwd()})
     except ValidationError as exc:
-        raise ConfigError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+        raise ConfigError("; ".join(error_lines(exc, MetricsConfig))) from None
 
 
 def inputs_of(
@@ -85,6 +86,7 @@ def inputs_for(reps: Representations, config, *, seed: int = 0, models: list[str
     from evolution import location
     from evolution.analyses.inputs import ModelSource, load_inputs
 
+    reps.check_open()
     names = list(models) if models is not None else list(reps.specs)
     unknown_models = [n for n in names if n not in reps.specs]
     if unknown_models or not names:
@@ -102,7 +104,7 @@ def inputs_for(reps: Representations, config, *, seed: int = 0, models: list[str
         for n in names
     ]
     attrs = {
-        "seed": seed,
+        "seed": 0,
         "representations": reps.store,
         "runs": _runs(reps, names),
         "extract_keys": {n: reps.extract_keys[n] for n in names},
@@ -203,8 +205,14 @@ def _one(
     options: dict[str, Any],
     *,
     layers: Sequence[int] | None = None,
+    first_layer: int = 0,
     **kw,
 ) -> xr.Dataset:
+    """Group ``group`` of the analysis of ``metrics.<section>`` with ``options``; ``layers`` checked
+    against the models before any work (``first_layer``: 0 where the group has the embeddings as
+    layer 0, 1 where its layers are the attention blocks 1..L)."""
+    reps.check_open()
+    layers = resolve_layers(reps, layers, models=kw.get("models"), first=first_layer)
     out = analyse(reps, {section: options}, **kw)
     if group not in out:
         raise ValueError(
@@ -212,6 +220,50 @@ def _one(
             f"models for {group}; see the log, and the tokens= / options given)"
         )
     return select_layers(out[group], layers)
+
+
+def resolve_layers(
+    reps: Representations, layers: Sequence[int] | None, *, models: Sequence[str] | None = None, first: int = 0
+) -> list[int] | None:
+    """``layers`` as layer numbers of the models analysed, checked before any computation: ``first``
+    .. L (L: the deepest model's number of blocks), or negative, counted from the top as in Python
+    (-1: layer L). A ``KeyError`` names what is out of range and the valid ones."""
+    from operator import index
+
+    from evolution.store import n_layers
+
+    if layers is None:
+        return None
+    if isinstance(layers, (int, str)):
+        raise TypeError(f"layers={layers!r}: give a list of layer numbers, e.g. layers=[0, -1]")
+    names = list(models) if models is not None else list(reps.specs)
+    depths = {n: (n_layers(reps.store, n) or 1) - 1 for n in names if n in reps.specs}
+    if not depths:
+        return [index(x) for x in layers]
+    top = max(depths.values())
+    out, bad = [], []
+    for x in layers:
+        try:
+            i = index(x)
+        except TypeError:
+            raise TypeError(f"layers={list(layers)!r}: {x!r} is not a layer number (an integer)") from None
+        if i < 0 and len(set(depths.values())) > 1:
+            raise KeyError(
+                f"layers={list(layers)!r}: {i} counts from the top, but the models differ in depth "
+                f"({depths}); give layer numbers from {first}"
+            )
+        j = top + 1 + i if i < 0 else i
+        if first <= j <= top:
+            out.append(j)
+        else:
+            bad.append(i)
+    if bad:
+        what = "0 the embeddings, " if first == 0 else ""
+        raise KeyError(
+            f"layers {bad} are not layers of {', '.join(depths)}: valid are {first}..{top} ({what}{top} the last "
+            f"block), or {first - top - 1}..-1 counted from the top"
+        )
+    return out
 
 
 def mi(
@@ -280,7 +332,7 @@ def influence(
 ) -> xr.Dataset:
     """Token influence by frequency bin (this project's models: fairseq and shipped): ``influence``."""
     options.setdefault("min_ratio", 1.0)
-    return _one(reps, "influence", "influence", options, seed=seed, models=models, layers=layers)
+    return _one(reps, "influence", "influence", options, seed=seed, models=models, layers=layers, first_layer=1)
 
 
 def heads(
@@ -288,7 +340,7 @@ def heads(
 ) -> xr.Dataset:
     """Per-head statistics (Clark et al. 2019; Voita et al. ACL 2019) and the Kobayashi et al.
     (2020) norms on the stored attention: the ``heads`` group."""
-    return _one(reps, "heads", "heads", options, models=models, layers=layers)
+    return _one(reps, "heads", "heads", options, models=models, layers=layers, first_layer=1)
 
 
 def dependency_heads(
@@ -310,6 +362,7 @@ def dependency_heads(
         {"select": select, "score": score, "max_sentences": max_sentences, **options},
         models=models,
         layers=layers,
+        first_layer=1,
     )
 
 
@@ -318,7 +371,7 @@ def importance(
 ) -> xr.Dataset:
     """Head-mask importance (Michel et al. 2019) and, for translation models, LRP relevance
     (Voita et al. ACL 2019): the ``heads_importance`` group."""
-    return _one(reps, "importance", "heads_importance", options, models=models, layers=layers)
+    return _one(reps, "importance", "heads_importance", options, models=models, layers=layers, first_layer=1)
 
 
 def probes(

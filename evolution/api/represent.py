@@ -58,6 +58,22 @@ class Representations(Mapping):
         represent(...) as reps:`` closes at the end of the block."""
         self._finalizer()
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (or the ``with`` block ended)."""
+        return not self._finalizer.alive
+
+    def check_open(self) -> None:
+        """Raise a ``ValueError`` saying what to do when this object is closed: what it made (an
+        in-memory store, a temporary cache) is gone."""
+        if self.closed:
+            gone = "its in-memory store and cache" if self.owned[0] else "its cache folder"
+            raise ValueError(
+                f"{self!r} is closed (reps.close(), or the end of its 'with' block), so {gone} are gone: run the "
+                "analyses inside the 'with' block, or call ev.represent(...) again (store=PATH keeps the states "
+                "on disk; ev.open_store(PATH) reopens them)"
+            )
+
     def __enter__(self) -> Representations:
         return self
 
@@ -69,6 +85,7 @@ class Representations(Mapping):
 
         if name not in self.specs:
             raise KeyError(f"no model {name!r} here; these are {list(self.specs)}")
+        self.check_open()
         ds = open_representations(self.store, name)
         # an in-memory store goes with this object: hand out a copy that outlives it
         return ds.load() if self.owned[0] else ds
@@ -83,6 +100,7 @@ class Representations(Mapping):
         """The attention group of ``name`` (attention, value_norm, weighted_norm, summed_norm), or None."""
         from evolution.store import has_attention, open_attention
 
+        self.check_open()
         if not has_attention(self.store, name):
             return None
         ds = open_attention(self.store, name)

@@ -3,14 +3,66 @@ type, and the validators of paths, treebanks and store locations."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
 
 class ConfigError(ValueError):
     """A config file that cannot be run; the message names the key and the fix."""
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (through ``X | None``, ``list[X]``, ``Annotated[X, ...]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def keys_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str] | None:
+    """The keys valid at ``loc`` (a key path into ``model``, as pydantic's errors give it; list
+    indices skipped), or None where the path leaves the models."""
+    cls = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = cls.model_fields.get(part)
+        sub = None if field is None else _model_in(field.annotation)
+        if sub is None:
+            return None
+        cls = sub
+    return list(cls.model_fields)
+
+
+def unknown_key(key: str, valid: Sequence[str] | None) -> str:
+    """``unknown key`` with the closest valid names (``did you mean restarts?``) and the list."""
+    if not valid:
+        return "unknown key; remove it or check its spelling against docs/config.md"
+    close = difflib.get_close_matches(key, valid, n=2, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"unknown key; {hint}the keys here (docs/config.md): {', '.join(valid)}"
+
+
+def error_lines(err: ValidationError, model: type[BaseModel]) -> list[str]:
+    """One ``key.path: what`` line per problem of ``err`` (a validation of ``model``); unknown keys
+    get the closest valid names."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = unknown_key(str(e["loc"][-1]), keys_at(model, e["loc"][:-1]))
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        lines.append(f"{loc}: {msg}")
+    return lines
 
 
 class _Section(BaseModel):

@@ -172,16 +172,9 @@ class EvolutionConfig(_Section):
 
 
 def _format_errors(err: ValidationError, source: str) -> str:
-    lines = [f"{source}: the config cannot be run:"]
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key; remove it or check its spelling against docs/config.md"
-        elif e["type"] == "missing":
-            msg = "required key is missing"
-        lines.append(f"  {loc}: {msg}")
-    return "\n".join(lines)
+    from evolution.config.base import error_lines
+
+    return "\n".join([f"{source}: the config cannot be run:", *(f"  {x}" for x in error_lines(err, EvolutionConfig))])
 
 
 def _yaml_error(path: Path, exc: Exception) -> str:

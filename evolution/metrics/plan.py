@@ -227,7 +227,7 @@ def plan_occurrences(
             "right": right[rows],
             "sentence": sentence[rows],
         }
-        if annotation is not None:
+        if annotation is not None and plan.annotated_rows is not None:  # (both or neither)
             frequent = _frequent_rows(token_id, plan.annotated_rows, top=nsel.top, min_count=nsel.min_count)
             if _enough_types(
                 plan,
@@ -252,7 +252,12 @@ def plan_occurrences(
             if by_label and (label_strings is None or s.color not in label_strings):
                 plan.notes.append(f"t-SNE '{s.name}': color {s.color} needs annotated text (corpus.annotated); skipped")
                 continue
-            pool = plan.annotated_rows if by_label else main
+            if not by_label:
+                pool = main
+            elif plan.annotated_rows is None:
+                raise ValueError(f"t-SNE '{s.name}': color {s.color} needs the annotation codes (annotation)")
+            else:
+                pool = plan.annotated_rows
             rows = pool[np.isin(words[pool], s.tokens)]
             if len(rows) < 4:
                 where = " in the annotated text" if by_label else ""
@@ -266,16 +271,16 @@ def plan_occurrences(
                 "position": np.asarray(position)[rows],
                 "sentence": sentence[rows],
                 "label": (
-                    np.asarray(label_strings[s.color])[rows] if by_label else np.full(len(rows), "", dtype=object)
+                    np.asarray(label_strings[s.color])[rows]
+                    if by_label and label_strings is not None  # (by_label: checked above)
+                    else np.full(len(rows), "", dtype=object)
                 ),
             }
     if cfg.similarity is not None:
         order = np.unique(sentence[main]) if sentence_order is None else np.asarray(sentence_order)
         first = order[: cfg.similarity.sentences]
         plan.similarity_rows = np.flatnonzero(np.isin(sentence, first))
-    for note in plan.notes:
-        logger.warning("metrics: %s", note)
-    return plan
+    return plan  # its notes are logged by the caller, once for the models that share one
 
 
 def frequency_bins(edges, *, ranked_types: int, basis: str) -> tuple[list[tuple[int, int]], list[str]]:
@@ -283,7 +288,7 @@ def frequency_bins(edges, *, ranked_types: int, basis: str) -> tuple[list[tuple[
     beyond the ``ranked_types`` types of the ``basis`` (the training split, or the analysed
     text) is omitted with a note, never filled with other tokens (Voita et al.'s rare bins
     need a larger vocabulary than a small corpus has)."""
-    bins = [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:])]
+    bins = [(int(lo), int(hi)) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
     kept = [b for b in bins if b[0] <= ranked_types]
     notes = []
     if len(kept) < len(bins):

@@ -39,9 +39,21 @@ def resolve_device(device: str | None) -> str:
     if device.startswith("cuda"):
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= n:
-            raise ValueError(
-                f"device {device!r}: this machine has {n} CUDA device(s) visible to torch "
-                f"({'a CPU build of torch' if n == 0 else 'cuda:0..cuda:' + str(n - 1)}); "
-                "set device: cpu or auto"
-            )
+            raise ValueError(f"device {device!r}: {_why_no_gpu(n)}; set device: cpu or auto")
     return device
+
+
+def _why_no_gpu(n: int) -> str:
+    """Why ``cuda:n`` is not there: a CPU build of torch, a CUDA build that sees no GPU (no driver,
+    ``CUDA_VISIBLE_DEVICES``), or fewer GPUs than asked for."""
+    import os
+
+    import torch
+
+    if n:
+        return f"torch sees {n} CUDA device(s), cuda:0..cuda:{n - 1}"
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU build (no CUDA); a GPU needs torch's CUDA build"
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    where = f" (CUDA_VISIBLE_DEVICES={hidden!r})" if hidden is not None else " (no GPU or no driver: nvidia-smi tells)"
+    return f"torch {torch.__version__} is a CUDA {torch.version.cuda} build but sees no GPU{where}"
