@@ -40,7 +40,7 @@ so an interrupted write is detected and redone, never read.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
@@ -131,7 +131,7 @@ def read_rows(store: str, model: str, layer: int, rows: np.ndarray) -> np.ndarra
     return np.asarray(arr.get_orthogonal_selection((layer, rows, slice(None))), dtype=np.float32)
 
 
-def _open_root(store: str, mode: str = "a") -> zarr.Group:
+def _open_root(store: str, mode: Literal["r", "r+", "a", "w", "w-"] = "a") -> zarr.Group:
     return zarr.open_group(store, mode=mode, zarr_format=3)
 
 

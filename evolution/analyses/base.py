@@ -26,7 +26,7 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import xarray as xr
@@ -45,7 +45,10 @@ __all__ = [
     "save_texts",
     "load_texts",
     "strings",
+    "required",
 ]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,8 @@ def save_arrays(directory: str | Path, prefix: str, arrays: dict[str, np.ndarray
     path = location.join(directory, f"{prefix}-{h.hexdigest()[:16]}.npz")
     if not location.exists(path):
         buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
+        # allow_pickle: numpy's default, named so that no array can take the keyword's place
+        np.savez(buffer, allow_pickle=True, **arrays)
         location.write_bytes(path, buffer.getvalue())
     return path
 
@@ -203,3 +207,11 @@ def strings(values) -> np.ndarray:
     """Strings as an object array: xarray stores it as zarr v3's variable-length string type
     (a fixed-width NumPy ``U`` array has no stable zarr v3 encoding)."""
     return np.array(list(values), dtype=object)
+
+
+def required(section: T | None, name: str) -> T:
+    """The config section ``metrics.<name>`` of an analysis that runs only when it is set
+    (:meth:`Analysis.enabled`), or a ValueError saying to set it."""
+    if section is None:
+        raise ValueError(f"metrics.{name} is null: set it to run the analysis that reads it")
+    return section

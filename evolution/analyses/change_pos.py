@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, required, save_arrays, strings
 from evolution.analyses.plotting import adjacent_change_figure
 from evolution.config import SimilarityConfig, resolved_dict
 
@@ -39,9 +39,9 @@ def pos_change_task(
 
     a = load_arrays(arrays)
     pos = a["tags"][a["pos"]].astype(object)
-    tags, counts = np.unique(pos, return_counts=True)
-    order = np.argsort(-counts, kind="stable")
-    counts = {str(tags[i]): int(counts[i]) for i in order}
+    tags, tag_counts = np.unique(pos, return_counts=True)
+    order = np.argsort(-tag_counts, kind="stable")
+    counts = {str(tags[i]): int(tag_counts[i]) for i in order}
     states = [read_rows(store, model, layer, a["rows"]) for layer in range(n_layers)]
     change, notes = adjacent_change(
         states,
@@ -60,7 +60,7 @@ class ChangeByPOS(Analysis):
     section = "similarity"
 
     def units(self, inputs: Inputs) -> list[Unit]:
-        scfg = inputs.config.similarity
+        scfg = required(inputs.config.similarity, "similarity")
         units = []
         for m in inputs.models.values():
             if m.annotation is None:
@@ -88,14 +88,14 @@ class ChangeByPOS(Analysis):
         for r in results.values():
             for note in r.get("notes", []):
                 logger.info("metrics: %s", note)
-        methods = inputs.config.similarity.methods
+        methods = required(inputs.config.similarity, "similarity").methods
         results = {n: results[n] for n in inputs.names if n in results}  # config order
         models = list(results)
         tags = list(dict.fromkeys(t for r in results.values() for t in r["groups"]))  # first model's order first
         L1 = max(len(r["change"][methods[0]]) for r in results.values())
         dist = np.full((len(methods), len(models), L1, len(tags)), np.nan)
         count = np.zeros((len(models), len(tags)), dtype=np.int64)
-        for i, (m, r) in enumerate(results.items()):
+        for i, r in enumerate(results.values()):
             cols = [tags.index(t) for t in r["groups"]]
             for q, meth in enumerate(methods):
                 arr = np.asarray(r["change"][meth], dtype=float)

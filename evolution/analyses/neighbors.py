@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, required, save_arrays, strings
 from evolution.analyses.plotting import STYLES, concat, figure, label_edges, legend_below, open_group, panel_grid, tidy
 from evolution.config import NeighborsConfig, resolved_dict
 
@@ -180,6 +180,7 @@ class Neighbors(Analysis):
 
     def units(self, inputs: Inputs) -> list[Unit]:
         cfg = inputs.config
+        neighbors = required(cfg.neighbors, "neighbors")
         units = []
         for m in inputs.models.values():
             nb = m.plan.neighbors
@@ -190,7 +191,7 @@ class Neighbors(Analysis):
             arrays = save_arrays(inputs.arrays_dir, f"neighbors-{m.name}", parts)
             key = {
                 "model": m.key,
-                "neighbors": resolved_dict(cfg.neighbors),
+                "neighbors": resolved_dict(neighbors),
                 "tokens": resolved_dict(cfg.tokens),
                 "seed": inputs.seed,
             }
@@ -203,7 +204,7 @@ class Neighbors(Analysis):
                         model=m.name,
                         layer=layer,
                         arrays=arrays,
-                        neighbors=cfg.neighbors,
+                        neighbors=neighbors,
                         seed=inputs.seed,
                     ),
                     key={**key, "layer": layer},
@@ -216,6 +217,7 @@ class Neighbors(Analysis):
         if not results:
             return {}
         models, L = inputs.names, inputs.max_layers
+        n_boot = required(inputs.config.neighbors, "neighbors").bootstrap
         measures = [n for n in MEASURES if any(n in r for r in results.values())]
         val = np.full((len(models), L, len(measures)), np.nan)
         ci = np.full((len(models), L, len(measures), 2), np.nan)
@@ -243,10 +245,7 @@ class Neighbors(Analysis):
                 "interval": (
                     ("model", "layer", "measure", "bound"),
                     ci,
-                    {
-                        "long_name": f"95% bootstrap interval over sentences "
-                        f"({inputs.config.neighbors.bootstrap} replicates; NaN: none)"
-                    },
+                    {"long_name": f"95% bootstrap interval over sentences ({n_boot} replicates; NaN: none)"},
                 ),
             },
             coords={
@@ -284,7 +283,7 @@ def neighbors_by_layer(path):
     measures = [str(m) for m in ds.measure.values if not str(m).endswith(BOUND_SUFFIXES)]
     fig, axes = panel_grid(len(measures), panel=(3.2, 2.3), cols=3, extra=0.5)
     frames, bounds = [], set()
-    for ax, meas in zip(axes, measures):
+    for ax, meas in zip(axes, measures, strict=True):
         for i, m in enumerate(ds.model.values):
             style = STYLES[i % len(STYLES)]
             v = ds.value.sel(model=m, measure=meas)

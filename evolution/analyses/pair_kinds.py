@@ -4,6 +4,8 @@ objectives; Voita et al. 2019, sec. 2)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = ["PAIR_KINDS", "pair_kind"]
 
 
@@ -20,7 +22,7 @@ PAIR_KINDS = (
 )
 
 
-def pair_kind(a: str, b: str, *, objectives: dict[str, str | None], runs: dict[str, dict]) -> str:
+def pair_kind(a: str, b: str, *, objectives: Mapping[str, str | None], runs: dict[str, dict]) -> str:
     """One of :data:`PAIR_KINDS` for models ``a`` and ``b``. With both in ``runs`` (this project's
     trained runs: objective, seed, token_dropout; a seed fixes the initial weights, which the
     objectives of one seed share, Voita et al. 2019, sec. 2): ``seeds`` (one objective, two

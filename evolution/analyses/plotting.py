@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -167,7 +168,7 @@ def artist_data(fig):
         for line in ax.get_lines():
             x, y = (np.asarray(v, dtype=float) for v in line.get_data())
             label = line.get_label()
-            rows += [dict(panel=panel, series=label, x=a, y=b) for a, b in zip(x, y)]
+            rows += [dict(panel=panel, series=label, x=a, y=b) for a, b in zip(x, y, strict=True)]
         for im in ax.get_images():
             a = np.asarray(im.get_array(), dtype=float)
             rows += [
@@ -188,7 +189,7 @@ def tidy(da: xr.DataArray, quantity: str | None = None, **columns):
 
     da = da.reset_coords(drop=False) if isinstance(da, xr.Dataset) else da
     if da.ndim:  # one column and row order whatever order the dimensions came in
-        da = da.transpose(*sorted(da.dims))
+        da = da.transpose(*sorted(da.dims, key=str))
     if da.ndim == 0:
         df = pd.DataFrame({"value": [da.item()]})
         for name, c in da.coords.items():
@@ -257,9 +258,9 @@ def legend_below(
     room); ``handles`` / ``labels`` default to the distinct labelled artists of its axes;
     ``kw``: further arguments of ``Figure.legend``."""
     if handles is None:
-        seen = {}
+        seen: dict[str, Any] = {}  # label -> its first handle
         for ax in fig.axes:
-            for h, lab in zip(*ax.get_legend_handles_labels()):
+            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
                 seen.setdefault(lab, h)
         labels, handles = list(seen), list(seen.values())
     if not handles:
@@ -329,7 +330,7 @@ def by_group_panels(d, *, series: str, label, width, xlabel: str, ylabel: str, g
     cmap = pyplot.get_cmap("viridis")
     n = d.sizes[series]
     x = np.arange(d.sizes[groups])
-    for ax, m in zip(axes, models):
+    for ax, m in zip(axes, models, strict=True):
         for j, v in enumerate(d[series].values):
             ax.plot(
                 x,

@@ -85,7 +85,7 @@ def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict
         with dask.config.set(scheduler="synchronous"), backend.use(device):
             result = fn(**kwargs)
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.removeHandler(handler)
             lg.setLevel(level)
     wall = time.perf_counter() - t0

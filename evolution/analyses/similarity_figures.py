@@ -61,7 +61,7 @@ _KIND_STYLE = {
 }
 #: the objective pairs of claim 9 (Voita et al. 2019, fig. 3): (first, second) objective
 OBJECTIVE_PAIRS = (("lm", "mt"), ("mt", "mlm"), ("lm", "mlm"))
-_PAIR_STYLE = {
+_PAIR_STYLE: dict[tuple[str, ...], tuple[str, str, str]] = {
     ("lm", "mt"): ("tab:purple", "o", "-"),
     ("mt", "mlm"): ("tab:olive", "s", "--"),
     ("lm", "mlm"): ("tab:cyan", "^", ":"),
@@ -175,13 +175,13 @@ def objective_pairs(ds: xr.Dataset, metric: str) -> xr.Dataset | None:
             )
     if not rows:
         return None
-    names, a, b, d, low, high, rmin, rmax, n = zip(*rows)
+    names, a, b, d, lows, highs, rmin, rmax, n = zip(*rows, strict=True)
     dims = ("objective_pair", "layer")
     return xr.Dataset(
         {
             "distance": (dims, np.array(d)),
-            "low": (dims, np.array(low)),
-            "high": (dims, np.array(high)),
+            "low": (dims, np.array(lows)),
+            "high": (dims, np.array(highs)),
             "range_min": (dims, np.array(rmin)),
             "range_max": (dims, np.array(rmax)),
             "combinations": (("objective_pair",), np.array(n)),
@@ -252,7 +252,7 @@ def similarity_heatmaps(path, metric: str = "pwcca"):
     for ax in axes[len(models) :]:
         ax.remove()
     vmin, vmax = robust_range(within, low=0.0)
-    for ax, m, v in zip(axes, models, within):
+    for ax, m, v in zip(axes, models, within, strict=False):
         im = ax.imshow(v, vmin=vmin, vmax=vmax, cmap="viridis", origin="lower")
         ax.set_title(m)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

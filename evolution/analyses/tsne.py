@@ -18,11 +18,13 @@ One unit per (model, layer) lays out every selection of ``metrics.tsne``
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, required, save_arrays, strings
 from evolution.analyses.plotting import WIDTH, figure, legend_below, open_group, plt
 from evolution.config import TSNEConfig, resolved_dict
 
@@ -110,7 +112,7 @@ class TSNE(Analysis):
     section = "tsne"
 
     def units(self, inputs: Inputs) -> list[Unit]:
-        cfg = inputs.config
+        tsne = required(inputs.config.tsne, "tsne")
         units = []
         for m in inputs.models.values():
             if not m.plan.tsne:
@@ -118,12 +120,12 @@ class TSNE(Analysis):
             arrays = save_arrays(
                 inputs.arrays_dir, f"tsne-{m.name}", {name: sel["rows"] for name, sel in m.plan.tsne.items()}
             )
-            key = {"model": m.key, "tsne": resolved_dict(cfg.tsne), "seed": inputs.seed}
+            key = {"model": m.key, "tsne": resolved_dict(tsne), "seed": inputs.seed}
             units += [
                 Unit(
                     f"{m.name}-{layer}",
                     layer_task,
-                    dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, tsne=cfg.tsne, seed=inputs.seed),
+                    dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, tsne=tsne, seed=inputs.seed),
                     key={**key, "layer": layer},
                 )
                 for layer in range(m.n_layers)
@@ -131,11 +133,11 @@ class TSNE(Analysis):
             if m.objective == "mlm" and m.kind != "huggingface":
                 from evolution.metrics.plan import content_ids_by_sentence
 
-                for sel_cfg in cfg.tsne.selections:
+                for sel_cfg in tsne.selections:
                     sel = m.plan.tsne.get(sel_cfg.name)
                     if not sel_cfg.masked or sel is None:
                         continue
-                    points = [(int(s), int(p)) for s, p in zip(sel["sentence"], sel["position"])]
+                    points = [(int(s), int(p)) for s, p in zip(sel["sentence"], sel["position"], strict=True)]
                     content = content_ids_by_sentence(
                         m.coords["token_id"], m.coords["sentence"], wanted={s for s, _ in points}
                     )
@@ -147,7 +149,7 @@ class TSNE(Analysis):
                                 spec=m.spec,
                                 content_ids=content,
                                 points=points,
-                                tsne=cfg.tsne,
+                                tsne=tsne,
                                 seed=inputs.seed,
                                 max_batch_tokens=inputs.max_batch_tokens,
                                 torch_threads=inputs.torch_threads,
@@ -190,7 +192,7 @@ class TSNE(Analysis):
             ).assign(
                 token=(("model", "point"), tok), position=(("model", "point"), pos), label=(("model", "point"), label)
             )
-            color = {s.name: s.color for s in inputs.config.tsne.selections}.get(name, "token")
+            color = {s.name: s.color for s in required(inputs.config.tsne, "tsne").selections}.get(name, "token")
             out[f"tsne_{name}"] = ds.assign_attrs(color=color, masked=False)
             mlm = [m for m in models if f"{m}-masked-{name}" in masked and "layers" in masked[f"{m}-masked-{name}"]]
             for k, r in masked.items():
@@ -214,12 +216,17 @@ class TSNE(Analysis):
 
         return {
             g: (
-                lambda p, n=g[len("tsne_") :]: tsne_grid(p, n),
+                _grid_figure(g[len("tsne_") :]),
                 f"t-SNE (openTSNE, PCA init, fixed seed) of the '{g[len('tsne_') :]}' selection per model and layer.",
             )
             for g in metrics_groups(path)
             if g.startswith("tsne_")
         }
+
+
+def _grid_figure(name: str) -> Callable[[Any], Any]:
+    """The figure function (of the metrics store path) of t-SNE selection ``name``'s group."""
+    return lambda path: tsne_grid(path, name)
 
 
 @figure

@@ -104,7 +104,7 @@ def inputs_for(reps: Representations, config, *, seed: int = 0, models: list[str
         for n in names
     ]
     attrs = {
-        "seed": 0,
+        "seed": seed,
         "representations": reps.store,
         "runs": _runs(reps, names),
         "extract_keys": {n: reps.extract_keys[n] for n in names},

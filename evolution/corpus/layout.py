@@ -63,7 +63,7 @@ def read_source(cfg: CorpusConfig, *, seed: int, inputs: dict[str, str]) -> Sour
         },
     )
     if cfg.source == "text":
-        out.plain = read_text_corpus(cfg.path, max_sentences=cfg.max_sentences)
+        out.plain = read_text_corpus(_path(cfg), max_sentences=cfg.max_sentences)
         out.meta.update(source=out.plain.source, source_sha256=file_hash(out.plain.source))
     else:
         out.parallel, out.splits = _read_parallel(cfg, seed=seed)
@@ -92,11 +92,11 @@ def _read_parallel(cfg: CorpusConfig, *, seed: int):
     if cfg.source == "bible":
         corpus = read_bible(cfg.sword_root, source_module=cfg.modules[0], target_module=cfg.modules[1])
     elif cfg.target_path is not None:
-        corpus = read_parallel_text(cfg.path, cfg.target_path, block_lines=cfg.split.block_lines)
+        corpus = read_parallel_text(_path(cfg), cfg.target_path, block_lines=cfg.split.block_lines)
     else:
         cols = cfg.columns or {}
         corpus = read_parallel_tsv(
-            cfg.path,
+            _path(cfg),
             source_column=cols["source"],
             target_column=cols["target"],
             ref_column=cols.get("ref"),
@@ -104,7 +104,17 @@ def _read_parallel(cfg: CorpusConfig, *, seed: int):
             block_lines=cfg.split.block_lines,
         )
     corpus = filter_length_ratio(corpus, max_ratio=cfg.max_length_ratio)
-    return corpus, split_corpus(corpus, valid=cfg.split.valid, test=cfg.split.test, seed=seed)
+    valid, test = cfg.split.valid, cfg.split.test
+    if valid is None or test is None:  # CorpusConfig's validation fills in the defaults
+        raise ValueError("corpus.split.valid and corpus.split.test must be set (group names or fractions)")
+    return corpus, split_corpus(corpus, valid=valid, test=test, seed=seed)
+
+
+def _path(cfg: CorpusConfig) -> Path:
+    """``corpus.path``, which text and parallel sources need (CorpusConfig's validation checks it)."""
+    if cfg.path is None:
+        raise ValueError(f"corpus.source is {cfg.source!r} but corpus.path is missing")
+    return cfg.path
 
 
 def write(directory: Path, source: SourceText, *, key: str) -> int:
@@ -142,10 +152,11 @@ def _write_parallel(directory: Path, source: SourceText, meta: dict) -> tuple[li
     from evolution.corpus.parallel import SPLITS
 
     c, corpus, splits = source.config, source.parallel, source.splits
+    assert splits is not None  # read_source splits every parallel corpus
     (directory / "text").mkdir()
     (directory / "refs").mkdir()
     src, tgt = c.languages
-    counts = {}
+    counts: dict[str, dict[str, Any]] = {}
     for name in SPLITS:
         idx = splits[name]
         (directory / "text" / f"{name}.{src}").write_text(

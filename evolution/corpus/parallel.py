@@ -78,7 +78,7 @@ def _lines(path: Path) -> list[str]:
 def _drop_empty(
     source: list[str], target: list[str], refs: list[str], groups: list[str], origin: str
 ) -> ParallelCorpus:
-    keep = [i for i, (s, t) in enumerate(zip(source, target)) if s and t]
+    keep = [i for i, (s, t) in enumerate(zip(source, target, strict=True)) if s and t]
     dropped = len(source) - len(keep)
     if dropped:
         logger.info("%s: dropped %d pair(s) with an empty side", origin, dropped)
@@ -165,7 +165,7 @@ def filter_length_ratio(corpus: ParallelCorpus, *, max_ratio: float) -> Parallel
     """
     keep = [
         i
-        for i, (s, t) in enumerate(zip(corpus.source, corpus.target))
+        for i, (s, t) in enumerate(zip(corpus.source, corpus.target, strict=True))
         if max(len(s), len(t)) <= max_ratio * min(len(s), len(t))
     ]
     out = corpus.subset(keep)

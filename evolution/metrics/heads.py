@@ -90,7 +90,9 @@ COUNTS = {
 }
 
 
-def word_attention(alpha: np.ndarray, units: Sequence[int], *, rule: Literal["mean", "first"] = "mean") -> np.ndarray:
+def word_attention(
+    alpha: np.ndarray, units: Sequence[int] | np.ndarray, *, rule: Literal["mean", "first"] = "mean"
+) -> np.ndarray:
     """Merge subword attention into word (unit) attention.
 
     ``alpha`` (..., T, T), rows queries; ``units`` (T,) the unit of each input
@@ -101,18 +103,18 @@ def word_attention(alpha: np.ndarray, units: Sequence[int], *, rule: Literal["me
     position's row (``rule="first"``). Rows stay distributions.
     """
     alpha = np.asarray(alpha, dtype=np.float64)
-    units = np.asarray(units)
-    n_units = int(units.max()) + 1
-    if alpha.shape[-1] != len(units) or alpha.shape[-2] != len(units):
-        raise ValueError(f"alpha ends in {alpha.shape[-2:]}, units has {len(units)} positions")
-    onehot = np.zeros((len(units), n_units))
-    onehot[np.arange(len(units)), units] = 1.0
+    unit = np.asarray(units)
+    n_units = int(unit.max()) + 1
+    if alpha.shape[-1] != len(unit) or alpha.shape[-2] != len(unit):
+        raise ValueError(f"alpha ends in {alpha.shape[-2:]}, units has {len(unit)} positions")
+    onehot = np.zeros((len(unit), n_units))
+    onehot[np.arange(len(unit)), unit] = 1.0
     to_units = alpha @ onehot  # (..., T, U): sum over each unit's keys
     if rule == "mean":
         rows = onehot / onehot.sum(axis=0, keepdims=True)  # (T, U): mean over each unit's queries
         return np.swapaxes(np.swapaxes(to_units, -1, -2) @ rows, -1, -2)
     if rule == "first":
-        first = np.array([int(np.flatnonzero(units == u)[0]) for u in range(n_units)])
+        first = np.array([int(np.flatnonzero(unit == u)[0]) for u in range(n_units)])
         return to_units[..., first, :]
     raise ValueError(f"rule must be 'mean' or 'first', got {rule!r}")
 
@@ -329,7 +331,7 @@ def dependency_hits(
     hits = np.zeros((L, H, n_relations, len(DIRECTIONS)), dtype=np.int64)
     arcs = np.zeros(n_relations, dtype=np.int64)
     offset_hits = np.zeros((len(OFFSETS), n_relations, len(DIRECTIONS)), dtype=np.int64)
-    for dep, (head, rel) in enumerate(zip(heads, relations)):
+    for dep, (head, rel) in enumerate(zip(heads, relations, strict=True)):
         if head == 0:
             continue
         g = head - 1

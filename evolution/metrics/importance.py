@@ -155,6 +155,7 @@ def objective_items(
             labels = [*inputs[1:], *([end] if end is not None else [])]
             out.append(Item(inputs, None, np.arange(len(labels)), np.asarray(labels)) if labels else None)
         elif objective == "mlm":
+            assert mask_id is not None  # checked above
             low, high = adapter.ordinary_ids
             new, changed = corrupt(ids, rng=np.random.default_rng([seed, s]), mask_id=mask_id, low=low, high=high)
             out.append(
@@ -163,6 +164,7 @@ def objective_items(
                 else None
             )
         else:
+            assert targets is not None  # checked above
             target = list(targets[s])
             if not target:
                 out.append(None)
@@ -227,14 +229,14 @@ def mask_gradients(
                     for a in attentions
                 ]
                 losses = sentence_losses(adapter, chosen)
-            for a, c in zip(attentions, calls):
+            for a, c in zip(attentions, calls, strict=True):
                 if min(c) == 0:
                     raise RuntimeError(
                         f"{adapter.name}: the {a} output projections were not called; a fused "
                         "attention kernel bypassed the head gates"
                     )
             grads = torch.autograd.grad(losses.sum(), [gates[a] for a in attentions])
-            for a, g in zip(attentions, grads):
+            for a, g in zip(attentions, grads, strict=True):
                 out[a][batch] = g.double().cpu().numpy()
     return out
 

@@ -159,7 +159,7 @@ def token_influence(
             for m in methods:
                 pick = 0 if m == "pwcca" else 2  # PWCCA weights from the unmasked view
                 distance[m][n - 1, b] = 1.0 - est[pick]
-                if draws is not None:
+                if reps is not None:  # (draws given)
                     replicates[m][:, n - 1, b] = 1.0 - reps[:, pick]
             short = 0 if reps is None else int(np.isnan(reps[:, 0]).sum())
             if n == 1 and short:

@@ -32,14 +32,14 @@ def corrupt(
 
     Random replacements are drawn from ``[low, high)`` (the ordinary symbols).
     """
-    ids = np.asarray(ids, dtype=np.int64)
-    out = ids.copy()
-    chosen = rng.random(len(ids)) < p
-    u = rng.random(len(ids))
+    original = np.asarray(ids, dtype=np.int64)
+    out = original.copy()
+    chosen = rng.random(len(original)) < p
+    u = rng.random(len(original))
     out[chosen & (u < p_mask)] = mask_id
     rand = chosen & (u >= p_mask) & (u < p_mask + p_random)
     out[rand] = rng.integers(low, high, size=int(rand.sum()))
-    return out.tolist(), np.flatnonzero(out != ids)
+    return out.tolist(), np.flatnonzero(out != original)
 
 
 def masked_states(

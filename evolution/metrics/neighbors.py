@@ -17,7 +17,7 @@ Intervals: :func:`bootstrap_interval`, a cluster bootstrap over sentences.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, overload
 
 import numpy as np
 
@@ -41,7 +41,7 @@ Metric = Literal["euclidean", "cosine"]
 
 
 def _prepare(vectors: np.ndarray, metric: Metric) -> np.ndarray:
-    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    x: np.ndarray = np.ascontiguousarray(vectors, dtype=np.float32)
     if metric == "cosine":
         norms = np.linalg.norm(x, axis=1, keepdims=True)
         x = x / np.where(norms > 0, norms, 1)
@@ -215,6 +215,36 @@ def normalized(rate, chance, ceiling):
     return float(out) if out.ndim == 0 else out
 
 
+@overload
+def within_type_measures(
+    vectors: np.ndarray,
+    *,
+    types: np.ndarray,
+    position: np.ndarray,
+    annotations: dict[str, np.ndarray],
+    k: int,
+    metric: Metric = ...,
+    min_occurrences: int = ...,
+    chance: bool = ...,
+    per_query: Literal[False] = ...,
+) -> dict[str, float]: ...
+
+
+@overload
+def within_type_measures(
+    vectors: np.ndarray,
+    *,
+    types: np.ndarray,
+    position: np.ndarray,
+    annotations: dict[str, np.ndarray],
+    k: int,
+    metric: Metric = ...,
+    min_occurrences: int = ...,
+    chance: bool = ...,
+    per_query: Literal[True],
+) -> tuple[dict[str, float], dict[str, np.ndarray]]: ...
+
+
 def within_type_measures(
     vectors: np.ndarray,
     *,
@@ -282,8 +312,8 @@ def within_type_measures(
                 queries[f"same_{name}_ceiling"][rows] = np.where(has, np.minimum(same, k_eff) / k_eff, np.nan)
     if not counted:
         raise ValueError(f"no token type has {max(2, min_occurrences)} occurrences")
-    values = {name: _mean_of_type_means(v, types) for name, v in queries.items()}
-    return (values, queries) if per_query else values
+    means = {name: _mean_of_type_means(v, types) for name, v in queries.items()}
+    return (means, queries) if per_query else means
 
 
 def _mean_of_type_means(per_query: np.ndarray, types: np.ndarray) -> float:

@@ -63,7 +63,8 @@ __all__ = [
     "N_DISTANCE_FEATURES",
 ]
 
-KINDS = ("attention", "attention_words", "distance_words")
+ProbeKind = Literal["attention", "attention_words", "distance_words"]
+KINDS: tuple[ProbeKind, ...] = ("attention", "attention_words", "distance_words")
 N_DISTANCE_FEATURES = 8
 
 
@@ -203,17 +204,26 @@ class _Net(torch.nn.Module):
         return left[:, None, :] + right[None, :, :]
 
     def forward(self, attention: torch.Tensor | None, emb: torch.Tensor | None, dist: torch.Tensor | None):
+        """The inputs of :func:`_inputs`: ``attention`` for the attention probes, ``emb`` for the
+        word probes, ``dist`` for ``distance_words``; None where the kind reads none."""
         if self.kind == "attention":
-            return torch.einsum("k,kij->ij", self.map_weights, self.maps(attention))
+            return torch.einsum("k,kij->ij", self.map_weights, self.maps(_needed(attention, self.kind, "attention")))
         if self.kind == "attention_words":
-            weights = self.pair_dense(emb, self.kernel) + self.bias  # (n, n+1, M)
-            return torch.einsum("ijk,kij->ij", weights, self.maps(attention))
+            weights = self.pair_dense(_needed(emb, self.kind, "embeddings"), self.kernel) + self.bias  # (n, n+1, M)
+            return torch.einsum("ijk,kij->ij", weights, self.maps(_needed(attention, self.kind, "attention")))
         hidden = torch.tanh(
-            dist @ self.kernel[:N_DISTANCE_FEATURES]
-            + self.pair_dense(emb, self.kernel[N_DISTANCE_FEATURES:])
+            _needed(dist, self.kind, "distance features") @ self.kernel[:N_DISTANCE_FEATURES]
+            + self.pair_dense(_needed(emb, self.kind, "embeddings"), self.kernel[N_DISTANCE_FEATURES:])
             + self.bias
         )
         return hidden @ self.out_kernel + self.out_bias
+
+
+def _needed(x: torch.Tensor | None, kind: str, what: str) -> torch.Tensor:
+    """An input that a probe of ``kind`` reads, or a ValueError."""
+    if x is None:
+        raise ValueError(f"a {kind!r} probe needs the sentence's {what}")
+    return x
 
 
 def _inputs(s: ProbeSentence, kind: str):
@@ -281,7 +291,7 @@ def _held_out_score(net: _Net, sentences: Sequence[ProbeSentence], kind: str) ->
 def fit_probe(
     sentences: Sequence[ProbeSentence],
     *,
-    kind: Literal["attention", "attention_words", "distance_words"] = "attention",
+    kind: ProbeKind = "attention",
     epochs: int = 1,
     lr: float = 0.002,
     transpose: bool = True,
@@ -319,13 +329,15 @@ def fit_probe(
         raise ValueError(f"kind {kind!r} needs every sentence's attention")
     if needs_emb and any(s.embeddings is None for s in sentences + held_out):
         raise ValueError(f"kind {kind!r} needs every sentence's embeddings")
-    n_maps = {s.attention.shape[0] for s in sentences + held_out} if needs_att else {0}
-    dims = {s.embeddings.shape[1] for s in sentences + held_out} if needs_emb else {0}
+    # (every sentence has them where needed, checked above)
+    n_maps = {s.attention.shape[0] for s in sentences + held_out if s.attention is not None} if needs_att else {0}
+    dims = {s.embeddings.shape[1] for s in sentences + held_out if s.embeddings is not None} if needs_emb else {0}
     if len(n_maps) > 1 or len(dims) > 1:
         raise ValueError(f"sentences differ in the number of maps {n_maps} or the embedding size {dims}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    curve, best = [], (float("inf"), None, None)
+    curve: list[tuple[int, float, float]] = []
+    best_loss, best_epoch, best_state = float("inf"), None, None  # the held-out lowest loss, its epoch and weights
     try:
         gen = torch.Generator().manual_seed(seed)
         net = _Net(kind, n_maps.pop(), dims.pop(), transpose, hidden, gen)
@@ -340,17 +352,22 @@ def fit_probe(
                 loss.backward()
                 opt.step()
             if held_out:
-                loss, score = _held_out_score(net, held_out, kind)
-                curve.append((epoch, loss, score))
-                if loss < best[0]:
-                    best = (loss, epoch, {k: v.detach().clone() for k, v in net.state_dict().items()})
-                elif epoch - best[1] >= patience:
+                held_loss, score = _held_out_score(net, held_out, kind)
+                curve.append((epoch, held_loss, score))
+                if held_loss < best_loss:
+                    best_loss, best_epoch = held_loss, epoch
+                    best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+                elif best_epoch is None:
+                    raise ValueError(f"held-out loss {held_loss} after epoch {epoch}: the probe diverged")
+                elif epoch - best_epoch >= patience:
                     break
         if held_out:
-            net.load_state_dict(best[2])
+            if best_state is None:
+                raise ValueError(f"epochs must be >= 1 to keep the best held-out weights, got {epochs}")
+            net.load_state_dict(best_state)
     finally:
         torch.set_num_threads(threads)
-    return Probe(kind=kind, net=net, curve=curve, best_epoch=best[1])
+    return Probe(kind=kind, net=net, curve=curve, best_epoch=best_epoch)
 
 
 def right_branching(n: int) -> np.ndarray:
@@ -368,7 +385,7 @@ def uas(predictions: Probe | Sequence[np.ndarray], sentences: Sequence[ProbeSent
     if len(preds) != len(sentences):
         raise ValueError(f"{len(preds)} predictions for {len(sentences)} sentences")
     correct = total = 0
-    for p, s in zip(preds, sentences):
+    for p, s in zip(preds, sentences, strict=True):
         p = np.asarray(p)
         if p.shape != s.heads.shape:
             raise ValueError(f"predictions {p.shape} for a sentence of {len(s.heads)} words")

@@ -86,7 +86,9 @@ def head_relevance(
                         ).remove
                     )
             if output is not None:
-                stack.callback(output.register_forward_pre_hook(lambda module, args: features.append(args[0])).remove)
+                stack.callback(
+                    output.register_forward_pre_hook(lambda module, args, store=features: store.append(args[0])).remove
+                )
             decoder = [item.decoder_inputs] if item.decoder_inputs is not None else None
             logits = adapter.logits([item.inputs], decoder)  # (1, T, V)
         at = torch.as_tensor([int(p) for p in item.positions])

@@ -90,9 +90,10 @@ def metrics_fingerprint(path: str | Path) -> str | None:
     import zarr
 
     try:
-        return zarr.open_group(str(path), mode="r", zarr_format=3).attrs.get(_FINGERPRINT)
+        fingerprint = zarr.open_group(str(path), mode="r", zarr_format=3).attrs.get(_FINGERPRINT)
     except Exception:  # noqa: BLE001 - a missing or unreadable store is simply not done
         return None
+    return fingerprint if isinstance(fingerprint, str) else None
 
 
 def _attrs(store: str) -> dict | None:
@@ -140,6 +141,7 @@ def metrics_groups(path: str | Path) -> list[str]:
     import zarr
 
     try:
-        return list(zarr.open_group(str(path), mode="r", zarr_format=3).attrs.get("groups", []))
+        groups = zarr.open_group(str(path), mode="r", zarr_format=3).attrs.get("groups", [])
     except Exception:  # noqa: BLE001 - a missing or unreadable store has no groups
         return []
+    return [str(g) for g in groups] if isinstance(groups, list | tuple) else []

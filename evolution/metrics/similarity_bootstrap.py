@@ -33,7 +33,7 @@ definition (an SVD of its resampled rows), as are the pairs it is in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,7 +120,7 @@ def _definition(x: np.ndarray, y: np.ndarray, *, epsilon: float, min_ratio: floa
     return pair_similarity(View(x, epsilon=epsilon, min_ratio=min_ratio), View(y, epsilon=epsilon, min_ratio=min_ratio))
 
 
-def _distances(values: tuple[float, float, float], methods: list[str]) -> dict[str, float]:
+def _distances(values: tuple[float, float, float], methods: Sequence[str]) -> dict[str, float]:
     """1 - similarity per method; PWCCA the mean of both directions (what the bootstrap of
     same-layer distances bounds)."""
     p_ab, p_ba, c = values
@@ -133,7 +133,7 @@ def between_replicates(
     sums: SentenceSums,
     draws: np.ndarray,
     pairs: list[tuple[str, str]],
-    methods: list[str],
+    methods: Sequence[str],
     epsilon: float,
     min_ratio: float,
     states: Callable[[str, int], np.ndarray],
@@ -171,7 +171,8 @@ def between_replicates(
                 d = max(per_model[a].coords_all_.shape[1], per_model[b].coords_all_.shape[1])
                 if rows[r] < min_ratio * d:
                     continue
-                if white[a] is None or white[b] is None:
+                white_a, white_b = white[a], white[b]
+                if white_a is None or white_b is None:
                     fallbacks += 1
                     idx = sums.resample_rows(draws[r])
                     values = _definition(
@@ -179,7 +180,7 @@ def between_replicates(
                     )
                 else:
                     cross = blocks[(a, b)][r] if (a, b) in blocks else blocks[(b, a)][r].T
-                    values = replicate_similarity(white[a], white[b], cross)
+                    values = replicate_similarity(white_a, white_b, cross)
                 for m, v in _distances(values, methods).items():
                     out[m][r, layer, p] = v
     if fallbacks:
@@ -197,7 +198,7 @@ def change_with_replicates(
     *,
     group: np.ndarray,
     draws: np.ndarray | None,
-    methods: list[str],
+    methods: Sequence[str],
     epsilon: float,
     min_ratio: float,
     name: str,
@@ -238,12 +239,13 @@ def change_with_replicates(
             p_ab, _, c = pair_similarity(views[layer], views[layer + 1])
             for m in methods:
                 estimate[m][layer, k] = 1.0 - (p_ab if m == "pwcca" else c)
-        if not n_rep:
+        if not n_rep or draws is None or counts is None:  # (no draws: n_rep is 0)
             continue
         sums = SentenceSums(group[mask], n_groups=n_groups)
         rows = sums.rows(counts)
         where = np.flatnonzero(mask)
-        white_prev, cross_prev = None, None
+        white_prev: list[Whitened | None] = []
+        cross_prev: np.ndarray | None = None
         for layer in range(n_layers):
             q = views[layer].basis_all_
             nxt = views[layer + 1].basis_all_ if layer + 1 < n_layers else None
@@ -255,17 +257,19 @@ def change_with_replicates(
                 for r in range(n_rep)
             ]
             if layer:
+                assert cross_prev is not None  # the previous layer had this one as its next
                 for r in range(n_rep):
                     if rows[r] < min_ratio * d:
                         continue
-                    if white_prev[r] is None or white[r] is None:
+                    white_a, white_b = white_prev[r], white[r]
+                    if white_a is None or white_b is None:
                         fallbacks += 1
                         idx = where[sums.resample_rows(draws[r])]
                         values = _definition(
                             states[layer - 1][idx], states[layer][idx], epsilon=epsilon, min_ratio=min_ratio
                         )
                     else:
-                        values = replicate_similarity(white_prev[r], white[r], cross_prev[r])
+                        values = replicate_similarity(white_a, white_b, cross_prev[r])
                     for m in methods:
                         replicates[m][r, layer - 1, k] = 1.0 - (values[0] if m == "pwcca" else values[2])
             white_prev, cross_prev = white, (gram[:, :, r_l:] if nxt is not None else None)

@@ -38,7 +38,7 @@ import abc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeGuard, get_args
 
 import numpy as np
 
@@ -54,7 +54,13 @@ __all__ = [
     "word_ids_from_pieces",
     "attention_norms",
     "FairseqLayoutHeads",
+    "is_objective",
 ]
+
+
+def is_objective(value: object) -> TypeGuard[Objective]:
+    """Whether ``value`` is one of the objectives ``mt``, ``lm``, ``mlm``."""
+    return value in get_args(Objective)
 
 
 class ModelLoadError(RuntimeError):
@@ -172,8 +178,10 @@ class Adapter(abc.ABC):
         values at padded positions are unspecified.
         """
 
-    #: whether :meth:`forward_norms` and :meth:`forward_qk` are available
-    supports_norms: bool = False
+    @property
+    def supports_norms(self) -> bool:
+        """Whether :meth:`forward_norms` and :meth:`forward_qk` are available."""
+        return False
 
     def forward_qk(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """Per-head queries and keys ``(L, B, H, T, d_head)`` each, before scaling (Vig 2019's
@@ -194,12 +202,29 @@ class Adapter(abc.ABC):
             "they are available for fairseq Transformers and BERT-like Hugging Face encoders"
         )
 
-    #: whether :meth:`forward_decoder` is available (translation models with a Transformer decoder)
-    supports_decoder: bool = False
+    @property
+    def supports_decoder(self) -> bool:
+        """Whether :meth:`forward_decoder` is available (translation models with a Transformer decoder)."""
+        return False
 
     def tokenize_target(self, sentence: str) -> Tokenized:
         """Content tokens of one target-language sentence (translation models)."""
         raise NotImplementedError(f"{type(self).__name__} has no decoder")
+
+    def build_decoder_input(self, ids: Sequence[int]) -> list[int]:
+        """Target content ids -> the teacher-forced decoder input (translation models)."""
+        raise NotImplementedError(f"{type(self).__name__} has no decoder")
+
+    @property
+    def max_target_tokens(self) -> int:
+        """The longest target the decoder accepts after its start symbol (translation models)."""
+        raise NotImplementedError(f"{type(self).__name__} has no decoder")
+
+    @property
+    def attention_types(self) -> tuple[str, ...]:
+        """The attention types whose heads the head analyses read: ``encoder_self`` (the analysed
+        stack), and for translation models with a decoder also ``decoder_self`` and ``encoder_decoder``."""
+        return ("encoder_self",)
 
     def forward_decoder(
         self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
@@ -219,8 +244,10 @@ class Adapter(abc.ABC):
     mask_id: int | None = None
     ordinary_ids: tuple[int, int] = (0, 0)
 
-    #: whether :meth:`forward_masked_keys` is available (this project's trained models)
-    supports_key_masking: bool = False
+    @property
+    def supports_key_masking(self) -> bool:
+        """Whether :meth:`forward_masked_keys` is available (this project's trained models)."""
+        return False
 
     def forward_masked_keys(self, inputs: Sequence[Sequence[int]], *, masked: Sequence[tuple[int, int]]) -> np.ndarray:
         """Hidden states ``(L + 1, B, T, d)`` when row ``b`` hides input position
@@ -273,7 +300,7 @@ class Adapter(abc.ABC):
         return ids.to(self.device), mask.to(self.device), lengths
 
 
-class FairseqLayoutHeads:
+class FairseqLayoutHeads(Adapter):
     """Head gates of a network laid out as fairseq's Transformer (each layer's ``self_attn``,
     the decoder's ``encoder_attn``, each attention's ``out_proj``): fairseq's own classes
     (:class:`~evolution.models.fairseq.FairseqAdapter`) and their plain PyTorch mirror
@@ -284,6 +311,14 @@ class FairseqLayoutHeads:
     ATTENTIONS = ("encoder_self", "decoder_self", "encoder_decoder")
     #: the batch axis of the attention output projections' input (T, B, H * d_head), for per-sentence head gates
     gate_batch_dim = 1
+
+    def _encoder_layers(self) -> list:
+        """The encoder's (the analysed stack's) layers."""
+        raise NotImplementedError
+
+    def _decoder_layers(self) -> list:
+        """The decoder's layers (translation models)."""
+        raise NotImplementedError
 
     @property
     def attention_types(self) -> tuple[str, ...]:

@@ -29,7 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from evolution.models.base import Adapter, FairseqLayoutHeads, ModelLoadError, Tokenized, word_ids_from_pieces
+from evolution.models.base import (
+    Adapter,
+    FairseqLayoutHeads,
+    ModelLoadError,
+    Tokenized,
+    is_objective,
+    word_ids_from_pieces,
+)
 from evolution.nets.compat import capture_attention, enable_head_weights, import_fairseq, quiet, trusted_checkpoints
 
 logger = logging.getLogger(__name__)
@@ -80,12 +87,13 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             self._spm = spm.SentencePieceProcessor(model_file=str(sentencepiece))
         self._load()
         task_name = self.cfg.task._name
-        self.objective = objective or getattr(self._model, "objective", None) or _TASK_OBJECTIVE.get(task_name)
-        if self.objective not in ("mt", "lm", "mlm"):
+        objective = objective or getattr(self._model, "objective", None) or _TASK_OBJECTIVE.get(task_name)
+        if not is_objective(objective):
             raise ModelLoadError(
                 f"{self.path}: fairseq task {task_name!r} is not one of "
                 f"{sorted(_TASK_OBJECTIVE)}; set models[].objective to mt, lm or mlm"
             )
+        self.objective = objective
         d = self.dictionary
         if self.objective == "mt":
             self.prefix, self.suffix = [], [d.eos()]
@@ -267,12 +275,10 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
 
     @property
     def supports_decoder(self) -> bool:
-        decoder = getattr(self._model, "decoder", None)
-        return (
-            self.objective == "mt"
-            and bool(getattr(decoder, "layers", None))
-            and getattr(decoder.layers[0], "encoder_attn", None) is not None
-        )
+        layers = getattr(getattr(self._model, "decoder", None), "layers", None)
+        if self.objective != "mt" or not layers:
+            return False
+        return getattr(layers[0], "encoder_attn", None) is not None
 
     @property
     def max_target_tokens(self) -> int:
@@ -360,8 +366,8 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
                 ]
             for h in handles:
                 ctx.callback(h.remove)
-            captured = (
-                ctx.enter_context(capture_attention([layer.self_attn for layer in layers])) if attention else None
+            captured: list = (
+                ctx.enter_context(capture_attention([layer.self_attn for layer in layers])) if attention else []
             )
             stack = self._stack
             if hasattr(self._model, "shared_encoder"):
@@ -376,7 +382,7 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             if norms:
                 per_layer = [
                     attention_norms(alpha, _transformed_values(layer.self_attn, value))
-                    for layer, alpha, value in zip(layers, captured, values)
+                    for layer, alpha, value in zip(layers, captured, values, strict=True)
                 ]
                 out = {k: torch.stack([p[k] for p in per_layer]).cpu().numpy() for k in per_layer[0]}
         hidden = torch.stack([s.transpose(0, 1) for s in states]).float().cpu().numpy()  # (L+1, B, T, d)

@@ -261,7 +261,9 @@ def pack(
     model_args = cfg["model"]
     model_args = vars(model_args) if isinstance(model_args, argparse.Namespace) else dict(model_args)
     task = dict(cfg["task"])
-    weights, tied, seen = {}, {}, {}
+    weights: dict[str, torch.Tensor] = {}
+    tied: dict[str, str] = {}  # a weight tied to another -> the stored one
+    seen: dict[tuple[int, int, tuple[int, ...]], str] = {}  # (storage, offset, shape) -> its first key
     cast = {"float32": torch.float32, "float16": torch.float16}[dtype]
     for key, tensor in state["model"].items():
         ptr = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,8 +24,12 @@ from evolution.models.base import (
     ModelLoadError,
     Tokenized,
     attention_norms,
+    is_objective,
     word_ids_from_pieces,
 )
+
+if TYPE_CHECKING:
+    from evolution.nets.torch_network import Decoder
 
 __all__ = ["PlainAdapter"]
 
@@ -60,9 +65,10 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
         self.meta, vocab = read_shipped(self.path)
         self.device = resolve_device(device)
         self.name = name or self.path.name
-        self.objective = objective or self.meta.get("objective")
-        if self.objective not in ("mt", "lm", "mlm"):
-            raise ModelLoadError(f"{self.path / META}: objective {self.objective!r} is not one of mt, lm, mlm")
+        objective = objective or self.meta.get("objective")
+        if not is_objective(objective):
+            raise ModelLoadError(f"{self.path / META}: objective {objective!r} is not one of mt, lm, mlm")
+        self.objective = objective
         self.dictionary = d = Dictionary(vocab / "dict.txt", mask=self.objective == "mlm")
         self._spm = spm.SentencePieceProcessor(model_file=str(vocab / "spm.model"))
         weights = load_file(str(self.path / WEIGHTS))
@@ -75,7 +81,7 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
             raise ModelLoadError(f"{self.path}: {exc}") from exc
         self._torch = torch
         enc = self.net.encoder
-        self.num_layers, self.num_heads = len(enc.layers), enc.layers[0].self_attn.num_heads
+        self.num_layers, self.num_heads = len(enc.layers), self._encoder_layers()[0].self_attn.num_heads
         self.d_model, self.max_positions = enc.embed_tokens.embedding_dim, enc.max_positions()
         if self.objective == "mt":
             self.prefix, self.suffix = [], [d.eos()]
@@ -103,6 +109,13 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
     def supports_decoder(self) -> bool:
         return self.net.decoder is not None
 
+    @property
+    def _decoder(self) -> Decoder:
+        """The translation model's decoder (no other model has one)."""
+        if self.net.decoder is None:
+            raise NotImplementedError(f"{type(self).__name__} {self.name} has no decoder")
+        return self.net.decoder
+
     def tokenize_target(self, sentence: str) -> Tokenized:
         if not self.supports_decoder:
             return super().tokenize_target(sentence)
@@ -114,7 +127,7 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
 
     @property
     def max_target_tokens(self) -> int:
-        return int(self.net.decoder.max_positions()) - 1
+        return int(self._decoder.max_positions()) - 1
 
     # --- forward passes ----------------------------------------------------------------------------------
     def _ids(self, rows: Sequence[Sequence[int]]):
@@ -144,7 +157,7 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
         with self._torch.inference_mode():
             per = [
                 attention_norms(alpha, _transformed_values(layer.self_attn, value))
-                for layer, alpha, value in zip(self.net.encoder.layers, out["attention"], out["values"])
+                for layer, alpha, value in zip(self._encoder_layers(), out["attention"], out["values"], strict=True)
             ]
         norms = {k: np.stack([p[k].cpu().numpy() for p in per]) for k in per[0]}
         return self._hidden(out), np.stack([a.float().cpu().numpy() for a in out["attention"]]), norms
@@ -153,7 +166,7 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
         out = self._run(inputs, attention=False, values=True)
         qs, ks = [], []
         with self._torch.inference_mode():
-            for layer, x in zip(self.net.encoder.layers, out["values"]):  # each block's attention input
+            for layer, x in zip(self._encoder_layers(), out["values"], strict=True):  # each block's attention input
                 a = layer.self_attn
                 t, b, d = x.shape
                 qs.append(a.q_proj(x).view(t, b, a.num_heads, a.head_dim).permute(1, 2, 0, 3))
@@ -196,7 +209,7 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
             return super().forward_decoder(sources, targets)
         with self._torch.inference_mode():
             enc = self.net.encoder(self._ids(sources))
-            dec = self.net.decoder(self._ids(targets), enc["final"], enc["padding"], attention=True)
+            dec = self._decoder(self._ids(targets), enc["final"], enc["padding"], attention=True)
         return (
             self._torch.stack(dec["self"]).float().cpu().numpy(),
             self._torch.stack(dec["cross"]).float().cpu().numpy(),
@@ -207,7 +220,7 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
         return list(self.net.encoder.layers)
 
     def _decoder_layers(self) -> list:
-        return list(self.net.decoder.layers)
+        return list(self._decoder.layers)
 
     def logits(self, inputs: Sequence[Sequence[int]], decoder_inputs: Sequence[Sequence[int]] | None = None):
         """Output logits ``(B, T, V)`` with autograd on (the model stays in eval mode)."""
@@ -217,8 +230,9 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
             return self.net.logits(enc["final"].transpose(0, 1))
         if decoder_inputs is None:
             raise ValueError("a translation model's logits need decoder_inputs (build_decoder_input)")
-        dec = self.net.decoder(self._ids(decoder_inputs), enc["final"], enc["padding"])
-        return self.net.decoder.output_layer(dec["features"])
+        decoder = self._decoder
+        dec = decoder(self._ids(decoder_inputs), enc["final"], enc["padding"])
+        return decoder.output_layer(dec["features"])
 
     def translate(
         self, sources: Sequence[Sequence[int]], *, max_len_a: float = 0.0, max_len_b: int = 200

@@ -150,13 +150,13 @@ def remove_heads(attention, keep: Sequence[bool]) -> None:
     the rows of the query, key and value projections and the columns of the output
     projection that belong to them. Independent of :func:`head_gates`, so that a test can
     check that gating a head with 0 equals removing it."""
-    keep = torch.as_tensor(list(keep), dtype=torch.bool)
+    kept = torch.as_tensor(list(keep), dtype=torch.bool)
     heads, d_head = attention.num_heads, attention.head_dim
-    if keep.numel() != heads:
-        raise ValueError(f"keep has {keep.numel()} entries for {heads} heads")
-    if not keep.any():
+    if kept.numel() != heads:
+        raise ValueError(f"keep has {kept.numel()} entries for {heads} heads")
+    if not kept.any():
         raise ValueError("cannot remove every head of a layer with fairseq's MultiheadAttention; gate it with 0")
-    idx = torch.arange(heads * d_head).view(heads, d_head)[keep].reshape(-1)
+    idx = torch.arange(heads * d_head).view(heads, d_head)[kept].reshape(-1)
     with torch.no_grad():
         for proj in (attention.q_proj, attention.k_proj, attention.v_proj):
             proj.weight = nn.Parameter(proj.weight[idx].clone())
@@ -165,6 +165,6 @@ def remove_heads(attention, keep: Sequence[bool]) -> None:
             proj.out_features = len(idx)
         attention.out_proj.weight = nn.Parameter(attention.out_proj.weight[:, idx].clone())
         attention.out_proj.in_features = len(idx)
-    attention.num_heads = int(keep.sum())
+    attention.num_heads = int(kept.sum())
     attention.embed_dim = attention.num_heads * d_head  # fairseq reshapes with embed_dim ...
     attention.skip_embed_dim_check = True  # ... while its input keeps the model's width

@@ -99,11 +99,14 @@ def relevance(
     pass (``is_grads_batched``), each result of shape (S, *z.shape)."""
     if steps is None:
         grads = torch.autograd.grad(output.sum(), list(tensors), retain_graph=retain_graph, allow_unused=True)
-        return [(z * g).detach() if g is not None else torch.zeros_like(z).detach() for z, g in zip(tensors, grads)]
+        return [
+            (z * g).detach() if g is not None else torch.zeros_like(z).detach()
+            for z, g in zip(tensors, grads, strict=True)
+        ]
     grads = torch.autograd.grad(
         output, list(tensors), grad_outputs=steps, is_grads_batched=True, retain_graph=retain_graph, allow_unused=True
     )
     return [
         (z.detach()[None] * g).detach() if g is not None else torch.zeros((len(steps), *z.shape), dtype=z.dtype)
-        for z, g in zip(tensors, grads)
+        for z, g in zip(tensors, grads, strict=True)
     ]

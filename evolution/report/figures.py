@@ -41,7 +41,7 @@ def draw_all(path, out_dir, *, formats: Iterable[str] = ("png",), svg: bool = Fa
         if fig is None:
             continue
         files = [out_dir / f"{name}.{fmt}" for fmt in formats]
-        for f, fmt in zip(files, formats):
+        for f, fmt in zip(files, formats, strict=True):
             fig.savefig(f, dpi=DPI, bbox_inches="tight", metadata=_METADATA.get(fmt))
         figure_data(fig).to_csv(out_dir / f"{name}.csv", index=False)
         pyplot.close(fig)

@@ -5,9 +5,9 @@ two have the same sections.
 Every section has an anchor (``id``) and the table of contents links to them; text is
 left-aligned, only numeric columns are right-aligned; a table longer than :data:`FOLD`
 rows shows its first rows and folds the rest into a ``<details>`` element (in Markdown
-too, which code hosts render folded: every row is in both pages); a table whose values are one constant is one sentence; every
-figure links to itself at full size and is shown at its natural size at most (never
-upscaled), shrunk to the column's width when wider.
+too, which code hosts render folded: every row is in both pages); a table whose values
+are one constant is one sentence; every figure links to itself at full size and is shown
+at its natural size at most (never upscaled), shrunk to the column's width when wider.
 """
 
 from __future__ import annotations

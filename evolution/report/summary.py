@@ -204,7 +204,9 @@ def provenance(
         }
     if training:
         record["training"] = {k: training[k] for k in ("key", "config", "versions") if k in training}
-    versions = record.get("versions") if isinstance(record.get("versions"), dict) else {}
+    versions = record.get("versions")
+    if not isinstance(versions, dict):
+        versions = {}
     if "by_group" in versions:
         versions = next(iter(versions["by_group"].values()))
     rows = [["what", "value"]]

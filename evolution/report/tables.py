@@ -120,14 +120,18 @@ def neighbour_heading(measure: str) -> str:
 
 def _mi_tables(path) -> list[Table]:
     mi = open_group(path, "mi")
-    out = []
+    out: list[Table] = []
     if mi is None:
         return out
     for t in mi.target.values:
         m = mi.mi.sel(target=t).mean("restart").transpose("model", "layer")
         if np.isnan(m.values).all():
             continue
-        ent = {str(k): float(v) for k, v in zip(mi.model.values, mi.entropy.sel(target=t).values) if np.isfinite(v)}
+        ent = {
+            str(k): float(v)
+            for k, v in zip(mi.model.values, mi.entropy.sel(target=t).values, strict=True)
+            if np.isfinite(v)
+        }
         h = (
             f"H(X) = {next(iter(ent.values())):.3f} for every model"
             if len(set(ent.values())) == 1
@@ -148,7 +152,7 @@ def _mi_tables(path) -> list[Table]:
 
 def _neighbour_tables(path) -> list[Table]:
     nb = open_group(path, "neighbors")
-    out = []
+    out: list[Table] = []
     if nb is None:
         return out
     for meas in nb.measure.values:
@@ -172,7 +176,7 @@ def _neighbour_tables(path) -> list[Table]:
         if "interval" in nb and np.isfinite(nb.interval.sel(measure=meas).values).any():
             iv = nb.interval.sel(measure=meas).transpose("model", "layer", "bound")
             keep = [str(r[0]) for r in table.rows[1:]]
-            for row, model in zip(table.rows[1:], keep):
+            for row, model in zip(table.rows[1:], keep, strict=True):
                 bounds = iv.sel(model=model).values
                 for c in range(1, len(row)):
                     lo, hi = bounds[c - 1]
@@ -185,7 +189,7 @@ def _neighbour_tables(path) -> list[Table]:
 
 def _similarity_tables(path) -> list[Table]:
     sim = open_group(path, "similarity")
-    out = []
+    out: list[Table] = []
     if sim is None:
         return out
     for metric in sim.metric.values:

@@ -174,7 +174,7 @@ def role_rows(roles) -> list[list[str]]:
         for r in roles["role"].values:
             first = roles["first"].sel(series=s, role=r).values
             kept = roles["kept"].sel(series=s, role=r).values
-            for layer, head in zip(*np.nonzero(first >= 0)):
+            for layer, head in zip(*np.nonzero(first >= 0), strict=True):
                 found.append((str(s), str(r), int(first[layer, head]), int(layer), int(head), bool(kept[layer, head])))
     for s, r, first, layer, head, kept in sorted(found):
         rows.append([s, r, str(layer), str(head), str(first), "yes" if kept else "no"])
@@ -186,7 +186,9 @@ def first_holds_rows(verdicts, findings: list | None = None) -> list[list[str]]:
     which it holds at every later snapshot."""
     text = {f.label: f.claim for f in findings or []}
     rows = [["#", "claim", "first holds at step", "holds from step on"]]
-    for c, first, since in zip(verdicts["claim"].values, verdicts["first"].values, verdicts["since"].values):
+    for c, first, since in zip(
+        verdicts["claim"].values, verdicts["first"].values, verdicts["since"].values, strict=True
+    ):
         rows.append(
             [
                 str(c),
@@ -262,6 +264,8 @@ analysed step: the first step with the role, and whether it keeps it at every la
         )
         + ". Their points are the same model at different steps; check the checkpoint source.</p>"
     )
+    if verdicts is None:
+        raise ValueError(f"{trajectory}: no verdicts group; run the trajectory stage to write it")
     snaps = ", ".join(str(s) for s in verdicts["snapshot"].values)
     series = ", ".join(str(s) for s in curves["series"].values)
     path.write_text(

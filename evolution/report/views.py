@@ -29,7 +29,7 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -68,7 +68,7 @@ def views_data(
     sentences: Sequence[int] | None = None,
     top_k: int = 8,
     neuron: bool = True,
-    word_rule: str = "mean",
+    word_rule: Literal["mean", "first"] = "mean",
     decoder: bool = True,
 ) -> dict[str, Any]:
     """The page's data: per model and sentence, tokens and top-k edges for every

@@ -66,7 +66,7 @@ def fairseq_perplexity(
     ]
     proc = fairseq_cli.run("validate", args, threads=threads)
     for line in (proc.stdout + proc.stderr).splitlines():
-        m = re.search(r"\{.*\"%s_loss\".*\}" % re.escape(subset), line)
+        m = re.search(rf"\{{.*\"{re.escape(subset)}_loss\".*\}}", line)
         if m:
             return 2 ** float(json.loads(m.group(0))[f"{subset}_loss"])
     raise RuntimeError(f"fairseq-validate printed no {subset} loss:\n{proc.stderr[-2000:]}")

@@ -265,6 +265,7 @@ def _fairseq_train(args: list[str], *, run_dir: Path, name: str, threads: int, b
             env=fairseq_cli.environment(threads),
         )
         finished = False
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             log.write(line)
             finished = finished or "done training in" in line

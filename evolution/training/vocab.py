@@ -124,6 +124,8 @@ def binarize(
         "1",
     ]
     if source_lang:
+        if not target_lang:
+            raise ValueError(f"binarize: source_lang {source_lang!r} without target_lang; give both (MT) or neither")
         args += ["--source-lang", source_lang, "--target-lang", target_lang, "--tgtdict", str(dictionary)]
     else:
         args += ["--only-source"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from evolution.config import ConfigError, resolved_dict
@@ -64,7 +65,10 @@ class ReportStage(Stage):
         training = TrainStage().evaluation(ctx)
         if training is not None:
             return training
-        return shipped_summary({m.name: m.path for m in ctx.config.models if m.kind == "shipped"})
+        # (a shipped model's path is required)
+        return shipped_summary(
+            {m.name: m.path for m in ctx.config.models if m.kind == "shipped" and m.path is not None}
+        )
 
     def _views_data(self, ctx: Context) -> dict | None:
         """The data of ``views.html`` (Vig 2019) for the models extracted with attention; None
@@ -118,7 +122,8 @@ class ReportStage(Stage):
         from evolution.report.views import write_views
 
         views = self._views_data(ctx)
-        links, pages = [], {}
+        links: list[tuple[str, str, str]] = []
+        pages: dict[str, Callable[[Path], object]] = {}  # file name -> what writes it
         if views is not None:
             shown = sorted({s["sentence"] for m in views["models"] for s in m["sentences"]})
             links.append(

@@ -8,7 +8,7 @@ import shutil
 import time
 from pathlib import Path
 
-from evolution.config import ModelConfig, resolved_dict
+from evolution.config import ConfigError, ModelConfig, TrainConfig, resolved_dict
 from evolution.provenance import config_hash, versions
 from pipelines.stages.base import Context, Stage
 from pipelines.stages.corpus import CorpusStage
@@ -16,6 +16,13 @@ from pipelines.stages.corpus import CorpusStage
 logger = logging.getLogger(__name__)
 
 __all__ = ["TrainStage"]
+
+
+def _train_section(ctx: Context) -> TrainConfig:
+    """The ``train`` section, which the stage reads only when the config has one (:meth:`TrainStage.off`)."""
+    if ctx.config.train is None:
+        raise ConfigError("there is no train section: models of kind: trained need one")
+    return ctx.config.train
 
 
 class TrainStage(Stage):
@@ -47,7 +54,7 @@ class TrainStage(Stage):
     @staticmethod
     def needed(ctx: Context) -> dict[str, dict]:
         """``name -> run`` of the runs this config's ``kind: trained`` models use."""
-        runs = ctx.config.train.runs(ctx.config.seed)
+        runs = _train_section(ctx).runs(ctx.config.seed)
         used = {m.run_name for m in ctx.config.models if m.kind == "trained"}
         return {n: spec for n, spec in runs.items() if n in used}
 
@@ -79,7 +86,7 @@ class TrainStage(Stage):
             if ctx.config.train is not None:
                 logger.info("train: cached at %s", self.directory(ctx))
             return
-        cfg, languages = ctx.config.train, ctx.config.corpus.languages
+        cfg, languages = _train_section(ctx), ctx.config.corpus.languages
         paths = self.paths(ctx)
         if self.name in ctx.force and paths.root.exists():
             shutil.rmtree(paths.root)
@@ -132,7 +139,7 @@ class TrainStage(Stage):
 
     def model_spec(self, ctx: Context, model: ModelConfig) -> dict:
         """The fairseq adapter spec of a ``kind: trained`` model."""
-        run = ctx.config.train.runs(ctx.config.seed)[model.run_name]
+        run = _train_section(ctx).runs(ctx.config.seed)[model.run_name]
         paths = self.paths(ctx)
         spec = resolved_dict(model)
         checkpoint = (

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, required, strings
 from evolution.analyses.heads.decoder import ATTENTIONS, decoder_task, decoder_text
 from evolution.analyses.heads.dependency import DIRECTIONS, SPLITS, VOITA_DIRECTIONS, dependency_task, treebank_text
 from evolution.analyses.heads.head_map import head_map_task
@@ -44,7 +44,7 @@ class Heads(Analysis):
         from evolution.store import has_attention
 
         units = []
-        hcfg = inputs.config.heads
+        hcfg = required(inputs.config.heads, "heads")
         for m in inputs.models.values():
             if not has_attention(inputs.store, m.name):
                 continue
@@ -148,15 +148,17 @@ class Heads(Analysis):
         for i, m in enumerate(models):
             r = results[m]
             sums = np.asarray(r["sums"])
-            l, h = sums.shape[:2]
+            n_layers, n_heads = sums.shape[:2]
             denom = np.array([r["counts"][COUNTS[name]] for name in MEASURES], dtype=float)
-            value[i, :l, :h] = sums / np.maximum(denom, 1)
-            alpha_share[i, :l, :h] = value[i, :l, :h][..., [MEASURES.index(f"to_{k}") for k in KEY_TYPES]]
+            value[i, :n_layers, :n_heads] = sums / np.maximum(denom, 1)
+            alpha_share[i, :n_layers, :n_heads] = value[i, :n_layers, :n_heads][
+                ..., [MEASURES.index(f"to_{k}") for k in KEY_TYPES]
+            ]
             if "norm_sums" in r:
-                norm_share[i, :l, :h] = np.asarray(r["norm_sums"]) / r["counts"]["queries"]
-                layer_norm_share[i, :l] = np.asarray(r["layer_norm_sums"]) / r["counts"]["queries"]
+                norm_share[i, :n_layers, :n_heads] = np.asarray(r["norm_sums"]) / r["counts"]["queries"]
+                layer_norm_share[i, :n_layers] = np.asarray(r["layer_norm_sums"]) / r["counts"]["queries"]
         offsets = value[..., [MEASURES.index(k) for k in ("max_prev", "max_self", "max_next")]]
-        threshold = inputs.config.heads.positional_share
+        threshold = required(inputs.config.heads, "heads").positional_share
         positional = offsets.max(-1) >= threshold
         with warnings.catch_warnings():  # a special token no model has (BOS of MT, EOS of LM): NaN, not 0
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -193,7 +195,7 @@ class Heads(Analysis):
             },
             attrs={
                 "frequency": {m: results[m].get("frequency", "") for m in models},
-                "punctuation": inputs.config.heads.punctuation,
+                "punctuation": required(inputs.config.heads, "heads").punctuation,
             },
         )
         spearman = np.full((len(models), L, 2), np.nan)
@@ -281,14 +283,16 @@ class Heads(Analysis):
         for i, m in enumerate(models):
             r = done[m]
             sums = np.asarray(r["sums"], dtype=float)
-            l, h = sums.shape[1:3]
+            n_layers, n_heads = sums.shape[1:3]
             for j, a in enumerate(ATTENTIONS):
                 denom = np.array([r["counts"][a][COUNTS[name]] for name in MEASURES], dtype=float)
-                value[i, j, :l, :h] = sums[j] / np.maximum(denom, 1)
+                value[i, j, :n_layers, :n_heads] = sums[j] / np.maximum(denom, 1)
                 if r["rare_sentences"][j]:
-                    rare[i, j, :l, :h] = np.asarray(r["rare_hits"], dtype=float)[j] / r["rare_sentences"][j]
+                    rare[i, j, :n_layers, :n_heads] = (
+                        np.asarray(r["rare_hits"], dtype=float)[j] / r["rare_sentences"][j]
+                    )
         offsets = value[..., [MEASURES.index(k) for k in ("max_prev", "max_self", "max_next")]]
-        threshold = inputs.config.heads.positional_share
+        threshold = required(inputs.config.heads, "heads").positional_share
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             positional = np.nanmax(offsets, axis=-1) >= threshold
@@ -335,7 +339,7 @@ class Heads(Analysis):
     def _dependency(self, inputs: Inputs, results: dict[str, dict]) -> xr.Dataset | None:
         """The ``heads_dependency`` group: accuracy per (model, split, layer, head, relation,
         direction), the offset baseline, the head picked on ``select`` scored on ``score``."""
-        hcfg = inputs.config.heads
+        hcfg = required(inputs.config.heads, "heads")
         models = [n for n in inputs.names if f"{n}-dependency-score" in results]
         if not models:
             return None

@@ -4,7 +4,7 @@ teacher-forced on the reference translations."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def decoder_task(
     spec: dict,
     text: str,
     max_batch_tokens: int,
-    punctuation: str = "clark",
+    punctuation: Literal["clark", "unicode"] = "clark",
     torch_threads: int = 1,
 ) -> dict[str, Any]:
     """The decoder heads of a translation model (Voita et al. ACL 2019 measured the roles of
@@ -97,9 +97,9 @@ def decoder_task(
         )
     n_prefix = adapter.content_offset
     src_suffix = len(adapter.suffix)
-    sums = {a: 0.0 for a in ATTENTIONS}
-    counts = {a: Counter() for a in ATTENTIONS}
-    rare_hits = {a: 0.0 for a in ATTENTIONS}
+    sums: dict[str, float | np.ndarray] = {a: 0.0 for a in ATTENTIONS}
+    counts: dict[str, Counter] = {a: Counter() for a in ATTENTIONS}
+    rare_hits: dict[str, float | np.ndarray] = {a: 0.0 for a in ATTENTIONS}
     rare_sentences = {a: 0 for a in ATTENTIONS}
     for batch in batches([max(len(p[0]), len(p[1])) for p in pairs], max_batch_tokens=max_batch_tokens):
         own, cross = adapter.forward_decoder([pairs[i][0] for i in batch], [pairs[i][1] for i in batch])

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from evolution.analyses.base import Inputs, load_texts, save_texts
+from evolution.analyses.base import Inputs, load_texts, required, save_texts
 from evolution.config import HeadsConfig
 from evolution.metrics.heads import DIRECTIONS, OFFSETS
 
@@ -29,7 +29,7 @@ def treebank_text(inputs: Inputs, treebank: str) -> str:
     from evolution.corpus.conllu import read_conllu, resolve_treebank
 
     path = resolve_treebank(treebank)
-    read_conllu(path, max_sentences=inputs.config.heads.max_sentences)
+    read_conllu(path, max_sentences=required(inputs.config.heads, "heads").max_sentences)
     with (gzip.open if str(path).endswith(".gz") else open)(path, "rt", encoding="utf-8") as f:
         return save_texts(inputs.arrays_dir, "treebank", {"conllu": f.read()})
 
@@ -71,6 +71,7 @@ def dependency_task(
     inputs = [adapter.build_input(tok.ids) for _, tok in kept]
     for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
         _, att = adapter.forward([inputs[i] for i in batch], attention=True)
+        assert att is not None  # attention=True
         for b, i in enumerate(batch):
             s, tok = kept[i]
             t = len(inputs[i])

@@ -54,7 +54,7 @@ def entropy_by_head(path):
     models = list(ds.model.values)
     fig, axes = panel_grid(len(models), panel=(2.4, 2.0), sharey=True, extra=0.3)
     frames = []
-    for i, (ax, m) in enumerate(zip(axes, models)):
+    for i, (ax, m) in enumerate(zip(axes, models, strict=True)):
         v = ds.value.sel(model=m)
         style = STYLES[i % len(STYLES)]
         for layer in ds.layer.values:
@@ -83,7 +83,7 @@ def special_tokens_by_layer(path):
         return None
     fig, axes = panel_grid(len(KEY_TYPES), panel=(3.2, 2.5), sharey=True, extra=0.5)
     frames, has_norm = [], False
-    for ax, k in zip(axes, KEY_TYPES):
+    for ax, k in zip(axes, KEY_TYPES, strict=True):
         for i, m in enumerate(ds.model.values):
             color = STYLES[i % len(STYLES)]["color"]
             alpha = ds.layer_alpha_share.sel(model=m, key_type=k)
@@ -135,7 +135,7 @@ def dependency_heatmap(path, top: int = 15):
     )
     axes = list(axes[:, 0])
     cmap = pyplot.get_cmap("viridis")
-    for ax, direction in zip(axes, directions):
+    for ax, direction in zip(axes, directions, strict=True):
         a = acc.sel(direction=direction).transpose("relation", "model").values
         b = base.sel(direction=direction).transpose("relation", "model").values
         im = ax.imshow(a, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
@@ -201,6 +201,7 @@ def role_table(ds: xr.Dataset, model: str):
                     for r, s in zip(
                         h.syntactic_relation.values,
                         h.syntactic.transpose("layer", "head", "syntactic_relation").values[i, j],
+                        strict=True,
                     )
                     if s
                 ]
@@ -251,7 +252,7 @@ def head_roles(path):
         return None
     pyplot = plt()
     tables = [role_table(ds, m) for m in ds.model.values]
-    models = [str(m) for m, t in zip(ds.model.values, tables) if len(t)]
+    models = [str(m) for m, t in zip(ds.model.values, tables, strict=True) if len(t)]
     tables = [t for t in tables if len(t)]
     if not tables:
         return None
@@ -261,7 +262,7 @@ def head_roles(path):
     conf = np.concatenate([t.confidence.values for t in tables])
     vmin, vmax = robust_range(conf)
     cmap = pyplot.get_cmap("viridis")
-    for ax, m, t in zip(axes, models, tables):
+    for ax, m, t in zip(axes, models, tables, strict=True):
         grid = np.full((L, H), np.nan)
         layers, heads = list(ds.layer.values), list(ds["head"].values)
         for row in t.itertuples():

@@ -20,7 +20,7 @@ def head_map_task(*, store: str, models: list[str], seed: int) -> dict[str, Any]
     from evolution.metrics.heads import js_divergence_sums, word_attention, word_units
     from evolution.store import open_attention, open_attention_array, open_representations
 
-    per_model = {}
+    per_model: dict[str, dict[str, Any]] = {}
     for m in models:
         reps, att = open_representations(store, m), open_attention(store, m)
         per_model[m] = {

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
+from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, required, save_texts
 from evolution.analyses.plotting import WIDTH, concat, figure, open_group, plt, tidy
 from evolution.metrics.importance import BATCH_SIZE, ESTIMATORS
 from evolution.metrics.plan import rows_by_sentence
@@ -133,7 +133,7 @@ class HeadImportance(Analysis):
     section = "importance"
 
     def units(self, inputs: Inputs) -> list[Unit]:
-        cfg = inputs.config.importance
+        cfg = required(inputs.config.importance, "importance")
         text, digest = None, None
         if inputs.targets is not None and any(m.objective == "mt" for m in inputs.models.values()):
             text = save_texts(inputs.arrays_dir, "heads-importance", {"targets": "\n".join(inputs.targets.sentences)})
@@ -188,7 +188,7 @@ class HeadImportance(Analysis):
                         arrays[v][i, j, : value.shape[0], : value.shape[1]] = value
         from evolution.metrics.importance import normalize_by_layer as normalized
 
-        sizes = {results[m].get("batch_size") for m in models} - {None}
+        sizes = {size for m in models if (size := results[m].get("batch_size")) is not None}
         batch_size = sizes.pop() if len(sizes) == 1 else BATCH_SIZE
         dims = ("model", "attention", "layer", "head")
         ds = xr.Dataset(
@@ -243,7 +243,7 @@ class HeadImportance(Analysis):
         names = {"relevance": "LRP relevance", "confidence": "confidence", **ESTIMATORS}
         rows = [["model", "pair", "Spearman rho", "heads"]]
         for m in corr.model.values:
-            for (a, b), p in zip(PAIRS, corr.pair.values):
+            for (a, b), p in zip(PAIRS, corr.pair.values, strict=True):
                 rho = float(corr.rho.sel(model=m, pair=p))
                 if np.isfinite(rho):
                     rows.append(

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
+from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, required, save_texts
 from evolution.analyses.plotting import figure
 
 __all__ = ["HeadProbes", "probe_task", "PROBES"]
@@ -85,7 +85,7 @@ def probe_task(
     import torch
 
     from evolution.corpus.conllu import read_conllu, resolve_treebank
-    from evolution.metrics.probes import fit_probe, right_branching, split_held_out, uas
+    from evolution.metrics.probes import KINDS, fit_probe, right_branching, split_held_out, uas
     from evolution.models import cached_adapter
 
     torch.set_num_threads(torch_threads)
@@ -96,8 +96,9 @@ def probe_task(
         sentences = read_conllu(resolve_treebank(name), max_sentences=max_sentences, text=conllu[split])
         data[split], left_out[split] = _probe_sentences(adapter, sentences, max_batch_tokens=max_batch_tokens)
     fit, held = split_held_out(data["train"], held_out, seed=seed)
-    scores, curves = {}, {}
-    for kind in PROBES[:3]:
+    scores: dict[str, float] = {}
+    curves: dict[str, dict[str, Any]] = {}
+    for kind in KINDS:  # PROBES but the baseline
         probe = fit_probe(
             fit, kind=kind, epochs=epochs, seed=seed, shuffle=shuffle, held_out=held or None, patience=patience
         )
@@ -138,7 +139,7 @@ class HeadProbes(Analysis):
         from evolution.corpus.conllu import resolve_treebank
         from evolution.provenance import file_hash
 
-        cfg = inputs.config.probes
+        cfg = required(inputs.config.probes, "probes")
         texts = {}
         for split in SPLITS:
             path = resolve_treebank(getattr(cfg, split))
@@ -272,7 +273,7 @@ def probe_curves(path):
     kinds = [p for p in PROBES[:3] if np.isfinite(ds.curve_uas.sel(probe=p)).any()]
     pyplot = plt()
     fig, axes = pyplot.subplots(1, len(kinds), figsize=(WIDTH, 3.0), squeeze=False, layout="constrained", sharey=True)
-    for ax, kind in zip(axes[0], kinds):
+    for ax, kind in zip(axes[0], kinds, strict=True):
         for m in ds.model.values:
             y = ds.curve_uas.sel(model=m, probe=kind).values
             (line,) = ax.plot(ds.epoch.values, y, label=str(m), lw=1.2)

@@ -93,7 +93,7 @@ def pruning_curve(path):
         y = [float(ds.bleu.sel(model=m, run=r)) for r in runs]
         rows += [
             dict(model=str(m), run=str(r), lam=float(ds.lam.sel(run=r)), kept_encoder_heads=xi, bleu=yi)
-            for r, xi, yi in zip(runs, x, y)
+            for r, xi, yi in zip(runs, x, y, strict=True)
         ]
         full = float(ds.bleu_full.sel(model=m))
         rows.append(dict(model=str(m), run="unpruned", lam=0.0, kept_encoder_heads=total, bleu=full))
@@ -131,7 +131,7 @@ def pruning_curve(path):
                 color=style["color"],
                 label=f"{m}, unpruned (not fine-tuned)",
             )
-        for r, xi, yi in zip(runs, x, y):
+        for r, xi, yi in zip(runs, x, y, strict=True):
             ax.annotate(
                 f"λ={float(ds.lam.sel(run=r)):g}", (xi, yi), fontsize=8, xytext=(3, 3), textcoords="offset points"
             )
@@ -174,7 +174,7 @@ def pruning_roles(path):
     colors = {"positional": "tab:blue", "syntactic": "tab:green", "rare_token": "tab:red", "other": "tab:gray"}
     width = 0.8 / len(ROLES)
     rows = []
-    for ax, m in zip(axes[0], models):
+    for ax, m in zip(axes[0], models, strict=True):
         runs = _encoder_runs(ds, m)
         for k, role in enumerate(ROLES):
             y = [float(roles.heads.sel(model=m, run=r, role=role)) for r, _, _ in runs]
@@ -187,7 +187,7 @@ def pruning_roles(path):
             )
             rows += [
                 dict(model=str(m), run=r, lam=lam, kept_encoder_heads=n, role=role, heads=v)
-                for (r, lam, n), v in zip(runs, y)
+                for (r, lam, n), v in zip(runs, y, strict=True)
             ]
         ax.set_xticks(range(len(runs)), [f"λ={lam:g}\n{n} kept" for _, lam, n in runs])
         ax.set(ylabel="retained encoder heads", title=f"{m}: roles of the retained heads")
@@ -219,7 +219,7 @@ def pruning_layers(path):
     )
     several = len(ds.model) > 1
     rows = []
-    for ax, attention in zip(axes[0], ATTENTIONS):
+    for ax, attention in zip(axes[0], ATTENTIONS, strict=True):
         total = None
         for i, (m, r) in enumerate(pairs):
             k = ds.kept.sel(model=m, run=r, attention=attention)
@@ -233,7 +233,7 @@ def pruning_layers(path):
             ax.plot(layers, y, label=f"{m} λ={lam:g}" if several else f"λ={lam:g}", **style)
             rows += [
                 dict(model=str(m), run=str(r), lam=lam, attention=attention, layer=x, kept_heads=v, heads=n)
-                for x, v, n in zip(layers, y, total[1])
+                for x, v, n in zip(layers, y, total[1], strict=True)
             ]
         if total is not None:
             ax.plot(*total, color="black", linestyle=":", linewidth=1, label="heads per layer")

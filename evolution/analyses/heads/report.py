@@ -20,7 +20,7 @@ from evolution.analyses.plotting import open_group
 def _tables(path) -> list[tuple[str, list[list[str]], str]]:
     """Head roles per model, dependency heads for Voita et al.'s relations, frequency correlations."""
     ds, dep = open_group(path, "heads"), open_group(path, "heads_dependency")
-    out = []
+    out: list[tuple[str, list[list[str]], str]] = []
     if ds is None:
         return out
     f = lambda v: "" if not np.isfinite(v) else f"{v:.2f}"  # noqa: E731
@@ -96,7 +96,7 @@ def _tables(path) -> list[tuple[str, list[list[str]], str]]:
                     x = v.sel(layer=layer)
                     if np.isnan(x.sel(measure="entropy")).all():
                         continue
-                    mean = lambda name: x.sel(measure=name).mean("head").item()  # noqa: E731
+                    mean = lambda name, x=x: x.sel(measure=name).mean("head").item()  # noqa: E731
                     rows.append(
                         [
                             str(m),

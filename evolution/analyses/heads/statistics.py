@@ -4,7 +4,8 @@ every sentence of the analysis set re-run, per-head sums pooled over every query
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from evolution.metrics.plan import rows_by_sentence
 KEY_TYPES = ("bos", "eos", "punct")
 
 
-def rarest_positions(counts: np.ndarray) -> np.ndarray | None:
+def rarest_positions(counts: Sequence[int] | np.ndarray) -> np.ndarray | None:
     """The sentence's rarest tokens: a bool mask (n,) over its content tokens of those whose
     training-split count is the sentence's minimum, every tied position included (a rare word
     repeated, or two types seen equally rarely); None when the sentence has fewer than two
@@ -59,7 +60,7 @@ def heads_task(
     spec: dict,
     causal: bool,
     max_batch_tokens: int,
-    punctuation: str = "clark",
+    punctuation: Literal["clark", "unicode"] = "clark",
     torch_threads: int = 1,
     sentences: int | None = None,
 ) -> dict[str, Any]:
@@ -91,8 +92,8 @@ def heads_task(
     # Spearman needs a rank that grows with rarity: minus the count, or freq_rank (1 = most frequent)
     rank = -train_count if train_count is not None else reps["freq_rank"].values
     annotated_from = int(reps.attrs.get("annotated_from", -1))
-    sentences = sorted(rows_of)[:sentences]  # None: all
-    inputs = [adapter.build_input(token_id[rows_of[s]].tolist()) for s in sentences]
+    analysed = sorted(rows_of)[:sentences]  # None: all
+    inputs = [adapter.build_input(token_id[rows_of[s]].tolist()) for s in analysed]
     n_prefix, n_suffix = adapter.content_offset, len(adapter.suffix)
     has_norms = adapter.supports_norms
     L, H = adapter.num_layers, adapter.num_heads
@@ -103,25 +104,28 @@ def heads_task(
     rare_hits, rare_sentences = np.zeros((L, H)), 0
     for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
         xs = [inputs[i] for i in batch]
+        norms: dict[str, np.ndarray] | None = None  # (with has_norms)
         if has_norms:
             _, att, norms = adapter.forward_norms(xs)
         else:
-            (_, att), norms = adapter.forward(xs, attention=True), None
+            _, maybe_att = adapter.forward(xs, attention=True)
+            assert maybe_att is not None  # attention=True
+            att = maybe_att
         for b, i in enumerate(batch):
-            t, rows = len(inputs[i]), rows_of[sentences[i]]
+            t, rows = len(inputs[i]), rows_of[analysed[i]]
             bos = np.arange(t) < n_prefix
             eos = np.arange(t) >= t - n_suffix
             punct = np.zeros(t, bool)
             punct[n_prefix : t - n_suffix] = [is_punctuation(str(p), rule=punctuation) for p in token_str[rows]]
             alpha = np.asarray(att[:, b, :, :t, :t], dtype=np.float64)
-            norm = np.asarray(norms["weighted_norm"][:, b, :, :t, :t], dtype=np.float64) if has_norms else None
+            norm = np.asarray(norms["weighted_norm"][:, b, :, :t, :t], dtype=np.float64) if norms is not None else None
             s, c, ns = head_sums(alpha, bos=bos, eos=eos, punct=punct, causal=causal, norm=norm)
             content = slice(n_prefix, t - n_suffix)
             sums += s
             for name, v in c.items():
                 counts[name] += v
             rarest = None
-            if train_count is not None and (annotated_from < 0 or sentences[i] < annotated_from):
+            if train_count is not None and (annotated_from < 0 or analysed[i] < annotated_from):
                 rarest = rarest_positions(train_count[rows])
             if rarest is not None:  # the sentence's least frequent token(s), content queries only
                 rare = np.zeros(t, bool)
@@ -130,7 +134,7 @@ def heads_task(
                 rare_sentences += 1
             ranks.append(rank[rows])
             received.append(alpha.mean(axis=(1, 2))[:, content])  # (L, n): per key, mean over heads and queries
-            if has_norms:
+            if norms is not None and ns is not None:  # (has_norms: head_sums summed the norms too)
                 norm_sums += ns
                 value_norm.append(np.asarray(norms["value_norm"][:, b, :, :t], dtype=np.float64).mean(1)[:, content])
                 layer_norm_sums += special_shares(
@@ -139,15 +143,15 @@ def heads_task(
     out: dict[str, Any] = {
         "sums": sums,
         "counts": counts,
-        "sentences": len(sentences),
+        "sentences": len(analysed),
         "frequency": "train_count" if train_count is not None else "freq_rank",
     }
     spearman = np.full((L, 2), np.nan)
     r = np.concatenate(ranks)
     for j, values in enumerate((value_norm, received)):
         if values:
-            v = np.concatenate(values, axis=1)
-            spearman[:, j] = [spearmanr(v[layer], r).statistic for layer in range(L)]
+            per_layer = np.concatenate(values, axis=1)
+            spearman[:, j] = [spearmanr(per_layer[layer], r).statistic for layer in range(L)]
     out["spearman"] = spearman
     if rare_sentences:
         out.update(rare_hits=rare_hits, rare_sentences=rare_sentences)

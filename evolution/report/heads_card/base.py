@@ -23,7 +23,7 @@ concerns; ``why`` names the models behind the verdict and those left out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -38,6 +38,7 @@ __all__ = [
     "SINKS",
     "HeadRun",
     "Outcome",
+    "Source",
     "rank_greater",
     "signed_rank_below",
     "halves",
@@ -114,6 +115,13 @@ class Outcome:
     text: str
     why: str = ""
     short: str = ""
+
+
+class Source(TypedDict):
+    """Where a claim comes from: :func:`verdict`'s ``paper`` and ``figure``."""
+
+    paper: str
+    figure: str
 
 
 def verdict(
@@ -203,7 +211,7 @@ class HeadRun:
         """The verdicts' view of groups already in memory (e.g. rebuilt from a report's CSVs)."""
         run = cls.__new__(cls)
         run.path = path
-        run.groups = dict(zip(cls.GROUPS, (heads, dependency, importance)))
+        run.groups = dict(zip(cls.GROUPS, (heads, dependency, importance), strict=True))
         return run
 
     @property
@@ -218,6 +226,13 @@ class HeadRun:
     def importance(self) -> xr.Dataset | None:
         return self.groups["heads_importance"]
 
+    def group(self, name: str) -> xr.Dataset:
+        """The group ``name`` of :attr:`GROUPS`, for code that has checked it is there."""
+        ds = self.groups[name]
+        if ds is None:
+            raise ValueError(f"{self.path or 'this run'}: no {name} group")
+        return ds
+
     def models(self) -> list[str]:
         return [str(m) for m in self.heads.model.values] if self.heads is not None else []
 
@@ -228,15 +243,17 @@ class HeadRun:
     def exists(self, model: str) -> np.ndarray:
         """(layer, head) bool: the heads the model has (models with fewer layers or heads are
         padded with NaN in every group)."""
-        return np.isfinite(self.heads.value.sel(model=model, measure="entropy").values)
+        return np.isfinite(self.group("heads").value.sel(model=model, measure="entropy").values)
 
     def layers(self, model: str) -> list[int]:
         """The model's own layers (1-based), those with at least one head."""
-        return [int(x) for x, row in zip(self.heads.layer.values, self.exists(model)) if row.any()]
+        return [
+            int(x) for x, row in zip(self.group("heads").layer.values, self.exists(model), strict=True) if row.any()
+        ]
 
     def measure(self, model: str, name: str) -> np.ndarray:
         """(layer, head) values of one measure of ``heads/value``, NaN where a head does not exist."""
-        v = self.heads.value.sel(model=model, measure=name).values.astype(float)
+        v = self.group("heads").value.sel(model=model, measure=name).values.astype(float)
         return np.where(self.exists(model), v, np.nan)
 
     def sink_share(self, var: str, model: str) -> np.ndarray | None:
@@ -258,7 +275,7 @@ class HeadRun:
         """(role (layer, head) bool, count of heads per role, the role kinds stored) for the
         heads of Voita et al. (ACL 2019): positional, syntactic (any relation), rare-token
         (``rare_token_share`` >= ``rare_share``); None when the group stores no role."""
-        ds = self.heads
+        ds = self.group("heads")
         exists = self.exists(model)
         kinds: dict[str, np.ndarray] = {}
         if "positional" in ds:

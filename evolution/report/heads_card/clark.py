@@ -22,6 +22,7 @@ from evolution.report.heads_card.base import (
     SINKS,
     HeadRun,
     Outcome,
+    Source,
     halves,
     pfmt,
     rank_greater,
@@ -72,7 +73,7 @@ def claim_sinks_upper(run: HeadRun) -> Finding:
         f"(one-sided Mann-Whitney over heads, p < {ALPHA:g}), and some upper layer's mean over heads at least "
         f"{SINK_SHARE:g} (Clark et al.: over half in layers 6-10 of BERT-base); every model with the numbers"
     )
-    args = dict(paper=PAPER["C1"], figure="heads_special")
+    args = Source(paper=PAPER["C1"], figure="heads_special")
     if run.heads is None:
         return verdict("C1", claim, rule, [], {}, missing="no heads group in this run", **args)
     if "alpha_share" not in run.heads or "value" not in run.heads:
@@ -96,7 +97,7 @@ def claim_sinks_upper(run: HeadRun) -> Finding:
             left_out[m] = "no sink token in its input"
             continue
         by_layer = {x: float(np.nanmean(share[row[x]])) for x in upper}
-        top = max(by_layer, key=by_layer.get)
+        top = max(by_layer, key=by_layer.__getitem__)
         a, p = rank_greater(hi, lo)
         text = (
             f"sinks {fmt(lo.mean())} (layers {span(lower)}) -> {fmt(hi.mean())} (layers {span(upper)}), "
@@ -143,12 +144,13 @@ def claim_broad_lower(run: HeadRun) -> Finding:
         f"Mann-Whitney over heads, p < {ALPHA:g}; Clark et al.: BERT-base's layer-1 heads attend most broadly); "
         "every model with the numbers"
     )
-    args = dict(paper=PAPER["C2"], figure="heads_entropy")
+    args = Source(paper=PAPER["C2"], figure="heads_entropy")
     missing = _entropy_missing(run)
     if missing:
         return verdict("C2", claim, rule, [], {}, missing=missing, **args)
-    outcomes, left_out = [], {}
-    row = {int(x): i for i, x in enumerate(run.heads.layer.values)}
+    outcomes: list[Outcome] = []
+    left_out: dict[str, str] = {}
+    row = {int(x): i for i, x in enumerate(run.group("heads").layer.values)}
     for m, layers, share in _entropy_models(run, left_out):
         first = share[row[layers[0]]]
         rest = np.concatenate([share[row[x]] for x in layers[1:]])
@@ -179,12 +181,13 @@ def claim_broad_lower_halves(run: HeadRun) -> Finding:
         "uniform_entropy): the lower half of the layers above the upper half (one-sided Mann-Whitney over heads, "
         f"p < {ALPHA:g}); every model with the numbers"
     )
-    args = dict(paper=PAPER["C2"], figure="heads_entropy")
+    args = Source(paper=PAPER["C2"], figure="heads_entropy")
     missing = _entropy_missing(run)
     if missing:
         return verdict("C2", claim, rule, [], {}, missing=missing, **args)
-    outcomes, left_out = [], {}
-    row = {int(x): i for i, x in enumerate(run.heads.layer.values)}
+    outcomes: list[Outcome] = []
+    left_out: dict[str, str] = {}
+    row = {int(x): i for i, x in enumerate(run.group("heads").layer.values)}
     for m, layers, share in _entropy_models(run, left_out):
         lower, upper = halves(layers)
         lo = np.concatenate([share[row[x]] for x in lower])
@@ -215,7 +218,7 @@ def claim_dependency_heads(run: HeadRun) -> Finding:
         f"margin is at least {DEPENDENCY_MARGIN:g} and more than {SE_FACTOR:g} standard errors of the difference "
         "(binomial on the score arcs); every model with the numbers"
     )
-    args = dict(paper=PAPER["C3"], figure="heads_dependency")
+    args = Source(paper=PAPER["C3"], figure="heads_dependency")
     dep = run.dependency
     if dep is None:
         return verdict(

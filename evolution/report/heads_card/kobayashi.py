@@ -26,6 +26,7 @@ from evolution.report.heads_card.base import (
     SINKS,
     HeadRun,
     Outcome,
+    Source,
     pfmt,
     signed_rank_below,
     verdict,
@@ -48,6 +49,14 @@ PAPER = {
 _SINKS = " + ".join(SINKS)
 
 
+def _sink_share(run: HeadRun, var: str, model: str) -> np.ndarray:
+    """:meth:`HeadRun.sink_share` of a variable that the heads group has (the caller checks)."""
+    share = run.sink_share(var, model)
+    if share is None:
+        raise ValueError(f"{run.path or 'this run'}: heads/{var} has none of the sink key types ({_SINKS})")
+    return share
+
+
 def claim_small_norms(run: HeadRun) -> Finding:
     claim = "||f(x)|| is small for the sink tokens and for frequent words."
     rule = (
@@ -57,7 +66,7 @@ def claim_small_norms(run: HeadRun) -> Finding:
         "(heads/spearman value_norm; positive: rarer tokens have larger norms) averaged over the layers at least "
         f"{RHO_MIN:g}; every model with norms"
     )
-    args = dict(paper=PAPER["K1"], figure="heads_special")
+    args = Source(paper=PAPER["K1"], figure="heads_special")
     if run.heads is None:
         return verdict("K1", claim, rule, [], {}, missing="no heads group in this run", **args)
     needed = [v for v in ("value", "alpha_share", "norm_share", "spearman") if v not in run.heads]
@@ -67,7 +76,7 @@ def claim_small_norms(run: HeadRun) -> Finding:
         return verdict("K1", claim, rule, [], {}, missing=f"the heads group has no {', '.join(needed)}", **args)
     outcomes, left_out = [], {}
     for m in run.models():
-        alpha, norm = run.sink_share("alpha_share", m), run.sink_share("norm_share", m)
+        alpha, norm = _sink_share(run, "alpha_share", m), _sink_share(run, "norm_share", m)
         ok = run.exists(m) & np.isfinite(alpha) & np.isfinite(norm) & (np.nan_to_num(alpha) > 0)
         rho = run.heads.spearman.sel(model=m, quantity="value_norm").values.astype(float)
         rho = rho[np.isfinite(rho)]
@@ -104,7 +113,7 @@ def claim_norm_below_weight(run: HeadRun) -> Finding:
         "||sum_h alpha f(x)|| (heads/layer_norm_share) below their share of the weight averaged over heads "
         "(heads/layer_alpha_share); point values (no interval is stored); every model with norms"
     )
-    args = dict(paper=PAPER["K2"], figure="heads_special")
+    args = Source(paper=PAPER["K2"], figure="heads_special")
     if run.heads is None:
         return verdict("K2", claim, rule, [], {}, missing="no heads group in this run", **args)
     needed = [v for v in ("value", "layer_alpha_share", "layer_norm_share") if v not in run.heads]
@@ -113,7 +122,7 @@ def claim_norm_below_weight(run: HeadRun) -> Finding:
     outcomes, left_out = [], {}
     layers = [int(x) for x in run.heads.layer.values]
     for m in run.models():
-        alpha, norm = run.sink_share("layer_alpha_share", m), run.sink_share("layer_norm_share", m)
+        alpha, norm = _sink_share(run, "layer_alpha_share", m), _sink_share(run, "layer_norm_share", m)
         if not np.isfinite(norm).any():
             left_out[m] = "no norms stored (the model's adapter computes none)"
             continue

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from evolution.analyses.heads.pruning_seeds import LEVEL, arm_values, recipe_seeds, seed_interval
-from evolution.report.heads_card.base import HeadRun, Outcome, verdict
+from evolution.report.heads_card.base import HeadRun, Outcome, Source, verdict
 from evolution.report.scorecard.base import FAILS, HOLDS, NA, Finding
 
 __all__ = ["claim_pruned_beats_scratch", "seed_interval", "MIN_SEEDS"]
@@ -48,7 +48,7 @@ def claim_pruned_beats_scratch(run: HeadRun) -> Finding:
         f"seeds with a {LEVEL:.0%} t interval: holds if its lower bound > 0, does not hold if the mean <= 0, "
         "undecided otherwise"
     )
-    args = dict(paper=PAPER, figure="heads_pruning")
+    args = Source(paper=PAPER, figure="heads_pruning")
     ds = open_group(run.path, "heads_pruning")
     if ds is None:
         return verdict(

@@ -23,7 +23,16 @@ from __future__ import annotations
 import numpy as np
 
 from evolution.metrics.importance import normalize_by_layer
-from evolution.report.heads_card.base import ALPHA, NOT_SIGNIFICANT, HeadRun, Outcome, pfmt, rank_greater, verdict
+from evolution.report.heads_card.base import (
+    ALPHA,
+    NOT_SIGNIFICANT,
+    HeadRun,
+    Outcome,
+    Source,
+    pfmt,
+    rank_greater,
+    verdict,
+)
 from evolution.report.scorecard.base import FAILS, HOLDS, NA, Finding, fmt
 
 __all__ = ["claim_roles_confident", "claim_roles_relevant", "RARE_SHARE", "BATCH_PREFIX"]
@@ -50,7 +59,7 @@ _ROLES = (
 
 
 def _rare_share(run: HeadRun) -> float:
-    return float(run.heads.attrs.get("rare_share", RARE_SHARE))
+    return float(run.group("heads").attrs.get("rare_share", RARE_SHARE))
 
 
 def _with_roles(run: HeadRun, model: str, values: np.ndarray, name: str) -> Outcome | str:
@@ -81,7 +90,7 @@ def _with_roles(run: HeadRun, model: str, values: np.ndarray, name: str) -> Outc
 def _version_note(run: HeadRun) -> tuple[str, ...]:
     """A note when the store's head definitions predate heads analysis version 4 (no
     ``confidence_with_sink`` measure beside ``confidence``)."""
-    if "confidence_with_sink" in run.heads.measure.values:
+    if "confidence_with_sink" in run.group("heads").measure.values:
         return ()
     return (
         "this store predates heads analysis version 4 (docs/heads.md): its confidence is the largest weight on "
@@ -98,7 +107,7 @@ def claim_roles_confident(run: HeadRun) -> Finding:
         "heads with a role against the heads without one: one-sided Mann-Whitney over heads, "
         f"p < {ALPHA:g}; roles: {_ROLES.format(rare=rare)}; every model with heads of both kinds"
     )
-    args = dict(paper=PAPER["V1"], figure="heads_roles")
+    args = Source(paper=PAPER["V1"], figure="heads_roles")
     if run.heads is None:
         return verdict("V1", claim, rule, [], {}, missing="no heads group in this run", **args)
     if not run.has_measures("entropy", "confidence"):
@@ -121,10 +130,10 @@ def claim_roles_confident(run: HeadRun) -> Finding:
 def _read(run: HeadRun, model: str, var: str) -> np.ndarray | None:
     """(layer, head) of ``heads_importance/var`` for the model's encoder self-attention on the
     heads group's grid; None where the store has no such numbers (absent, or all NaN)."""
-    imp = run.importance
+    imp, heads = run.group("heads_importance"), run.group("heads")
     if var not in imp or model not in imp.model.values or "encoder_self" not in imp.attention.values:
         return None
-    grid = dict(layer=run.heads.layer.values, head=run.heads["head"].values)
+    grid = dict(layer=heads.layer.values, head=heads["head"].values)
     v = imp[var].sel(model=model, attention="encoder_self").reindex(**grid).values.astype(float)
     return v if np.isfinite(v).any() else None
 
@@ -133,7 +142,7 @@ def _importance(run: HeadRun, model: str) -> tuple[np.ndarray, str] | str:
     """((layer, head) on the heads group's grid, its name) of the model's encoder
     self-attention: LRP relevance where stored, else mask importance normalised per layer;
     or the reason there is none."""
-    imp = run.importance
+    imp = run.group("heads_importance")
     if model not in imp.model.values:
         return "no importance stored"
     if "encoder_self" not in imp.attention.values:
@@ -154,7 +163,7 @@ def _per_batch(
     verdict with each mask-importance model's per-batch outcome in place of its per-sentence
     one (``outcomes``, read from ``names[model]``), the LRP outcomes kept; None when the store
     has no per-batch importance (a heads_importance group before version 3)."""
-    imp = run.importance
+    imp = run.group("heads_importance")
     if "importance_batch" not in imp:
         return None
     size = imp["importance_batch"].attrs.get("batch_size")
@@ -199,7 +208,7 @@ def claim_roles_relevant(run: HeadRun) -> Finding:
         "layer's heads: the heads with a role against those without one, one-sided Mann-Whitney over heads, "
         f"p < {ALPHA:g}; roles as in V1; every model with importance and heads of both kinds"
     )
-    args = dict(paper=PAPER["V2"], figure="heads_importance")
+    args = Source(paper=PAPER["V2"], figure="heads_importance")
     if run.importance is None:
         return verdict(
             "V2",

@@ -86,7 +86,9 @@ def claim_rare_influence(run: Run) -> Finding:
                 details.append(
                     f"{m}: masked occurrences per bin "
                     + ", ".join(
-                        f"{b} {int(s)}" for b, s in zip(ds.freq_bin.values, samples) if np.isfinite(s) and s > 0
+                        f"{b} {int(s)}"
+                        for b, s in zip(ds.freq_bin.values, samples, strict=True)
+                        if np.isfinite(s) and s > 0
                     )
                 )
             if top != rare:
@@ -112,7 +114,8 @@ def claim_rare_influence(run: Run) -> Finding:
         spread_max = max(spread)
         for m in drops:
             d, iv, rare, frequent, _ = _profile(run, m)
-            reference = rare_l1.get(base, float(np.mean(list(rare_l1.values()))))
+            mean_l1 = float(np.mean(list(rare_l1.values())))
+            reference = rare_l1.get(base, mean_l1) if base is not None else mean_l1
             fall = reference - d[0, rare]
             still_top = int(np.nanargmax(d[0])) == rare
             parts.append(

@@ -128,8 +128,11 @@ def claim_mt_keeps_identity(run: Run) -> Finding:
         "every pair of MT and LM replicates; not measurable where either is saturated"
     )
     pairs = [(a, b) for a in run.replicates("mt") for b in run.replicates("lm")]
-    vals = {(a, b): (run.mi(a, "input"), run.mi(b, "input")) for a, b in pairs}
-    vals = {k: v for k, v in vals.items() if v[0] is not None and v[1] is not None}
+    vals: dict[tuple[str, str], tuple[MICurve, MICurve]] = {}
+    for a, b in pairs:
+        x, y = run.mi(a, "input"), run.mi(b, "input")
+        if x is not None and y is not None:
+            vals[(a, b)] = (x, y)
     if not vals:
         return _finding(3, claim, rule, "", NA, "needs an MT and an LM with MI(input)")
     parts, ok, saturated = [], [], []

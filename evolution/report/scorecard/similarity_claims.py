@@ -238,7 +238,7 @@ def claim_frequent_change_more(run: Run) -> list[Finding]:
     )
     findings = [out("; ".join(parts), HOLDS if all(ok) else FAILS, why, tuple(details))]
     if reversal:
-        texts, strict, point = zip(*reversal)
+        texts, strict, point = zip(*reversal, strict=True)
         verdict = HOLDS if all(strict) else NA if all(point) else FAILS
         findings.append(
             out(
