@@ -14,7 +14,7 @@ class _Discard:
 
 
 def dask_setup(worker) -> None:
-    import evolution.extract as extract
+    import evolution.extract_task as extract_task  # run_chunk looks up open_hidden there
 
-    open_hidden = extract.open_hidden
-    extract.open_hidden = lambda *args, **kwargs: _Discard(open_hidden(*args, **kwargs))
+    open_hidden = extract_task.open_hidden
+    extract_task.open_hidden = lambda *args, **kwargs: _Discard(open_hidden(*args, **kwargs))

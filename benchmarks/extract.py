@@ -35,7 +35,7 @@ maps and dependency hits).
 
 fits the time of one forward pass (one thread) as ``c0 + c1 * B * T + c2 * B * T**2``
 over batch shapes and prints ``c0 / c1``, the fixed cost of a pass in tokens
-(``evolution.extract.BATCH_OVERHEAD_TOKENS``), and
+(``evolution.extract_plan.BATCH_OVERHEAD_TOKENS``), and
 
     python benchmarks/extract.py --worker-profiler
 
@@ -61,7 +61,7 @@ the machine it runs on, whatever writes them.
 
 the cost (padded tokens plus that overhead per batch) of extraction's batches
 over the unpadded tokens, for a global length sort and within tasks of 8k-32k
-tokens, with batches filled to the budget and with ``evolution.extract.batches``.
+tokens, with batches filled to the budget and with ``evolution.extract_plan.batches``.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def bare_loop(model: Path, data: Path, corpus: Path, *, threads: int, keep: bool
     """Forward passes only (keep=False), or keep-everything-in-memory (keep=True)."""
     import torch
 
-    from evolution.extract import batches
+    from evolution.extract_plan import batches
     from evolution.models import load_adapter
 
     torch.set_num_threads(threads)
@@ -175,7 +175,7 @@ def heads_cost(model: Path, data: Path, corpus: Path, *, threads: int, max_batch
     per-head statistics of the maps (computed on the maps of the attention pass)."""
     import torch
 
-    from evolution.extract import batches
+    from evolution.extract_plan import batches
     from evolution.metrics.heads import dependency_hits, head_sums, word_attention, word_units
     from evolution.models import load_adapter
 
@@ -246,8 +246,8 @@ def batch_cost(model: Path, data: Path, *, reps: int = 7) -> dict:
 
 def padding_table(lengths: list[int], *, budgets=(1024, 2048), task_tokens=(8192, 16384, 32768)) -> list[tuple]:
     """Cost of the batches (padded tokens + BATCH_OVERHEAD_TOKENS each) over the unpadded tokens:
-    global sort and per task, filled to the budget or from :func:`evolution.extract.batches`."""
-    from evolution.extract import BATCH_OVERHEAD_TOKENS, batches
+    global sort and per task, filled to the budget or from :func:`evolution.extract_plan.batches`."""
+    from evolution.extract_plan import BATCH_OVERHEAD_TOKENS, batches
 
     def filled(ls, budget):
         out, width = [], 0

@@ -35,12 +35,12 @@ def _timed(fn, repeat: int = 1) -> float:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from evolution.extract import batches
+    from evolution.extract_plan import batches
     from evolution.fixtures.random_init import make_fairseq_model, vocabulary_of
     from evolution.metrics.importance import mask_gradients, objective_items
     from evolution.metrics.relevance import head_relevance
     from evolution.models.fairseq import FairseqAdapter
-    from evolution.training import pruning
+    from evolution.training import pruning, pruning_batches
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=200)
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
         train = pruning.training_items(a, lines, targets, max_tokens=4096)
         optimizer = torch.optim.Adam(a._model.parameters(), lr=1e-4)
-        stream = pruning._batches(train, max_tokens=4096, seed=0)
+        stream = pruning_batches._batches(train, max_tokens=4096, seed=0)
         a._model.train()
 
         def plain_updates():
@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             t_prune = time.perf_counter() - t0
         print(f"training update (padded batch)    {t_plain / args.updates:8.3f} s   1.00")
         print(
-            f"pruning update (gates + L0)       {t_prune / args.updates:8.3f} s   {t_prune / t_plain:5.2f}x a training update"
+            f"pruning update (gates + L0)       {t_prune / args.updates:8.3f} s   "
+            f"{t_prune / t_plain:5.2f}x a training update"
         )
     return 0
 

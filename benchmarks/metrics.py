@@ -63,11 +63,11 @@ def paper_scale(n: int = 1_000_000, d: int = 512, k: int = 10_000, iters: int = 
     xs, ls = x[:m], labels[:m]
     ours, lloyd, t_ours, t_lloyd = [], [], 0.0, 0.0
     for seed in range(seeds):
-        c, t = timed(lambda: two_level_kmeans_labels(xs, k=km, niter=iters, seed=seed))
+        c, t = timed(lambda seed=seed: two_level_kmeans_labels(xs, k=km, niter=iters, seed=seed))
         ours.append(mutual_information(ls, c))
         t_ours += t / seeds
         c, t = timed(
-            lambda: KMeans(
+            lambda seed=seed: KMeans(
                 km, n_init=1, max_iter=iters, tol=0, algorithm="lloyd", init="random", random_state=seed
             ).fit_predict(xs)
         )
@@ -87,7 +87,7 @@ def neighbourhood_preservation(x: np.ndarray, y: np.ndarray, k: int = 10) -> flo
     from evolution.metrics.neighbors import knn
 
     a, b = knn(x, k=k), knn(y.astype(np.float32), k=k)
-    return float(np.mean([len(np.intersect1d(p, q)) / k for p, q in zip(a, b)]))
+    return float(np.mean([len(np.intersect1d(p, q)) / k for p, q in zip(a, b, strict=True)]))
 
 
 def tsne_comparison(sizes: list[int], *, d: int, n_types: int) -> None:
@@ -101,9 +101,9 @@ def tsne_comparison(sizes: list[int], *, d: int, n_types: int) -> None:
     x, _ = clustered(max(sizes), d, n_types)
     print(f"t-SNE, perplexity 30, PCA init, 750 iterations (250 early exaggeration), {d} dims, 2 threads each")
     for s in sizes:
-        y_open, t_open = timed(lambda: tsne_layout(x[:s], perplexity=30, seed=0, n_jobs=2))
+        y_open, t_open = timed(lambda s=s: tsne_layout(x[:s], perplexity=30, seed=0, n_jobs=2))
         y_sk, t_sk = timed(
-            lambda: SKTSNE(perplexity=30, init="pca", random_state=0, max_iter=750, n_jobs=2).fit_transform(x[:s])
+            lambda s=s: SKTSNE(perplexity=30, init="pca", random_state=0, max_iter=750, n_jobs=2).fit_transform(x[:s])
         )
         print(
             f"  {s:>7,} points: openTSNE {t_open:7.1f} s, sklearn {t_sk:7.1f} s (x{t_sk / t_open:.1f}); "
@@ -184,8 +184,8 @@ def main() -> None:
     big, lb = x[:100_000], labels[:100_000]
     exact, t_exact = timed(lambda: knn(big, k=50))
     for nprobe in (32, 64, 128):  # the smallest nprobe that reaches recall 0.95 (measured: 64)
-        approx, t_approx = timed(lambda: knn(big, k=50, index="ivf", nprobe=nprobe))
-        recall = np.mean([len(np.intersect1d(a, b)) / 50 for a, b in zip(exact[:5000], approx[:5000])])
+        approx, t_approx = timed(lambda nprobe=nprobe: knn(big, k=50, index="ivf", nprobe=nprobe))
+        recall = np.mean([len(np.intersect1d(a, b)) / 50 for a, b in zip(exact[:5000], approx[:5000], strict=True)])
         print(
             f"  {len(big):,} points: faiss IVF (nprobe {nprobe}) {t_approx:.1f} s vs exact {t_exact:.1f} s "
             f"(x{t_exact / t_approx:.1f}), recall {recall:.3f}, same-token rate "

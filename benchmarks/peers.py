@@ -8,7 +8,7 @@
 (c) a plain ``transformers`` loop, ``output_hidden_states=True``, kept in memory.
 
 (b) and (c) run the model on all cores (torch threads = cores) over the same batches (longest
-first, at most 1,024 padded tokens, :func:`evolution.extract.batches`). Each runs in its own
+first, at most 1,024 padded tokens, :func:`evolution.extract_plan.batches`). Each runs in its own
 process; its whole process tree's resident memory is sampled every 0.2 s. Sizes: ``analysis``,
 the analysed text of configs/bible-full.yaml (the test books), and ``whole``, every English verse
 of the corpus (about 13x more tokens). Printed and written to ``<out>/peers.json``: tokens/s,
@@ -55,7 +55,7 @@ def measured(cmd: list[str], *, env: dict | None = None) -> tuple[dict, float]:
 
 
 def _batches(tokenizer, sentences: list[str]):
-    from evolution.extract import batches
+    from evolution.extract_plan import batches
 
     enc = [tokenizer(s, truncation=True, max_length=512)["input_ids"] for s in sentences]
     return enc, batches([len(x) for x in enc], max_batch_tokens=1024)

@@ -205,7 +205,7 @@ def plot(result: dict, path: Path) -> None:
     panels = [p for p in panels if any(runs.get(p[0]) for runs in result["recipes"].values())]  # trained ones
     fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.8), squeeze=False)
     axes = axes[0]
-    for ax, (objective, key, title) in zip(axes, panels):
+    for ax, (objective, key, title) in zip(axes, panels, strict=True):
         baseline = None
         for name, runs in result["recipes"].items():
             pts = runs.get(objective, [])

@@ -3,8 +3,9 @@ behind docs/metrics.md's "Type count" and "k for 1,000 types" paragraphs and
 ``configs/bible-paper.yaml``'s k.
 
 The corpus stage of ``configs/bible-paper.yaml`` is run into a temporary workdir (seconds; the
-Bible text under ``data/sword``: ``make data/sword/mods.d/spaRV1909eb.conf``, which ``make run`` does), its English verses are cut into pieces by the shipped
-MT's SentencePiece model (the pieces the extract stage stores), and counted:
+Bible text under ``data/sword``: ``make data/sword/mods.d/spaRV1909eb.conf``, which ``make run``
+does), its English verses are cut into pieces by the shipped MT's SentencePiece model (the
+pieces the extract stage stores), and counted:
 
 * ``types``: how many piece types have >= 1,000, >= 200 and >= 100 occurrences, in the whole
   corpus (the analysed set of ``analyse: all``) and in the training split;
@@ -83,7 +84,7 @@ def proportional_clusters(counts: np.ndarray, k: int) -> np.ndarray:
     own = share >= 1
     q = np.maximum(1, np.round(share[own])).astype(int)
     out, next_cluster = [], 0
-    for c, m in zip(counts[own], q):
+    for c, m in zip(counts[own], q, strict=True):
         out.append(next_cluster + (np.arange(c) * m) // c)
         next_cluster += m
     rest = int(counts[~own].sum())

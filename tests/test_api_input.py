@@ -274,3 +274,36 @@ def test_the_device_message_tells_a_cuda_build_without_a_gpu_from_a_cpu_build(mo
     with pytest.raises(ValueError, match=r"torch sees 2 CUDA device\(s\), cuda:0..cuda:1"):
         device.resolve_device("cuda:2")
     assert device.resolve_device("cuda:1") == "cuda:1"
+
+
+def test_a_k_capped_by_the_data_is_never_silent(bert, caplog):
+    """``neighbors`` with k beyond the occurrences: every other occurrence is a neighbour, the
+    same-token rate is one constant at every layer, and a WARNING says so, naming the cap; with
+    a k below the cap, no such warning."""
+    import logging
+
+    with ev.represent(bert, SENTENCES, attention=False) as reps:
+        with caplog.at_level(logging.WARNING):
+            capped = ev.neighbors(reps, k=5000, bootstrap=0)
+        msgs = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert any("k = 5000 reaches every occurrence" in m and "a constant at every layer" in m for m in msgs), msgs
+        same = capped.value.sel(model="bert", measure="same_token").values
+        assert np.ptp(same) < 1e-12  # the constant the warning announces
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            ev.neighbors(reps, k=2, bootstrap=0)
+        assert not [r for r in caplog.records if "reaches every occurrence" in r.getMessage()]
+
+
+def test_mi_says_when_its_k_is_capped(bert, caplog):
+    """k beyond a tenth of the occurrences: k-means runs with n // 10 clusters, and a WARNING names
+    the cap and the occurrences; the stored k is the one used."""
+    import logging
+
+    with ev.represent(bert, SENTENCES, attention=False) as reps:
+        with caplog.at_level(logging.WARNING):
+            mi = ev.mi(reps, k=5000, restarts=1, bootstrap=0)
+    n = int(mi.n.sel(model="bert", target="input").isel(layer=0))
+    msgs = [r.getMessage() for r in caplog.records if "capped" in r.getMessage()]
+    assert len(msgs) == 1 and f"bert (input): k = {n // 10} for {n}" in msgs[0], msgs
+    assert int(mi.k.sel(model="bert", target="input").isel(layer=0)) == n // 10

@@ -19,7 +19,10 @@ def _write(tmp_path, text):
 def good(tmp_path, model_specs):
     (tmp_path / "c.txt").write_text("a b\n")
     spec = model_specs["translation"]
-    return f"corpus: {{path: c.txt}}\nmodels:\n  - {{name: m, kind: fairseq, path: {spec['path']}, data: {spec['data']}}}\n"
+    return (
+        "corpus: {path: c.txt}\nmodels:\n"
+        f"  - {{name: m, kind: fairseq, path: {spec['path']}, data: {spec['data']}}}\n"
+    )
 
 
 def test_defaults_and_relative_paths(tmp_path, good):
@@ -58,7 +61,9 @@ def test_impossible_model_combinations(tmp_path, model_specs):
         f"- {{name: m, kind: fairseq, path: {fs['path']}}}": "fairseq models need 'data'",
         f"- {{name: m, kind: huggingface, path: {fs['path']}}}": "must be a directory",
         f"- {{name: m, kind: fairseq, path: {fs['data']}, data: {fs['data']}}}": "must be a checkpoint file",
-        f"- {{name: m, kind: fairseq, path: {tmp_path}/nope.pt, data: {fs['data']}}}": r"models\.0\.path: .*does not exist",
+        f"- {{name: m, kind: fairseq, path: {tmp_path}/nope.pt, data: {fs['data']}}}": (
+            r"models\.0\.path: .*does not exist"
+        ),
     }
     for model, message in cases.items():
         with pytest.raises(ConfigError, match=message):

@@ -72,7 +72,7 @@ def test_embedded_treebank_equals_the_conllu_package():
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         ref = conllu.parse(fh.read())
     assert len(ours) == len(ref) == 2077
-    for o, r in zip(ours, ref):
+    for o, r in zip(ours, ref, strict=True):
         words = [t for t in r if isinstance(t["id"], int)]
         assert o.words == tuple(t["form"] for t in words)
         assert o.upos == tuple(t["upos"] for t in words)

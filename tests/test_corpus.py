@@ -112,7 +112,7 @@ def test_bible_matches_the_independent_extraction(bible):
     with gzip.open(REFERENCE, "rt", encoding="utf-8") as fh:
         rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
     ref = {r[0]: (r[1], r[2]) for r in rows}
-    ours = {r: (s, t) for r, s, t in zip(bible.refs, bible.source, bible.target)}
+    ours = {r: (s, t) for r, s, t in zip(bible.refs, bible.source, bible.target, strict=True)}
     assert set(ours) == set(ref)  # the same 30,460 verse pairs
     assert len(ours) == 30_460
     same_en = sum(ours[k][0] == ref[k][0] for k in ref) / len(ref)
@@ -233,7 +233,7 @@ def test_analysed_sentences_and_their_targets(tmp_path, analyse):
     sentences = layout.load(out).sentences
     targets = layout.load_targets(out).sentences
     assert len(sentences) == len(targets) == n
-    assert all(t == f"target {s.split()[-1]} here" for s, t in zip(sentences, targets))
+    assert all(t == f"target {s.split()[-1]} here" for s, t in zip(sentences, targets, strict=True))
     if analyse == "all":
         assert sentences == [s for s, _ in pairs]
     else:

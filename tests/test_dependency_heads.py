@@ -20,7 +20,7 @@ GOLDEN = (5**0.5 - 1) / 2
 
 
 def _nsubj_offsets(s: TreebankSentence) -> list[int]:
-    return [h - 1 - d for d, (h, r) in enumerate(zip(s.head, s.deprel)) if r == "nsubj"]
+    return [h - 1 - d for d, (h, r) in enumerate(zip(s.head, s.deprel, strict=True)) if r == "nsubj"]
 
 
 def _pick(split: str, offset: int, n: int) -> list[TreebankSentence]:
@@ -67,7 +67,7 @@ def word_maps(s: TreebankSentence) -> np.ndarray:
     jitter = 0.01 * (1 + ((i * n + j) * GOLDEN) % 1.0)
     w = np.stack([jitter.copy() for _ in range(4)]).reshape(2, 2, n, n)
     children = [[d for d in range(n) if s.head[d] == g + 1] for g in range(n)]
-    for d, (h, rel) in enumerate(zip(s.head, s.deprel)):
+    for d, (h, rel) in enumerate(zip(s.head, s.deprel, strict=True)):
         if h and rel != "nsubj":
             w[0, 0, d, h - 1] += 0.5
     for g in range(n):

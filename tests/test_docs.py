@@ -191,7 +191,7 @@ def test_the_bible_full_head_bullets_of_docs_heads_quote_the_committed_store():
     script = _heads_numbers()
     models = script["model"].split("\t")
     col = {
-        label: dict(zip(models, rest.split("\t")))
+        label: dict(zip(models, rest.split("\t"), strict=True))
         for label, rest in script.items()
         if len(rest.split("\t")) == len(models)
     }
@@ -221,14 +221,18 @@ def test_the_bible_full_head_bullets_of_docs_heads_quote_the_committed_store():
     assert conf["mt"] == sink["mt"]  # "not in the MT"
     syn = next(label for label in col if label.startswith("syntactic heads"))
     relations = syn.split("heads ", 1)[1].split(" / ")
-    count = {m: dict(zip(relations, map(int, col[syn][m].split(" / ")))) for m in models}
+    count = {m: dict(zip(relations, map(int, col[syn][m].split(" / ")), strict=True)) for m in models}
     assert {m for m in models if any(count[m].values())} == {m for m in models if m.startswith("lm")}
     assert not any(count[m][r] for m in models for r in ("amod", "advmod"))
     obj = next(label for label in col if label.startswith("obj dependent"))
     baseline = re.search(r"baseline (\d\.\d+)", obj)[1]
     ent, sharp, eos = (dec[f"encoder-decoder: {x}"] for x in ("entropy", "confidence", "to the source's </s>"))
-    assert all(float(a) > float(b) for up, down in zip(ent, ent[1:]) for a, b in zip(up, down))
-    assert all(float(a) < float(b) for up, down in zip(sharp, sharp[1:]) for a, b in zip(up, down))
+    assert all(
+        float(a) > float(b) for up, down in zip(ent, ent[1:], strict=False) for a, b in zip(up, down, strict=True)
+    )
+    assert all(
+        float(a) < float(b) for up, down in zip(sharp, sharp[1:], strict=False) for a, b in zip(up, down, strict=True)
+    )
     eos = sorted((x for layer in eos for x in layer), key=float)
     itself, prev = (
         max((x for layer in dec[f"decoder self: most maxima on {x}"] for x in layer), key=float)
@@ -324,7 +328,7 @@ def test_docs_series_quotes_the_committed_tiny_series():
     verdicts = xr.open_zarr(store, group="verdicts", consolidated=False)
     measurable = [
         str(c)
-        for c, row in zip(verdicts["claim"].values, verdicts["verdict"].values)
+        for c, row in zip(verdicts["claim"].values, verdicts["verdict"].values, strict=True)
         if any(str(v) != "not measurable here" for v in row)
     ]
     assert f"make claims {', '.join(measurable[:-1])} and {measurable[-1]} measurable" in text

@@ -191,7 +191,7 @@ def test_the_bible_full_readme_pruning_gates_and_layouts_quote_the_store_and_uni
     assert f"at lambda {lam['encoder-0.06']} their mean LRP relevance" in text
     h = _group("heads").sel(model="mt")
     rare = (h.rare_token_share >= RARE_SHARE).transpose("layer", "head").values
-    ((layer, head),) = zip(*rare.nonzero())
+    ((layer, head),) = zip(*rare.nonzero(), strict=True)
     rel = _group("heads_importance").relevance.sel(model="mt", attention="encoder_self").transpose("layer", "head")
     assert rel.values[layer].argmax() == head
     enc = [r for r in p.run.values if str(p.scope.sel(run=r).values) == "encoder"]
@@ -278,7 +278,9 @@ def test_the_bible_full_readme_pruning_tables_heads_and_scratch_chrf_quote_the_s
             assert cells[5] == (f"{chrf:.2f}" if np.isfinite(chrf) else ""), run
             continue
         kept = p.kept.sel(run=run, attention="encoder_self").transpose("layer", "head")
-        where = [f"({int(kept.layer[i])},{int(kept['head'][j])})" for i, j in zip(*np.nonzero(kept.values == 1))]
+        where = [
+            f"({int(kept.layer[i])},{int(kept['head'][j])})" for i, j in zip(*np.nonzero(kept.values == 1), strict=True)
+        ]
         assert cells[4] == ("all" if len(where) == heads[0] else " ".join(where) or "none"), run
 
 

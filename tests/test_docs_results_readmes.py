@@ -369,7 +369,7 @@ def test_the_from_scratch_closing_paragraph_quotes_the_trajectory_store():
     text = _prose("results", "from-scratch", "README.md")
     assert f"the objective-driven claims {', '.join(fails[:-1])} and {fails[-1]} do not hold at the end" in text
     six = ds.verdict.sel(claim="6")
-    held = [int(u) for u, v in zip(ds["update"].values, six.values) if str(v) == "holds"]
+    held = [int(u) for u, v in zip(ds["update"].values, six.values, strict=True) if str(v) == "holds"]
     assert held == [int(u) for u in ds["update"].values if u <= held[-1]]
     assert f"claim 6 holds up to update {held[-1]} and is lost after it" in text
 

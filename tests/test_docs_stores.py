@@ -299,7 +299,7 @@ def test_the_bible_heads_readme_counts_quote_its_store():
     store = REPO / "results" / "bible-heads" / "metrics.zarr"
     imp = open_metrics(store, "heads_importance").load()
     dep = open_metrics(store, "heads_dependency").load()
-    n = dict(zip((str(m) for m in imp.model.values), (int(x) for x in imp.sentences.values)))
+    n = dict(zip((str(m) for m in imp.model.values), (int(x) for x in imp.sentences.values), strict=True))
     scored = int(np.isfinite(dep.best_accuracy).all([d for d in dep.best_accuracy.dims if d != "relation"]).sum())
     text = _prose("results", "bible-heads", "README.md")
     assert f"on the first {n['mt']} analysed sentences" in text and n["mt"] == n["lm"]
@@ -361,7 +361,7 @@ def test_the_bible_paper_mi_types_table_and_losses_quote_its_store():
         start = f"| {t:,} ({float(ds.entropy.sel(model='mt', types=t)):.2f}) |"
         row = next(line for line in lines if line.startswith(start))
         cells = [x.strip() for x in row[len(start) :].strip(" |").split("|")]
-        for m, cell in zip(("mt", "lm"), cells):
+        for m, cell in zip(("mt", "lm"), cells, strict=False):
             assert cell == (f"{at(f, m, t, 0)} -> {at(f, m, t, 6)} ({at(c, m, t, 0)} -> {at(c, m, t, 6)})"), (t, m)
         assert cells[2] == (
             ", ".join(at(f, "mlm", t, k) for k in (0, 3, 6))

@@ -7,7 +7,7 @@ import pytest
 import xarray as xr
 from conftest import SENTENCES, write_config
 
-from evolution.extract import batches, plan_tasks
+from evolution.extract_plan import batches, plan_tasks
 from evolution.models import load_adapter
 from evolution.store import open_attention, open_representations
 from evolution.tokens import build_token_table

@@ -611,7 +611,7 @@ def test_objective_pairs_are_the_base_models_with_the_range_over_seed_combinatio
     for name, (first, second) in {"LM-MT": ("lm", "mt"), "MT-MLM": ("mt", "mlm"), "LM-MLM": ("lm", "mlm")}.items():
         rows = pairs[pairs.pair == name]
 
-        def q(stat):
+        def q(stat, rows=rows):
             return rows[rows.quantity == stat].sort_values("layer").value.values
 
         base = _same_layer(ds, "pwcca", first, second)
@@ -700,7 +700,7 @@ def _fraction_lines(fig, target_col: int = 0):
 
 @pytest.mark.parametrize("which", ["new", "old"])
 def test_mi_second_panel_is_the_corrected_fraction_scaled_to_the_data(which, figs, store, old_store):
-    from evolution.analyses.mi import mi_by_layer
+    from evolution.analyses.mi_figures import mi_by_layer
     from evolution.analyses.plotting import open_group
 
     path = store if which == "new" else old_store
@@ -711,7 +711,7 @@ def test_mi_second_panel_is_the_corrected_fraction_scaled_to_the_data(which, fig
     bottom, lines = _fraction_lines(fig)
     drawn_lines = [ln for ln in lines if ln.get_linestyle() not in ("None", "none", "")]  # not error-bar caps
     assert len(drawn_lines) == len(MODELS)
-    for ln, m in zip(drawn_lines, MODELS):
+    for ln, m in zip(drawn_lines, MODELS, strict=True):
         np.testing.assert_allclose(ln.get_ydata(), expected.sel(model=m).values, rtol=1e-12)
     lo, hi = bottom.get_ylim()
     span = float(expected.max() - expected.min())
@@ -835,10 +835,15 @@ def test_pruning_roles_count_each_runs_kept_encoder_heads_by_planted_role(drawn,
             "other": sum(k[lay - 1, h] for (lay, h), r in letters.items() if not r),
         }
         rows = table[table.run == run]
-        assert dict(zip(rows.role, rows.heads)) == expected, run
+        assert dict(zip(rows.role, rows.heads, strict=True)) == expected, run
         assert set(rows.kept_encoder_heads) == {int(k.sum())}
     first = table[table.run == "encoder-0.1"]
-    assert dict(zip(first.role, first.heads)) == {"positional": 2, "syntactic": 1, "rare_token": 1, "other": 3}
+    assert dict(zip(first.role, first.heads, strict=True)) == {
+        "positional": 2,
+        "syntactic": 1,
+        "rare_token": 1,
+        "other": 3,
+    }
 
 
 def test_pruning_curve_plots_each_encoder_runs_retained_heads_against_its_bleu(drawn, store):

@@ -96,7 +96,7 @@ def test_probes_group_and_right_branching_against_a_plain_loop(trained, stage):
     assert 25 <= len(test) <= 30
     hit = total = 0
     for s in test:  # every word's head is the next word, the last word's is ROOT; punct not scored
-        for i, (head, rel) in enumerate(zip(s.head, s.deprel)):
+        for i, (head, rel) in enumerate(zip(s.head, s.deprel, strict=True)):
             if rel != "punct":
                 total += 1
                 hit += head == (i + 2 if i + 1 < len(s) else 0)
@@ -188,7 +188,7 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
     import torch
 
     from evolution.analyses.base import load_texts
-    from evolution.analyses.heads.pruning import _base_schedule, _pairs
+    from evolution.analyses.heads.pruning_run import _base_schedule, _pairs
 
     saved = list(trained["cfg"].workdir.rglob("pruning-*.npz"))
     assert len(saved) == 1, saved
@@ -247,7 +247,7 @@ def test_pruning_group_holds_each_runs_bleu_layout_and_the_unpruned_models(train
 
     ((title, rows, _),) = HeadPruning().tables(path)
     header, body = rows[0], rows[1:]
-    by_run = {(r[header.index("lambda")], r[header.index("gated")]): dict(zip(header, r)) for r in body}
+    by_run = {(r[header.index("lambda")], r[header.index("gated")]): dict(zip(header, r, strict=True)) for r in body}
     for run in ds.run.values:
         lam, scope = f"{float(ds.lam.sel(run=run)):g}", str(ds.scope.sel(run=run).values)
         row = by_run[(lam, scope)]
@@ -276,7 +276,7 @@ def test_pruning_references_alone_and_the_from_scratch_batches_enter_the_runs_ke
     import torch
 
     from evolution.analyses.base import load_texts
-    from evolution.analyses.heads.pruning import _base_schedule, _pairs
+    from evolution.analyses.heads.pruning_run import _base_schedule, _pairs
     from evolution.training import pruning
     from pipelines.run import main
 
@@ -436,3 +436,91 @@ def test_the_probes_learning_curves_are_drawn_with_their_numbers(tmp_path):
     old = ds.drop_vars(["curve_uas", "curve_loss", "best_epoch"])
     write_metrics(tmp_path / "old.zarr", {"heads_probes": old}, fingerprint="test")
     assert "heads_probes_curve" not in {name for name, _, _ in draw_all(tmp_path / "old.zarr", tmp_path / "fig2")}
+
+
+def test_every_probe_setting_that_reaches_the_task_changes_its_cache_key(tmp_path):
+    """A probes unit's result is cached under its key (unit_key): each metrics.probes setting that
+    reaches the task (patience, held_out, epochs, shuffle, max_sentences, the treebanks) and the
+    run's seed changes the key, else a run with new settings would read the old settings' probes."""
+    from types import SimpleNamespace
+
+    from evolution.analyses.base import unit_key
+    from evolution.analyses.heads.probes import HeadProbes
+    from evolution.config.metrics import ProbesConfig
+
+    analysis = HeadProbes()
+
+    def unit(seed: int = 0, **settings):
+        inputs = SimpleNamespace(
+            config=SimpleNamespace(probes=ProbesConfig(**{"max_sentences": 20, **settings})),
+            arrays_dir=str(tmp_path),
+            models={"lm": SimpleNamespace(name="lm", spec={"name": "lm", "kind": "shipped"}, key="extract-key")},
+            seed=seed,
+            max_batch_tokens=512,
+            torch_threads=1,
+        )
+        (u,) = analysis.units(inputs)
+        return u
+
+    base = unit()
+    assert unit_key(analysis, unit()) == unit_key(analysis, base)  # the same settings: the same key
+    changes = [
+        ({"patience": 5}, "patience"),
+        ({"held_out": 0.25}, "held_out"),
+        ({"epochs": 7}, "epochs"),
+        ({"shuffle": False}, "shuffle"),
+        ({"max_sentences": 10}, "max_sentences"),
+        ({"train": "ud-ewt-test"}, "train"),
+    ]
+    for settings, argument in changes:
+        other = unit(**settings)
+        assert other.kwargs[argument] != base.kwargs[argument], argument  # the task runs with the new value
+        assert unit_key(analysis, other) != unit_key(analysis, base), f"{argument} changes the probes, not their key"
+    other = unit(seed=1)
+    assert other.kwargs["seed"] == 1 and unit_key(analysis, other) != unit_key(analysis, base), "seed"
+
+
+def test_probe_word_embeddings_are_the_models_layer_0_states():
+    """attention_words' word vectors are the model's own layer-0 states (the input layer, where
+    Clark et al. 2019 used GloVe) averaged over each word's pieces. For the shipped LM a piece's
+    layer-0 state is sqrt(d) x its token embedding plus the sinusoidal encoding (fairseq's: sin on
+    the first half of the features, cos on the second, frequencies 10000^(-i / (d/2 - 1))) of its
+    position, counted from padding index + 1: computed here from the weights file, word by word."""
+    from pathlib import Path
+
+    from safetensors.numpy import load_file
+
+    from evolution.analyses.heads.probes import _probe_sentences
+    from evolution.corpus.conllu import read_conllu, resolve_treebank
+    from evolution.models.shipped_torch import PlainAdapter
+
+    path = Path(__file__).resolve().parents[1] / "results" / "bible-full" / "models" / "lm"
+    adapter = PlainAdapter(path)
+    sentences = read_conllu(resolve_treebank("ud-ewt-test"), max_sentences=8)
+    got, left_out = _probe_sentences(adapter, sentences, max_batch_tokens=512)
+    table = load_file(str(path / "model.safetensors"))["decoder.encoder.embed_tokens.weight"].astype(np.float64)
+    d = table.shape[1]
+    freq = np.exp(-np.log(10000.0) * np.arange(d // 2) / (d // 2 - 1))
+    kept = []
+    for s in sentences:
+        tok = adapter.tokenize(s.text)
+        if 0 < len(tok) <= adapter.max_content_tokens and max(tok.word_ids) + 1 == len(s):
+            kept.append((s, tok))
+    assert len(kept) == len(got) >= 5 and left_out == len(sentences) - len(kept)
+    by_heads = {tuple(s.head): (s, tok) for s, tok in kept}  # the task's order is its batches'
+    assert len(by_heads) == len(kept)
+    for probe in got:
+        s, tok = by_heads[tuple(probe.heads.tolist())]
+        ids = adapter.build_input(tok.ids)
+        position = adapter.pad_id + 1 + np.arange(len(ids))
+        layer0 = np.sqrt(d) * table[ids] + np.hstack(
+            [np.sin(position[:, None] * freq), np.cos(position[:, None] * freq)]
+        )
+        words = np.array(
+            [
+                layer0[[adapter.content_offset + i for i, w in enumerate(tok.word_ids) if w == word]].mean(axis=0)
+                for word in range(len(s))
+            ]
+        )
+        assert probe.embeddings.shape == (len(s), d)
+        np.testing.assert_allclose(probe.embeddings, words, rtol=1e-5, atol=1e-4, err_msg=s.text)

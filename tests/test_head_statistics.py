@@ -419,7 +419,7 @@ def test_head_map_distance_is_the_square_root_of_the_mean_js_divergence(monkeypa
             js = [
                 jensenshannon(p, q) ** 2
                 for s in range(3)
-                for p, q in zip(word_rows(ux[0], s, *ux[1:]), word_rows(uy[0], s, *uy[1:]))
+                for p, q in zip(word_rows(ux[0], s, *ux[1:]), word_rows(uy[0], s, *uy[1:]), strict=True)
             ]
             expect[x, y] = np.sqrt(np.mean(js))
     assert out["queries"] == sum(words)

@@ -232,7 +232,10 @@ def _exact_signed_rank(d) -> float:
     r_plus = ranks[d > 0].sum()
     return float(
         np.mean(
-            [sum(r for r, s in zip(ranks, signs) if s) <= r_plus for signs in itertools.product([0, 1], repeat=len(d))]
+            [
+                sum(r for r, s in zip(ranks, signs, strict=True) if s) <= r_plus
+                for signs in itertools.product([0, 1], repeat=len(d))
+            ]
         )
     )
 

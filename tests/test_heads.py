@@ -124,7 +124,10 @@ def test_entropy_matches_scipy_and_causal_baseline():
     mask = np.zeros(T, bool)
     sums, counts, _ = head_sums(causal, bos=mask, eos=mask, punct=mask, causal=True)
     ref = np.array(
-        [[np.mean([scipy_entropy(causal[l, h, i, : i + 1]) for i in range(T)]) for h in range(3)] for l in range(2)]
+        [
+            [np.mean([scipy_entropy(causal[layer, h, i, : i + 1]) for i in range(T)]) for h in range(3)]
+            for layer in range(2)
+        ]
     )
     np.testing.assert_allclose(_measure(sums, counts, "entropy"), ref, rtol=1e-12)
     np.testing.assert_allclose(_measure(sums, counts, "uniform_entropy"), np.mean(np.log(np.arange(1, T + 1))))
@@ -341,7 +344,8 @@ def test_decoder_attention_matches_fairseq_and_a_manual_softmax(model_specs):
         queries = []
         hooks = [
             layer.self_attn.register_forward_pre_hook(
-                lambda m, a, k: queries.append(k.get("query", a[0] if a else None)), with_kwargs=True
+                lambda m, a, k, queries=queries: queries.append(k.get("query", a[0] if a else None)),
+                with_kwargs=True,
             )
             for layer in model.decoder.layers
         ]

@@ -108,7 +108,7 @@ def test_lm_labels_are_the_next_tokens_and_mlm_labels_the_corrupted_originals(tr
     (item,) = objective_items(mlm, [long], seed=3)
     changed = item.positions - mlm.content_offset
     assert len(changed) > 0
-    assert all(item.inputs[p] != lab for p, lab in zip(item.positions, item.labels))
+    assert all(item.inputs[p] != lab for p, lab in zip(item.positions, item.labels, strict=True))
     assert list(item.labels) == [long[c] for c in changed]
     # sentence s is corrupted by default_rng([seed, s]), as the MLM output MI: the same sentence twice
     # gets two corruptions, each the one metrics.masked.corrupt gives with that sentence's generator
@@ -398,7 +398,9 @@ def test_sentence_losses_are_each_items_mean_nll_over_its_own_positions():
         Item([1], None, np.array([2]), np.array([3])),
     ]
     logp = torch.log_softmax(logits, -1).numpy()
-    expected = [np.mean([-logp[b, p, y] for p, y in zip(it.positions, it.labels)]) for b, it in enumerate(items)]
+    expected = [
+        np.mean([-logp[b, p, y] for p, y in zip(it.positions, it.labels, strict=True)]) for b, it in enumerate(items)
+    ]
     np.testing.assert_allclose(sentence_losses(Stub(), items).numpy(), expected, rtol=1e-12)
 
 

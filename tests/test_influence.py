@@ -77,7 +77,7 @@ def _loop_reference(adapter, content, samples, *, n_boot, seed, method):
     fn = {"pwcca": pwcca, "cka": cka}[method]
     L = adapter.num_layers
     rows = {}  # (sample, layer) -> (normal, masked) states of the other tokens
-    for s, pos, b in samples:
+    for s, pos, _ in samples:
         inp = adapter.build_input(content[s])
         base = adapter.forward([inp])[0][:, 0]
         others = [1 + j for j in range(len(content[s])) if j != pos]
@@ -150,7 +150,7 @@ def test_influence_sizes_per_bin_are_counted():
     )
     avail = bin_occurrences(sentence=sentence, freq_rank=token, bins=BINS)
     for b, (lo, hi) in enumerate(BINS):
-        assert avail[b] == sum(1 for s, t in zip(sentence, token) if lo <= t < hi and lengths[s] >= 3)
+        assert avail[b] == sum(1 for s, t in zip(sentence, token, strict=True) if lo <= t < hi and lengths[s] >= 3)
         assert sum(1 for *_, k in samples if k == b) == min(25, avail[b])
     got = token_influence(_Adapter(_effect), content_ids=content, samples=samples, n_bins=3, min_ratio=2)
     for b in range(3):

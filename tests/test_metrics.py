@@ -315,7 +315,7 @@ def test_two_level_kmeans_recovers_separated_blobs_like_flat():
 def test_refinement_probing_every_cell_is_one_exact_lloyd_step():
     """With every cell probed, the fast-assignment refinement is a plain Lloyd step:
     centroids of the current labels, then each row to its nearest centroid (numpy reference)."""
-    from evolution.metrics.mi import _refine_within_cells
+    from evolution.metrics.kmeans import _refine_within_cells
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(3000, 8)).astype(np.float32)

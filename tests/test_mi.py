@@ -356,4 +356,31 @@ def test_masked_positions_carry_their_sentence(model_specs):
             )
             expected += [(s, ids[c], new[c]) for c in changed]
     assert len(expected) > 10
-    assert sorted(zip(sentence.tolist(), labels.tolist(), fed.tolist())) == sorted(expected)
+    assert sorted(zip(sentence.tolist(), labels.tolist(), fed.tolist(), strict=True)) == sorted(expected)
+
+
+def test_the_bias_warning_fires_on_a_large_bias_not_on_a_true_zero(caplog):
+    """States unrelated to the labels: MI is the plug-in bias, about (k - 1)(|X| - 1) / 2n nats
+    (Miller 1955). With 10 occurrences per cluster that bias is a large share of H(X) = ln 20 and
+    the estimate is mostly bias: one WARNING. With 1,000 per cluster the same true MI of 0 comes
+    with a bias under a tenth of H(X): the near-zero MI is the measurement, and no warning."""
+    import logging
+
+    from evolution.analyses.mi import BIAS_FLOOR, _warn_bias
+    from evolution.metrics.mi import layer_mi
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for n in (200, 20_000):
+        labels = rng.integers(0, 20, size=n)
+        x = rng.normal(size=(n, 8)).astype(np.float32)
+        r = layer_mi(x, labels, k=20, restarts=1, seed=0).as_dict()
+        miller = 19 * 19 / (2 * n)
+        assert 0.3 * miller < r["shuffled"] < 3 * miller  # the textbook size of the bias
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="evolution.analyses.mi"):
+            _warn_bias({("m", 0): {"input": r}})
+        out[n] = [rec.getMessage() for rec in caplog.records]
+        assert (r["shuffled"] >= BIAS_FLOOR * r["entropy"]) == (n == 200)
+    assert len(out[200]) == 1 and "mostly the estimator's bias" in out[200][0]
+    assert out[20_000] == []

@@ -59,7 +59,7 @@ def test_the_plain_network_equals_fairseqs(objective):
     assert _padded_max(a1, a2, lengths, axes=2) <= TOLERANCE  # (L, B, H, T, T)
     for key in n1:
         np.testing.assert_allclose(np.nan_to_num(n2[key]), np.nan_to_num(n1[key]), rtol=0, atol=TOLERANCE)
-    for x, y in zip(fs.forward_qk(inputs[:1]), pl.forward_qk(inputs[:1])):
+    for x, y in zip(fs.forward_qk(inputs[:1]), pl.forward_qk(inputs[:1]), strict=True):
         np.testing.assert_allclose(y, x, rtol=0, atol=TOLERANCE)
     masked = [(0, 1), (2, 3), (5, len(inputs[0]) - 1)]
     np.testing.assert_allclose(
@@ -70,7 +70,7 @@ def test_the_plain_network_equals_fairseqs(objective):
     )
     if objective == "mt":
         target = [fs.build_decoder_input(fs.tokenize_target("En el principio creó Dios los cielos y la tierra.").ids)]
-        for x, y in zip(fs.forward_decoder(inputs[:1], target), pl.forward_decoder(inputs[:1], target)):
+        for x, y in zip(fs.forward_decoder(inputs[:1], target), pl.forward_decoder(inputs[:1], target), strict=True):
             np.testing.assert_allclose(y, x, rtol=0, atol=TOLERANCE)
         logits = (fs.logits(inputs[:1], target), pl.logits(inputs[:1], target))
     else:
@@ -115,3 +115,109 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("ok")
+
+
+def _altered_copy(tmp_path: Path, objective: str, change: str) -> tuple[Path, str]:
+    """A copy of a committed shipped model (its vocabulary named by absolute path) whose weights
+    file has one key more (``unexpected``) or one less (``missing``) than the architecture; the
+    key's name inside the network (the encoder's prefix in the file dropped)."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    source = MODELS / objective
+    meta = json.loads((source / "model.json").read_text(encoding="utf-8"))
+    meta["vocabulary"] = str((source / meta["vocabulary"]).resolve())
+    (tmp_path / "model.json").write_text(json.dumps(meta), encoding="utf-8")
+    weights = load_file(str(source / "model.safetensors"))
+    prefix = {"mt": "encoder.", "lm": "decoder.encoder.", "mlm": "encoder."}[objective]
+    if change == "unexpected":
+        name = "layers.2.self_attn.extra_proj.weight"
+        weights[prefix + name] = np.zeros((4, 4), dtype=np.float32)
+    else:
+        name = "layers.2.self_attn.k_proj.bias"
+        del weights[prefix + name]
+    save_file(weights, str(tmp_path / "model.safetensors"))
+    return tmp_path, name
+
+
+@pytest.mark.parametrize("change", ["unexpected", "missing"])
+def test_plain_loading_refuses_weights_that_do_not_fit_naming_the_key(tmp_path, change):
+    """Weights with a key the architecture of model.json lacks, or without one it has, are
+    refused (not loaded with a layer left at its random initial values, or a stray tensor
+    ignored), naming the key."""
+    import re
+
+    from evolution.models.base import ModelLoadError
+    from evolution.models.shipped_torch import PlainAdapter
+
+    good = PlainAdapter(MODELS / "lm")  # the unaltered weights load
+    assert good.num_layers == 6
+    path, name = _altered_copy(tmp_path, "lm", change)
+    with pytest.raises(ModelLoadError, match=rf"{change} \['(decoder\.)?encoder\.{re.escape(name)}'\]"):
+        PlainAdapter(path)
+
+
+def test_greedy_translation_where_the_end_is_likely_first_and_later_equals_fairseqs():
+    """Greedy decoding where </s> is the most likely token at the first step and again later: the
+    committed MT with the bias of its last decoder LayerNorm moved 12 units along the </s>
+    embedding (in both routes alike). Then </s> tops the first step's distribution for some
+    sentences (fairseq's min_len = 1 forbids it there: the next best token is taken) and ends
+    their translation a few steps later, and not for others. The plain route's translations equal
+    fairseq's SequenceGenerator with beam 1 on the same weights, and a plain loop over the plain
+    network's log-probabilities (pad never chosen, </s> not first, forced at the length limit)."""
+    pytest.importorskip("fairseq")
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from evolution.models.shipped_fairseq import ShippedAdapter
+    from evolution.models.shipped_torch import PlainAdapter
+
+    fs, pl = ShippedAdapter(MODELS / "mt"), PlainAdapter(MODELS / "mt")
+    eos, pad = pl.dictionary.eos(), pl.dictionary.pad()
+    with torch.no_grad():
+        for embed, layer in (
+            (fs._model.encoder.embed_tokens, fs._model.decoder.layers[-1]),
+            (pl.net.encoder.embed_tokens, pl.net.decoder.layers[-1]),
+        ):
+            layer.final_layer_norm.bias += 12.0 * embed.weight[eos] / embed.weight[eos].norm()
+    lines = (ROOT / "evolution" / "data" / "web-genesis.en.txt").read_text(encoding="utf-8").splitlines()[:12]
+    inputs = [fs.build_input(fs.tokenize(s).ids) for s in lines if s.strip()]
+    a, b = 1.5, 10
+    limit = int(a * max(len(x) for x in inputs) + b)  # fairseq's max_len: of the batch's longest source
+
+    def plain_loop(source: list[int]) -> tuple[list[int], list[bool]]:
+        """Greedy decoding of one sentence by hand; also whether </s> topped each step (unmasked)."""
+        net = pl.net
+        enc = net.encoder(torch.tensor([source]))
+        prev, out, top = [eos], [], []
+        for step in range(limit + 1):
+            dec = net.decoder(torch.tensor([prev]), enc["final"], enc["padding"])
+            lprobs = torch.log_softmax(net.decoder.output_layer(dec["features"][0, -1]), dim=-1)
+            top.append(int(lprobs.argmax()) == eos)
+            lprobs[pad] = -float("inf")
+            if step == 0:
+                lprobs[eos] = -float("inf")
+            if step == limit:
+                return out, top
+            token = int(lprobs.argmax())
+            if token == eos:
+                return out, top
+            out.append(token)
+            prev.append(token)
+        return out, top
+
+    with torch.inference_mode():
+        by_hand = [plain_loop(x) for x in inputs]
+    first = [top[0] for _, top in by_hand]
+    assert 2 <= sum(first) < len(first), first  # </s> most likely at the first step for some sentences only
+    for out, top in by_hand:
+        if top[0]:  # and again where the translation ends, before the length limit
+            assert 1 <= len(out) < limit and top[len(out)], (out, top)
+    t = max(len(x) for x in inputs)
+    src = torch.tensor([x + [fs.pad_id] * (t - len(x)) for x in inputs])
+    sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor([len(x) for x in inputs])}}
+    generator = SequenceGenerator([fs._model], fs._task.target_dictionary, beam_size=1, max_len_a=a, max_len_b=b)
+    reference = [h[0]["tokens"].tolist()[:-1] for h in generator.generate([fs._model], sample)]
+    assert [out for out, _ in by_hand] == reference  # the loop by hand is fairseq's greedy search
+    assert pl.translate(inputs, max_len_a=a, max_len_b=b) == reference

@@ -234,7 +234,7 @@ def test_early_stopping_reaches_the_carrier_maps_uas_where_one_epoch_does_not():
     assert uas(one, test) < known - 0.3
     probe = fit_probe(fit, kind="attention_words", epochs=25, seed=0, shuffle=True, held_out=held, patience=3)
     assert uas(probe, test) >= known - 0.01
-    epochs, losses, scores = zip(*probe.curve)
+    epochs, losses, scores = zip(*probe.curve, strict=True)
     assert list(epochs) == list(range(1, len(epochs) + 1))
     assert probe.best_epoch == epochs[int(np.argmin(losses))]
     assert scores[0] < 0.7 < scores[-1]  # the held-out UAS rises over the epochs
@@ -258,7 +258,7 @@ def test_early_stopping_stops_after_patience_and_keeps_the_best_epochs_weights()
 
     fit, held = sentences(12), sentences(30)
     probe = fit_probe(fit, kind="distance_words", epochs=60, lr=0.01, seed=0, held_out=held, patience=4)
-    epochs, losses, scores = zip(*probe.curve)
+    epochs, losses, scores = zip(*probe.curve, strict=True)
     best = int(np.argmin(losses))
     assert probe.best_epoch == best + 1 and len(epochs) == best + 1 + 4 < 60  # stopped early, 4 epochs on
     loss, score = _held_out_score(probe.net, held, "distance_words")

@@ -10,7 +10,7 @@ import torch
 
 from evolution.models.fairseq import FairseqAdapter
 from evolution.nets.gates import remove_heads
-from evolution.training import pruning
+from evolution.training import pruning, pruning_batches
 
 SOURCES = [
     "And God said, Let there be light",
@@ -73,7 +73,9 @@ def test_gate_lr_moves_the_gates_and_lr_the_model(trained, tmp_path):
             max_tokens=200,
             progress=False,
         )
-        moved[gate_lr] = max(float((p.detach() - q).abs().max()) for p, q in zip(a._model.parameters(), before))
+        moved[gate_lr] = max(
+            float((p.detach() - q).abs().max()) for p, q in zip(a._model.parameters(), before, strict=True)
+        )
     heads = sum(np.size(v) for v in results[None]["prob_open"].values())
     total = {g: sum(np.sum(v) for v in r["prob_open"].values()) for g, r in results.items()}
     initial = heads / (1 + np.exp(0.33 * np.log(0.1 / 1.1)))  # P(open) at log alpha 0: 0.69 per head
@@ -105,7 +107,7 @@ def test_without_gates_the_run_fine_tunes_the_model_only(trained, tmp_path):
     )
     assert r["kept"] == {} and r["prob_open"] == {} and pruning.kept_gates(r) == {}
     assert all(h["penalty"] == 0.0 and h["open"] == {} for h in r["history"])
-    assert any(not torch.equal(p.detach(), q) for p, q in zip(a._model.parameters(), before))
+    assert any(not torch.equal(p.detach(), q) for p, q in zip(a._model.parameters(), before, strict=True))
 
 
 def test_an_interrupted_pruning_run_resumes_to_the_same_numbers(trained, tmp_path, monkeypatch):
@@ -160,7 +162,7 @@ def test_an_interrupted_pruning_run_resumes_to_the_same_numbers(trained, tmp_pat
         progress=False,
     )
     np.testing.assert_allclose(resumed["prob_open"]["encoder_self"], straight["prob_open"]["encoder_self"], rtol=1e-6)
-    for p, q in zip(a._model.parameters(), c._model.parameters()):
+    for p, q in zip(a._model.parameters(), c._model.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
 
 
@@ -177,7 +179,7 @@ def test_translations_of_the_gated_model_equal_the_model_with_heads_removed(trai
     kept["encoder_decoder"][0, 1] = 0
     gated = pruning.translate(a, sources, gates=kept, beam=2)
     for att, mask in kept.items():
-        for module, row in zip(b.attention_modules(att), mask):
+        for module, row in zip(b.attention_modules(att), mask, strict=True):
             if not row.all():
                 remove_heads(module, row.bool().tolist())
     removed = pruning.translate(b, sources, beam=2)
@@ -228,7 +230,7 @@ def test_label_smoothed_loss_of_a_batch_is_the_sum_over_its_items():
     expected = sum(
         (1 - 0.2 - eps_i) * -logp[b, p, y] - eps_i * logp[b, p].sum()
         for b, it in enumerate(items)
-        for p, y in zip(it.positions, it.labels)
+        for p, y in zip(it.positions, it.labels, strict=True)
     )
     assert n == 6 and float(total) == pytest.approx(expected, rel=1e-5)
 
@@ -282,7 +284,7 @@ def test_batches_of_each_epoch_follow_their_own_generator():
     from types import SimpleNamespace
 
     items = [SimpleNamespace(length=int(n), name=i) for i, n in enumerate(np.random.default_rng(0).integers(3, 30, 40))]
-    stream = pruning._batches(items, max_tokens=64, seed=5)
+    stream = pruning_batches._batches(items, max_tokens=64, seed=5)
 
     def epoch(e):
         rng = np.random.default_rng([5, e])

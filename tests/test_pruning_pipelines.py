@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from evolution.models.fairseq import FairseqAdapter
-from evolution.training import fairseq_cli, pruning, recipe
+from evolution.training import fairseq_cli, pruning, pruning_batches, recipe
 
 UPDATES = 6
 
@@ -265,7 +265,9 @@ def test_with_fairseqs_batches_start_and_no_dropout_the_loop_gives_fairseq_train
 def _train_text(paths):
     src = (paths.text / f"train.{paths.src}").read_text(encoding="utf-8").split("\n")
     tgt = (paths.text / f"train.{paths.tgt}").read_text(encoding="utf-8").split("\n")
-    keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if s.strip() and t.strip()]  # the analysis' _pairs
+    keep = [
+        i for i, (s, t) in enumerate(zip(src, tgt, strict=False)) if s.strip() and t.strip()
+    ]  # the analysis' _pairs
     return [src[i] for i in keep], [tgt[i] for i in keep]
 
 
@@ -303,7 +305,7 @@ def test_fairseq_fixes_each_batchs_sentences_the_loop_regroups_them_every_epoch(
     adapter = FairseqAdapter(paths.checkpoint("mt"), data=paths.data("mt"), sentencepiece=paths.spm_model)
     items = pruning.training_items(adapter, *_train_text(paths))
     index = {id(it): i for i, it in enumerate(items)}
-    stream = pruning._batches(items, max_tokens=trained["cfg"].train.max_tokens, seed=_seed(trained))
+    stream = pruning_batches._batches(items, max_tokens=trained["cfg"].train.max_tokens, seed=_seed(trained))
     ours = []
     for _ in range(3):
         n, epoch = 0, []

@@ -150,7 +150,7 @@ def test_one_steps_head_relevance_against_a_plain_computation(trained):
     y = logits[0, 2].max()
     grads = torch.autograd.grad(y, captured)
     H = a.num_heads
-    for layer, (z, g) in enumerate(zip(captured, grads)):
+    for layer, (z, g) in enumerate(zip(captured, grads, strict=True)):
         r = (z * g).detach().numpy()[:, 0, :]  # (T, H * d_head)
         per_head = np.array([np.abs(r[:, h * (r.shape[1] // H) : (h + 1) * (r.shape[1] // H)]).sum() for h in range(H)])
         np.testing.assert_allclose(ours[layer], per_head / per_head.sum(), rtol=1e-6)

@@ -33,7 +33,7 @@ OUTSIDE = "/opt/elsewhere/data/sword"  # an absolute path outside the workdir
 def _mi() -> xr.Dataset:
     targets = ["input", "masked_input"]
     mi = np.full((len(MODELS), L, len(targets), 2), np.nan)
-    for i, m in enumerate(MODELS):
+    for i in range(len(MODELS)):
         mi[i, :, 0, 0] = mi[i, :, 0, 1] = 3.0 - 0.1 * np.arange(L) - 0.01 * i
     mi[MODELS.index("mlm"), :, 1, :] = (0.5 - 0.05 * np.arange(L))[:, None]  # masked_input: the MLM only; the
     # other rows are NaN and left out
@@ -303,7 +303,7 @@ def test_each_verdict_has_its_own_colour_and_its_word(report):
     rows = re.findall(r'<tr class="(?:claim|part)" id="claim-([^"]+)">(.*?)</tr>', html)
     assert [label for label, _ in rows] == [f.label for f in FINDINGS]
     cls = {HOLDS: "v-holds", FAILS: "v-fails", NA: "v-na"}
-    for (label, row), f in zip(rows, FINDINGS):
+    for (label, row), f in zip(rows, FINDINGS, strict=True):
         badge = re.search(r'<span class="verdict (v-[a-z]+)">[^<]*?([a-z ]+)</span>', row)
         assert badge.group(1) == cls[f.verdict] and badge.group(2).strip() == f.verdict, label
     # markdown: the verdicts in words, one row per finding

@@ -43,7 +43,7 @@ def test_sklearn_kmeans_recovers_separated_clusters(no_faiss):
     x = (centres[truth] + rng.normal(size=(400, 6))).astype(np.float32)
     labels = search.kmeans(x, k=4, niter=20, seed=1, max_points_per_centroid=50)  # trained on a 200-row sample
     # one cluster per true group: the partition equals the truth up to renaming
-    assert len(set(zip(truth.tolist(), labels.tolist()))) == 4
+    assert len(set(zip(truth.tolist(), labels.tolist(), strict=True))) == 4
 
 
 @pytest.mark.parametrize("with_faiss", [True, False])
@@ -63,7 +63,7 @@ def test_kmeans_plusplus_seeds_find_small_clusters(with_faiss, monkeypatch):
     x = (centres[truth] + rng.normal(size=(len(truth), 8))).astype(np.float32)
     for seed in range(5):
         labels = search.kmeans(x, k=12, niter=20, seed=seed)
-        assert len(set(zip(truth.tolist(), labels.tolist()))) == 12, seed  # the truth up to renaming
+        assert len(set(zip(truth.tolist(), labels.tolist(), strict=True))) == 12, seed  # the truth up to renaming
     np.testing.assert_array_equal(search.kmeans(x, k=12, niter=20, seed=3), search.kmeans(x, k=12, niter=20, seed=3))
     if with_faiss:
         wrong = 0
@@ -71,5 +71,37 @@ def test_kmeans_plusplus_seeds_find_small_clusters(with_faiss, monkeypatch):
             km = faiss.Kmeans(8, 12, niter=20, seed=seed, min_points_per_centroid=1)
             km.train(x)
             labels = km.index.search(x, 1)[1].ravel()
-            wrong += len(set(zip(truth.tolist(), labels.tolist()))) != 12
+            wrong += len(set(zip(truth.tolist(), labels.tolist(), strict=True))) != 12
         assert wrong >= 3
+
+
+@pytest.mark.parametrize("with_faiss", [True, False])
+def test_each_restart_seeds_k_means_plus_plus_from_its_own_seed(with_faiss, monkeypatch):
+    """MI's k-means restarts differ only by their seed, so the k-means++ seeds must come from it.
+    kmeans_plusplus_init equals scikit-learn's kmeans_plusplus with random_state = the seed on the
+    rows default_rng(seed) samples (max(INIT_MIN_ROWS, INIT_ROWS_PER_CLUSTER x k) of them); and on
+    uniform noise, where Lloyd's iterations have many local optima, restarts from seeds 0..5 end in
+    more than one partition (restarts that all started from one seed would end in one)."""
+    from sklearn.cluster import kmeans_plusplus
+
+    if with_faiss:
+        pytest.importorskip("faiss")
+    else:
+        monkeypatch.setattr(search, "faiss_or_none", lambda: None)
+    rng = np.random.default_rng(2)
+    x = rng.random((3000, 3)).astype(np.float32)
+    m = max(search.INIT_MIN_ROWS, search.INIT_ROWS_PER_CLUSTER * 5)
+    assert m < len(x)  # k-means++ runs on a sample
+    for seed in (1, 2, 3):
+        sample = x[np.sort(np.random.default_rng(seed).choice(len(x), m, replace=False))]
+        want, _ = kmeans_plusplus(sample, 5, random_state=seed)
+        got = search.kmeans_plusplus_init(x, k=5, seed=seed)
+        np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}: not scikit-learn's k-means++ seeds")
+
+    def partition(labels: np.ndarray) -> tuple[int, ...]:  # clusters renamed by first appearance
+        first: dict[int, int] = {}
+        return tuple(first.setdefault(int(v), len(first)) for v in labels)
+
+    small = x[:300]  # below every sample size: only the k-means++ seeds differ between restarts
+    ends = {partition(search.kmeans(small, k=8, niter=20, seed=seed)) for seed in range(6)}
+    assert len(ends) > 1, "six restarts with different seeds ended in one partition: the seed is not used"

@@ -312,8 +312,8 @@ def _store(path: Path, models: list[str], *, to_final=(), sim=None, intervals=Fa
     from evolution.metrics.results import write_metrics
 
     lay = np.arange(layers)
-    mi = np.array([[[_value(m, l, "mi") * 2.0, 0.5] for l in lay] for m in models])  # (model, layer, target)
-    same = np.array([[[_value(m, l, "same")] for l in lay] for m in models])
+    mi = np.array([[[_value(m, layer, "mi") * 2.0, 0.5] for layer in lay] for m in models])  # (model, layer, target)
+    same = np.array([[[_value(m, layer, "same")] for layer in lay] for m in models])
     groups = {
         "mi": xr.Dataset(
             {
@@ -339,7 +339,7 @@ def _store(path: Path, models: list[str], *, to_final=(), sim=None, intervals=Fa
         groups["mi"] = groups["mi"].assign_coords(bound=["low", "high"])
         groups["neighbors"] = groups["neighbors"].assign_coords(bound=["low", "high"])
     if to_final:
-        d = np.array([[[_value(m, l, k) for l in lay] for m in to_final] for k in ("pwcca", "cka")])
+        d = np.array([[[_value(m, layer, k) for layer in lay] for m in to_final] for k in ("pwcca", "cka")])
         groups["to_final"] = xr.Dataset(
             {"distance": (("metric", "model", "layer"), d)},
             coords={"metric": ["pwcca", "cka"], "model": list(to_final), "layer": lay},
@@ -423,10 +423,10 @@ def test_collect_places_each_rows_models_at_their_steps(tmp_path):
                 assert np.isnan(mi).all() and np.isnan(same).all(), (s, u)
                 assert np.isnan(curves["to_final"].sel(series=s, checkpoint=u).values).all(), (s, u)
                 continue
-            np.testing.assert_allclose(mi, [_value(m, l, "mi") for l in (0, 1)], err_msg=f"{s} {u}")
-            np.testing.assert_allclose(same, [_value(m, l, "same") for l in (0, 1)], err_msg=f"{s} {u}")
+            np.testing.assert_allclose(mi, [_value(m, layer, "mi") for layer in (0, 1)], err_msg=f"{s} {u}")
+            np.testing.assert_allclose(same, [_value(m, layer, "same") for layer in (0, 1)], err_msg=f"{s} {u}")
             for metric in ("pwcca", "cka"):
-                expected = [0.0, 0.0] if "@" not in m else [_value(m, l, metric) for l in (0, 1)]
+                expected = [0.0, 0.0] if "@" not in m else [_value(m, layer, metric) for layer in (0, 1)]
                 np.testing.assert_allclose(
                     curves["to_final"].sel(metric=metric, series=s, checkpoint=u), expected, err_msg=f"{s} {u} {metric}"
                 )
@@ -650,7 +650,7 @@ def test_a_shallower_series_is_at_distance_zero_only_at_its_own_layers(tmp_path)
         lay = np.arange(3)
         mi = np.array(
             [
-                [[0.9 - 0.1 * l, 0.5] if (m.startswith("deep") or l < 2) else [np.nan, np.nan] for l in lay]
+                [[0.9 - 0.1 * layer, 0.5] if (m.startswith("deep") or layer < 2) else [np.nan, np.nan] for layer in lay]
                 for m in models
             ]
         )

@@ -56,7 +56,9 @@ def test_shipped_model_gives_the_checkpoints_states_and_attention(trained, shipp
     np.testing.assert_array_equal(a, a_ref)
     if objective == "mt":
         target = [model.build_decoder_input(model.tokenize_target("Y dijo Dios").ids)]
-        for ours, theirs in zip(model.forward_decoder(inputs, target), reference.forward_decoder(inputs, target)):
+        for ours, theirs in zip(
+            model.forward_decoder(inputs, target), reference.forward_decoder(inputs, target), strict=True
+        ):
             np.testing.assert_array_equal(ours, theirs)
 
 
@@ -287,3 +289,29 @@ def test_report_of_shipped_models_shows_their_scores_and_redraws_when_they_chang
         assert runs_csv.read_text().splitlines()[1] == f"mt,mt,0,0,{updates},,,7.12,30.5"
     finally:
         (shipped / "scores.json").unlink()
+
+
+@pytest.mark.parametrize("change", ["unexpected", "missing"])
+def test_fairseq_route_refuses_weights_that_do_not_fit_naming_the_key(tmp_path, change):
+    """The shipped fairseq route (ShippedAdapter, as LRP and pruning load a shipped model) refuses
+    weights with a key fairseq's model lacks, or without one it has, naming the key as it stands
+    in model.safetensors."""
+    import re
+    from pathlib import Path
+
+    from safetensors.numpy import load_file, save_file
+
+    source = Path(__file__).resolve().parents[1] / "results" / "bible-full" / "models" / "lm"
+    meta = json.loads((source / "model.json").read_text(encoding="utf-8"))
+    meta["vocabulary"] = str((source / meta["vocabulary"]).resolve())
+    (tmp_path / "model.json").write_text(json.dumps(meta), encoding="utf-8")
+    weights = load_file(str(source / "model.safetensors"))
+    if change == "unexpected":
+        key = "decoder.encoder.layers.2.self_attn.extra_proj.weight"
+        weights[key] = np.zeros((4, 4), dtype=np.float32)
+    else:
+        key = "decoder.encoder.layers.2.self_attn.k_proj.bias"
+        del weights[key]
+    save_file(weights, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ModelLoadError, match=rf"{change} \['{re.escape(key)}'\]"):
+        ShippedAdapter(tmp_path)

@@ -265,7 +265,7 @@ def test_the_runs_intervals_equal_resampled_svds_of_its_states(run_dir):
     Such cells are found from the resamples' correlations and left out; half the cells or more
     are not."""
     from evolution.analyses.base import load_arrays
-    from evolution.analyses.similarity import _subsets
+    from evolution.analyses.similarity_tasks import _subsets
     from evolution.config import SimilarityConfig
     from evolution.metrics.resample import SentenceSums, sentence_draws
     from evolution.metrics.results import open_metrics
@@ -279,7 +279,7 @@ def test_the_runs_intervals_equal_resampled_svds_of_its_states(run_dir):
     change = open_metrics(run_dir / "metrics.zarr", "change").load()
     equal = open_metrics(run_dir / "metrics.zarr", "change_equal").load()
     cfg = SimilarityConfig(min_ratio=2, freq_bins=[1, 3, 100], equal_bins=3, bootstrap=8)
-    bins = list(zip(change.rank_lo.values.tolist(), change.rank_hi.values.tolist()))
+    bins = list(zip(change.rank_lo.values.tolist(), change.rank_hi.values.tolist(), strict=True))
     every, split = _subsets(freq_rank, bins=bins, similarity=cfg)
     n_layers = {m: int(_store(run_dir, m).sizes["layer"]) for m in models}
     states = {

@@ -247,7 +247,8 @@ def test_change_intervals_go_to_their_own_rank_bin_and_equal_size_bin():
     rank / 30, so the five bins change by clearly different amounts. Each bin's estimate is
     computed here from its own mask by the definition (adjacent_change); each interval must
     bracket its own bin's estimate and, at layer pair 0-1, no other bin's."""
-    from evolution.analyses.similarity import _subsets, with_intervals
+    from evolution.analyses.similarity_results import with_intervals
+    from evolution.analyses.similarity_tasks import _subsets
     from evolution.config import SimilarityConfig
     from evolution.metrics.similarity import adjacent_change
 
@@ -276,7 +277,7 @@ def test_change_intervals_go_to_their_own_rank_bin_and_equal_size_bin():
 
     every, split = _subsets(rank, bins=rank_bins, similarity=SimilarityConfig(equal_bins=3, min_ratio=3.0))
     assert split == (2, 3)
-    for got, want in zip(every.values(), by_hand["change"] + by_hand["change_equal"]):
+    for got, want in zip(every.values(), by_hand["change"] + by_hand["change_equal"], strict=True):
         np.testing.assert_array_equal(got, want)
     draws = sentence_draws(n_sentences, replicates=n_rep, seed=3)
     got = change_with_replicates(
@@ -311,3 +312,58 @@ def test_change_intervals_go_to_their_own_rank_bin_and_equal_size_bin():
                 holds = (low[0, b] <= every_truth[0]) & (every_truth[0] <= high[0, b])
                 own = b if kind == "change" else 2 + b
                 assert np.flatnonzero(holds).tolist() == [own], (kind, m, b, iv[0, b], every_truth[0])
+
+
+def test_replicate_chunks_draw_what_one_run_of_all_replicates_draws():
+    """The bootstrap's replicates run in chunks (a range per task). Replicate r draws with
+    default_rng([seed, r]) whichever chunk it falls in, so the chunks together are one run of every
+    replicate: a later chunk that restarted its seeds at 0 would repeat the first chunk's resamples
+    (narrower intervals from fewer distinct replicates)."""
+    n, seed = 50, 3
+    whole = sentence_draws(n, replicates=9, seed=seed)
+    assert whole.shape == (9, n)
+    for r in range(9):  # the protocol, replicate by replicate
+        np.testing.assert_array_equal(whole[r], np.random.default_rng([seed, r]).integers(0, n, n), err_msg=f"r={r}")
+    chunks = [sentence_draws(n, replicates=range(a, b), seed=seed) for a, b in ((0, 4), (4, 7), (7, 9))]
+    for (a, b), chunk in zip(((0, 4), (4, 7), (7, 9)), chunks, strict=True):
+        np.testing.assert_array_equal(chunk, whole[a:b], err_msg=f"replicates {a}..{b - 1} drawn as a chunk")
+    assert len({d.tobytes() for d in np.concatenate(chunks)}) == 9  # nine distinct resamples
+    counts = sentence_counts(chunks[1])  # each replicate draws n sentences with replacement
+    np.testing.assert_array_equal(counts.sum(axis=1), [n] * 3)
+
+
+def test_directions_beside_the_rank_cut_off_equal_the_resampled_views():
+    """The rank cut-off binding: x has four directions of order 1, a fifth at about 3e-6 of the
+    largest singular value (kept: above epsilon = 1e-6 x the largest, as layer 0's small
+    directions) and a sixth at about 2e-8 (below the cut-off, about 6e-3 of the smallest kept
+    one, as float32 rounding), which a unit of y follows closely. Every replicate's PWCCA both
+    ways and CKA equal the definition on its resampled rows (a thin SVD that drops the sixth
+    direction by the resample's own cut-off): the fast path must carry that direction in its
+    basis (left out, the replicates' kept directions move: PWCCA by about 4e-7 here) and still
+    drop it in each replicate (kept, PWCCA moves by about 0.06)."""
+    from evolution.metrics.similarity import pair_similarity
+
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(40), rng.integers(6, 16, 40))
+    n = len(group)
+    z = rng.normal(size=(n, 4))
+    small, tiny = 1e-5 * rng.normal(size=(n, 1)), 6e-8 * rng.normal(size=(n, 1))
+    x = np.hstack([z @ rng.normal(size=(4, 4)), small, tiny])
+    y = np.hstack(
+        [
+            z[:, :3] @ rng.normal(size=(3, 4)) + 0.5 * rng.normal(size=(n, 4)),
+            small / 1e-5 + rng.normal(size=(n, 1)),
+            tiny / 6e-8 + 0.1 * rng.normal(size=(n, 1)),
+        ]
+    )
+    s = np.linalg.svd(x - x.mean(axis=0), compute_uv=False)
+    assert 1e-6 < s[4] / s[0] < 1e-5 and s[5] / s[0] < 1e-7 and 1e-3 < s[5] / s[4] < 1e-2, s / s[0]
+    draws = sentence_draws(40, replicates=8, seed=4)
+    _, reps = pair_with_replicates(x, y, group=group, draws=draws, epsilon=1e-6, min_ratio=3.0)
+    sums = SentenceSums(group, n_groups=40)
+    for r in range(8):
+        idx = sums.resample_rows(draws[r])
+        vx, vy = View(x[idx], min_ratio=3.0), View(y[idx], min_ratio=3.0)
+        assert vx.rank == 5  # the resample keeps the fifth direction and drops the sixth
+        want = pair_similarity(vx, vy)
+        np.testing.assert_allclose(reps[r], want, rtol=0, atol=TOLERANCE, err_msg=f"replicate {r}")

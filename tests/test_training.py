@@ -302,7 +302,7 @@ def test_mlm_output_states_are_those_of_the_corrupted_input(trained):
         h = adapter.forward([adapter.build_input(new)])[0][:, 0, adapter.content_offset + changed]
         match = [np.flatnonzero(np.isclose(states[-1], h[-1, j], atol=1e-5).all(axis=1)) for j in range(len(changed))]
         assert all(len(m) >= 1 for m in match)
-        assert all(labels[m[0]] == content[0][c] for m, c in zip(match, changed))
+        assert all(labels[m[0]] == content[0][c] for m, c in zip(match, changed, strict=True))
     # the ids fed at the corrupted positions (MI with the input there): BERT's 80 / 10 / 10
     again, labels_again, fed = masked_states(adapter, content, seed=3, return_inputs=True)
     np.testing.assert_array_equal(again, states)
@@ -310,7 +310,7 @@ def test_mlm_output_states_are_those_of_the_corrupted_input(trained):
     masked, kept = fed == adapter.mask_id, fed == labels
     assert 0.65 < masked.mean() < 0.95 and kept.mean() < 0.25 and (~masked & ~kept).any()
     if len(changed):
-        assert all(fed[m[0]] == new[c] for m, c in zip(match, changed))
+        assert all(fed[m[0]] == new[c] for m, c in zip(match, changed, strict=True))
 
 
 def test_training_key_ignores_what_is_analysed(tmp_path):
@@ -378,7 +378,7 @@ def test_more_corruptions_add_occurrences_and_keep_the_first(trained):
     three, labels_three = masked_states(adapter, content, seed=3, corruptions=3)
     assert not Counter(labels_one.tolist()) - Counter(labels_three.tolist())
     assert 2 * len(labels_one) < len(labels_three) < 4 * len(labels_one)
-    for row, label in zip(one[-1], labels_one):
+    for row, label in zip(one[-1], labels_one, strict=True):
         hits = np.flatnonzero(np.isclose(three[-1], row, atol=1e-5).all(axis=1))
         assert len(hits) and label in labels_three[hits]
 
@@ -417,11 +417,11 @@ def test_train_counts_are_counts_in_the_training_split(trained):
     for model in ("mt", "lm", "mlm"):
         ds = open_representations(str(ctx.workdir / "reps.zarr"), model)
         assert ds.attrs["train_count_source"].endswith("train.en")
-        got = dict(zip(ds.token_str.values.tolist(), ds.train_count.values.tolist()))
+        got = dict(zip(ds.token_str.values.tolist(), ds.train_count.values.tolist(), strict=True))
         assert got == {p: counts[p] for p in got}
         # train_rank: the piece's place when the training split's types are sorted by count (ties: the
         # smaller dictionary id first), 0 for a piece training never saw; train_types counts them
-        ids = dict(zip(ds.token_str.values.tolist(), ds.token_id.values.tolist()))
+        ids = dict(zip(ds.token_str.values.tolist(), ds.token_id.values.tolist(), strict=True))
         id_of = {
             p: i
             for i, p in enumerate(
@@ -430,7 +430,7 @@ def test_train_counts_are_counts_in_the_training_split(trained):
         }
         order = sorted(counts, key=lambda p: (-counts[p], id_of.get(p, 10**9)))
         rank = {p: r for r, p in enumerate(order, start=1)}
-        got = dict(zip(ds.token_str.values.tolist(), ds.train_rank.values.tolist()))
+        got = dict(zip(ds.token_str.values.tolist(), ds.train_rank.values.tolist(), strict=True))
         assert got == {p: rank.get(p, 0) for p in got}
         assert ds.attrs["train_types"] == len(counts)
         assert len(ids) > 20
@@ -641,3 +641,45 @@ def test_kept_checkpoints_are_those_of_the_uninterrupted_run(trained, tmp_path, 
         }
     )
     assert adapter.num_layers == 2  # the kept file loads as a model
+
+
+def test_bleu_and_chrf_against_their_definitions_by_hand():
+    """Corpus BLEU (Papineni et al. 2002: clipped n-gram precisions 1..4 summed over the corpus,
+    their geometric mean, the brevity penalty) and corpus chrF (Popovic 2015, sacrebleu's default:
+    character n-grams 1..6 without whitespace, statistics summed over the corpus, precision and
+    recall averaged over the orders, F with beta = 2), each computed here from the counts: the
+    two keys hold the two different scores (about 47.3 and 67.1 here)."""
+    from collections import Counter
+
+    hyps = ["the cat sat on the mat today", "a dog ran to the park"]
+    refs = ["the cat sat on a mat today", "the dog ran to the big park"]
+
+    def ngrams(seq, n):
+        return Counter(tuple(seq[i : i + n]) for i in range(len(seq) - n + 1))
+
+    log_p = 0.0
+    for n in range(1, 5):
+        match = sum(
+            sum((ngrams(h.split(), n) & ngrams(r.split(), n)).values()) for h, r in zip(hyps, refs, strict=True)
+        )
+        total = sum(max(len(h.split()) - n + 1, 0) for h in hyps)
+        log_p += math.log(match / total) / 4
+    c, r = sum(len(h.split()) for h in hyps), sum(len(x.split()) for x in refs)
+    bleu = 100 * math.exp(min(0.0, 1 - r / c)) * math.exp(log_p)
+
+    precision = recall = 0.0
+    for n in range(1, 7):
+        match = hyp = ref = 0
+        for h, x in zip(hyps, refs, strict=True):
+            a, b = ngrams(h.replace(" ", ""), n), ngrams(x.replace(" ", ""), n)
+            match += sum((a & b).values())
+            hyp += sum(a.values())
+            ref += sum(b.values())
+        precision += match / hyp / 6
+        recall += match / ref / 6
+    chrf = 100 * (1 + 4) * precision * recall / (4 * precision + recall)
+
+    scores = evaluate.bleu_chrf(hyps, refs)
+    assert abs(bleu - chrf) > 10  # two different numbers
+    assert scores["bleu"] == pytest.approx(bleu, abs=1e-9), (scores, bleu)
+    assert scores["chrf"] == pytest.approx(chrf, abs=1e-9), (scores, chrf)

@@ -99,7 +99,11 @@ def test_distance_to_the_final_model_against_the_reference_pwcca_and_cka(traject
 
     stage = TrajectoryStage()
     snap = open_group(stage.snapshot(trajectory, 2), "to_final")
-    assert dict(zip(snap["model"].values, snap["final"].values)) == {"mt@2": "mt", "lm@2": "lm", "mlm@2": "mlm"}
+    assert dict(zip(snap["model"].values, snap["final"].values, strict=True)) == {
+        "mt@2": "mt",
+        "lm@2": "lm",
+        "mlm@2": "mlm",
+    }
     cfg = trajectory.config
     models = [m for m in cfg.models if m.name == "lm"] + stage.checkpoints(trajectory)[2]
     inputs = MetricsStage().inputs(trajectory, models=models, metrics=cfg.metrics)
@@ -155,7 +159,7 @@ def test_verdicts_per_snapshot_are_the_scorecard_of_each_store(trajectory):
     assert list(verdicts["update"].values) == [1, 2, 4, 6]
     for label, path in (("2", stage.snapshot(trajectory, 2)), ("final", MetricsStage().path(trajectory))):
         expected = {f.label: f.verdict for f in scorecard(path)}
-        got = dict(zip(verdicts["claim"].values, verdicts["verdict"].sel(snapshot=label).values))
+        got = dict(zip(verdicts["claim"].values, verdicts["verdict"].sel(snapshot=label).values, strict=True))
         assert got == expected
     for c in verdicts["claim"].values:
         row = list(verdicts["verdict"].sel(claim=c).values)
@@ -176,7 +180,7 @@ def test_the_report_links_a_trajectory_page_with_when_each_claim_first_holds(tra
     verdicts = open_group(TrajectoryStage().path(trajectory), "verdicts")
     rows = (out / "trajectory-first.csv").read_text(encoding="utf-8").splitlines()[1:]
     assert len(rows) == verdicts.sizes["claim"]
-    for row, first in zip(rows, verdicts["first"].values):
+    for row, first in zip(rows, verdicts["first"].values, strict=True):
         assert row.split('","')[2] == ("never" if first < 0 else str(int(first)))
 
 
@@ -245,3 +249,17 @@ def test_curve_panels_of_a_metric_share_one_y_scale():
         low, high = row[1].get_ylim()
         assert row[0].get_ylim() == (low, high)
         assert low <= 0.2 and high >= 1.0  # the MLM's panel shows the MT's range too
+
+
+def test_base_runs_are_the_config_seed_without_token_dropout():
+    """Each objective's base run (whose kept checkpoints make the trajectory's row) is the run at the
+    config's seed without token dropout: not another seed's run, nor the token-dropout control that
+    shares its seed (the control's checkpoints are of a different training)."""
+    from evolution.config import TrainConfig
+    from evolution.trajectory import base_runs
+
+    train = TrainConfig(seeds=[0, 1, 2], token_dropout=["mt", "lm"])
+    assert base_runs(train, 0) == {"mt": "mt", "lm": "lm", "mlm": "mlm"}
+    runs = train.runs(1)
+    for objective, run in base_runs(train, 1).items():  # another base seed: still the plain runs
+        assert runs[run] == {"objective": objective, "seed": 1, "token_dropout": 0.0}, (objective, run)

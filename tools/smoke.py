@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     warnings.simplefilter("ignore")
     import evolution.api as ev
-    from evolution.analyses.mi import mi_by_layer
+    from evolution.analyses.mi_figures import mi_by_layer
     from evolution.fixtures.random_init import make_hf_model, vocabulary_of
     from evolution.metrics.results import open_metrics
 

@@ -41,6 +41,7 @@ over the queries that have a value, then over types):
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,8 @@ from evolution.analyses.plotting import STYLES, concat, figure, label_edges, leg
 from evolution.config import NeighborsConfig, resolved_dict
 
 __all__ = ["Neighbors", "layer_task", "layer_measures", "neighbors_by_layer", "MEASURES"]
+
+logger = logging.getLogger(__name__)
 
 
 def _annotation_measures(name: str) -> tuple[str, ...]:
@@ -128,6 +131,29 @@ def _within(
     interval.update({name: percentile_interval(v, 0.95) for name, v in boot.items()})
 
 
+def _warn_caps(k: int, capped: dict[str, tuple[int, int]]) -> None:
+    """One WARNING for the models whose occurrences cap ``k`` (``model -> (occurrences, the most
+    frequent type's occurrences)``): a capped search returns constants, not rates."""
+    if not capped:
+        return
+    every = [m for m, (n, _) in capped.items() if k >= n - 1]
+    lines = [f"{m}: {n} occurrences, at most {t} of one type" for m, (n, t) in capped.items()]
+    what = (
+        f"the search is capped to all other occurrences for {', '.join(every)}, so the same-token rate is the "
+        "share of same-token pairs, a constant at every layer, and"
+        if every
+        else ""
+    )
+    logger.warning(
+        "neighbors: k = %d reaches every occurrence of a type (%s): %s the within-type rates equal their "
+        "ceilings. Use a k well below the occurrences per type (Voita et al. 2019: k = 50 of ~1M occurrences), "
+        "or more text",
+        k,
+        "; ".join(lines),
+        what,
+    )
+
+
 def layer_measures(
     x: np.ndarray,
     a: dict[str, np.ndarray],
@@ -182,10 +208,14 @@ class Neighbors(Analysis):
         cfg = inputs.config
         neighbors = required(cfg.neighbors, "neighbors")
         units = []
+        capped: dict[str, tuple[int, int]] = {}
         for m in inputs.models.values():
             nb = m.plan.neighbors
             if not nb or len(nb["rows"]) <= 1:
                 continue
+            n, largest = len(nb["rows"]), int(np.unique(nb["token"], return_counts=True)[1].max())
+            if neighbors.k >= largest - 1:
+                capped[m.name] = (n, largest)
             parts = {f"neighbors/{k}": v for k, v in nb.items()}
             parts.update({f"syntax/{k}": v for k, v in (m.plan.syntax or {}).items()})
             arrays = save_arrays(inputs.arrays_dir, f"neighbors-{m.name}", parts)
@@ -211,6 +241,7 @@ class Neighbors(Analysis):
                 )
                 for layer in range(m.n_layers)
             ]
+        _warn_caps(neighbors.k, capped)
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:

@@ -35,24 +35,19 @@ et al.'s figure 4 plots the pairs 1-2 .. 5-6: select ``layer_from >= 1``).
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, save_arrays, strings
 from evolution.analyses.pair_kinds import PAIR_KINDS, pair_kind
 from evolution.analyses.similarity_figures import FIGURES, change_by_frequency, pair_distances, similarity_heatmaps
-from evolution.config import SimilarityConfig, resolved_dict
+from evolution.analyses.similarity_results import joined, merge, with_intervals
+from evolution.analyses.similarity_tasks import change_task, similarity_task
+from evolution.config import resolved_dict
 from evolution.metrics.plan import frequency_bins
-from evolution.metrics.similarity import (
-    adjacent_change,
-    bin_sizes,
-    bootstrap_distances,
-    centre_intervals,
-    summarise_replicates,
-)
+from evolution.metrics.similarity import adjacent_change
+from evolution.metrics.similarity_intervals import bootstrap_distances
 
 logger = logging.getLogger(__name__)
 
@@ -72,281 +67,8 @@ __all__ = [
 ]
 
 
-def similarity_task(
-    *, store: str, models: list[str], n_layers: dict[str, int], arrays: str, similarity: SimilarityConfig, seed: int = 0
-) -> dict[str, Any]:
-    """All-pairs similarity of (model, layer) views on the same occurrences, and the
-    paired bootstrap of the same-layer distances between models.
-
-    ``arrays`` holds ``rows/<model>`` (n,), the same occurrences in the same order in
-    every model, and ``sentence`` (n,) of those occurrences. Returns
-    ``similarity[method]`` as a nested list (view_a, view_b) over ``views`` = [(model,
-    layer), ...], ``n`` and, with ``similarity.bootstrap`` replicates, ``replicates``:
-    ``{"pairs", "between": {method: (replicate, layer, pair)}}``, the same-layer distances
-    (PWCCA: mean of both directions) of every resample of whole sentences (replicate ``r``
-    draws with ``default_rng([seed, r])``, the same sentences for every model: a paired
-    bootstrap), computed from weighted cross-products of the views
-    (:func:`~evolution.metrics.similarity_bootstrap.between_replicates`; equal to resampling
-    the rows and redoing the SVDs, :func:`~evolution.metrics.similarity.bootstrap_replicates`).
-    :func:`with_intervals` places their percentile intervals around the estimates.
-    """
-    from evolution.metrics.resample import SentenceSums, sentence_draws
-    from evolution.metrics.similarity import View, pair_similarity
-    from evolution.metrics.similarity_bootstrap import MARGIN, between_replicates
-    from evolution.store import read_rows
-
-    a = load_arrays(arrays)
-    rows = {m: a[f"rows/{m}"] for m in models}
-    methods = similarity.methods
-    kw = {"epsilon": similarity.epsilon, "min_ratio": similarity.min_ratio}
-    margin = MARGIN if similarity.bootstrap else 1.0
-    views, keys = [], []
-    for g in models:
-        for layer in range(n_layers[g]):
-            views.append(View(read_rows(store, g, layer, rows[g]), name=f"{g} layer {layer}", margin=margin, **kw))
-            keys.append((g, layer))
-    sim = {m: np.full((len(views), len(views)), np.nan) for m in methods}
-    for i, va in enumerate(views):
-        for j in range(i, len(views)):  # one product and one SVD give both PWCCA directions and CKA
-            p_ab, p_ba, c = pair_similarity(va, views[j])
-            if "pwcca" in sim:
-                sim["pwcca"][i, j], sim["pwcca"][j, i] = p_ab, p_ba
-            if "cka" in sim:
-                sim["cka"][i, j] = sim["cka"][j, i] = c
-    out = {"views": keys, "similarity": {m: v.tolist() for m, v in sim.items()}, "n": int(len(a["sentence"]))}
-    if similarity.bootstrap:
-        group = np.unique(a["sentence"], return_inverse=True)[1].ravel()
-        n_groups = int(group.max()) + 1
-        pairs = [(x, y) for i, x in enumerate(models) for y in models[i + 1 :]]
-        by_layer: dict[int, dict[str, Any]] = {}
-        for (g, layer), v in zip(keys, views):
-            by_layer.setdefault(layer, {})[g] = v
-        between = between_replicates(
-            by_layer,
-            sums=SentenceSums(group, n_groups=n_groups),
-            draws=sentence_draws(n_groups, replicates=similarity.bootstrap, seed=seed),
-            pairs=pairs,
-            methods=methods,
-            states=lambda g, layer: read_rows(store, g, layer, rows[g]),
-            **kw,
-        )
-        out["replicates"] = {"pairs": pairs, "between": {m: v.tolist() for m, v in between.items()}}
-    return out
-
-
-def change_task(
-    *,
-    store: str,
-    model: str,
-    n_layers: int,
-    arrays: str,
-    similarity: SimilarityConfig,
-    bins: list[tuple[int, int]],
-    seed: int = 0,
-) -> dict[str, Any]:
-    """One model's change between adjacent layers per frequency-rank bin (and, with
-    ``similarity.equal_bins``, per bin of equal size), with the paired bootstrap's replicates.
-
-    ``arrays`` as for :func:`similarity_task`, with ``freq_rank`` (n,); ``bins`` the
-    frequency-rank bins [lo, hi). Returns ``bins``, ``change[method]`` (layer_pair, bin) with NaN where a
-    bin has too few occurrences (listed in ``notes``), the bins' ``sizes``
-    (:func:`~evolution.metrics.similarity.bin_sizes`), with equal-size bins ``change_equal``
-    and ``equal_sizes``, and with ``similarity.bootstrap`` replicates ``replicates[method]``
-    (replicate, layer_pair, bin of both kinds): the same resamples of sentences as
-    :func:`similarity_task`'s (:func:`~evolution.metrics.similarity_bootstrap.change_with_replicates`)."""
-    from evolution.metrics.resample import sentence_draws
-    from evolution.metrics.similarity_bootstrap import change_with_replicates
-    from evolution.store import read_rows
-
-    a = load_arrays(arrays)
-    freq_rank = a["freq_rank"]
-    every, split = _subsets(freq_rank, bins=bins, similarity=similarity)
-    group = np.unique(a["sentence"], return_inverse=True)[1].ravel()
-    n_groups = int(group.max()) + 1
-    draws = sentence_draws(n_groups, replicates=similarity.bootstrap, seed=seed) if similarity.bootstrap else None
-    states = [
-        np.asarray(read_rows(store, model, layer, a[f"rows/{model}"]), dtype=np.float64) for layer in range(n_layers)
-    ]  # read once, sliced per bin
-    got = change_with_replicates(
-        states,
-        every,
-        group=group,
-        draws=draws,
-        methods=similarity.methods,
-        epsilon=similarity.epsilon,
-        min_ratio=similarity.min_ratio,
-        name=model,
-    )
-    masks, equal = dict(list(every.items())[: split[0]]), dict(list(every.items())[split[0] :])
-    out = {
-        "change": {m: v[:, : split[0]].tolist() for m, v in got["estimate"].items()},
-        "notes": got["notes"],
-        "bins": [tuple(b) for b in bins],
-        "sizes": bin_sizes(freq_rank, masks),
-    }
-    if equal:
-        out["change_equal"] = {m: v[:, split[0] :].tolist() for m, v in got["estimate"].items()}
-        out["equal_sizes"] = bin_sizes(freq_rank, equal)
-    if draws is not None:
-        out["replicates"] = {m: v.tolist() for m, v in got["replicates"].items()}
-    return out
-
-
-def _subsets(
-    freq_rank: np.ndarray, *, bins: list, similarity: SimilarityConfig
-) -> tuple[dict[str, np.ndarray], tuple[int, int]]:
-    """The occurrence masks (n,) of the change by frequency: the frequency-rank ``bins``
-    [lo, hi), then ``similarity.equal_bins`` bins of equal size; and how many of each."""
-    masks = {f"ranks [{lo}, {hi})": (freq_rank >= lo) & (freq_rank < hi) for lo, hi in bins}
-    equal = {}
-    if similarity.equal_bins:
-        from evolution.metrics.similarity import equal_size_bins
-
-        index = equal_size_bins(freq_rank, bins=similarity.equal_bins)
-        equal = {f"equal bin {b + 1} of {similarity.equal_bins}": index == b for b in range(similarity.equal_bins)}
-    return {**masks, **equal}, (len(masks), len(equal))  # one pass and one bootstrap for both kinds of bin
-
-
 _CHANGE = "+change-"  # unit name (and cache file name) of a model's change: "+change-<model>" (no model name
 # starts with "+")
-
-
-def _joined(estimate: dict, change: dict[str, dict]) -> dict:
-    """One class's result in one piece: the :func:`similarity_task` result ``estimate`` and
-    the :func:`change_task` results ``change`` (by model), with ``interval`` where they
-    carry replicates (:func:`with_intervals`)."""
-    models = list(dict.fromkeys(g for g, _ in estimate["views"]))
-    methods = list(estimate["similarity"])
-    first = change[models[0]]
-    out = {
-        **estimate,
-        "bins": [tuple(b) for b in first["bins"]],
-        "notes": [n for g in models for n in change[g]["notes"]],
-        "sizes": first["sizes"],
-        "change": {m: {g: change[g]["change"][m] for g in models} for m in methods},
-    }
-    if "change_equal" in first:
-        out["change_equal"] = {m: {g: change[g]["change_equal"][m] for g in models} for m in methods}
-        out["equal_sizes"] = first["equal_sizes"]
-    if "replicates" not in estimate:
-        return out
-    del out["replicates"]
-    n_layers = dict(Counter(g for g, _ in estimate["views"]))
-    pad = max(n_layers.values()) - 1
-    replicates = {}
-    for m in methods:  # (replicate, layer_pair, subset), NaN-padded to the deepest model of the class
-        replicates[m] = {}
-        for g in models:
-            v = np.asarray(change[g]["replicates"][m], dtype=float)
-            replicates[m][g] = np.concatenate([v, np.full((len(v), pad - v.shape[1], v.shape[2]), np.nan)], axis=1)
-    block = {
-        "first": 0,
-        "replicates": len(next(iter(replicates[methods[0]].values()))),
-        "pairs": estimate["replicates"]["pairs"],
-        "between": estimate["replicates"]["between"],
-        "change": replicates,
-    }
-    return with_intervals(out, [block])
-
-
-def with_intervals(estimate: dict, blocks: list[dict]) -> dict:
-    """``estimate`` (a class's estimates, :func:`_joined`) with ``interval``: the bootstrap
-    ``blocks`` (``bootstrap_replicates``' form) summarised and centred (:func:`_centre`)."""
-    keys = [tuple(v) for v in estimate["views"]]
-    n_layers = dict(Counter(g for g, _ in keys))
-    n_rank = len(estimate["bins"])
-    n_equal = len(estimate["equal_sizes"]["n"]) if "change_equal" in estimate else 0
-    methods = list(estimate["similarity"])
-    change = {
-        "change": estimate["change"],
-        "change_equal": estimate.get("change_equal")
-        or {m: {g: np.zeros((n_layers[g] - 1, 0)) for g in n_layers} for m in methods},
-    }
-    iv = summarise_replicates(blocks)
-    _centre(
-        iv,
-        sim={m: np.asarray(v, dtype=float) for m, v in estimate["similarity"].items()},
-        keys=keys,
-        change=change,
-        n_layers=n_layers,
-        bins={"change": n_rank, "change_equal": n_equal},
-    )
-    return {**estimate, "interval": iv}
-
-
-def _centre(
-    iv: dict,
-    *,
-    sim: dict[str, np.ndarray],
-    keys: list[tuple[str, int]],
-    change: dict,
-    n_layers: dict[str, int],
-    bins: dict[str, int],
-) -> None:
-    """Place the percentile intervals of :func:`bootstrap_distances` (``iv``, changed in
-    place) around the estimates (:func:`~evolution.metrics.similarity.centre_intervals`):
-    the same-layer distances from ``sim`` (views ``keys``) and the change of both kinds of
-    bin (``change[kind][method][model]``; ``bins[kind]``: how many bins of that kind, ``change``
-    the rank bins, ``change_equal`` the equal-size ones), which ``iv["change"]`` holds side by
-    side, rank bins first; afterwards ``iv["change"]`` and ``iv["change_equal"]`` hold them apart."""
-    view = {v: i for i, v in enumerate(keys)}
-    L = max(n_layers.values())
-    kinds = ("change", "change_equal")  # the order of the replicates' columns
-    subsets = sum(bins[k] for k in kinds)
-    centred: dict[str, dict] = {"change": {}, "change_equal": {}}
-    for m in sim:
-        est = np.full((L, len(iv["pairs"])), np.nan)
-        for p_i, (ga, gb) in enumerate(iv["pairs"]):
-            for layer in range(min(n_layers[ga], n_layers[gb])):
-                i, j = view[(ga, layer)], view[(gb, layer)]
-                est[layer, p_i] = 1.0 - (sim[m][i, j] + sim[m][j, i]) / 2  # PWCCA: mean of both directions
-        iv["between"][m] = centre_intervals(iv["between"][m], iv["between_mean"][m], est)
-        for g, bounds in iv["change"][m].items():
-            pairs = n_layers[g] - 1
-            full = np.concatenate(
-                [np.asarray(change[kind][m][g], dtype=float).reshape(pairs, bins[kind]) for kind in kinds], axis=1
-            )
-            bounds = np.asarray(bounds, dtype=float).reshape(L - 1, subsets, 2)
-            means = np.asarray(iv["change_mean"][m][g], dtype=float).reshape(L - 1, subsets)
-            out = np.full(bounds.shape, np.nan)
-            out[:pairs] = centre_intervals(bounds[:pairs], means[:pairs], full)
-            centred["change"].setdefault(m, {})[g] = out[:, : bins["change"]].tolist()
-            centred["change_equal"].setdefault(m, {})[g] = out[:, bins["change"] :].tolist()
-    iv.update(centred)
-    del iv["between_mean"], iv["change_mean"]
-
-
-def merge(parts: list[dict]) -> dict:
-    """One similarity result from per-tokenisation-class results (NaN across classes); the
-    bin sizes become per model (``sizes`` / ``equal_sizes``: model -> sizes of its class)."""
-    per_model = {}
-    for key in ("sizes", "equal_sizes"):
-        per_model[key] = {g: p[key] for p in parts if key in p for g in dict.fromkeys(v[0] for v in p["views"])}
-    if len(parts) == 1:
-        return {**parts[0], **per_model}
-    views = [v for p in parts for v in p["views"]]
-    methods = list(parts[0]["similarity"])
-    sim = {m: np.full((len(views), len(views)), np.nan) for m in methods}
-    off = 0
-    for p in parts:
-        n = len(p["views"])
-        for m in methods:
-            sim[m][off : off + n, off : off + n] = p["similarity"][m]
-        off += n
-    change = {m: {g: v for p in parts for g, v in p["change"][m].items()} for m in methods}
-    out = {
-        "views": views,
-        "similarity": {m: v.tolist() for m, v in sim.items()},
-        "change": change,
-        "bins": parts[0]["bins"],
-        "n": parts[0]["n"],
-        "notes": [n for p in parts for n in p["notes"]],
-        **per_model,
-    }
-    if all("change_equal" in p for p in parts):
-        out["change_equal"] = {m: {g: v for p in parts for g, v in p["change_equal"][m].items()} for m in methods}
-    # intervals are per class (their replicates resample different occurrences): none across classes
-    return out
 
 
 def tokenisation_classes(inputs: Inputs) -> list[list[str]]:
@@ -447,7 +169,7 @@ class Similarity(Analysis):
         if not results:
             return {}
         estimates = {
-            n: _joined(r, {g: results[_CHANGE + g] for g in dict.fromkeys(v[0] for v in r["views"])})
+            n: joined(r, {g: results[_CHANGE + g] for g in dict.fromkeys(v[0] for v in r["views"])})
             for n, r in results.items()
             if not n.startswith(_CHANGE)
         }

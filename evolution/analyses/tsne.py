@@ -106,6 +106,13 @@ def masked_point_states(
     return states
 
 
+def _rows_hash(rows) -> str:
+    """SHA-256 (16 hex digits) of a selection's store rows, in order."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(rows, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
 class TSNE(Analysis):
     name = "tsne"
     version = 3  # 2: UD-label colours, the masked MLM's layouts; 3: the UD-label selection planned (was skipped)
@@ -120,7 +127,10 @@ class TSNE(Analysis):
             arrays = save_arrays(
                 inputs.arrays_dir, f"tsne-{m.name}", {name: sel["rows"] for name, sel in m.plan.tsne.items()}
             )
-            key = {"model": m.key, "tsne": resolved_dict(tsne), "seed": inputs.seed}
+            # the occurrences laid out, not only the settings: the plan draws them after the neighbours'
+            # sample from one generator, so neighbours' and token settings change them too
+            rows = {name: _rows_hash(sel["rows"]) for name, sel in m.plan.tsne.items()}
+            key = {"model": m.key, "tsne": resolved_dict(tsne), "seed": inputs.seed, "rows": rows}
             units += [
                 Unit(
                     f"{m.name}-{layer}",

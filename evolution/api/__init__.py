@@ -29,6 +29,7 @@ from evolution.api.analyses import (
     probes,
     similarity,
 )
+from evolution.api.examples import example_sentences
 from evolution.api.model import Model, load
 from evolution.api.represent import Representations, open_store, represent
 from evolution.api.series import Series, load_series, trajectory
@@ -36,6 +37,7 @@ from evolution.api.views import ViewPage, head_view, model_view, neuron_view, vi
 
 __all__ = [
     "plot",
+    "example_sentences",
     "Model",
     "load",
     "Representations",

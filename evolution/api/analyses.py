@@ -104,6 +104,8 @@ def inputs_for(reps: Representations, config, *, seed: int = 0, models: list[str
         for n in names
     ]
     attrs = {
+        # the keyed metrics section, as the pipeline's groups carry it (where they go and run left out)
+        "config": {k: v for k, v in config.keyed().items() if k not in ("store", "device", "reuse")},
         "seed": seed,
         "representations": reps.store,
         "runs": _runs(reps, names),

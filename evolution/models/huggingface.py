@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from evolution.models.base import Adapter, ModelLoadError, Tokenized, word_ids_from_pieces
+from evolution.models.base import Adapter, ModelLoadError, Objective, Tokenized, word_ids_from_pieces
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def ordinary_range(special_ids, vocab_size: int) -> tuple[int, int]:
     MLM corruption's random replacements are drawn from (bert-base-uncased: [104, 30522),
     past [PAD] 0 and [UNK] [CLS] [SEP] [MASK] 100-103; RoBERTa: [4, 50264), before <mask>)."""
     cuts = sorted({-1, vocab_size, *(int(i) for i in special_ids if 0 <= int(i) < vocab_size)})
-    low, high = max(((a + 1, b) for a, b in zip(cuts, cuts[1:])), key=lambda r: r[1] - r[0])
+    low, high = max(((a + 1, b) for a, b in zip(cuts, cuts[1:], strict=False)), key=lambda r: r[1] - r[0])
     return low, high
 
 
@@ -74,7 +75,12 @@ class HuggingFaceAdapter(Adapter):
     """
 
     def __init__(
-        self, path: str | Path, *, name: str | None = None, objective: str | None = None, device: str | None = None
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        objective: Objective | None = None,
+        device: str | None = None,
     ):
         from transformers import AutoConfig, AutoTokenizer
 
@@ -110,7 +116,7 @@ class HuggingFaceAdapter(Adapter):
             raise ModelLoadError(f"{self.path}: cannot load the Hugging Face config or tokenizer: {exc}") from exc
         cfg = self.config
         self.is_encoder_decoder = bool(getattr(cfg, "is_encoder_decoder", False))
-        inferred = (
+        inferred: Objective = (
             "mt"
             if self.is_encoder_decoder
             else "lm"
@@ -138,7 +144,8 @@ class HuggingFaceAdapter(Adapter):
             self.special_ids, min(len(self.tokenizer), int(getattr(cfg, "vocab_size", None) or 1 << 62))
         )
         self._model = None
-        self._lm = None  # (model with its pretraining head, None) or (None, why there is none)
+        # (model with its pretraining head, None) or (None, why there is none), once loaded
+        self._lm: tuple[Any, str | None] | None = None
 
     def _special_template(self) -> tuple[list[int], list[int]]:
         """Special tokens the tokenizer puts around content (e.g. [CLS] ... [SEP])."""
@@ -317,7 +324,7 @@ class HuggingFaceAdapter(Adapter):
                 input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=True, return_dict=True
             )
             per_layer = []
-            for layer, alpha, x in zip(layers, self._attentions(out), values):
+            for layer, alpha, x in zip(layers, self._attentions(out), values, strict=True):
                 sa = layer.attention.self
                 h = self.num_heads
                 b, t, d = x.shape
@@ -349,35 +356,34 @@ class HuggingFaceAdapter(Adapter):
         from :attr:`mask_id`, which switches on the MLM-output analyses for this project's models."""
         return self.tokenizer.mask_token_id if self.objective == "mlm" else None
 
-    def _load_lm(self) -> None:
-        """Load the model with its pretraining head (masked LM / causal LM), or the reason there is none."""
+    def _load_lm(self) -> tuple[Any, str | None]:
+        """The model with its pretraining head (masked LM / causal LM) and None, or None and the
+        reason there is none."""
         import torch
         import transformers
         from transformers.utils import logging as hf_logging
 
         if self.objective == "mt":
-            self._lm = (
+            return (
                 None,
                 f"{self.name}: the adapter analyses a Hugging Face translation model's encoder only; "
                 "head importance needs its decoder and the teacher-forced translation loss",
             )
-            return
         if self.config.model_type not in self.GATE_TYPES:
-            self._lm = (
+            return (
                 None,
                 f"{self.name}: head gates are implemented for BERT-like encoders "
                 f"({', '.join(self.NORM_TYPES)}) and GPT-2; model type {self.config.model_type!r} "
                 "is neither",
             )
-            return
         if self.objective == "mlm" and self.tokenizer.mask_token_id is None:
-            self._lm = (None, f"{self.name}: the tokenizer has no mask token, so the masked-LM loss is undefined")
-            return
+            return (None, f"{self.name}: the tokenizer has no mask token, so the masked-LM loss is undefined")
         auto = transformers.AutoModelForMaskedLM if self.objective == "mlm" else transformers.AutoModelForCausalLM
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()  # the missing-weights table: reported below as one reason
         try:
-            model, info = auto.from_pretrained(
+            # output_loading_info=True returns (model, info), which transformers' annotation omits
+            model, info = auto.from_pretrained(  # type: ignore[misc]
                 self.path,
                 attn_implementation="eager",
                 local_files_only=True,
@@ -385,32 +391,30 @@ class HuggingFaceAdapter(Adapter):
                 output_loading_info=True,
             )
         except (OSError, ValueError) as exc:
-            self._lm = (
+            return (
                 None,
                 f"{self.name}: no {auto.__name__[len('AutoModelFor') :]} class for this checkpoint ({exc})",
             )
-            return
         finally:
             hf_logging.set_verbosity(verbosity)
         missing = sorted(info.get("missing_keys") or ())
         if missing:
             head = "masked-LM" if self.objective == "mlm" else "language-model"
-            self._lm = (
+            return (
                 None,
                 f"{self.name}: the checkpoint has no {head} head ({len(missing)} of its weights, e.g. "
                 f"{missing[0]}, are not in {self.path.name}; a bare encoder such as a sentence-embedding "
                 "model), so the model's own pretraining loss, whose gradient Michel et al.'s importance "
                 "is, cannot be computed",
             )
-            return
-        self._lm = (model.eval().to(self.device), None)
+        return (model.eval().to(self.device), None)
 
     @property
     def loss_unavailable(self) -> str | None:
         """Why this model cannot compute its own pretraining loss (None when it can): a translation
         model (encoder only), a model type without gates, or a checkpoint without its LM head."""
         if self._lm is None:
-            self._load_lm()
+            self._lm = self._load_lm()
         return self._lm[1]
 
     @property

@@ -25,166 +25,24 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, load_texts, save_texts
+from evolution.analyses.base import Analysis, Inputs, Unit, save_texts
 from evolution.analyses.heads.importance import ATTENTIONS
 from evolution.analyses.heads.pruning_figures import pruning_curve, pruning_layers, pruning_roles, survivor_roles
+from evolution.analyses.heads.pruning_run import SCOPES, pruning_task
 from evolution.analyses.heads.pruning_seeds import LEVEL, seed_rows
 from evolution.analyses.plotting import open_group
 
 __all__ = ["HeadPruning", "pruning_task", "survivor_roles", "pruning_curve", "pruning_roles", "pruning_layers"]
 
-SCOPES = {"encoder": ("encoder_self",), "all": ATTENTIONS}
 #: below this test BLEU the unpruned model is too weak for its pruning curve to say anything (logged)
 WEAK_BLEU = 10
 
 logger = logging.getLogger(__name__)
-
-
-def _pairs(lines_src: list[str], lines_tgt: list[str]) -> tuple[list[str], list[str]]:
-    keep = [i for i, (s, t) in enumerate(zip(lines_src, lines_tgt)) if s.strip() and t.strip()]
-    return [lines_src[i] for i in keep], [lines_tgt[i] for i in keep]
-
-
-def pruning_task(
-    *,
-    spec: dict,
-    texts: str,
-    directory: str,
-    lam: float | None,
-    scope: str,
-    updates: int,
-    lr: float,
-    max_tokens: int,
-    seed: int,
-    scratch_updates: int | None,
-    torch_threads: int = 1,
-    gate_lr: float | None = None,
-    scratch_batches: str = "regrouped",
-) -> dict[str, Any]:
-    """One pruning run (``lam`` None: the unpruned model's BLEU only, or with ``scope`` "scratch" the
-    full layout trained from scratch for ``scratch_updates``; ``scope`` "tuned": the same fine-tuning
-    without gates): fine-tune with gates, translate the test sentences with the kept heads, and with
-    ``scratch_updates`` train the kept layout from scratch (batched as ``scratch_batches``:
-    :data:`evolution.training.pruning.BATCHINGS`) and translate again."""
-    import torch
-
-    from evolution.models import fairseq_adapter
-    from evolution.training import evaluate, pruning
-
-    torch.set_num_threads(torch_threads)
-    spec = {**spec, "device": "cpu"}  # pruning fine-tunes and trains on the CPU (docs/heads.md)
-    adapter = fairseq_adapter(spec, cached=False)  # fairseq's classes train; not the cached one: fine-tuning changes it
-    t = load_texts(texts)
-    src, tgt = _pairs(t["train_source"].split("\n"), t["train_target"].split("\n"))
-    refs = t["test_target"].split("\n")
-    test_ids = [adapter.tokenize(s).ids[: adapter.max_content_tokens] for s in t["test_source"].split("\n")]
-
-    def score(gates=None) -> dict:
-        hyps = pruning.translate(adapter, test_ids, gates=gates)
-        return evaluate.bleu_chrf(hyps, refs)
-
-    def from_scratch(model, layout) -> dict:
-        """``model`` re-initialised and trained with the heads of ``layout`` under the base schedule."""
-        base_lr, warmup = _base_schedule(model)
-        items = pruning.training_items(model, src, tgt, max_tokens=max_tokens)
-        if scratch_batches == "fixed" and len(items) != len(src):
-            # fairseq draws its order over every binarised pair and filters after: one pair fewer here
-            # changes every batch (still cut once and reordered per epoch, but not fairseq-train's)
-            logger.warning(
-                "metrics.pruning.scratch_batches fixed: %d of %d training pairs are longer than the "
-                "model accepts or max_tokens %d and were left out, so the batches are fixed but not "
-                "those fairseq-train drew",
-                len(src) - len(items),
-                len(src),
-                max_tokens,
-            )
-        return pruning.train_with_heads(
-            model,
-            items,
-            directory=Path(directory) / "scratch",
-            layout=layout,
-            updates=scratch_updates,
-            lr=base_lr,
-            warmup=warmup,
-            max_tokens=max_tokens,
-            seed=seed,
-            progress=False,
-            batching=scratch_batches,
-        )
-
-    t0 = time.perf_counter()
-    if lam is None and scope != "scratch":
-        return {**score(), "seconds": round(time.perf_counter() - t0, 1)}
-    from evolution import location
-
-    if location.is_url(directory):
-        raise ValueError(
-            f"metrics.pruning keeps its resumable runs on a local disk, not at {directory}: "
-            "use a local metrics.store / extract.store for pruning"
-        )
-    if scope == "scratch":  # every head, from scratch, by the from-scratch runs' loop
-        layout = {
-            a: [[1.0] * adapter.attention_modules(a)[0].num_heads] * len(adapter.output_projections(a))
-            for a in ATTENTIONS
-        }
-        scratch = from_scratch(adapter, layout)
-        s = score()
-        return {
-            "bleu_scratch": s["bleu"],
-            "chrf_scratch": s["chrf"],
-            "layout": layout,
-            "scratch_seconds": scratch["seconds"],
-            "seconds": round(time.perf_counter() - t0, 1),
-        }
-    items = pruning.training_items(adapter, src, tgt, max_tokens=max_tokens)
-    run = pruning.prune(
-        adapter,
-        items,
-        directory=Path(directory) / "prune",
-        lam=lam,
-        attentions=SCOPES.get(scope, ()),
-        updates=updates,
-        lr=lr,
-        gate_lr=gate_lr,
-        max_tokens=max_tokens,
-        seed=seed,
-        progress=False,
-    )
-    kept = pruning.kept_gates(run)
-    out = {
-        "kept": run["kept"],
-        "prob_open": run["prob_open"],
-        **score(kept),
-        "prune_seconds": run["seconds"],
-        "history": run["history"],
-    }
-    # the released code's own test-time model: every head scaled by its gate's deterministic value
-    continuous = score(pruning.test_time_gates(run))
-    out.update(bleu_continuous=continuous["bleu"], chrf_continuous=continuous["chrf"])
-    if scratch_updates:
-        adapter = fairseq_adapter(spec, cached=False)
-        scratch = from_scratch(adapter, kept)
-        s = score(kept)
-        out.update(bleu_scratch=s["bleu"], chrf_scratch=s["chrf"], scratch_seconds=scratch["seconds"])
-    out["seconds"] = round(time.perf_counter() - t0, 1)
-    return out
-
-
-def _base_schedule(adapter) -> tuple[float, int]:
-    """The learning rate and warm-up the model was trained with (its recorded fairseq arguments;
-    fairseq's defaults where absent): the from-scratch control trains under the same schedule."""
-    args = getattr(adapter, "cfg", None)
-    model = getattr(args, "model", None)
-    lr = getattr(model, "lr", None) or [1e-3]
-    lr = float(lr[0] if isinstance(lr, (list, tuple)) else lr)
-    return lr, int(getattr(model, "warmup_updates", None) or 4000)
 
 
 class HeadPruning(Analysis):
