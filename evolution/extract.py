@@ -34,8 +34,8 @@ from evolution.config import ExtractConfig
 
 # every name the module had before the split stays importable from here
 from evolution.dask_compute import compute
-from evolution.extract_plan import BATCH_OVERHEAD_TOKENS, ChunkTask, batches, plan_tasks  # noqa: F401
-from evolution.extract_task import release_buffers, run_chunk, task_buffer  # noqa: F401
+from evolution.extract_plan import BATCH_OVERHEAD_TOKENS, ChunkTask, batches, plan_tasks  # noqa: F401  # re-exported: importable from here as before
+from evolution.extract_task import release_buffers, run_chunk, task_buffer  # noqa: F401  # re-exported: importable from here as before
 from evolution.models import Adapter, cached_adapter
 from evolution.tokens import TokenTable
 
@@ -120,7 +120,7 @@ def extract_model(
         release_buffers()
     else:
         client.run(release_buffers, on_error="ignore")  # a worker lost meanwhile holds nothing
-    first = {}
+    first: dict[int, float] = {}  # worker process id -> when its first task began
     for r in results:
         first[r["worker"]] = min(first.get(r["worker"], np.inf), r["began"])
     logger.info(
@@ -163,6 +163,36 @@ def training_ranks(counts: dict[int, int]) -> dict[int, int]:
     smaller id first, as :func:`evolution.tokens.frequency_ranks`); unseen ids have none."""
     order = sorted(counts, key=lambda i: (-counts[i], i))
     return {int(i): r for r, i in enumerate(order, start=1)}
+
+
+def _unknown(adapter: Adapter, columns: dict[str, np.ndarray], group: str) -> dict:
+    """The share of pieces the model saw as its unknown piece (:func:`evolution.tokens.unknown_pieces`),
+    logged, and a WARNING naming the texts that became unknown above
+    :data:`evolution.tokens.UNKNOWN_WARN`; ``columns`` gains ``is_unknown`` (``token_str`` keeps the text)."""
+    from evolution.tokens import UNKNOWN_WARN, unknown_pieces
+
+    unk = adapter.unk_id
+    found = unknown_pieces(columns["token_id"], columns["token_str"], unk)
+    if unk is not None:
+        columns["is_unknown"] = np.asarray(columns["token_id"]) == unk
+    logger.info("%s: %d of %d pieces unknown to the model", group, found["count"], len(columns["token_id"]))
+    if found["share"] > UNKNOWN_WARN:
+        texts = ", ".join(f"{t!r} x{n}" for t, n in found["texts"].items())
+        hint = ""
+        if "'" in found["texts"] and unk not in adapter.tokenize("\u2019").ids:
+            hint = (
+                " The vocabulary has \u2019 (U+2019) where the text has the ASCII apostrophe: replace it in the text."
+            )
+        logger.warning(
+            "%s: %.2f%% of the pieces (%d) are unknown to the model, which sees each as the same <unk>: %s. "
+            "The statistics then merge them into one type (token_str keeps the text; is_unknown marks them).%s",
+            group,
+            100 * found["share"],
+            found["count"],
+            texts,
+            hint,
+        )
+    return found
 
 
 def extract_to_store(
@@ -208,6 +238,7 @@ def extract_to_store(
         corpus.sentences, adapter, too_long=config.too_long, lines=corpus.lines, source=corpus.source
     )
     columns = dict(table.columns)
+    unknown = _unknown(adapter, columns, group)
     digest = (
         file_hash(corpus.source)
         if os.path.isfile(corpus.source)
@@ -220,6 +251,9 @@ def extract_to_store(
         "corpus_sha256": digest,
         "n_truncated": table.n_truncated,
         "n_skipped": table.n_skipped,
+        "unknown_pieces": unknown["count"],
+        "unknown_share": unknown["share"],
+        "unknown_texts": unknown["texts"],
         "annotated_from": -1,
         **adapter.describe(),
     }

@@ -31,7 +31,11 @@ from evolution.models.base import Adapter, Tokenized
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TokenTable", "SentenceTooLong", "build_token_table", "frequency_ranks"]
+__all__ = ["TokenTable", "SentenceTooLong", "build_token_table", "frequency_ranks", "unknown_pieces", "UNKNOWN_WARN"]
+
+#: the share of unknown pieces above which extraction warns (a model that cannot see a text's
+#: characters merges them into one type: every apostrophe becomes the same <unk>)
+UNKNOWN_WARN = 0.001
 
 
 class SentenceTooLong(ValueError):
@@ -144,3 +148,23 @@ def build_token_table(
         n_truncated=n_trunc,
         n_skipped=n_skip,
     )
+
+
+def unknown_pieces(token_id: np.ndarray, token_str: np.ndarray, unk_id: int | None, *, top: int = 20) -> dict:
+    """How much of a text the model saw as its unknown piece: ``count`` and ``share`` of the
+    pieces whose id is ``unk_id``, and ``texts``: the original text of those pieces (word-start
+    markers ``▁`` / ``Ġ`` / ``##`` removed) -> occurrences, the ``top`` most frequent."""
+    from collections import Counter
+
+    if unk_id is None or len(token_id) == 0:
+        return {"count": 0, "share": 0.0, "texts": {}}
+    mask = np.asarray(token_id) == unk_id
+    texts = Counter(
+        str(t).removeprefix("▁").removeprefix("Ġ").removeprefix("##") or str(t)
+        for t in np.asarray(token_str, dtype=object)[mask]
+    )
+    return {
+        "count": int(mask.sum()),
+        "share": float(mask.mean()),
+        "texts": dict(texts.most_common(top)),
+    }

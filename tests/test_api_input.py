@@ -307,3 +307,38 @@ def test_mi_says_when_its_k_is_capped(bert, caplog):
     msgs = [r.getMessage() for r in caplog.records if "capped" in r.getMessage()]
     assert len(msgs) == 1 and f"bert (input): k = {n // 10} for {n}" in msgs[0], msgs
     assert int(mi.k.sel(model="bert", target="input").isel(layer=0)) == n // 10
+
+
+def test_pieces_unknown_to_the_model_are_counted_shown_and_warned_about(caplog):
+    """The shipped MT's vocabulary (dict.txt) lacks the ASCII apostrophe and emoji: extraction
+    counts the pieces outside it (checked against dict.txt and SentencePiece directly), stores
+    the count, the share and the texts, marks them in ``is_unknown`` while ``token_str`` keeps the
+    text, and warns naming them, with the vocabulary's apostrophe; a text the vocabulary covers
+    gets share 0 and no warning."""
+    import logging
+
+    import sentencepiece as spm
+
+    models = Path(__file__).resolve().parents[1] / "results" / "bible-full" / "models"
+    vocab = {line.split(" ")[0] for line in (models / "vocab" / "dict.txt").read_text(encoding="utf-8").splitlines()}
+    sp = spm.SentencePieceProcessor(model_file=str(models / "vocab" / "spm.model"))
+    text = ["I don't know what you're saying 🙂", "God’s word is light."]
+    pieces = [p for s in text for p in sp.encode(s, out_type=str)]
+    outside = [p for p in pieces if p not in vocab]
+    assert "'" in outside and len(outside) >= 3
+    mt = ev.load(models / "mt", device="cpu")
+    with caplog.at_level(logging.WARNING):
+        with ev.represent(mt, text, attention=False) as reps:
+            ds = reps["mt"]
+            assert ds.attrs["unknown_pieces"] == len(outside)
+            assert ds.attrs["unknown_share"] == pytest.approx(len(outside) / len(pieces))
+            assert sum(ds.attrs["unknown_texts"].values()) == len(outside) and ds.attrs["unknown_texts"]["'"] == 2
+            marked = list(ds.token_str.values[ds.is_unknown.values])
+            assert marked == outside  # token_str keeps the text the model saw as <unk>
+    warned = [r.getMessage() for r in caplog.records if "unknown to the model" in r.getMessage()]
+    assert len(warned) == 1 and '"\'" x2' in warned[0] and "U+2019" in warned[0], warned
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        with ev.represent(mt, ["God’s word is light."], attention=False) as reps:
+            assert reps["mt"].attrs["unknown_pieces"] == 0 and not reps["mt"].is_unknown.values.any()
+    assert not [r for r in caplog.records if "unknown to the model" in r.getMessage()]

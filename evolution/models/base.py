@@ -195,6 +195,11 @@ class Adapter(abc.ABC):
         """The strings of input ids, special tokens included."""
         raise NotImplementedError
 
+    @property
+    def unk_id(self) -> int | None:
+        """The id of the unknown piece, which stands for text outside the vocabulary (None: none)."""
+        return None
+
     def forward_norms(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """``hidden``, ``attention`` and the norms of the module docstring (numpy, stacked over layers)."""
         raise NotImplementedError(

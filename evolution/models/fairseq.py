@@ -221,6 +221,10 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [self.dictionary[int(i)] for i in ids]
 
+    @property
+    def unk_id(self) -> int | None:
+        return int(self.dictionary.unk())
+
     def forward_qk(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         import torch
 

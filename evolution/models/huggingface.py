@@ -250,6 +250,11 @@ class HuggingFaceAdapter(Adapter):
     def pieces(self, ids: Sequence[int]) -> list[str]:
         return [str(p) for p in self.tokenizer.convert_ids_to_tokens([int(i) for i in ids])]
 
+    @property
+    def unk_id(self) -> int | None:
+        unk = self.tokenizer.unk_token_id
+        return None if unk is None else int(unk)
+
     def forward_qk(self, inputs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         import contextlib
 
@@ -383,7 +388,7 @@ class HuggingFaceAdapter(Adapter):
         hf_logging.set_verbosity_error()  # the missing-weights table: reported below as one reason
         try:
             # output_loading_info=True returns (model, info), which transformers' annotation omits
-            model, info = auto.from_pretrained(  # type: ignore[misc]
+            model, info = auto.from_pretrained(  # type: ignore[misc]  # with output_loading_info it returns (model, info)
                 self.path,
                 attn_implementation="eager",
                 local_files_only=True,

@@ -47,13 +47,13 @@ __all__ = [
 def patch_numpy_compat() -> None:
     """Provide ``numpy.compat.long`` (= ``int``, as NumPy 1.x defined it) if NumPy lacks it."""
     try:
-        compat = np.compat  # type: ignore[attr-defined]
+        compat = np.compat  # type: ignore[attr-defined]  # numpy 2 removed np.compat; fairseq reads it
     except AttributeError:
         compat = sys.modules.get("numpy.compat") or types.ModuleType("numpy.compat")
         sys.modules["numpy.compat"] = compat
-        np.compat = compat  # type: ignore[attr-defined]
+        np.compat = compat  # type: ignore[attr-defined]  # numpy 2 removed np.compat; fairseq reads it
     if not hasattr(compat, "long"):
-        compat.long = int  # type: ignore[attr-defined]
+        compat.long = int  # type: ignore[attr-defined]  # numpy 2 removed np.compat; fairseq reads it
 
 
 @contextlib.contextmanager
@@ -111,8 +111,8 @@ def import_fairseq():
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     try:
-        import fairseq  # noqa: F401
-        from fairseq import checkpoint_utils  # noqa: F401
+        import fairseq  # noqa: F401  # imported to check that fairseq loads
+        from fairseq import checkpoint_utils  # noqa: F401  # imported to check that fairseq loads
 
         logging.getLogger("fairseq").setLevel(logging.WARNING)  # it logs every dictionary load
     except ImportError as exc:

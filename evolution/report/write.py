@@ -250,7 +250,10 @@ def write_report(
 
 def _notes_block(notes: list[str]) -> Raw:
     """The notes as a list, those after the first :data:`FOLD` folded."""
-    items = lambda ns: "".join(f"<li>{_esc(n)}</li>" for n in ns)  # noqa: E731
+
+    def items(ns) -> str:
+        return "".join(f"<li>{_esc(n)}</li>" for n in ns)
+
     block = f"<ul>{items(notes[:FOLD])}</ul>"
     md = [f"- {n}" for n in notes[:FOLD]]
     if len(notes) > FOLD:

@@ -65,16 +65,17 @@ Submodules, one concept each:
 * :mod:`~evolution.analyses.heads.probes`: Clark et al.'s attention parsing probes, the
   :class:`HeadProbes` analysis (``metrics.probes``);
 * :mod:`~evolution.analyses.heads.pruning`: L0 head pruning with the from-scratch control,
-  the :class:`HeadPruning` analysis (``metrics.pruning``).
+  the :class:`HeadPruning` analysis (``metrics.pruning``); its task, one gated fine-tuning or
+  from-scratch run, in :mod:`~evolution.analyses.heads.pruning_run`.
 """
 
 # every name the module had before the split stays importable from here (Dask task graphs
 # name the task functions by import path)
-from evolution.analyses.heads.analysis import Heads, logger  # noqa: F401
-from evolution.analyses.heads.decoder import ATTENTIONS, decoder_task, decoder_text  # noqa: F401
-from evolution.analyses.heads.dependency import DIRECTIONS, SPLITS, dependency_task, treebank_text  # noqa: F401
-from evolution.analyses.heads.head_map import head_map_task  # noqa: F401
-from evolution.analyses.heads.report import (  # noqa: F401
+from evolution.analyses.heads.analysis import Heads, logger  # noqa: F401  # re-exported: importable from here as before
+from evolution.analyses.heads.decoder import ATTENTIONS, decoder_task, decoder_text  # noqa: F401  # re-exported: importable from here as before
+from evolution.analyses.heads.dependency import DIRECTIONS, SPLITS, dependency_task, treebank_text  # noqa: F401  # re-exported: importable from here as before
+from evolution.analyses.heads.head_map import head_map_task  # noqa: F401  # re-exported: importable from here as before
+from evolution.analyses.heads.report import (  # noqa: F401  # re-exported: importable from here as before
     FIGURES,
     _tables,
     dependency_heatmap,
@@ -83,7 +84,7 @@ from evolution.analyses.heads.report import (  # noqa: F401
     head_roles,
     special_tokens_by_layer,
 )
-from evolution.analyses.heads.statistics import KEY_TYPES, heads_task, rare_token_hit  # noqa: F401
+from evolution.analyses.heads.statistics import KEY_TYPES, heads_task, rare_token_hit  # noqa: F401  # re-exported: importable from here as before
 
 __all__ = [
     "Heads",

@@ -139,7 +139,7 @@ class Heads(Analysis):
         decoder = self._decoder(inputs, results)
         if not models:
             return {} if decoder is None else {"heads_decoder": decoder}
-        L = max(np.asarray(results[m]["sums"]).shape[0] for m in models)  # noqa: N806
+        L = max(np.asarray(results[m]["sums"]).shape[0] for m in models)
         H = max(np.asarray(results[m]["sums"]).shape[1] for m in models)
         value = np.full((len(models), L, H, len(MEASURES)), np.nan)
         alpha_share = np.full((len(models), L, H, len(KEY_TYPES)), np.nan)
@@ -276,7 +276,7 @@ class Heads(Analysis):
         if not done:
             return None
         models = list(done)
-        L = max(np.asarray(r["sums"]).shape[1] for r in done.values())  # noqa: N806
+        L = max(np.asarray(r["sums"]).shape[1] for r in done.values())
         H = max(np.asarray(r["sums"]).shape[2] for r in done.values())
         value = np.full((len(models), len(ATTENTIONS), L, H, len(MEASURES)), np.nan)
         rare = np.full((len(models), len(ATTENTIONS), L, H), np.nan)

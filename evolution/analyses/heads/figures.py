@@ -256,7 +256,7 @@ def head_roles(path):
     tables = [t for t in tables if len(t)]
     if not tables:
         return None
-    L, H = ds.sizes["layer"], ds.sizes["head"]  # noqa: N806
+    L, H = ds.sizes["layer"], ds.sizes["head"]
     panel = (max(2.2, 0.34 * H + 0.5), max(1.8, 0.26 * L + 0.6))
     fig, axes = panel_grid(len(models), panel=panel, cols=max(1, min(4, int(WIDTH / panel[0] + 1e-6))), extra=1.4)
     conf = np.concatenate([t.confidence.values for t in tables])

@@ -172,7 +172,7 @@ class HeadImportance(Analysis):
         if not models:
             return {}
         shapes = [np.shape(results[m]["importance"][a]) for m in models for a in results[m]["attentions"]]
-        L, H = max(s[0] for s in shapes), max(s[1] for s in shapes)  # noqa: N806
+        L, H = max(s[0] for s in shapes), max(s[1] for s in shapes)
         arrays = {
             v: np.full((len(models), len(ATTENTIONS), L, H), np.nan)
             for v in ("importance", "importance_sem", "importance_batch", "relevance", "relevance_sem")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from evolution.analyses.heads.dependency import CLARK_DIRECTIONS
-from evolution.analyses.heads.figures import (  # noqa: F401
+from evolution.analyses.heads.figures import (  # noqa: F401  # re-exported: importable from here as before
     FIGURES,
     dependency_heatmap,
     entropy_by_head,
@@ -23,7 +23,10 @@ def _tables(path) -> list[tuple[str, list[list[str]], str]]:
     out: list[tuple[str, list[list[str]], str]] = []
     if ds is None:
         return out
-    f = lambda v: "" if not np.isfinite(v) else f"{v:.2f}"  # noqa: E731
+
+    def f(v) -> str:
+        return "" if not np.isfinite(v) else f"{v:.2f}"
+
     head = ["model", "positional heads", "max rare-token share (layer-head)"]
     rels = list(ds.syntactic_relation.values) if "syntactic" in ds else []
     rows = [head + [f"syntactic {r}" for r in rels]]
@@ -96,7 +99,10 @@ def _tables(path) -> list[tuple[str, list[list[str]], str]]:
                     x = v.sel(layer=layer)
                     if np.isnan(x.sel(measure="entropy")).all():
                         continue
-                    mean = lambda name, x=x: x.sel(measure=name).mean("head").item()  # noqa: E731
+
+                    def mean(name, x=x):
+                        return x.sel(measure=name).mean("head").item()
+
                     rows.append(
                         [
                             str(m),
