@@ -64,8 +64,7 @@ def test_the_install_routes_table_quotes_its_measurement():
     import json
 
     routes = {
-        r["route"]: r
-        for r in map(json.loads, (ROOT / "results" / "install" / "routes.jsonl").read_text().splitlines())
+        r["route"]: r for r in map(json.loads, (ROOT / "results" / "install" / "routes.jsonl").read_text().splitlines())
     }
     text = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
     for name, label in (("cpu", "CPU build first"), ("default", "`pip install -e .` alone")):
