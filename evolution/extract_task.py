@@ -87,6 +87,7 @@ def run_chunk(
         if att_row_of and norms
         else {}
     )
+    att: np.ndarray | None  # None from a batch that needs no attention
     for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
         need_att = any(i in att_row_of for i in batch)
         t0 = time.perf_counter()
@@ -103,6 +104,8 @@ def run_chunk(
                 buf[:, a - task.start : z - task.start] = hidden[:, b, off + (a - lo) : off + (z - lo)]
                 filled += z - a
             if i in att_row_of:
+                # the batch asked for attention, and the attention array is open
+                assert att is not None and att_arr is not None
                 t = len(inputs[i])
                 row = np.full(att_arr.shape[1:], np.nan, dtype=attention_dtype)
                 row[:, :, :t, :t] = att[:, b, :, :t, :t]

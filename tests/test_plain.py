@@ -117,10 +117,9 @@ print("ok")
     assert done.stdout.strip().endswith("ok")
 
 
-def _altered_copy(tmp_path: Path, objective: str, change: str) -> tuple[Path, str]:
+def _altered_copy(tmp_path: Path, objective: str, change: str, key: str) -> Path:
     """A copy of a committed shipped model (its vocabulary named by absolute path) whose weights
-    file has one key more (``unexpected``) or one less (``missing``) than the architecture; the
-    key's name inside the network (the encoder's prefix in the file dropped)."""
+    file has the key ``key`` more (``unexpected``) or less (``missing``) than the architecture."""
     import json
 
     from safetensors.numpy import load_file, save_file
@@ -130,32 +129,41 @@ def _altered_copy(tmp_path: Path, objective: str, change: str) -> tuple[Path, st
     meta["vocabulary"] = str((source / meta["vocabulary"]).resolve())
     (tmp_path / "model.json").write_text(json.dumps(meta), encoding="utf-8")
     weights = load_file(str(source / "model.safetensors"))
-    prefix = {"mt": "encoder.", "lm": "decoder.encoder.", "mlm": "encoder."}[objective]
     if change == "unexpected":
-        name = "layers.2.self_attn.extra_proj.weight"
-        weights[prefix + name] = np.zeros((4, 4), dtype=np.float32)
+        assert key not in weights
+        weights[key] = np.zeros((4, 4), dtype=np.float32)
     else:
-        name = "layers.2.self_attn.k_proj.bias"
-        del weights[prefix + name]
+        del weights[key]
     save_file(weights, str(tmp_path / "model.safetensors"))
-    return tmp_path, name
+    return tmp_path
 
 
-@pytest.mark.parametrize("change", ["unexpected", "missing"])
-def test_plain_loading_refuses_weights_that_do_not_fit_naming_the_key(tmp_path, change):
+@pytest.mark.parametrize(
+    ("objective", "change", "key"),
+    [
+        ("lm", "unexpected", "decoder.encoder.layers.2.self_attn.extra_proj.weight"),
+        ("lm", "missing", "decoder.encoder.layers.2.self_attn.k_proj.bias"),
+        # outside the names the network reads at all (the LM's encoder prefix, the MT's two)
+        ("lm", "unexpected", "decoder.layers.0.extra_proj.weight"),
+        ("mt", "unexpected", "stray.extra_proj.weight"),
+        ("mt", "missing", "decoder.layers.1.encoder_attn.k_proj.bias"),
+    ],
+)
+def test_plain_loading_refuses_weights_that_do_not_fit_naming_the_key(tmp_path, objective, change, key):
     """Weights with a key the architecture of model.json lacks, or without one it has, are
     refused (not loaded with a layer left at its random initial values, or a stray tensor
-    ignored), naming the key."""
+    ignored), naming the key as it stands in model.safetensors (as the fairseq route does)."""
     import re
 
     from evolution.models.base import ModelLoadError
     from evolution.models.shipped_torch import PlainAdapter
 
-    good = PlainAdapter(MODELS / "lm")  # the unaltered weights load
+    good = PlainAdapter(MODELS / objective)  # the unaltered weights load
     assert good.num_layers == 6
-    path, name = _altered_copy(tmp_path, "lm", change)
-    with pytest.raises(ModelLoadError, match=rf"{change} \['(decoder\.)?encoder\.{re.escape(name)}'\]"):
+    path = _altered_copy(tmp_path, objective, change, key)
+    with pytest.raises(ModelLoadError, match=rf"{change} \['{re.escape(key)}'\]") as refused:
         PlainAdapter(path)
+    assert "model.safetensors must hold the weights of the network that model.json describes" in str(refused.value)
 
 
 def test_greedy_translation_where_the_end_is_likely_first_and_later_equals_fairseqs():

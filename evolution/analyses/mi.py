@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, required, save_arrays, strings
 from evolution.analyses.mi_figures import FIGURES, mi_by_layer, mi_by_types
 from evolution.config import MIConfig, resolved_dict
 
@@ -127,7 +127,8 @@ def mlm_output_task(
         return_sentences=True,
     )
     keep = np.isin(labels, np.asarray(types))
-    out, inputs = [], []
+    out: list[dict[str, Any]] = []
+    inputs: list[dict[str, Any]] = []
     for layer in range(states.shape[0]):
         for target, acc in ((labels, out), (fed, inputs)):
             acc.append(
@@ -147,14 +148,14 @@ class MI(Analysis):
     def units(self, inputs: Inputs) -> list[Unit]:
         from evolution.metrics.plan import content_ids_by_sentence
 
-        cfg = inputs.config
+        cfg, mcfg = inputs.config, required(inputs.config.mi, "mi")
         # mlm_corruptions only concerns the MLM-output unit: changing it keeps the layer results
         layer_cfg = {
-            "mi": {k: v for k, v in resolved_dict(cfg.mi).items() if k != "mlm_corruptions"},
+            "mi": {k: v for k, v in resolved_dict(mcfg).items() if k != "mlm_corruptions"},
             "tokens": resolved_dict(cfg.tokens),
         }
         units = []
-        _warn_k_cap(cfg.mi.k if cfg.mi is not None else 0, inputs)
+        _warn_k_cap(mcfg.k, inputs)
         for m in inputs.models.values():
             if not m.plan.mi:
                 continue
@@ -176,7 +177,7 @@ class MI(Analysis):
                     Unit(
                         f"{m.name}-{layer}",
                         layer_task,
-                        dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, mi=cfg.mi, seed=inputs.seed),
+                        dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, mi=mcfg, seed=inputs.seed),
                         key={"model": m.key, **layer_cfg, "seed": inputs.seed, "layer": layer},
                     )
                 )
@@ -192,13 +193,13 @@ class MI(Analysis):
                             spec=m.spec,
                             content_ids=content,
                             types=types,
-                            mi=cfg.mi,
+                            mi=mcfg,
                             seed=inputs.seed,
                             torch_threads=inputs.torch_threads,
                         ),
                         key={
                             "model": m.key,
-                            "mi": resolved_dict(cfg.mi),
+                            "mi": resolved_dict(mcfg),
                             "tokens": resolved_dict(cfg.tokens),
                             "seed": inputs.seed,
                             "targets": ["output", "masked_input"],
@@ -233,14 +234,14 @@ class MI(Analysis):
         interval = {name: np.full(shape + (2,), np.nan) for name in names}
         kmeans: dict[str, dict[str, str]] = {}
         replicates = 0
-        for (m, layer), r in per_layer.items():
+        for (model, layer), r in per_layer.items():
             for t, v in r.items():
-                i, j = models.index(m), targets.index(t)
+                i, j = models.index(model), targets.index(t)
                 mi[i, layer, j, : len(v["mi"])] = v["mi"]
                 seeds[i, layer, j, : len(v.get("seeds", []))] = v.get("seeds", [])
                 shuf[i, layer, j], k[i, layer, j], n[i, layer, j] = v["shuffled"], v["k"], v["n"]
                 ent[i, j] = v["entropy"]
-                kmeans.setdefault(m, {})[t] = f"{v.get('algorithm', '')} ({v.get('backend', 'faiss')})"
+                kmeans.setdefault(model, {})[t] = f"{v.get('algorithm', '')} ({v.get('backend', 'faiss')})"
                 for name, bounds in (v.get("interval") or {}).items():
                     interval[name][i, layer, j] = bounds
                 replicates = max(replicates, v.get("replicates", 0))

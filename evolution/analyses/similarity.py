@@ -39,7 +39,7 @@ import logging
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, save_arrays, strings
+from evolution.analyses.base import Analysis, Inputs, Unit, required, save_arrays, strings
 from evolution.analyses.pair_kinds import PAIR_KINDS, pair_kind
 from evolution.analyses.similarity_figures import FIGURES, change_by_frequency, pair_distances, similarity_heatmaps
 from evolution.analyses.similarity_results import joined, merge, with_intervals
@@ -94,7 +94,7 @@ class Similarity(Analysis):
     section = "similarity"
 
     def units(self, inputs: Inputs) -> list[Unit]:
-        scfg = inputs.config.similarity
+        scfg = required(inputs.config.similarity, "similarity")
         units = []
         for names in tokenisation_classes(inputs):
             models = [inputs.models[n] for n in names]

@@ -39,7 +39,7 @@ def joined(estimate: dict, change: dict[str, dict]) -> dict:
     del out["replicates"]
     n_layers = dict(Counter(g for g, _ in estimate["views"]))
     pad = max(n_layers.values()) - 1
-    replicates = {}
+    replicates: dict[str, dict[str, np.ndarray]] = {}
     for m in methods:  # (replicate, layer_pair, subset), NaN-padded to the deepest model of the class
         replicates[m] = {}
         for g in models:

@@ -106,6 +106,10 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
         return [self.dictionary[int(i)] for i in ids]
 
     @property
+    def unk_id(self) -> int | None:
+        return int(self.dictionary.unk())
+
+    @property
     def supports_decoder(self) -> bool:
         return self.net.decoder is not None
 

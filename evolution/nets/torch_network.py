@@ -20,7 +20,9 @@ Training stays with fairseq (``pip install 'evolution[train]'``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -95,6 +97,8 @@ class Encoder(nn.Module):
     layer's states (the embedding output, then each block's output) and optionally each block's
     attention maps and its value input (for the norms of Kobayashi et al. 2020)."""
 
+    positions: torch.Tensor  # the sinusoidal table, a buffer
+
     def __init__(
         self,
         *,
@@ -148,8 +152,8 @@ class Encoder(nn.Module):
         padding = tokens.eq(self.padding_idx)
         x = self.embed(tokens)
         future = self.future_mask(x.shape[0], x)
-        out = {"states": [x], "attention": [], "values": [], "padding": padding}
-        for i, layer in enumerate(self.layers):
+        out: dict[str, Any] = {"states": [x], "attention": [], "values": [], "padding": padding}
+        for i, layer in enumerate(cast("Iterable[EncoderLayer]", self.layers)):
             mask = padding
             if key_mask is not None and i in key_mask:
                 mask = padding | key_mask[i].to(torch.bool)
@@ -165,6 +169,8 @@ class Encoder(nn.Module):
 
 class Decoder(nn.Module):
     """fairseq's Transformer decoder (MT) with the shared token embedding as input and output."""
+
+    positions: torch.Tensor  # the sinusoidal table, a buffer
 
     def __init__(
         self,
@@ -207,7 +213,7 @@ class Decoder(nn.Module):
         t = x.shape[0]
         future = torch.triu(torch.full((t, t), float("-inf"), device=x.device, dtype=x.dtype), diagonal=1)
         pad = prev.eq(self.padding_idx)
-        out = {"self": [], "cross": []}
+        out: dict[str, Any] = {"self": [], "cross": []}
         for layer in self.layers:
             x, own, cross = layer(
                 x,
@@ -284,25 +290,44 @@ class Network(nn.Module):
 
     def load_fairseq_state(self, weights: dict[str, torch.Tensor]) -> None:
         """Load fairseq's state dict (the shipped safetensors): the encoder's keys under its prefix,
-        the decoder's under ``decoder.``; version counters and tied copies are skipped."""
+        the decoder's under ``decoder.``; version counters and tied copies are skipped. Every other
+        key must be a weight of the network and every weight of the network must be there: else a
+        ValueError naming the missing and unexpected keys as the file has them."""
         prefix = self.ENCODER_PREFIX[self.objective]
-        own = {}
+        own: dict[str, torch.Tensor] = {}
+        file_key: dict[str, str] = {}  # the network's name of a weight -> its key in the file
+        stray: list[str] = []  # keys under neither the encoder's prefix nor the decoder's
         for key, value in weights.items():
-            if key.endswith(".version") or key.endswith("_float_tensor"):
-                continue
             if key.startswith(prefix):
-                own["encoder." + key[len(prefix) :]] = value
+                name = "encoder." + key[len(prefix) :]
             elif self.decoder is not None and key.startswith("decoder."):
                 if key in ("decoder.embed_tokens.weight", "decoder.output_projection.weight"):
                     continue  # tied to the encoder's token embedding
-                own[key] = value
+                name = key
+            else:
+                stray.append(key)
+                continue
+            if key.endswith(".version") or key.endswith("_float_tensor"):
+                continue
+            own[name], file_key[name] = value, key
         missing, unexpected = self.load_state_dict(own, strict=False)
-        missing = [k for k in missing if not k.startswith("decoder.embed_tokens")]
+        missing = [self._file_key(k) for k in missing if not k.startswith("decoder.embed_tokens")]
+        unexpected = stray + [file_key[k] for k in unexpected]
         if missing or unexpected:
             raise ValueError(
                 f"the weights do not fit the architecture of model.json (missing {missing[:5]}, "
-                f"unexpected {unexpected[:5]})"
+                f"unexpected {unexpected[:5]}"
+                + (f"; {len(missing) + len(unexpected)} keys in all" if max(len(missing), len(unexpected)) > 5 else "")
+                + "): model.safetensors must hold the weights of the network that model.json describes, "
+                "named as in fairseq's state dict, and no others; write both from the same checkpoint "
+                "(evolution.models.shipped_format.pack), or load the checkpoint with kind: fairseq"
             )
+
+    def _file_key(self, name: str) -> str:
+        """The key in fairseq's state dict of the network's weight ``name``."""
+        if name.startswith("encoder."):
+            return self.ENCODER_PREFIX[self.objective] + name[len("encoder.") :]
+        return name
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """The objective's output layer: the transposed token embedding."""

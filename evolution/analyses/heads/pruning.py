@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, Unit, save_texts
+from evolution.analyses.base import Analysis, Inputs, Unit, required, save_texts
 from evolution.analyses.heads.importance import ATTENTIONS
 from evolution.analyses.heads.pruning_figures import pruning_curve, pruning_layers, pruning_roles, survivor_roles
 from evolution.analyses.heads.pruning_run import SCOPES, pruning_task
@@ -57,7 +57,7 @@ class HeadPruning(Analysis):
         from evolution.models import model_identity
         from evolution.provenance import config_hash
 
-        cfg = inputs.config.pruning
+        cfg = required(inputs.config.pruning, "pruning")
         models = [m for m in inputs.models.values() if m.objective == "mt" and (not cfg.models or m.name in cfg.models)]
         if not models or inputs.targets is None:
             return []
@@ -81,7 +81,7 @@ class HeadPruning(Analysis):
         for m in models:
             seed = _seed_of(inputs, m.name)
             if cfg.scratch_updates and cfg.scratch_full:  # every head from scratch: the recipe's own control
-                key = {
+                key: dict[str, object] = {
                     "model": model_identity(m.spec),
                     "texts": digest,
                     "lam": None,
@@ -115,11 +115,10 @@ class HeadPruning(Analysis):
                         started=location.exists(directory),
                     )
                 )
-            runs = (
-                [(None, "full")]
-                + ([(0.0, "tuned")] if cfg.control else [])
-                + [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
-            )
+            runs: list[tuple[float | None, str]] = [(None, "full")]
+            if cfg.control:
+                runs.append((0.0, "tuned"))
+            runs += [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
             for lam, scope in runs:
                 key = {
                     "model": model_identity(m.spec),
@@ -167,7 +166,7 @@ class HeadPruning(Analysis):
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
-        cfg = inputs.config.pruning
+        cfg = required(inputs.config.pruning, "pruning")
         models = [n for n in inputs.names if f"{n}-full" in results]
         if not models:
             return {}
@@ -184,8 +183,8 @@ class HeadPruning(Analysis):
         runs = [(lam, scope) for lam in cfg.lambdas for scope in SCOPES]
         names = [f"{scope}-{lam:g}" for lam, scope in runs]
         shape = [(np.shape(r["kept"][a])) for r in results.values() if "kept" in r for a in r["kept"]]
-        L = max([s[0] for s in shape], default=1)  # noqa: N806
-        H = max([s[1] for s in shape], default=1)  # noqa: N806
+        L = max([s[0] for s in shape], default=1)
+        H = max([s[1] for s in shape], default=1)
         scores = {
             v: np.full((len(models), len(runs)), np.nan)
             for v in ("bleu", "chrf", "bleu_scratch", "chrf_scratch", "bleu_continuous", "chrf_continuous")

@@ -54,6 +54,7 @@ def pruning_task(
     import torch
 
     from evolution.models import fairseq_adapter
+    from evolution.models.base import FairseqLayoutHeads
     from evolution.training import evaluate, pruning
 
     torch.set_num_threads(torch_threads)
@@ -68,8 +69,9 @@ def pruning_task(
         hyps = pruning.translate(adapter, test_ids, gates=gates)
         return evaluate.bleu_chrf(hyps, refs)
 
-    def from_scratch(model, layout) -> dict:
-        """``model`` re-initialised and trained with the heads of ``layout`` under the base schedule."""
+    def from_scratch(model, layout, updates: int) -> dict:
+        """``model`` re-initialised and trained with the heads of ``layout`` for ``updates`` under the
+        base schedule."""
         base_lr, warmup = _base_schedule(model)
         items = pruning.training_items(model, src, tgt, max_tokens=max_tokens)
         if scratch_batches == "fixed" and len(items) != len(src):
@@ -88,7 +90,7 @@ def pruning_task(
             items,
             directory=Path(directory) / "scratch",
             layout=layout,
-            updates=scratch_updates,
+            updates=updates,
             lr=base_lr,
             warmup=warmup,
             max_tokens=max_tokens,
@@ -108,11 +110,21 @@ def pruning_task(
             "use a local metrics.store / extract.store for pruning"
         )
     if scope == "scratch":  # every head, from scratch, by the from-scratch runs' loop
+        if scratch_updates is None:
+            raise ValueError(
+                "a pruning run of scope 'scratch' trains every head from scratch for scratch_updates: "
+                "pass scratch_updates (metrics.pruning.scratch_updates)"
+            )
+        if not isinstance(adapter, FairseqLayoutHeads):
+            raise ValueError(
+                f"metrics.pruning: {adapter.name} ({type(adapter).__name__}) has no fairseq-layout heads "
+                "to train from scratch; pruning runs on fairseq translation models"
+            )
         layout = {
             a: [[1.0] * adapter.attention_modules(a)[0].num_heads] * len(adapter.output_projections(a))
             for a in ATTENTIONS
         }
-        scratch = from_scratch(adapter, layout)
+        scratch = from_scratch(adapter, layout, scratch_updates)
         s = score()
         return {
             "bleu_scratch": s["bleu"],
@@ -121,6 +133,7 @@ def pruning_task(
             "scratch_seconds": scratch["seconds"],
             "seconds": round(time.perf_counter() - t0, 1),
         }
+    assert lam is not None  # lam None returned above: the unpruned model's score, or the scratch run
     items = pruning.training_items(adapter, src, tgt, max_tokens=max_tokens)
     run = pruning.prune(
         adapter,
@@ -148,7 +161,7 @@ def pruning_task(
     out.update(bleu_continuous=continuous["bleu"], chrf_continuous=continuous["chrf"])
     if scratch_updates:
         adapter = fairseq_adapter(spec, cached=False)
-        scratch = from_scratch(adapter, kept)
+        scratch = from_scratch(adapter, kept, scratch_updates)
         s = score(kept)
         out.update(bleu_scratch=s["bleu"], chrf_scratch=s["chrf"], scratch_seconds=scratch["seconds"])
     out["seconds"] = round(time.perf_counter() - t0, 1)

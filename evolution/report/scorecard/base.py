@@ -129,8 +129,8 @@ class Run:
         self.path = str(path)
         self.groups = {name: open_group(path, name) for name in self.GROUPS}
         attrs = next((g.attrs for g in self.groups.values() if g is not None), {})
-        self.objectives: dict[str, str] = dict(attrs.get("objectives", {}))
-        self.runs: dict[str, dict] = dict(attrs.get("runs", {}))
+        self.objectives = dict(attrs.get("objectives", {}))
+        self.runs = dict(attrs.get("runs", {}))
         self.seed = attrs.get("seed")
         self.missing_intervals = False
 
