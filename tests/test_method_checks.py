@@ -39,12 +39,21 @@ def test_the_pwcca_parts_of_the_committed_result_are_what_the_script_computes():
             rtol=0,
             atol=1e-9,
         )
-    new = script.pwcca_repeated()
+    new, old_rep = script.pwcca_repeated(), committed["pwcca_repeated"]
+    assert new["correlations_at_1"] == old_rep["correlations_at_1"]
     np.testing.assert_allclose(
-        [new[c][v] for c in ("repeated", "control") for v in ("pwcca", "b_rotated")],
-        [committed["pwcca_repeated"][c][v] for c in ("repeated", "control") for v in ("pwcca", "b_rotated")],
+        [new["control"][v] for v in ("pwcca", "b_rotated")],
+        [old_rep["control"][v] for v in ("pwcca", "b_rotated")],
         rtol=0,
         atol=1e-9,
+    )
+    # where correlations repeat, PWCCA follows the basis of the repeated block that the SVD picks, and
+    # that pick follows the BLAS kernel's rounding: another processor gives values within a few 1e-3
+    np.testing.assert_allclose(
+        [new["repeated"][v] for v in ("pwcca", "b_rotated")],
+        [old_rep["repeated"][v] for v in ("pwcca", "b_rotated")],
+        rtol=0,
+        atol=5e-3,
     )
 
 
