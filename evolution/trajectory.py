@@ -40,6 +40,7 @@ __all__ = [
     "checkpoint_models",
     "final_of",
     "first_holds",
+    "member_step",
     "head_roles",
     "collect",
     "FINAL",
@@ -99,12 +100,19 @@ def series_rows(series: dict[str, list[ModelConfig]]) -> list[Row]:
     """The rows of checkpoint series (:mod:`evolution.series`): every member but the last is a
     snapshot's; the last is the final model."""
     return [
-        Row(name, {_step(m): m for m in members[:-1]}, members[-1], _step(members[-1]), members[-1].objective)
+        Row(
+            name,
+            {member_step(m): m for m in members[:-1]},
+            members[-1],
+            member_step(members[-1]),
+            members[-1].objective,
+        )
         for name, members in series.items()
     ]
 
 
-def _step(member: ModelConfig) -> int:
+def member_step(member: ModelConfig) -> int:
+    """The training step of a series member (:func:`evolution.series.expand` sets it)."""
     if member.step is None:
         raise ValueError(f"series member {member.name} has no step (evolution.series.expand sets it)")
     return member.step

@@ -79,6 +79,7 @@ def load_series(
     from evolution.config import ConfigError, ModelConfig, resolved_dict
     from evolution.models.device import resolve_device
     from evolution.series import SeriesError, expand
+    from evolution.trajectory import member_step
 
     if (revisions is None) == (checkpoints is None):
         raise ValueError("load_series: give revisions=[...] (hub revisions of path) or checkpoints='<glob>'")
@@ -117,14 +118,8 @@ def load_series(
     resolve_device(device)
     return Series(
         name=name,
-        members={_step(m): Model(name=m.name, spec={**resolved_dict(m), "device": device}) for m in members},
+        members={member_step(m): Model(name=m.name, spec={**resolved_dict(m), "device": device}) for m in members},
     )
-
-
-def _step(member) -> int:
-    if member.step is None:
-        raise ValueError(f"series member {member.name} has no step (evolution.series.expand sets it)")
-    return int(member.step)
 
 
 def trajectory(

@@ -51,7 +51,8 @@ def _cached_fairseq(spec_json: str) -> Adapter:
     from evolution.models.kinds import kind_of
 
     spec = json.loads(spec_json)
-    return kind_of(spec["kind"]).build(spec, adapter=kind_of(spec["kind"]).fairseq_adapter)
+    kind = kind_of(spec["kind"])
+    return kind.build(spec, adapter=kind.fairseq_adapter)
 
 
 @lru_cache(maxsize=4)
