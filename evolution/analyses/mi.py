@@ -181,7 +181,7 @@ class MI(Analysis):
                         key={"model": m.key, **layer_cfg, "seed": inputs.seed, "layer": layer},
                     )
                 )
-            if m.objective == "mlm" and m.kind != "huggingface" and "input" in m.plan.mi:
+            if m.objective == "mlm" and m.kind not in ("huggingface", "activations") and "input" in m.plan.mi:
                 sentence, token_id = m.coords["sentence"], m.coords["token_id"]
                 content = content_ids_by_sentence(token_id, sentence, wanted=np.unique(sentence[m.primary]))
                 types = np.unique(m.plan.mi["input"][1]).tolist()

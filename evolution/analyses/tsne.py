@@ -140,7 +140,7 @@ class TSNE(Analysis):
                 )
                 for layer in range(m.n_layers)
             ]
-            if m.objective == "mlm" and m.kind != "huggingface":
+            if m.objective == "mlm" and m.kind not in ("huggingface", "activations"):
                 from evolution.metrics.plan import content_ids_by_sentence
 
                 for sel_cfg in tsne.selections:

@@ -10,6 +10,8 @@
 >>> ev.plot.mi(ev.mi(reps), models=["mt"], layers=range(7), ax=None)      # one panel, returns the figure
 >>> pythia = ev.load_series("EleutherAI/pythia-70m", revisions=["step1000", "step143000"])  # a checkpoint series
 >>> traj = ev.trajectory(pythia, sentences)                            # the groups of trajectory.zarr
+>>> clean = ev.from_transformer_lens(cache, tokens, tokenizer=bridge.tokenizer)  # activations held elsewhere
+>>> ev.compare(clean, ablated)                                         # per layer: distance, MI change, intervals
 
 Every function runs what the pipeline runs (extraction into a Zarr store, in memory here;
 the analyses' units and groups; the report's views and figures), so a dataset from here and
@@ -29,7 +31,9 @@ from evolution.api.analyses import (
     probes,
     similarity,
 )
+from evolution.api.compare import compare
 from evolution.api.examples import example_sentences
+from evolution.api.interop import from_activations, from_nnsight, from_transformer_lens
 from evolution.api.model import Model, load
 from evolution.api.represent import Representations, open_store, represent
 from evolution.api.series import Series, load_series, trajectory
@@ -43,6 +47,10 @@ __all__ = [
     "Representations",
     "represent",
     "open_store",
+    "from_activations",
+    "from_transformer_lens",
+    "from_nnsight",
+    "compare",
     "analyse",
     "mi",
     "neighbors",

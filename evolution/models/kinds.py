@@ -14,6 +14,8 @@ shipped        a directory, model.json +  PlainAdapter (plain    model.json ``up
                model.safetensors          PyTorch)
 trained        a run of the config's      FairseqAdapter, on     (train.checkpoints names them)
                ``train`` section          the run's checkpoint
+activations    a representation store     StoredAdapter (serves  none (the API's alone:
+               (``group``: the model)     the stored states)     ``ev.from_activations``)
 =============  =========================  =====================  ==================================
 
 The config schema (:class:`evolution.config.ModelConfig`) sits below this package and lists the
@@ -107,10 +109,13 @@ class Kind:
     fairseq_adapter: str | None = None
     #: a kind of the config alone: its files come from the config's train stage, not from a path
     config_only: bool = False
+    #: a kind of the API alone, which no ``models:`` entry names and no path is recognised as
+    #: (representations from activations: :func:`evolution.api.from_activations`)
+    api_only: bool = False
 
     def recognises(self, path: Path) -> bool:
         """Whether the local ``path`` is a checkpoint of this kind."""
-        if self.config_only:
+        if self.config_only or self.api_only:
             return False
         if not self.is_directory:
             return path.is_file()
@@ -184,6 +189,14 @@ KINDS: dict[str, Kind] = {
             is_directory=False,
             config_only=True,
         ),
+        Kind(
+            "activations",
+            adapter="evolution.stored_adapter:StoredAdapter",
+            is_directory=True,
+            adapter_fields=("group",),
+            supports_key_masking=False,
+            api_only=True,
+        ),
     )
 }
 
@@ -207,7 +220,7 @@ def infer_kind(path: str | Path) -> str:
             return kind.name
     if p.is_dir():
         wanted = "; ".join(
-            f"{' + '.join(k.markers)} ({k.name})" for k in KINDS.values() if k.is_directory and not k.config_only
+            f"{' + '.join(k.markers)} ({k.name})" for k in KINDS.values() if k.is_directory and k.markers
         )
         raise ValueError(f"{p} is a directory that holds none of the files a model directory has: {wanted}")
     if looks_like_hub_id(str(path)):

@@ -1,0 +1,293 @@
+"""Representations from activations a researcher already holds: TransformerLens caches,
+nnsight's saved outputs, or plain arrays of any run (clean, patched, ablated), stored in the
+layout of the project's own extraction (:mod:`evolution.activations`) so that the analyses
+(:mod:`evolution.api.analyses`), the views and :func:`~evolution.api.compare.compare` take them
+unchanged.
+
+>>> reps = ev.from_activations(states, token_ids=ids, token_strs=strs)        # per sentence
+>>> reps = ev.from_transformer_lens(cache, tokens, tokenizer=bridge.tokenizer)  # a TransformerLens cache
+>>> reps = ev.from_nnsight(saved_layers, tokens, tokenizer=lm.tokenizer)       # nnsight's saved outputs
+
+None of them imports TransformerLens or nnsight: a cache is read by its hook names and saved
+outputs are tensors. The ``interop`` extra (``pip install -e ".[interop]"``) installs both for
+the worked example of ``docs/interop.md`` and the equality tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evolution.api.represent import Representations
+
+__all__ = ["from_activations", "from_transformer_lens", "from_nnsight", "require"]
+
+logger = logging.getLogger(__name__)
+
+#: what ``pip install`` needs for each optional peer (the ``interop`` extra holds both)
+_EXTRAS = {"transformer_lens": "transformer-lens", "nnsight": "nnsight"}
+
+
+def require(module: str):
+    """Import ``module`` (``transformer_lens`` or ``nnsight``), or an ``ImportError`` naming the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(
+            f"{module} is not installed: pip install -e '.[interop]' (or pip install {_EXTRAS.get(module, module)})"
+        ) from None
+
+
+def from_activations(
+    states: Sequence,
+    *,
+    token_ids: Sequence,
+    token_strs: Sequence[Sequence[str]] | None = None,
+    tokenizer: Any = None,
+    attention: Sequence | None = None,
+    added: tuple[int, int] = (0, 0),
+    name: str = "activations",
+    objective: str | None = None,
+    store: str | Path | None = None,
+    source: str = "arrays",
+) -> Representations:
+    """:class:`Representations` of activations computed elsewhere.
+
+    Parameters
+    ----------
+    states
+        Per sentence, the states of every layer: an (L + 1, T_s, d) array or tensor, or a list of
+        L + 1 (T_s, d) ones; layer 0 the embeddings (the first block's input), layer l block l's
+        output.
+    token_ids
+        Per sentence, the T_s input ids (the model's whole input, added tokens included).
+    token_strs, tokenizer
+        Per sentence, the T_s token strings; or a tokenizer with ``convert_ids_to_tokens`` that
+        gives them.
+    attention
+        Optional, per sentence (L, H, T_s, T_s): attention patterns (rows the queries, each a
+        distribution over the keys). With them the head statistics and views run.
+    added
+        ``(before, after)``: how many tokens the model's input adds to every sentence (a BOS:
+        ``(1, 0)``; BERT: ``(1, 1)``). Kept in the attention maps, left out of the states'
+        ``token`` axis, as the project's extraction does.
+    objective
+        ``lm``, ``mlm`` or ``mt``: what the model predicts (MI's output label and the causal
+        head statistics follow it); None: MI with the input token only.
+    store
+        Where to write (a path or fsspec URL); default a fresh in-memory store.
+
+    Everything is checked before a byte is written (shapes, layer counts, token alignment, dtype,
+    NaN or inf, attention rows); an :class:`~evolution.activations.ActivationsError` names the
+    sentence, the layer and the fix.
+    """
+    from evolution.activations import KIND, check_activations, write_activations
+    from evolution.store import StoreError, store_entries
+
+    if objective is not None and objective not in ("lm", "mlm", "mt"):
+        raise ValueError(f"objective={objective!r}: one of 'lm', 'mlm', 'mt', or None")
+    if token_strs is None:
+        if tokenizer is None:
+            raise ValueError("give token_strs= (per sentence, the token strings) or tokenizer= to convert the ids")
+        token_strs = [
+            [str(p) for p in tokenizer.convert_ids_to_tokens([int(i) for i in np.asarray(_np(ids)).ravel()])]
+            for ids in token_ids
+        ]
+    acts = check_activations(states, token_ids=token_ids, token_strs=token_strs, attention=attention, added=added)
+    owned = store is None
+    where = str(store) if store is not None else f"memory://evolution-{uuid.uuid4().hex[:12]}/reps.zarr"
+    if not owned and name in store_entries(where, key="store"):
+        raise StoreError(f"{where} already holds a model {name!r}: give another name= or another store=")
+    spec = {
+        "name": name,
+        "kind": KIND,
+        "path": where,
+        "group": name,
+        "objective": objective,
+        "data": None,
+        "sentencepiece": None,
+        "source": source,
+    }
+    key = write_activations(acts, store=where, group=name, spec=spec, attrs={"source": source, "seed": 0})
+    return Representations(store=where, specs={name: spec}, extract_keys={name: key}, owned=(owned, True))
+
+
+def _np(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _rows(tokens, lengths, mask) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``tokens`` (batch, pos) as NumPy, and per sentence the positions that hold tokens: the first
+    ``lengths[s]``, or where ``mask[s]`` is 1 (left or right padding), or all."""
+    ids = _np(tokens)
+    if ids.ndim == 1:
+        ids = ids[None]
+    if ids.ndim != 2:
+        raise ValueError(f"tokens has shape {ids.shape}; give the (batch, position) token ids the model ran on")
+    if lengths is not None and mask is not None:
+        raise ValueError("give lengths= or mask=, not both")
+    if lengths is not None:
+        lengths = [int(n) for n in _np(lengths).ravel()]
+        if len(lengths) != len(ids) or any(not 0 < n <= ids.shape[1] for n in lengths):
+            raise ValueError(f"lengths={lengths}: one per sentence of the batch, each in 1..{ids.shape[1]}")
+        return ids, [np.arange(n) for n in lengths]
+    if mask is not None:
+        m = _np(mask).astype(bool)
+        if m.shape != ids.shape:
+            raise ValueError(f"mask has shape {m.shape}, tokens {ids.shape}: the attention mask of the same batch")
+        return ids, [np.flatnonzero(row) for row in m]
+    return ids, [np.arange(ids.shape[1]) for _ in range(len(ids))]
+
+
+def from_transformer_lens(
+    cache,
+    tokens,
+    *,
+    tokenizer: Any = None,
+    token_strs: Sequence[Sequence[str]] | None = None,
+    lengths: Sequence[int] | None = None,
+    mask=None,
+    final_norm: bool = True,
+    attention: bool = True,
+    added: tuple[int, int] = (0, 0),
+    name: str = "transformer_lens",
+    objective: str | None = "lm",
+    store: str | Path | None = None,
+) -> Representations:
+    """:func:`from_activations` on a TransformerLens ``ActivationCache`` of ``tokens`` (batch, pos).
+
+    Layer 0 is ``blocks.0.hook_resid_pre`` (``hook_embed`` + ``hook_pos_embed``), layer l
+    ``blocks.{l-1}.hook_resid_post``; with ``final_norm`` (default) the last layer is
+    ``ln_final.hook_out`` instead, the final layer norm applied, as Hugging Face's
+    ``hidden_states`` and this project's extraction of GPT-2-like models define it (so that the
+    two routes agree). ``attention``: store ``blocks.{l}.attn.hook_pattern`` too. ``lengths`` or
+    ``mask``: where a padded batch's sentences end. The cache needs ``names_filter`` to have kept
+    these hooks (``run_with_cache(tokens)`` keeps all)."""
+    keys = set(cache.keys())
+    n_layers = 0
+    while f"blocks.{n_layers}.hook_resid_post" in keys:
+        n_layers += 1
+    first = "blocks.0.hook_resid_pre"
+    missing = [k for k in (first, "blocks.0.hook_resid_post") if k not in keys]
+    if final_norm and n_layers and "ln_final.hook_out" not in keys:
+        missing.append("ln_final.hook_out (or final_norm=False)")
+    if attention and "blocks.0.attn.hook_pattern" not in keys:
+        missing.append("blocks.0.attn.hook_pattern (or attention=False)")
+    if missing:
+        raise KeyError(
+            f"the cache has no {', '.join(missing)}: run_with_cache(tokens) without names_filter keeps every hook, "
+            "or keep these"
+        )
+    names = [first] + [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)]
+    if final_norm:
+        names[-1] = "ln_final.hook_out"
+    layers = [_np(cache[k]) for k in names]
+    maps = [_np(cache[f"blocks.{layer}.attn.hook_pattern"]) for layer in range(n_layers)] if attention else None
+    return _batched(
+        layers,
+        maps,
+        tokens,
+        tokenizer=tokenizer,
+        token_strs=token_strs,
+        lengths=lengths,
+        mask=mask,
+        added=added,
+        name=name,
+        objective=objective,
+        store=store,
+        source="transformer_lens",
+    )
+
+
+def from_nnsight(
+    layers: Sequence,
+    tokens,
+    *,
+    attentions: Sequence | None = None,
+    tokenizer: Any = None,
+    token_strs: Sequence[Sequence[str]] | None = None,
+    lengths: Sequence[int] | None = None,
+    mask=None,
+    added: tuple[int, int] = (0, 0),
+    name: str = "nnsight",
+    objective: str | None = None,
+    store: str | Path | None = None,
+) -> Representations:
+    """:func:`from_activations` on per-layer batched outputs: ``layers[l]`` (batch, pos, d), what
+    nnsight's ``.save()`` of each layer's output holds after the trace (the embeddings, then each
+    block; a block's output tuple: its first element), or Hugging Face's ``output.hidden_states``.
+    ``attentions[l]`` (batch, heads, pos, pos): the patterns, e.g. ``output.attentions`` of a trace
+    with ``output_attentions=True``."""
+    layers = [_np(x[0] if isinstance(x, tuple) else x) for x in layers]
+    maps = [_np(a) for a in attentions] if attentions is not None else None
+    return _batched(
+        layers,
+        maps,
+        tokens,
+        tokenizer=tokenizer,
+        token_strs=token_strs,
+        lengths=lengths,
+        mask=mask,
+        added=added,
+        name=name,
+        objective=objective,
+        store=store,
+        source="nnsight",
+    )
+
+
+def _batched(
+    layers: list[np.ndarray],
+    maps: list[np.ndarray] | None,
+    tokens,
+    *,
+    tokenizer,
+    token_strs,
+    lengths,
+    mask,
+    added,
+    name,
+    objective,
+    store,
+    source: str,
+) -> Representations:
+    """Per-layer (batch, pos, d) states and (batch, heads, pos, pos) maps cut into sentences."""
+    ids, rows = _rows(tokens, lengths, mask)
+    for i, x in enumerate(layers):
+        if x.ndim != 3 or x.shape[:2] != ids.shape:
+            raise ValueError(
+                f"layer {i} has shape {x.shape}; with tokens {ids.shape} each layer is (batch, pos, d) = "
+                f"({ids.shape[0]}, {ids.shape[1]}, d)"
+            )
+    states = [np.stack([x[s, r] for x in layers]) for s, r in enumerate(rows)]
+    attention = None
+    if maps is not None:
+        for i, a in enumerate(maps):
+            if a.ndim != 4 or a.shape[0] != ids.shape[0] or a.shape[2:] != (ids.shape[1], ids.shape[1]):
+                raise ValueError(
+                    f"attention of block {i + 1} has shape {a.shape}; with tokens {ids.shape} it is (batch, heads, "
+                    f"pos, pos) = ({ids.shape[0]}, heads, {ids.shape[1]}, {ids.shape[1]})"
+                )
+        attention = [np.stack([a[s][:, r][:, :, r] for a in maps]) for s, r in enumerate(rows)]
+    token_ids = [ids[s, r] for s, r in enumerate(rows)]
+    return from_activations(
+        states,
+        token_ids=token_ids,
+        token_strs=token_strs,
+        tokenizer=tokenizer,
+        attention=attention,
+        added=added,
+        name=name,
+        objective=objective,
+        store=store,
+        source=source,
+    )

@@ -1,0 +1,236 @@
+"""``ev.from_activations`` (activations computed elsewhere) and ``ev.compare``, without
+TransformerLens or nnsight: the states of a plain Hugging Face loop stored through the door
+must equal the project's own extraction; bad input fails before anything is written, naming
+the sentence, the layer and the fix; ``compare`` against the textbook definitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import SENTENCES
+
+import evolution.api as ev
+from evolution.activations import ActivationsError
+
+
+@pytest.fixture(scope="module")
+def plain(hf_lm_specs):
+    """States and attention of ``gpt2_lm`` on :data:`SENTENCES` from a plain transformers loop,
+    one sentence at a time: (states, ids, strs, attention, path)."""
+    import torch
+    import transformers as tf
+
+    path = hf_lm_specs["gpt2_lm"]["path"]
+    model = tf.GPT2Model.from_pretrained(path, attn_implementation="eager").eval()
+    tok = tf.AutoTokenizer.from_pretrained(path)
+    states, ids, strs, maps = [], [], [], []
+    for s in SENTENCES:
+        x = tok(s)["input_ids"]
+        with torch.no_grad():
+            out = model(torch.tensor([x]), output_hidden_states=True, output_attentions=True)
+        states.append(torch.stack(out.hidden_states)[:, 0].numpy())
+        maps.append(torch.stack(out.attentions)[:, 0].numpy())
+        ids.append(x)
+        strs.append(tok.convert_ids_to_tokens(x))
+    return states, ids, strs, maps, path
+
+
+def test_plain_states_through_the_door_equal_our_extraction(plain):
+    states, ids, strs, maps, path = plain
+    own = ev.represent(ev.load(path, name="own"), SENTENCES, attention=True, norms=False)
+    got = ev.from_activations(states, token_ids=ids, token_strs=strs, attention=maps, objective="lm", name="acts")
+    a, b = own["own"], got["acts"]
+    for c in ("sentence", "position", "token_id", "token_str", "word_id", "freq_rank"):
+        assert np.array_equal(a[c].values, b[c].values), c
+    assert np.abs(a["hidden"].values - b["hidden"].values).max() < 1e-5
+    assert np.allclose(
+        own.attention("own")["attention"].values, got.attention("acts")["attention"].values, atol=1e-6, equal_nan=True
+    )
+    ref, mi = (
+        ev.mi(own, k=4, bootstrap=0, tokens={"top": 10, "min_count": 3}),
+        ev.mi(got, k=4, bootstrap=0, tokens={"top": 10, "min_count": 3}),
+    )
+    assert np.allclose(mi["mi"].values, ref["mi"].values, atol=1e-9)
+
+
+def test_a_list_of_layers_and_a_tokenizer_do_as_well(plain):
+    import transformers as tf
+
+    states, ids, strs, _, path = plain
+    tok = tf.AutoTokenizer.from_pretrained(path)
+    by_layer = [list(x) for x in states]  # per sentence, a list of (tokens, d) arrays
+    a = ev.from_activations(states, token_ids=ids, token_strs=strs)
+    b = ev.from_activations(by_layer, token_ids=ids, tokenizer=tok)
+    assert np.array_equal(a["activations"]["hidden"].values, b["activations"]["hidden"].values)
+    assert list(a["activations"]["token_str"].values) == list(b["activations"]["token_str"].values)
+
+
+def test_added_tokens_stay_in_the_attention_and_leave_the_states(plain):
+    states, ids, strs, maps, _ = plain
+    bos = 0  # a made-up BOS in front of every sentence
+    st = [np.concatenate([np.full((x.shape[0], 1, x.shape[2]), 7.0, np.float32), x], axis=1) for x in states]
+    att = []
+    for a in maps:  # the BOS key takes half of every query's weight; its own row attends to itself
+        t = a.shape[-1] + 1
+        m = np.zeros(a.shape[:2] + (t, t), np.float32)
+        m[..., 1:, 1:] = a / 2
+        m[..., 1:, 0] = 0.5
+        m[..., 0, 0] = 1.0
+        att.append(m)
+    reps = ev.from_activations(
+        st, token_ids=[[bos, *x] for x in ids], token_strs=[["<s>", *x] for x in strs], attention=att, added=(1, 0)
+    )
+    ds = reps["activations"]
+    assert np.array_equal(ds["hidden"].values, np.concatenate(states, axis=1))  # the BOS column left out
+    assert ds["position"].values[0] == 0 and ds["token_id"].values[0] == ids[0][0]
+    stored = reps.attention("activations")
+    assert stored.attrs["special_ids"] == [bos]
+    assert int(stored["length"].values[0]) == len(ids[0]) + 1
+    assert stored["input_id"].values[0, 0] == bos
+    heads = ev.heads(reps)  # the head statistics read the stored maps: half of the weight on the BOS
+    n, s = sum(len(x) for x in ids), len(ids)  # content queries give the BOS 0.5, the BOS query itself 1
+    assert np.allclose(heads["value"].sel(measure="to_bos").values, (0.5 * n + s) / (n + s), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("flat", "states[1] has shape"),
+        ("layers", "states[2] has 2 layers"),
+        ("nan", "states[1] layer 2: 3 NaN or inf"),
+        ("tokens", "sentence 0: states have"),
+        ("scores", "attention[0] layer 1: rows are not distributions"),
+        ("added", "sentence 1: the added tokens"),
+        ("ints", "dtype int64"),
+        ("heads", "attention[1] has shape"),
+    ],
+)
+def test_bad_input_is_refused_at_the_door_and_nothing_is_written(plain, tmp_path, case, expected):
+    states, ids, strs, maps, _ = plain
+    states = [x.copy() for x in states[:3]]
+    ids, strs, maps = [list(x) for x in ids[:3]], [list(x) for x in strs[:3]], [a.copy() for a in maps[:3]]
+    if case == "flat":
+        states[1] = states[1][0]
+    elif case == "layers":
+        states[2] = states[2][:2]
+    elif case == "nan":
+        states[1][2, 0, :3] = np.nan
+    elif case == "tokens":
+        ids[0] = ids[0][:-1]
+    elif case == "scores":
+        maps[0] = maps[0] * 3.0
+    elif case == "added":
+        ids[1][0] = ids[0][0] + 1
+    elif case == "ints":
+        states[0] = states[0].astype(np.int64)
+    elif case == "heads":
+        maps[1] = maps[1][:, :, :-1]
+    store = tmp_path / "acts.zarr"
+    with pytest.raises(ActivationsError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        ev.from_activations(
+            states,
+            token_ids=ids,
+            token_strs=strs,
+            attention=maps,
+            store=store,
+            added=(1, 0) if case == "added" else (0, 0),
+        )
+    assert not store.exists()
+
+
+def test_a_stored_result_reopens_like_any_store(plain, tmp_path):
+    states, ids, strs, maps, _ = plain
+    path = tmp_path / "acts.zarr"
+    reps = ev.from_activations(states, token_ids=ids, token_strs=strs, attention=maps, store=path, name="run")
+    again = ev.open_store(path)
+    assert list(again) == ["run"]
+    assert np.array_equal(again["run"]["hidden"].values, reps["run"]["hidden"].values)
+    assert xr.open_zarr(path, group="run", consolidated=False)["hidden"].dims == ("layer", "token", "feature")
+    nb = ev.neighbors(again)
+    assert np.isfinite(nb["value"].sel(measure="same_token").values).all()
+    with pytest.raises(Exception, match="already holds a model 'run'"):
+        ev.from_activations(states, token_ids=ids, token_strs=strs, store=path, name="run")
+
+
+def test_a_patched_run_gets_its_own_key(plain):
+    states, ids, strs, _, _ = plain
+    a = ev.from_activations(states, token_ids=ids, token_strs=strs)
+    patched = [x.copy() for x in states]
+    patched[0][2, 1, 0] += 1.0
+    b = ev.from_activations(patched, token_ids=ids, token_strs=strs)
+    assert a.extract_keys["activations"] != b.extract_keys["activations"]
+    assert ev.from_activations(states, token_ids=ids, token_strs=strs).extract_keys == a.extract_keys
+
+
+# ---- ev.compare against the definitions -------------------------------------------------------
+
+
+def _synthetic(seed: int = 0, n_sentences: int = 60, length: int = 12, d: int = 8, layers: int = 4):
+    """Per sentence (layers, length, d) states with a token signal: a token's state is its type's
+    centre plus noise; 20 types."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(layers, 20, d)) * 3
+    ids = [rng.integers(0, 20, length) for _ in range(n_sentences)]
+    states = [centres[:, x] + rng.normal(size=(layers, length, d)) for x in ids]
+    return states, ids, [[f"t{i}" for i in x] for x in ids]
+
+
+def _plain_cka(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    x, y = x - x.mean(0), y - y.mean(0)
+    return float(np.linalg.norm(y.T @ x) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
+
+
+def _plain_same_token(x: np.ndarray, ids: np.ndarray, k: int) -> float:
+    from sklearn.neighbors import NearestNeighbors
+
+    found = NearestNeighbors(n_neighbors=k + 1).fit(x).kneighbors(x, return_distance=False)[:, 1:]
+    return float(np.mean([(ids[f] == ids[i]).mean() for i, f in enumerate(found)]))
+
+
+def test_compare_against_the_definitions():
+    states, ids, strs = _synthetic()
+    rng = np.random.default_rng(1)
+    q, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+    changed = []
+    for x in states:
+        y = x.copy()
+        y[2] = x[2] @ q  # layer 2 rotated: CKA and the neighbours cannot see it
+        y[3] = x[3] + rng.normal(size=x[3].shape) * 4  # layer 3 drowned in noise
+        changed.append(y)
+    a = ev.from_activations(states, token_ids=ids, token_strs=strs)
+    b = ev.from_activations(changed, token_ids=ids, token_strs=strs)
+    out = ev.compare(a, b, k=10, neighbors=5, bootstrap=40, tokens={"top": 20, "min_count": 5})
+    xa, xb = a["activations"]["hidden"].values, b["activations"]["hidden"].values
+    tid = a["activations"]["token_id"].values
+    for layer in (0, 1):
+        for m in ("pwcca_distance", "cka_distance", "mi_change", "same_token_change"):
+            assert out[m].sel(layer=layer).item() == 0.0
+    assert out["cka_distance"].sel(layer=2).item() == pytest.approx(0.0, abs=1e-9)
+    assert out["same_token_change"].sel(layer=2).item() == pytest.approx(0.0, abs=1e-12)
+    for layer in (2, 3):
+        assert out["cka_distance"].sel(layer=layer).item() == pytest.approx(
+            1 - _plain_cka(xa[layer], xb[layer]), abs=1e-9
+        )
+        want = _plain_same_token(xb[layer], tid, 5) - _plain_same_token(xa[layer], tid, 5)
+        assert out["same_token_change"].sel(layer=layer).item() == pytest.approx(want, abs=1e-9)
+    assert out["same_token_change"].sel(layer=3).item() < -0.1  # noise hides the tokens
+    assert out["mi_change"].sel(layer=3).item() < 0
+    lo, hi = out["same_token_change_interval"].sel(layer=3).values
+    assert lo < out["same_token_change"].sel(layer=3).item() < hi < 0
+    # b against a is a against b with the sign of the changes turned
+    back = ev.compare(b, a, k=10, neighbors=5, bootstrap=40, tokens={"top": 20, "min_count": 5})
+    assert np.allclose(back["same_token_change"], -out["same_token_change"], atol=1e-12)
+    assert np.allclose(back["mi_change"], -out["mi_change"], atol=1e-12)
+    assert np.allclose(back["cka_distance"], out["cka_distance"], atol=1e-9)
+
+
+def test_compare_refuses_runs_on_other_tokens():
+    states, ids, strs = _synthetic()
+    a = ev.from_activations(states, token_ids=ids, token_strs=strs)
+    other = [x.copy() for x in ids]
+    other[3][5] = (other[3][5] + 1) % 20
+    b = ev.from_activations(states, token_ids=other, token_strs=strs)
+    with pytest.raises(ValueError, match="differ in token_id"):
+        ev.compare(a, b)
