@@ -196,6 +196,7 @@ def test_compare_against_the_definitions():
     changed = []
     for x in states:
         y = x.copy()
+        y[1] = x[1] + rng.normal(size=x[1].shape) * 1e-4 * x[1].std()  # layer 1: noise far below the signal
         y[2] = x[2] @ q  # layer 2 rotated: CKA and the neighbours cannot see it
         y[3] = x[3] + rng.normal(size=x[3].shape) * 4  # layer 3 drowned in noise
         changed.append(y)
@@ -204,19 +205,22 @@ def test_compare_against_the_definitions():
     out = ev.compare(a, b, k=10, neighbors=5, bootstrap=40, tokens={"top": 20, "min_count": 5})
     xa, xb = a["activations"]["hidden"].values, b["activations"]["hidden"].values
     tid = a["activations"]["token_id"].values
-    for layer in (0, 1):
-        for m in ("pwcca_distance", "cka_distance", "mi_change", "same_token_change"):
-            assert out[m].sel(layer=layer).item() == 0.0
+    for m in ("pwcca_distance", "cka_distance", "mi_change", "same_token_change"):
+        assert out[m].sel(layer=0).item() == 0.0  # identical: 0 by definition
+    for m in ("pwcca_distance", "cka_distance"):  # noise at 1e-4: a distance near 0, not the identical route's 0
+        assert 0.0 < out[m].sel(layer=1).item() < 1e-6
+    for m in ("mi_change", "same_token_change"):  # and no change the interval can tell from none
+        lo, hi = out[f"{m}_interval"].sel(layer=1).values
+        assert lo <= 0.0 <= hi, m
     assert out["cka_distance"].sel(layer=2).item() == pytest.approx(0.0, abs=1e-9)
     assert out["same_token_change"].sel(layer=2).item() == pytest.approx(0.0, abs=1e-12)
-    for layer in (2, 3):
-        assert out["cka_distance"].sel(layer=layer).item() == pytest.approx(
-            1 - _plain_cka(xa[layer], xb[layer]), abs=1e-9
-        )
+    for layer in (1, 2, 3):
+        want_cka = 1 - _plain_cka(xa[layer], xb[layer])
+        assert out["cka_distance"].sel(layer=layer).item() == pytest.approx(want_cka, abs=1e-9)
         want = _plain_same_token(xb[layer], tid, 5) - _plain_same_token(xa[layer], tid, 5)
         assert out["same_token_change"].sel(layer=layer).item() == pytest.approx(want, abs=1e-9)
     assert out["same_token_change"].sel(layer=3).item() < -0.1  # noise hides the tokens
-    assert out["mi_change"].sel(layer=3).item() < 0
+    assert out["mi_change_interval"].sel(layer=3, bound="high").item() < 0
     lo, hi = out["same_token_change_interval"].sel(layer=3).values
     assert lo < out["same_token_change"].sel(layer=3).item() < hi < 0
     # b against a is a against b with the sign of the changes turned
@@ -224,6 +228,39 @@ def test_compare_against_the_definitions():
     assert np.allclose(back["same_token_change"], -out["same_token_change"], atol=1e-12)
     assert np.allclose(back["mi_change"], -out["mi_change"], atol=1e-12)
     assert np.allclose(back["cka_distance"], out["cka_distance"], atol=1e-9)
+
+
+def test_mis_interval_holds_the_restarts_spread():
+    """The MI change's interval is the bootstrap's widened by the restarts' standard error, in
+    quadrature: recomputed here from the parts."""
+    from scipy.stats import norm
+
+    from evolution.metrics.compare import compare_layer
+    from evolution.metrics.mi import bootstrap_mi, centred_interval, kmeans_labels, mutual_information
+
+    states, ids, _ = _synthetic(seed=3)
+    x = np.concatenate(states, axis=1)
+    rng = np.random.default_rng(2)
+    xa, xb = x[1], x[1] + rng.normal(size=x[1].shape) * 0.5
+    tid = np.concatenate(ids)
+    sent = np.repeat(np.arange(len(ids)), [len(i) for i in ids])
+    rows = np.ones(len(tid), bool)
+    out = compare_layer(xa, xb, token_id=tid, sentence=sent, mi_rows=rows, k=10, restarts=4, bootstrap=30, seed=7)
+    per = {}
+    boot = {}
+    for name, v in (("a", xa), ("b", xb)):
+        cl = [kmeans_labels(v, k=10, seed=7 + r) for r in range(4)]
+        per[name] = np.array([mutual_information(tid, c) for c in cl])
+        boot[name] = bootstrap_mi(tid, cl, sent, replicates=30, seed=7)["mi"].mean(axis=1)
+    est = per["b"].mean() - per["a"].mean()
+    assert out["mi_change"] == pytest.approx(est, abs=1e-12)
+    lo, hi = centred_interval(boot["b"] - boot["a"], est, 0.95)
+    extra = norm.ppf(0.975) * np.sqrt((per["a"].var(ddof=1) + per["b"].var(ddof=1)) / 4)
+    want = [est - np.hypot(est - lo, extra), est + np.hypot(hi - est, extra)]
+    assert out["mi_change_interval"] == pytest.approx(want, abs=1e-12)
+    assert want[1] - want[0] > hi - lo  # wider than the bootstrap's alone
+    with pytest.raises(ValueError, match="at least 2 k-means restarts"):
+        compare_layer(xa, xb, token_id=tid, sentence=sent, mi_rows=rows, k=10, restarts=1)
 
 
 def test_compare_refuses_runs_on_other_tokens():

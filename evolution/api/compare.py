@@ -38,7 +38,7 @@ def compare(
     tokens: dict | None = None,
     k: int = 100,
     neighbors: int = 10,
-    restarts: int = 1,
+    restarts: int = 5,
     bootstrap: int = 200,
     level: float = 0.95,
     seed: int = 0,
@@ -49,8 +49,9 @@ def compare(
 
     Returns a Dataset on ``layer`` (and ``bound``: low, high): ``pwcca_distance`` (weights from
     ``a``, the reference) and ``cka_distance`` between the runs' states of every token;
-    ``mi_change`` (MI with the input token, b minus a, nats; ``k`` clusters, capped at 1 per 10
-    occurrences) on the occurrences of ``tokens`` (default: the 100 most frequent types with at
+    ``mi_change`` (MI with the input token, b minus a, nats: the mean over ``restarts`` k-means
+    runs of ``k`` clusters, capped at 1 per 10 occurrences; its interval holds the restarts'
+    spread too) on the occurrences of ``tokens`` (default: the 100 most frequent types with at
     least 5 occurrences, as the API's MI); ``same_token_change`` (the share of each token's
     ``neighbors`` nearest others that are the same token, b minus a); each with
     ``<name>_interval`` over ``bootstrap`` resamples of whole sentences (paired), and the runs'

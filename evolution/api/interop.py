@@ -229,6 +229,12 @@ def from_nnsight(
     with ``output_attentions=True``."""
     layers = [_np(x[0] if isinstance(x, tuple) else x) for x in layers]
     maps = [_np(a) for a in attentions] if attentions is not None else None
+    if maps is not None and len(maps) != len(layers) - 1:
+        raise ValueError(
+            f"attentions holds {len(maps)} maps for {len(layers) - 1} blocks: one (batch, heads, pos, pos) "
+            "pattern per block (a model whose attention implementation returns none gives an empty tuple: "
+            "load it with attn_implementation='eager')"
+        )
     return _batched(
         layers,
         maps,

@@ -17,7 +17,7 @@ import xarray as xr
 
 from evolution.analyses.plotting import STYLES, plt
 
-__all__ = ["mi", "neighbors", "distances", "change", "influence", "heads", "trajectory", "report_figure"]
+__all__ = ["mi", "neighbors", "distances", "change", "influence", "heads", "trajectory", "compared", "report_figure"]
 
 
 def _axes(ax):
@@ -272,6 +272,37 @@ def trajectory(
     }[var]
     ax.set(xlabel="training step", ylabel=label, title=str(which))
     ax.legend(fontsize=7)
+    return fig
+
+
+def compared(
+    ds: xr.Dataset,
+    *,
+    measures: Sequence[str] = ("pwcca_distance", "cka_distance"),
+    layers: Sequence[int] | None = None,
+    ax=None,
+):
+    """What an intervention does per layer: ``measures`` of :func:`evolution.api.compare` (distances,
+    or ``mi_change`` / ``same_token_change``) against the layer, each with its interval as a band."""
+    fig, ax = _axes(ax)
+    sel = ds if layers is None else ds.sel(layer=[int(x) for x in layers])
+    x = sel["layer"].values
+    for i, m in enumerate(measures):
+        if m not in sel:
+            raise KeyError(
+                f"no {m!r} in this comparison; it has {[str(v) for v in sel.data_vars if '_interval' not in str(v)]}"
+            )
+        color = f"C{i}"
+        ax.plot(x, sel[m].values, marker="o", color=color, label=m.replace("_", " "))
+        _band(ax, x, sel.get(f"{m}_interval"), color)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.axhline(0, color="0.6", linewidth=0.8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("layer")
+    ax.set_ylabel("b against a (95% interval)")
+    ax.set_title(f"{ds.attrs.get('b', 'b')} against {ds.attrs.get('a', 'a')}")
+    ax.legend(frameon=False)
     return fig
 
 

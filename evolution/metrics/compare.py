@@ -10,6 +10,13 @@ percentile interval over resamples of whole sentences, the same resamples for bo
 estimate (:func:`evolution.metrics.mi.centred_interval`: a resample repeats sentences, which
 biases CCA and plug-in MI; the shift removes that bias, Efron & Tibshirani 1993, ch. 10).
 
+MI's interval holds a second error: k-means finds another optimum when the data move a little,
+so a change of states far too small to alter what they say about the token moves a single
+restart's MI by several hundredths of a nat. The spread over ``restarts`` (standard error of the
+difference of two means) is added in quadrature to the bootstrap's half-widths
+(:func:`widened`); with it, states perturbed by noise at 1e-4 of their spread get an interval
+that covers 0 (``tests/test_activations.py``).
+
 Identical states (a layer below the intervention) have distance 0 and change 0 by definition;
 they are reported as exactly 0 with the interval [0, 0], without the SVD's rounding.
 """
@@ -39,9 +46,20 @@ def _distances(xa: np.ndarray, xb: np.ndarray, *, epsilon: float, min_ratio: flo
     return pwcca_distance(va, vb), cka_distance(va, vb)
 
 
-def _mi(x: np.ndarray, labels: np.ndarray, *, k: int, restarts: int, seed: int) -> tuple[float, list[np.ndarray]]:
+def _mi(x: np.ndarray, labels: np.ndarray, *, k: int, restarts: int, seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """MI of each k-means restart (seed ``seed + r``) and the restarts' clusters."""
     clusterings = [kmeans_labels(x, k=k, seed=seed + r) for r in range(restarts)]
-    return float(np.mean([mutual_information(labels, c) for c in clusterings])), clusterings
+    return np.array([mutual_information(labels, c) for c in clusterings]), clusterings
+
+
+def widened(interval: list[float], estimate: float, se: float, level: float) -> list[float]:
+    """``interval`` around ``estimate`` with each half-width ``h`` made ``sqrt(h^2 + (z se)^2)``
+    (z the normal quantile of ``level``): a second, independent source of error added in quadrature."""
+    from scipy.stats import norm
+
+    extra = float(norm.ppf(0.5 + level / 2)) * se
+    lo, hi = estimate - interval[0], interval[1] - estimate
+    return [estimate - float(np.hypot(lo, extra)), estimate + float(np.hypot(hi, extra))]
 
 
 def compare_layer(
@@ -53,7 +71,7 @@ def compare_layer(
     mi_rows: np.ndarray,
     k: int,
     neighbors: int = 10,
-    restarts: int = 1,
+    restarts: int = 5,
     bootstrap: int = 200,
     level: float = 0.95,
     seed: int = 0,
@@ -62,10 +80,15 @@ def compare_layer(
 ) -> dict[str, float | list[float]]:
     """One layer of two runs: ``xa``, ``xb`` (n, d_a), (n, d_b) the states of the same n
     occurrences, ``token_id`` and ``sentence`` (n,) theirs; ``mi_rows`` (n,) bool the
-    occurrences of MI (the frequent types). ``k``: MI's clusters; ``neighbors``: the k of the
+    occurrences of MI (the frequent types). ``k``: MI's clusters (``restarts`` k-means runs, seeds
+    ``seed`` ..; at least 2, so that their spread enters MI's interval); ``neighbors``: the k of the
     same-token rate (the query itself excluded). Returns each measure of :data:`MEASURES` and,
     under ``<measure>_interval``, its ``[low, high]``; beside them the runs' own values
     (``mi_a``, ``mi_b``, ``same_token_a``, ``same_token_b``)."""
+    if restarts < 2:
+        raise ValueError(
+            f"restarts={restarts}: MI's change needs at least 2 k-means restarts (their spread is part of its error)"
+        )
     xa, xb = np.asarray(xa, dtype=np.float64), np.asarray(xb, dtype=np.float64)
     if xa.shape[0] != xb.shape[0] or len(token_id) != xa.shape[0] or len(sentence) != xa.shape[0]:
         raise ValueError(f"the runs' states have {xa.shape[0]} and {xb.shape[0]} rows, tokens {len(token_id)}")
@@ -90,14 +113,21 @@ def compare_layer(
         out.update(pwcca_distance=p, cka_distance=c)
         out["pwcca_distance_interval"] = centred_interval(boot[:, 0], p, level)
         out["cka_distance_interval"] = centred_interval(boot[:, 1], c, level)
-    # MI with the token: the same k-means seeds for both runs, paired sentence resamples
+    # MI with the token: the same k-means seeds for both runs, paired sentence resamples; the
+    # interval also holds the clustering's own error (a k-means optimum moves with a small change
+    # of the data: the spread over restarts, its standard error over the mean of `restarts`)
     labels, sent = token_id[mi_rows], sentence[mi_rows]
-    mi_a, ca = _mi(xa[mi_rows], labels, k=k, restarts=restarts, seed=seed)
-    mi_b, cb = (mi_a, ca) if same else _mi(xb[mi_rows], labels, k=k, restarts=restarts, seed=seed)
+    per_a, ca = _mi(xa[mi_rows], labels, k=k, restarts=restarts, seed=seed)
+    per_b, cb = (per_a, ca) if same else _mi(xb[mi_rows], labels, k=k, restarts=restarts, seed=seed)
+    mi_a, mi_b = float(per_a.mean()), float(per_b.mean())
     ra = bootstrap_mi(labels, ca, sent, replicates=bootstrap, seed=seed)["mi"].mean(axis=1)
     rb = ra if same else bootstrap_mi(labels, cb, sent, replicates=bootstrap, seed=seed)["mi"].mean(axis=1)
     out.update(mi_a=mi_a, mi_b=mi_b, mi_change=mi_b - mi_a)
-    out["mi_change_interval"] = [0.0, 0.0] if same else centred_interval(rb - ra, mi_b - mi_a, level)
+    if same:
+        out["mi_change_interval"] = [0.0, 0.0]
+    else:
+        se = float(np.sqrt((per_a.var(ddof=1) + per_b.var(ddof=1)) / restarts)) if restarts > 1 else 0.0
+        out["mi_change_interval"] = widened(centred_interval(rb - ra, mi_b - mi_a, level), mi_b - mi_a, se, level)
     # same-token rate of the nearest neighbours; resamples as the neighbours analysis draws them
     qa = same_label_per_query(knn(xa, k=neighbors), token_id)
     qb = qa if same else same_label_per_query(knn(xb, k=neighbors), token_id)
