@@ -271,3 +271,19 @@ def test_compare_refuses_runs_on_other_tokens():
     b = ev.from_activations(states, token_ids=other, token_strs=strs)
     with pytest.raises(ValueError, match="differ in token_id"):
         ev.compare(a, b)
+
+
+def test_the_api_never_imports_transformer_lens_or_nnsight():
+    """They are an extra: the API and ev.from_activations on plain arrays run without them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, evolution.api as ev\n"
+        "x = [np.random.default_rng(0).normal(size=(3, 5, 4)).astype('float32') for _ in range(3)]\n"
+        "reps = ev.from_activations(x, token_ids=[[1, 2, 3, 4, 5]] * 3, token_strs=[list('abcde')] * 3)\n"
+        "assert reps['activations'].sizes['token'] == 15\n"
+        "print(sorted(m for m in ('transformer_lens', 'nnsight') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

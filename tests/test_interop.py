@@ -182,3 +182,27 @@ def test_an_ablated_head_moves_its_layer_and_nothing_below(gpt2, routes):
         assert np.all(lo <= out[m].values + 1e-12) and np.all(out[m].values <= hi + 1e-12), m
     # the run's own values: a's MI is the clean run's, b's the ablated run's
     assert np.allclose(out["mi_b"] - out["mi_a"], out["mi_change"], atol=1e-12)
+
+
+def test_a_filtered_cache_with_the_embeddings_as_two_hooks(gpt2, routes):
+    """A cache that kept only ``hook_embed`` and ``hook_pos_embed`` for layer 0 gives the same states;
+    one without the hooks a layer needs is refused, naming them."""
+    path, sentences, batch, lengths = gpt2
+    _, lens, _, bridge = routes
+
+    def keep(name: str) -> bool:
+        return name in ("hook_embed", "hook_pos_embed", "ln_final.hook_out") or name.endswith(
+            ("hook_resid_post", "attn.hook_pattern")
+        )
+
+    _, cache = bridge.run_with_cache(batch, names_filter=keep)
+    assert "blocks.0.hook_resid_pre" not in cache.keys()
+    again = ev.from_transformer_lens(cache, batch, lengths=lengths, tokenizer=bridge.tokenizer, name="again")
+    assert np.abs(again["again"]["hidden"].values - lens["lens"]["hidden"].values).max() < 1e-6
+    _, bare = bridge.run_with_cache(batch, names_filter=lambda n: n.endswith("hook_resid_post"))
+    with pytest.raises(KeyError, match="blocks.0.hook_resid_pre.*ln_final.hook_out.*hook_pattern"):
+        ev.from_transformer_lens(bare, batch, lengths=lengths, tokenizer=bridge.tokenizer)
+    with pytest.raises(KeyError, match="blocks.0.hook_resid_pre"):  # the residual stream alone still lacks layer 0
+        ev.from_transformer_lens(
+            bare, batch, lengths=lengths, tokenizer=bridge.tokenizer, final_norm=False, attention=False
+        )

@@ -25,25 +25,9 @@ import numpy as np
 
 from evolution.api.represent import Representations
 
-__all__ = ["from_activations", "from_transformer_lens", "from_nnsight", "require"]
+__all__ = ["from_activations", "from_transformer_lens", "from_nnsight"]
 
 logger = logging.getLogger(__name__)
-
-#: what ``pip install`` needs for each optional peer (the ``interop`` extra holds both)
-_EXTRAS = {"transformer_lens": "transformer-lens", "nnsight": "nnsight"}
-
-
-def require(module: str):
-    """Import ``module`` (``transformer_lens`` or ``nnsight``), or an ``ImportError`` naming the extra."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ImportError(
-            f"{module} is not installed: pip install -e '.[interop]' (or pip install {_EXTRAS.get(module, module)})"
-        ) from None
-
 
 def from_activations(
     states: Sequence,
@@ -165,7 +149,8 @@ def from_transformer_lens(
 ) -> Representations:
     """:func:`from_activations` on a TransformerLens ``ActivationCache`` of ``tokens`` (batch, pos).
 
-    Layer 0 is ``blocks.0.hook_resid_pre`` (``hook_embed`` + ``hook_pos_embed``), layer l
+    Layer 0 is ``blocks.0.hook_resid_pre`` (or, where the cache kept only them, ``hook_embed`` +
+    ``hook_pos_embed``), layer l
     ``blocks.{l-1}.hook_resid_post``; with ``final_norm`` (default) the last layer is
     ``ln_final.hook_out`` instead, the final layer norm applied, as Hugging Face's
     ``hidden_states`` and this project's extraction of GPT-2-like models define it (so that the
@@ -177,7 +162,9 @@ def from_transformer_lens(
     while f"blocks.{n_layers}.hook_resid_post" in keys:
         n_layers += 1
     first = "blocks.0.hook_resid_pre"
-    missing = [k for k in (first, "blocks.0.hook_resid_post") if k not in keys]
+    # without it, the embeddings are the token and position embeddings' sum (GPT-2's layer 0)
+    summed = first not in keys and {"hook_embed", "hook_pos_embed"} <= keys
+    missing = [k for k in ("blocks.0.hook_resid_post",) + (() if summed else (first,)) if k not in keys]
     if final_norm and n_layers and "ln_final.hook_out" not in keys:
         missing.append("ln_final.hook_out (or final_norm=False)")
     if attention and "blocks.0.attn.hook_pattern" not in keys:
@@ -187,10 +174,11 @@ def from_transformer_lens(
             f"the cache has no {', '.join(missing)}: run_with_cache(tokens) without names_filter keeps every hook, "
             "or keep these"
         )
-    names = [first] + [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)]
+    names = [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)]
     if final_norm:
         names[-1] = "ln_final.hook_out"
-    layers = [_np(cache[k]) for k in names]
+    embeddings = _np(cache["hook_embed"]) + _np(cache["hook_pos_embed"]) if summed else _np(cache[first])
+    layers = [embeddings] + [_np(cache[k]) for k in names]
     maps = [_np(cache[f"blocks.{layer}.attn.hook_pattern"]) for layer in range(n_layers)] if attention else None
     return _batched(
         layers,
