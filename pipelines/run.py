@@ -21,6 +21,7 @@ import yaml
 
 from evolution.config import ConfigError, load_config, parse_overrides
 from evolution.corpus import CorpusError
+from evolution.dask_compute import WorkerLost
 from evolution.models import ModelLoadError
 from evolution.store import StoreError
 from evolution.tokens import SentenceTooLong
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, StoreError, ConnectionError) as exc:
         logger.error("%s", exc)
         return 2
-    except (DiskFull, WorkdirBusy) as exc:
+    except (DiskFull, WorkdirBusy, WorkerLost) as exc:
         logger.error("%s", exc)
         return 2
     except KeyboardInterrupt:
