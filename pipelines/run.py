@@ -27,6 +27,7 @@ from evolution.store import StoreError
 from evolution.tokens import SentenceTooLong
 from pipelines.cluster import dask_client
 from pipelines.lock import WorkdirBusy, workdir_lock
+from pipelines.plan import PlanError
 from pipelines.stages import STAGES, Context, downstream, stage_order
 
 logger = logging.getLogger("pipelines.run")
@@ -69,6 +70,7 @@ def run(
     stage: str | None = None,
     force: list[str] | None = None,
     dry_run: bool = False,
+    plan_only: bool = False,
     workdir: str | Path | None = None,
     progress: bool = True,
     overrides: dict[str, Any] | None = None,
@@ -94,6 +96,20 @@ def run(
         for line in lines:
             logger.info("         - %s", line)
     if dry_run:
+        return ctx
+    if plan_only:  # the corpus is built (cheap, cached) to tokenise it; nothing of the store is written
+        from pipelines.stages.extract import ExtractStage
+
+        config.workdir.mkdir(parents=True, exist_ok=True)
+        with workdir_lock(config.workdir):
+            if plan.get("corpus"):
+                logger.info("plan: the corpus is built first (stage corpus), to count each model's tokens")
+                _run_locked(ctx, ["corpus"], plan)
+            untrained = bool(plan.get("train"))  # a run still to train has no checkpoint to measure yet
+            if untrained:
+                logger.info("plan: models of kind trained are left out until the train stage has run")
+            todo = [m for m in config.models if not (untrained and m.kind == "trained")]
+            ExtractStage().plan(ctx, ExtractStage()._todo(ctx, todo) if "extract" in order else [])
         return ctx
     config.workdir.mkdir(parents=True, exist_ok=True)
     with workdir_lock(config.workdir):  # one run per workdir (WorkdirBusy names the other one)
@@ -160,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         help="redo this stage and every stage after it (repeatable)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would run and stop")
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the extraction's plan (bytes, a worker's peak memory, seconds on this machine) and stop",
+    )
     parser.add_argument("--workdir", help="override the config's workdir")
     parser.add_argument(
         "--set",
@@ -179,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             stage=args.stage,
             force=args.force,
             dry_run=args.dry_run,
+            plan_only=args.plan,
             workdir=args.workdir,
             progress=not args.no_progress,
             overrides=parse_overrides(args.overrides),
@@ -186,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CorpusError, ModelLoadError, SentenceTooLong, StoreError, ConnectionError) as exc:
         logger.error("%s", exc)
         return 2
-    except (DiskFull, WorkdirBusy, WorkerLost) as exc:
+    except (DiskFull, WorkdirBusy, WorkerLost, PlanError) as exc:
         logger.error("%s", exc)
         return 2
     except KeyboardInterrupt:

@@ -112,6 +112,49 @@ class ExtractStage(Stage):
     def run(self, ctx: Context) -> None:
         self.extract_models(ctx, ctx.config.models)
 
+    def plan(self, ctx: Context, models: list[ModelConfig], *, corpus=None) -> list[str]:
+        """Log the extraction's plan of ``models`` (:mod:`pipelines.plan`: bytes, a worker's peak,
+        seconds from rates measured now, the store disk's free space) and raise
+        :class:`~pipelines.plan.PlanError` before anything is written when the bytes do not fit."""
+        from pipelines.cluster import default_workers
+        from pipelines.plan import check_space, free_bytes, gemm_rate, log_plan, plan_extract
+
+        if not models:
+            return []
+        corpus = corpus if corpus is not None else CorpusStage().load(ctx)
+        cluster = ctx.config.cluster
+        if ctx.client is not None:
+            workers = len(ctx.client.scheduler_info()["workers"]) or 1
+        elif cluster.kind == "local":
+            workers = cluster.n_workers or default_workers(cluster.threads_per_worker)
+        else:
+            workers = 1
+        plans = [
+            plan_extract(
+                self.spec(ctx, m),
+                corpus,
+                ctx.config.extract,
+                name=m.name,
+                workers=workers,
+                training_text=self.training_text(ctx, m),
+            )
+            for m in models
+        ]
+        store = self.store(ctx)
+        free = free_bytes(store)
+        gemm = ctx.memo("plan.gemm", lambda: gemm_rate(0.25))
+        lines = log_plan(plans, store=store, free=free, gemm=gemm, workers=workers)
+        ctx.timings["plan.extract"] = {
+            "gemm64_one_core": gemm,
+            "workers": workers,
+            **{
+                p.name: {"bytes": p.bytes, "worker_peak_bytes": p.worker_peak_bytes, "seconds": p.seconds}
+                for p in plans
+            },
+        }
+        check_space(plans, store, free=free)
+        return lines
+
     def extract_models(self, ctx: Context, models: list[ModelConfig]) -> None:
         """Extract each of ``models`` whose group is not complete for its key (the config's own in
         :meth:`run`; the trajectory's checkpoints, :mod:`pipelines.stages.trajectory`)."""
@@ -122,6 +165,7 @@ class ExtractStage(Stage):
         if not todo:
             return
         corpus, annotation = CorpusStage().load(ctx), CorpusStage().annotation(ctx)
+        self.plan(ctx, [m for m in models if m.name in todo], corpus=corpus)  # stops here if the disk is short
         for model in models:
             if model.name not in todo:
                 logger.info("extract: %s cached in %s", model.name, store)

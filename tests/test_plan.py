@@ -1,0 +1,54 @@
+"""The extraction's plan (pipelines/plan.py): the bytes it plans against what the run writes,
+and a run whose bytes exceed the free space stops before the store exists."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import write_config
+
+from pipelines.plan import PlanError, gemm_rate
+from pipelines.run import main, run
+
+
+def _written(path) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def test_the_planned_bytes_are_what_the_run_writes(model_specs, corpus_file, tmp_path):
+    models = [model_specs["gpt2"], model_specs["bert"], model_specs["translation"]]
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=models, workdir=tmp_path / "w")
+    ctx = run(cfg, stage="extract", progress=False)
+    plan = ctx.timings["plan.extract"]
+    assert plan["workers"] == 1 and plan["gemm64_one_core"] > 1e8
+    for m in models:
+        planned, written = plan[m["name"]]["bytes"], _written(tmp_path / "w" / "reps.zarr" / m["name"])
+        # metadata and the token coordinates are the rest: a few kB on this tiny corpus
+        assert planned <= written <= planned * 1.05 + 60_000, (m["name"], planned, written)
+        assert plan[m["name"]]["seconds"] > 0 and plan[m["name"]]["worker_peak_bytes"] > 0
+
+
+def test_a_run_that_does_not_fit_stops_before_writing(model_specs, corpus_file, tmp_path, monkeypatch, capsys):
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["gpt2"]], workdir=tmp_path / "w")
+    monkeypatch.setattr("pipelines.plan.free_bytes", lambda store: 1000)
+    with pytest.raises(
+        PlanError, match=r"needs \d+\.\d kB and its disk has 1.0 kB free.*Nothing was written.*extract.dtype: float16"
+    ):
+        run(cfg, stage="extract", progress=False)
+    assert not (tmp_path / "w" / "reps.zarr" / "gpt2").exists()
+    assert main([str(cfg), "--stage", "extract", "--no-progress"]) == 2  # the CLI: the message, no traceback
+    assert "Nothing was written" in capsys.readouterr().err
+
+
+def test_plan_prints_and_writes_nothing(model_specs, corpus_file, tmp_path, capsys):
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["gpt2"]], workdir=tmp_path / "w")
+    assert main([str(cfg), "--plan", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "plan: gpt2" in err and "float64 multiply-adds/s on one core" in err
+    assert not (tmp_path / "w" / "reps.zarr").exists()
+
+
+def test_the_gemm_rate_counts_multiply_adds():
+    """n^3 multiply-adds per n x n product: a rate between 0.1 and 1000 G/s on any CPU."""
+    assert 1e8 < gemm_rate(0.1, n=128) < 1e12
