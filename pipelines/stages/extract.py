@@ -148,7 +148,15 @@ class ExtractStage(Stage):
             "gemm64_one_core": gemm,
             "workers": workers,
             **{
-                p.name: {"bytes": p.bytes, "worker_peak_bytes": p.worker_peak_bytes, "seconds": p.seconds}
+                p.name: {
+                    "bytes": p.bytes,
+                    "worker_peak_bytes": p.worker_peak_bytes,
+                    "seconds": p.seconds,
+                    "tokens": p.tokens,
+                    "layers": p.layers,
+                    "d_model": p.d_model,
+                    "tokens_per_second": p.tokens_per_second,
+                }
                 for p in plans
             },
         }
