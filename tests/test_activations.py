@@ -287,3 +287,24 @@ def test_the_api_never_imports_transformer_lens_or_nnsight():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_views_and_tsne_take_stored_activations(plain):
+    """The views read the stored maps through the stored-activations adapter (no queries and keys:
+    no neuron view); t-SNE reads the states."""
+    from evolution.report.views import views_data
+
+    states, ids, strs, maps, _ = plain
+    reps = ev.from_activations(states, token_ids=ids, token_strs=strs, attention=maps, objective="lm")
+    data = views_data(reps.store, reps.specs, sentences=[2], top_k=3, neuron=True, word_rule="mean")
+    item = data["models"][0]["sentences"][0]
+    assert item["levels"]["subword"]["tokens"] == strs[2] and "neuron" not in item
+    strongest = item["levels"]["subword"]["edges"]["alpha"][1][0]  # block 2, head 0: [query, key, weight]
+    for q, k, w in strongest:
+        assert maps[2][1, 0, q].argsort()[::-1][:3].tolist().count(k) == 1
+        assert w == pytest.approx(maps[2][1, 0, q, k] / maps[2][1, 0, q].sum(), abs=5e-4)  # 3 decimals
+    assert "<html" in ev.views(reps).html[:200].lower()
+    sel = [{"name": "the", "tokens": ["the"], "color": "position"}]
+    out = ev.analyse(reps, {"tsne": {"perplexity": 5, "max_points": 40, "selections": sel}})
+    xy = next(v for k, v in out.items() if k.startswith("tsne"))
+    assert np.isfinite(xy[[n for n in xy.data_vars][0]].values).any()
