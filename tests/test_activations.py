@@ -11,7 +11,7 @@ import xarray as xr
 from conftest import SENTENCES
 
 import evolution.api as ev
-from evolution.activations import ActivationsError
+from evolution.activations import ActivationsError, check_activations
 
 
 @pytest.fixture(scope="module")
@@ -308,3 +308,173 @@ def test_views_and_tsne_take_stored_activations(plain):
     out = ev.analyse(reps, {"tsne": {"perplexity": 5, "max_points": 40, "selections": sel}})
     xy = next(v for k, v in out.items() if k.startswith("tsne"))
     assert np.isfinite(xy[[n for n in xy.data_vars][0]].values).any()
+
+
+# ---- what a reviewer's planted bugs showed untested (each case's truth: the input sliced by hand, a
+# textbook formula, or the parts of an interval) ----------------------------------------------------------
+
+
+def _toy(n=3, t=6, L=2, d=4, H=2, seed=0):
+    """Per sentence (L+1, t, d) states, ids with a BOS 100 and an EOS 101 around the text, maps."""
+    rng = np.random.default_rng(seed)
+    states = [rng.normal(size=(L + 1, t, d)).astype(np.float32) for _ in range(n)]
+    ids = [[100, *rng.integers(0, 50, t - 2).tolist(), 101] for _ in range(n)]
+    strs = [["<s>", *[f"w{i}" for i in x[1:-1]], "</s>"] for x in ids]
+    att = []
+    for _ in range(n):
+        a = rng.random(size=(L, H, t, t)).astype(np.float32)
+        att.append(a / a.sum(-1, keepdims=True))
+    return states, ids, strs, att
+
+
+def test_one_bad_row_or_one_negative_weight_is_refused():
+    states, ids, strs, att = _toy()
+    bad = [a.copy() for a in att]
+    bad[1][1, 0, 2] *= 1.5  # one row of one head sums to 1.5; every other row to 1
+    with pytest.raises(ActivationsError, match=r"attention\[1\] layer 2: rows are not distributions"):
+        check_activations(states, token_ids=ids, token_strs=strs, attention=bad)
+    neg = [a.copy() for a in att]
+    neg[0][0, 1, 3] = 0.0
+    neg[0][0, 1, 3, :2] = [1.2, -0.2]  # sums to 1, but a weight < 0
+    with pytest.raises(ActivationsError, match=r"attention\[0\] layer 1: rows are not distributions"):
+        check_activations(states, token_ids=ids, token_strs=strs, attention=neg)
+
+
+def test_inf_states_and_nan_attention_are_refused():
+    states, ids, strs, att = _toy()
+    st = [x.copy() for x in states]
+    st[2][1, 3, 0] = np.inf
+    with pytest.raises(ActivationsError, match=r"states\[2\] layer 1: 1 NaN or inf"):
+        check_activations(st, token_ids=ids, token_strs=strs)
+    at = [a.copy() for a in att]
+    at[0][1, 0, 2, 2] = np.nan
+    with pytest.raises(ActivationsError, match=r"attention\[0\] layer 2: NaN or inf"):
+        check_activations(states, token_ids=ids, token_strs=strs, attention=at)
+
+
+def test_the_key_tells_other_attention_and_other_pieces_apart():
+    states, ids, strs, att = _toy()
+
+    def key(strs=strs, att=att):
+        return ev.from_activations(states, token_ids=ids, token_strs=strs, attention=att).extract_keys["activations"]
+
+    base = key()
+    assert key() == base
+    att2 = [a.copy() for a in att]
+    att2[0][0, 0, 1] = att2[0][0, 0, 1][::-1]  # still a distribution: a patched attention pattern
+    assert key(att=att2) != base
+    strs2 = [list(s) for s in strs]
+    strs2[1][2] = "other"
+    assert key(strs=strs2) != base
+
+
+def test_a_bos_and_an_eos_round_trip(tmp_path):
+    from evolution.stored_adapter import StoredAdapter
+
+    states, ids, strs, att = _toy()
+    path = tmp_path / "s.zarr"
+    reps = ev.from_activations(
+        states, token_ids=ids, token_strs=strs, attention=att, added=(1, 1), store=path, name="x"
+    )
+    ds = reps["x"]
+    assert np.array_equal(ds["hidden"].values, np.concatenate([x[:, 1:-1] for x in states], axis=1))
+    assert ds["token_id"].values.tolist() == [i for x in ids for i in x[1:-1]]
+    assert list(ds["token_str"].values) == [p for s in strs for p in s[1:-1]]
+    assert list(ds.attrs["prefix_ids"]) == [100] and list(ds.attrs["suffix_ids"]) == [101]
+    assert list(ds.attrs["prefix_pieces"]) == ["<s>"] and list(ds.attrs["suffix_pieces"]) == ["</s>"]
+    ad = StoredAdapter(str(path), group="x")
+    hidden, maps = ad.forward([ids[1], ids[0]], attention=True)
+    assert np.isnan(hidden[:, 0, 0]).all() and np.isnan(hidden[:, 0, -1]).all()  # added: not stored
+    assert np.array_equal(hidden[:, 0, 1:-1], states[1][:, 1:-1])
+    assert np.array_equal(hidden[:, 1, 1:-1], states[0][:, 1:-1])
+    assert np.allclose(maps[:, 0], att[1]) and np.allclose(maps[:, 1], att[0])
+    assert ad.pieces(ids[2]) == strs[2]
+    bos = ev.from_activations(states, token_ids=ids, token_strs=strs, added=(1, 0))["activations"]
+    assert list(bos.attrs["suffix_pieces"]) == []
+
+
+def test_a_left_padded_batch_with_a_mask_and_tuple_outputs():
+    rng = np.random.default_rng(0)
+    layers = [rng.normal(size=(2, 5, 3)).astype(np.float32) for _ in range(3)]
+    tokens = np.array([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
+    mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    maps = []
+    for _ in range(2):
+        a = rng.random(size=(2, 2, 5, 5)).astype(np.float32)
+        maps.append(a)
+    for a in maps:  # each sentence's rows a distribution over its own keys
+        a[0, :, :, :2] = 0.0
+        a /= a.sum(-1, keepdims=True)
+    strs = [["c", "d", "e"], list("fghij")]
+    reps = ev.from_nnsight([(x, None) for x in layers], tokens, attentions=maps, mask=mask, token_strs=strs)
+    ds = reps["nnsight"]
+    assert ds["token_id"].values.tolist() == [5, 6, 7, 8, 9, 10, 11, 12]
+    assert np.array_equal(ds["hidden"].values[:, :3], np.stack([x[0, 2:] for x in layers]))
+    assert np.array_equal(ds["hidden"].values[:, 3:], np.stack([x[1] for x in layers]))
+    stored = reps.attention("nnsight")["attention"].values
+    assert np.allclose(stored[0, :, :, :3, :3], np.stack([a[0, :, 2:, 2:] for a in maps]))
+
+
+def _plain_pwcca_distance(x, y):
+    """Morcos et al. 2018: CCA of the centred views, each canonical correlation weighted by its
+    direction's summed absolute projections onto x's own units."""
+    x, y = x - x.mean(0), y - y.mean(0)
+    qx, _ = np.linalg.qr(x)
+    qy, _ = np.linalg.qr(y)
+    u, rho, _ = np.linalg.svd(qx.T @ qy)
+    alpha = np.abs((qx @ u).T @ x).sum(axis=1)
+    return 1 - float((alpha * rho).sum() / alpha.sum())
+
+
+def test_pwcca_weights_from_a_and_the_same_token_interval_from_b_minus_a():
+    from evolution.metrics.compare import compare_layer
+    from evolution.metrics.mi import centred_interval
+    from evolution.metrics.neighbors import bootstrap_replicates, knn, same_label_per_query
+
+    rng = np.random.default_rng(4)
+    tid = rng.integers(0, 20, 600)
+    sent = np.repeat(np.arange(50), 12)
+    centres = rng.normal(size=(20, 8)) * 3
+    xa = centres[tid] + rng.normal(size=(600, 8)) * np.linspace(0.2, 3, 8)
+    xb = xa @ rng.normal(size=(8, 8)) + rng.normal(size=(600, 8)) * 2
+    out = compare_layer(
+        xa,
+        xb,
+        token_id=tid,
+        sentence=sent,
+        mi_rows=np.ones(600, bool),
+        k=10,
+        neighbors=5,
+        restarts=2,
+        bootstrap=30,
+        seed=7,
+    )
+    want, other = _plain_pwcca_distance(xa, xb), _plain_pwcca_distance(xb, xa)
+    assert abs(want - other) > 1e-3  # the data tell the weighting view apart
+    assert out["pwcca_distance"] == pytest.approx(want, abs=1e-9)
+    qa = same_label_per_query(knn(xa, k=5), tid)
+    qb = same_label_per_query(knn(xb, k=5), tid)
+    reps = bootstrap_replicates(qb - qa, sentence=sent, n_boot=30, seed=7)
+    assert out["same_token_change_interval"] == pytest.approx(
+        centred_interval(reps, qb.mean() - qa.mean(), 0.95), abs=1e-12
+    )
+
+
+def test_compare_keys_negative_layers_and_sentence_boundaries():
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(0, 10, 12) for _ in range(20)]
+    states = [rng.normal(size=(3, 12, 4)) + x[None, :, None] for x in ids]
+    strs = [[f"t{i}" for i in x] for x in ids]
+    a = ev.from_activations(states, token_ids=ids, token_strs=strs, name="a")
+    b = ev.from_activations([x + rng.normal(size=x.shape) for x in states], token_ids=ids, token_strs=strs, name="b")
+    out = ev.compare(a, b, layers=[-1], k=4, bootstrap=5, restarts=2, tokens={"top": 10, "min_count": 5})
+    assert out.layer.values.tolist() == [2]
+    assert out.attrs["a_key"] == a.extract_keys["a"] and out.attrs["b_key"] == b.extract_keys["b"]
+    assert out.attrs["a_key"] != out.attrs["b_key"]
+    # the same token ids in another sentence split: not the same tokens
+    merged = [np.concatenate(states[:2], axis=1), *states[2:]]
+    c = ev.from_activations(
+        merged, token_ids=[np.concatenate(ids[:2]), *ids[2:]], token_strs=[strs[0] + strs[1], *strs[2:]], name="c"
+    )
+    with pytest.raises(ValueError, match="differ in sentence"):
+        ev.compare(a, c, k=4, bootstrap=5, restarts=2)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
+import zarr
 from conftest import write_config
 
 from pipelines.plan import PlanError, gemm_rate
@@ -52,3 +54,30 @@ def test_plan_prints_and_writes_nothing(model_specs, corpus_file, tmp_path, caps
 def test_the_gemm_rate_counts_multiply_adds():
     """n^3 multiply-adds per n x n product: a rate between 0.1 and 1000 G/s on any CPU."""
     assert 1e8 < gemm_rate(0.1, n=128) < 1e12
+
+
+def _files(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs if f != "zarr.json")
+
+
+def test_planned_states_and_attention_are_the_stored_cells(model_specs, corpus_file, tmp_path, monkeypatch):
+    import pipelines.plan as plan_mod
+
+    plans, real = [], plan_mod.plan_extract
+    monkeypatch.setattr(plan_mod, "plan_extract", lambda *a, **kw: plans.append(real(*a, **kw)) or plans[-1])
+    models = [model_specs["gpt2"], model_specs["bert"]]
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=models, workdir=tmp_path / "w")
+    run(cfg, stage="extract", progress=False)
+    for p in plans:
+        group = tmp_path / "w" / "reps.zarr" / p.name
+        # uncompressed states: the chunk files are exactly (L + 1) x whole chunks x d x itemsize
+        assert p.hidden_bytes == _files(group / "hidden" / "c"), p.name
+        att = zarr.open_group(str(group / "attention"), mode="r")
+        sq = int((np.asarray(att["length"][:]).astype(np.int64) ** 2).sum())
+        # every (sentence, ..., query, key) array of the group: its cells within each sentence's length
+        cells = sum(
+            sq * int(np.prod(v.shape[1:-2])) * v.dtype.itemsize
+            for k, v in att.arrays()
+            if v.ndim >= 4 and v.shape[-1] == v.shape[-2]
+        )
+        assert p.attention_bytes == cells, (p.name, p.attention_bytes, cells)

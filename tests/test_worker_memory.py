@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -46,3 +47,42 @@ def test_a_task_over_the_memory_limit_names_itself_and_the_setting():
     assert "0.59 GiB per worker: cluster.memory_limit" in message
     assert "rerun the same command" in message
     assert kept == [(0, 6)]  # the task that finished first was handed over before the failure
+
+
+def test_the_futures_not_done_are_cancelled_when_a_worker_is_lost(monkeypatch):
+    import distributed
+
+    from evolution.dask_compute import WorkerLost, compute
+
+    class Future:
+        def __init__(self, key, done, exc=None):
+            self.key, self._done, self._exc = key, done, exc
+
+        def done(self):
+            return self._done
+
+        def result(self):
+            if self._exc is not None:
+                raise self._exc
+            return 1
+
+    killed = Future("big", True, distributed.KilledWorker("big", SimpleNamespace(address="tcp://w"), 0))
+    pending = Future("later", False)
+
+    class Client:
+        cancelled: list = []
+
+        def scheduler_info(self):
+            return {"workers": {"tcp://w": {"memory_limit": 2**30}}}
+
+        def compute(self, delayed, priority=0):
+            return list(delayed)
+
+        def cancel(self, futures):
+            self.cancelled.extend(futures)
+
+    monkeypatch.setattr(distributed, "as_completed", lambda futures: iter([killed]))
+    client = Client()
+    with pytest.raises(WorkerLost, match=r"task 'big'.*1.00 GiB per worker"):
+        compute([killed, pending], client=client, progress=False, label="metrics")
+    assert client.cancelled == [pending]
