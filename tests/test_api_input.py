@@ -130,7 +130,8 @@ def test_represent_releases_its_memory_and_folders(bert):
         del reps
         gc.collect()
     assert _rss() <= 1.10 * one, (one, _rss())
-    assert set(temp.glob("evolution-cache-*")) == before
+    # none of ours left (a folder of another process may come or go meanwhile: only new ones count)
+    assert set(temp.glob("evolution-cache-*")) - before == set()
     assert stores() == known
     with ev.represent(bert, sentences[:3]) as reps:
         cache = reps.cache
