@@ -153,6 +153,18 @@ def test_a_stored_result_reopens_like_any_store(plain, tmp_path):
         ev.from_activations(states, token_ids=ids, token_strs=strs, store=path, name="run")
 
 
+def test_a_store_at_a_relative_path_reopens_with_its_maps(plain, tmp_path, monkeypatch):
+    """The model a store from activations records finds the store again from another directory: the
+    head statistics reopen it through the stored adapter."""
+    states, ids, strs, maps, _ = plain
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    ev.from_activations(states, token_ids=ids, token_strs=strs, attention=maps, store="runs/acts.zarr", name="r")
+    monkeypatch.chdir(tmp_path / "runs")
+    again = ev.open_store("acts.zarr")
+    assert ev.heads(again)["value"].sizes["layer"] == 2
+
+
 def test_a_patched_run_gets_its_own_key(plain):
     states, ids, strs, _, _ = plain
     a = ev.from_activations(states, token_ids=ids, token_strs=strs)

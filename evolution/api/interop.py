@@ -87,7 +87,10 @@ def from_activations(
         ]
     acts = check_activations(states, token_ids=token_ids, token_strs=token_strs, attention=attention, added=added)
     owned = store is None
-    where = str(store) if store is not None else f"memory://evolution-{uuid.uuid4().hex[:12]}/reps.zarr"
+    if store is None:
+        where = f"memory://evolution-{uuid.uuid4().hex[:12]}/reps.zarr"
+    else:  # a local path absolute, so that the spec the group records finds it from anywhere (ev.open_store)
+        where = str(store) if "://" in str(store) else str(Path(store).resolve())
     if not owned and name in store_entries(where, key="store"):
         raise StoreError(f"{where} already holds a model {name!r}: give another name= or another store=")
     spec = {
