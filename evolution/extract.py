@@ -168,29 +168,35 @@ def training_ranks(counts: dict[int, int]) -> dict[int, int]:
 def _unknown(adapter: Adapter, columns: dict[str, np.ndarray], group: str) -> dict:
     """The share of pieces the model saw as its unknown piece (:func:`evolution.tokens.unknown_pieces`),
     logged, and a WARNING naming the texts that became unknown above
-    :data:`evolution.tokens.UNKNOWN_WARN`; ``columns`` gains ``is_unknown`` (``token_str`` keeps the text)."""
+    :data:`evolution.tokens.UNKNOWN_WARN`; ``columns`` gains ``is_unknown`` (``token_str`` shows
+    ``<unk>``, ``token_text`` the text). An apostrophe the tokenizer normalised
+    (:func:`evolution.models.base.apostrophe_for`) is logged at INFO."""
     from evolution.tokens import UNKNOWN_WARN, unknown_pieces
 
     unk = adapter.unk_id
-    found = unknown_pieces(columns["token_id"], columns["token_str"], unk)
+    found = unknown_pieces(columns["token_id"], columns["token_text"], unk)
     if unk is not None:
         columns["is_unknown"] = np.asarray(columns["token_id"]) == unk
     logger.info("%s: %d of %d pieces unknown to the model", group, found["count"], len(columns["token_id"]))
+    if adapter.apostrophe is not None:
+        logger.info(
+            "%s: the ASCII apostrophe is read as %s (U+%04X), the piece the model's vocabulary holds "
+            "(its training text is typeset)",
+            group,
+            adapter.apostrophe,
+            ord(adapter.apostrophe),
+        )
     if found["share"] > UNKNOWN_WARN:
         texts = ", ".join(f"{t!r} x{n}" for t, n in found["texts"].items())
-        hint = ""
-        if "'" in found["texts"] and unk not in adapter.tokenize("\u2019").ids:
-            hint = (
-                " The vocabulary has \u2019 (U+2019) where the text has the ASCII apostrophe: replace it in the text."
-            )
         logger.warning(
             "%s: %.2f%% of the pieces (%d) are unknown to the model, which sees each as the same <unk>: %s. "
-            "The statistics then merge them into one type (token_str keeps the text; is_unknown marks them).%s",
+            "The statistics then merge them into one type (token_str shows <unk>, token_text the text, "
+            "is_unknown marks them); replace these characters in the text with ones the vocabulary holds, "
+            "or leave the sentences out.",
             group,
             100 * found["share"],
             found["count"],
             texts,
-            hint,
         )
     return found
 

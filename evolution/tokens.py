@@ -10,7 +10,9 @@ name          dtype  meaning
 sentence      int32  index of the sentence in the corpus (0-based)
 position      int32  content position in the sentence (0 = first token)
 token_id      int32  vocabulary id
-token_str     str    the subword piece
+token_str     str    the subword piece as the model saw it (``<unk>`` for text outside
+                     its vocabulary)
+token_text    str    the text of the piece (the characters an ``<unk>`` stands for)
 word_id       int32  index of the whitespace word the piece belongs to
 is_special    bool   the id is one of the tokenizer's special ids (e.g. unk)
 freq_rank     int32  rank of token_id by count in this table, 1 = most frequent,
@@ -135,7 +137,8 @@ def build_token_table(
         "sentence": sent,
         "position": pos,
         "token_id": ids,
-        "token_str": np.array([p for _, t in kept for p in t.pieces], dtype=object),
+        "token_str": _seen(ids, [p for _, t in kept for p in t.pieces], adapter),
+        "token_text": np.array([p for _, t in kept for p in (t.pieces if t.texts is None else t.texts)], dtype=object),
         "word_id": np.concatenate([np.asarray(t.word_ids, dtype=np.int32) for _, t in kept]),
         "is_special": np.isin(ids, specials),
         "freq_rank": frequency_ranks(ids),
@@ -150,7 +153,17 @@ def build_token_table(
     )
 
 
-def unknown_pieces(token_id: np.ndarray, token_str: np.ndarray, unk_id: int | None, *, top: int = 20) -> dict:
+def _seen(ids: np.ndarray, pieces: list[str], adapter: Adapter) -> np.ndarray:
+    """The pieces as the model saw them: a piece outside the vocabulary becomes the unknown
+    piece's string (``<unk>``, ``[UNK]``), since the model saw that id and nothing else."""
+    out = np.array(pieces, dtype=object)
+    unk = adapter.unk_id
+    if unk is not None and (ids == unk).any():
+        out[ids == unk] = adapter.pieces([unk])[0]
+    return out
+
+
+def unknown_pieces(token_id: np.ndarray, token_text: np.ndarray, unk_id: int | None, *, top: int = 20) -> dict:
     """How much of a text the model saw as its unknown piece: ``count`` and ``share`` of the
     pieces whose id is ``unk_id``, and ``texts``: the original text of those pieces (word-start
     markers ``▁`` / ``Ġ`` / ``##`` removed) -> occurrences, the ``top`` most frequent."""
@@ -161,7 +174,7 @@ def unknown_pieces(token_id: np.ndarray, token_str: np.ndarray, unk_id: int | No
     mask = np.asarray(token_id) == unk_id
     texts = Counter(
         str(t).removeprefix("▁").removeprefix("Ġ").removeprefix("##") or str(t)
-        for t in np.asarray(token_str, dtype=object)[mask]
+        for t in np.asarray(token_text, dtype=object)[mask]
     )
     return {
         "count": int(mask.sum()),

@@ -311,35 +311,77 @@ def test_mi_says_when_its_k_is_capped(bert, caplog):
 
 
 def test_pieces_unknown_to_the_model_are_counted_shown_and_warned_about(caplog):
-    """The shipped MT's vocabulary (dict.txt) lacks the ASCII apostrophe and emoji: extraction
-    counts the pieces outside it (checked against dict.txt and SentencePiece directly), stores
-    the count, the share and the texts, marks them in ``is_unknown`` while ``token_str`` keeps the
-    text, and warns naming them, with the vocabulary's apostrophe; a text the vocabulary covers
-    gets share 0 and no warning."""
+    """The shipped MT's vocabulary (dict.txt) holds the typeset apostrophe \u2019 and neither the
+    ASCII one nor emoji: the tokenizer reads ``'`` as \u2019 (its ids equal those of the typeset
+    text through SentencePiece and dict.txt directly; logged at INFO; the attribute
+    ``apostrophe`` says so); the emoji stays outside the vocabulary: counted, stored as a share,
+    shown as ``<unk>`` in ``token_str`` with its text in ``token_text``, marked in
+    ``is_unknown`` and warned about by name; a text the vocabulary covers gets share 0 and no
+    warning."""
     import logging
 
     import sentencepiece as spm
 
     models = Path(__file__).resolve().parents[1] / "results" / "bible-full" / "models"
-    vocab = {line.split(" ")[0] for line in (models / "vocab" / "dict.txt").read_text(encoding="utf-8").splitlines()}
+    vocab = [line.split(" ")[0] for line in (models / "vocab" / "dict.txt").read_text(encoding="utf-8").splitlines()]
+    assert "'" not in vocab and "\u2019" in vocab
+    index = {p: 4 + i for i, p in enumerate(vocab)}  # fairseq: <s> <pad> </s> <unk>, then dict.txt
     sp = spm.SentencePieceProcessor(model_file=str(models / "vocab" / "spm.model"))
-    text = ["I don't know what you're saying 🙂", "God’s word is light."]
-    pieces = [p for s in text for p in sp.encode(s, out_type=str)]
-    outside = [p for p in pieces if p not in vocab]
-    assert "'" in outside and len(outside) >= 3
+    text = ["I don't know what you're saying \U0001f642", "God\u2019s word is light."]
+    typeset = [p for s in text for p in sp.encode(s.replace("'", "\u2019"), out_type=str)]
+    outside = [p for p in typeset if p not in index]
+    assert outside == ["\U0001f642"]
     mt = ev.load(models / "mt", device="cpu")
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         with ev.represent(mt, text, attention=False) as reps:
             ds = reps["mt"]
-            assert ds.attrs["unknown_pieces"] == len(outside)
-            assert ds.attrs["unknown_share"] == pytest.approx(len(outside) / len(pieces))
-            assert sum(ds.attrs["unknown_texts"].values()) == len(outside) and ds.attrs["unknown_texts"]["'"] == 2
-            marked = list(ds.token_str.values[ds.is_unknown.values])
-            assert marked == outside  # token_str keeps the text the model saw as <unk>
-    warned = [r.getMessage() for r in caplog.records if "unknown to the model" in r.getMessage()]
-    assert len(warned) == 1 and '"\'" x2' in warned[0] and "U+2019" in warned[0], warned
+            assert ds.token_id.values.tolist() == [index.get(p, 3) for p in typeset]
+            assert ds.attrs["apostrophe"] == "\u2019"
+            assert ds.attrs["unknown_pieces"] == 1 and ds.attrs["unknown_texts"] == {"\U0001f642": 1}
+            assert ds.attrs["unknown_share"] == pytest.approx(1 / len(typeset))
+            assert ds.is_unknown.values.tolist() == [p not in index for p in typeset]
+            assert ds.token_str.values.tolist() == [p if p in index else "<unk>" for p in typeset]
+            assert ds.token_text.values.tolist() == typeset
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "'\U0001f642' x1" in warned[0] and '"\'"' not in warned[0], warned
+    assert any("apostrophe is read as \u2019" in r.getMessage() for r in caplog.records)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        with ev.represent(mt, ["God’s word is light."], attention=False) as reps:
+        with ev.represent(mt, ["God\u2019s word is light."], attention=False) as reps:
             assert reps["mt"].attrs["unknown_pieces"] == 0 and not reps["mt"].is_unknown.values.any()
     assert not [r for r in caplog.records if "unknown to the model" in r.getMessage()]
+
+
+def test_an_apostrophe_the_tokenizer_keeps_is_warned_about(caplog, bert):
+    """Where the vocabulary holds no typeset apostrophe (the rule is off: a vocabulary with
+    ``'``, or with neither) the text is left as it is and each apostrophe outside the
+    vocabulary is an ``<unk>`` named in the warning; a fast Hugging Face tokenizer's ``[UNK]``
+    keeps the characters it stands for in ``token_text`` (from its offsets)."""
+    import logging
+
+    from evolution.extract import _unknown
+    from evolution.models import load_adapter
+    from evolution.models.base import apostrophe_for
+    from evolution.tokens import build_token_table
+
+    assert apostrophe_for({"'", "\u2019"}) is None and apostrophe_for({"a"}) is None
+    assert apostrophe_for({"\u2019", "a"}) == "\u2019"
+    models = Path(__file__).resolve().parents[1] / "results" / "bible-full" / "models"
+    adapter = load_adapter(ev.load(models / "mt", device="cpu").spec)  # its own copy: the cache's keeps its rule
+    adapter.apostrophe = None
+    table = build_token_table(["I don't know what you're saying"], adapter)
+    columns = dict(table.columns)
+    with caplog.at_level(logging.WARNING):
+        found = _unknown(adapter, columns, "mt")
+    assert found["texts"] == {"'": 2} and columns["is_unknown"].sum() == 2
+    assert list(columns["token_str"][columns["is_unknown"]]) == ["<unk>", "<unk>"]
+    warned = [r.getMessage() for r in caplog.records if "unknown to the model" in r.getMessage()]
+    assert len(warned) == 1 and '"\'" x2' in warned[0], warned
+    hf = bert.adapter
+    unk = hf.unk_id
+    assert getattr(hf.tokenizer, "is_fast", False)
+    table = build_token_table(["the zqxj"], hf)
+    at = np.flatnonzero(table.columns["token_id"] == unk)
+    assert len(at) >= 1
+    assert list(table.columns["token_str"][at]) == [hf.tokenizer.unk_token] * len(at)
+    assert "".join(table.columns["token_text"][at]) == "zqxj"

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeGuard, get_args
 
@@ -74,12 +74,30 @@ class Tokenized:
     ids: list[int]
     pieces: list[str]
     word_ids: list[int]
+    #: the text of each piece where the tokenizer knows it (a fast Hugging Face tokenizer's
+    #: offsets: ``[UNK]`` -> the characters it stands for); None: the pieces themselves
+    texts: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def truncated(self, n: int) -> Tokenized:
-        return Tokenized(self.ids[:n], self.pieces[:n], self.word_ids[:n])
+        texts = None if self.texts is None else self.texts[:n]
+        return Tokenized(self.ids[:n], self.pieces[:n], self.word_ids[:n], texts)
+
+
+ASCII_APOSTROPHE, TYPESET_APOSTROPHE = "'", "\u2019"
+
+
+def apostrophe_for(vocabulary: Container[str]) -> str | None:
+    """What the ASCII apostrophe becomes before a SentencePiece vocabulary tokenizes a text:
+    ``\u2019`` (U+2019) where the vocabulary holds that piece and not ``'``, as this project's
+    models, trained on typeset text (the World English Bible writes "don\u2019t"), do; otherwise
+    None (unchanged: an apostrophe the vocabulary lacks is then counted and warned about as an
+    unknown piece, :func:`evolution.tokens.unknown_pieces`)."""
+    if ASCII_APOSTROPHE not in vocabulary and TYPESET_APOSTROPHE in vocabulary:
+        return TYPESET_APOSTROPHE
+    return None
 
 
 def word_ids_from_pieces(pieces: Sequence[str]) -> list[int]:
@@ -286,10 +304,18 @@ class Adapter(abc.ABC):
             "content_offset": self.content_offset,
             "prefix_ids": list(self.prefix),
             "suffix_ids": list(self.suffix),
+            **({"apostrophe": self.apostrophe} if self.apostrophe is not None else {}),
         }
 
     #: where the model runs (:mod:`evolution.models.device`); inputs go there, outputs come back
     device: str = "cpu"
+
+    #: what the ASCII apostrophe becomes before tokenizing (:func:`apostrophe_for`); None: unchanged
+    apostrophe: str | None = None
+
+    def normalised(self, sentence: str) -> str:
+        """``sentence`` as the tokenizer reads it: the ASCII apostrophe replaced by :attr:`apostrophe`."""
+        return sentence if self.apostrophe is None else sentence.replace(ASCII_APOSTROPHE, self.apostrophe)
 
     def _pad(self, inputs: Sequence[Sequence[int]]):
         """Right-padded ``ids`` and attention ``mask`` (B, T) on :attr:`device`, and the lengths."""

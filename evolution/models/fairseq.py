@@ -34,6 +34,7 @@ from evolution.models.base import (
     FairseqLayoutHeads,
     ModelLoadError,
     Tokenized,
+    apostrophe_for,
     is_objective,
     word_ids_from_pieces,
 )
@@ -107,6 +108,7 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
             self.mask_id = d.index("<mask>")
             self.ordinary_ids = (d.nspecial, self.mask_id if self.mask_id == len(d) - 1 else len(d))
         self.special_ids = frozenset(range(d.nspecial)) | ({d.index("<mask>")} if "<mask>" in d.indices else set())
+        self.apostrophe = apostrophe_for(d.indices) if self._spm is not None else None
         layers = self._layers
         self.num_layers = len(layers)
         self.num_heads = layers[0].self_attn.num_heads
@@ -202,8 +204,14 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
                 out[rows] = y.transpose(0, 1).float().cpu().numpy()
         return out
 
+    def _split(self, sentence: str) -> list[str]:
+        """SentencePiece pieces of the normalised sentence (whitespace words without a model)."""
+        if self._spm is None:
+            return sentence.split()
+        return list(self._spm.encode(self.normalised(sentence), out_type=str))
+
     def tokenize(self, sentence: str) -> Tokenized:
-        pieces = self._spm.encode(sentence, out_type=str) if self._spm is not None else sentence.split()
+        pieces = self._split(sentence)
         ids = [self.dictionary.index(p) for p in pieces]
         return Tokenized(ids=ids, pieces=list(pieces), word_ids=word_ids_from_pieces(pieces))
 
@@ -292,7 +300,7 @@ class FairseqAdapter(FairseqLayoutHeads, Adapter):
     def tokenize_target(self, sentence: str) -> Tokenized:
         """Target pieces (the same SentencePiece model: this project's vocabulary is joint)
         mapped through the task's target dictionary."""
-        pieces = self._spm.encode(sentence, out_type=str) if self._spm is not None else sentence.split()
+        pieces = self._split(sentence)
         d = self._task.target_dictionary
         return Tokenized(ids=[d.index(p) for p in pieces], pieces=list(pieces), word_ids=word_ids_from_pieces(pieces))
 

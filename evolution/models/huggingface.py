@@ -170,7 +170,8 @@ class HuggingFaceAdapter(Adapter):
         wids = whitespace_word_ids(sentence, enc["offset_mapping"]) if fast else None
         if wids is None:
             wids = word_ids_from_pieces(pieces)
-        return Tokenized(ids=ids, pieces=[str(p) for p in pieces], word_ids=[int(w) for w in wids])
+        texts = [sentence[a:b] for a, b in enc["offset_mapping"]] if fast else None
+        return Tokenized(ids=ids, pieces=[str(p) for p in pieces], word_ids=[int(w) for w in wids], texts=texts)
 
     @property
     def model(self):

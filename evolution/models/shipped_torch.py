@@ -23,6 +23,7 @@ from evolution.models.base import (
     FairseqLayoutHeads,
     ModelLoadError,
     Tokenized,
+    apostrophe_for,
     attention_norms,
     is_objective,
     word_ids_from_pieces,
@@ -71,6 +72,7 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
         self.objective = objective
         self.dictionary = d = Dictionary(vocab / "dict.txt", mask=self.objective == "mlm")
         self._spm = spm.SentencePieceProcessor(model_file=str(vocab / "spm.model"))
+        self.apostrophe = apostrophe_for(d.indices)
         weights = load_file(str(self.path / WEIGHTS))
         rows = next(v.shape[0] for k, v in weights.items() if k.endswith("embed_tokens.weight"))
         if rows != len(d):
@@ -97,7 +99,7 @@ class PlainAdapter(FairseqLayoutHeads, Adapter):
 
     # --- text ------------------------------------------------------------------------------------------
     def tokenize(self, sentence: str) -> Tokenized:
-        pieces = self._spm.encode(sentence, out_type=str)
+        pieces = self._spm.encode(self.normalised(sentence), out_type=str)
         return Tokenized(
             ids=[self.dictionary.index(p) for p in pieces], pieces=list(pieces), word_ids=word_ids_from_pieces(pieces)
         )

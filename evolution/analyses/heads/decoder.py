@@ -74,7 +74,9 @@ def decoder_task(
     targets = texts["targets"].split("\n")
     reps = open_representations(store, model)
     rows_of = rows_by_sentence(reps["sentence"].values)
-    token_id, token_str = reps["token_id"].values, reps["token_str"].values
+    token_id = reps["token_id"].values
+    # punctuation is the text's (an apostrophe the model saw as <unk> is still punctuation)
+    token_str = reps["token_text" if "token_text" in reps.coords else "token_str"].values
     source_count = reps["train_count"].values if "train_count" in reps.coords else None
     annotated_from = int(reps.attrs.get("annotated_from", -1))
     sentences = [

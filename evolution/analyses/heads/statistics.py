@@ -87,7 +87,9 @@ def heads_task(
     adapter = cached_adapter(spec)
     reps = open_representations(store, model)
     rows_of = rows_by_sentence(reps["sentence"].values)
-    token_id, token_str = reps["token_id"].values, reps["token_str"].values
+    token_id = reps["token_id"].values
+    # punctuation is the text's (an apostrophe the model saw as <unk> is still punctuation)
+    token_str = reps["token_text" if "token_text" in reps.coords else "token_str"].values
     train_count = reps["train_count"].values if "train_count" in reps.coords else None
     # Spearman needs a rank that grows with rarity: minus the count, or freq_rank (1 = most frequent)
     rank = -train_count if train_count is not None else reps["freq_rank"].values
