@@ -168,7 +168,7 @@ def test_same_pos_rate_and_chance_against_brute_force():
 
 
 def test_hf_word_ids_are_whitespace_words():
-    from evolution.models.huggingface import whitespace_word_ids
+    from evolution.models.base import whitespace_word_ids
 
     s = "Don't stop  search-engine ."
     # spans as a punctuation-splitting pre-tokenizer (and a byte-level one with leading spaces) gives them

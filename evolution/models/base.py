@@ -100,6 +100,23 @@ def apostrophe_for(vocabulary: Container[str]) -> str | None:
     return None
 
 
+def whitespace_word_ids(sentence: str, offsets) -> list[int] | None:
+    """Index of the whitespace word holding each token's first non-space character
+    (``offsets``: the tokenizer's (start, end) character spans); None if a span is empty."""
+    import bisect
+    import re
+
+    starts = [m.start() for m in re.finditer(r"\S+", sentence)]
+    out = []
+    for a, b in offsets:
+        while a < b and sentence[a].isspace():  # byte-level BPE spans may include the leading space
+            a += 1
+        if a >= b:
+            return None
+        out.append(max(0, bisect.bisect_right(starts, a) - 1))
+    return out
+
+
 def word_ids_from_pieces(pieces: Sequence[str]) -> list[int]:
     """Word index of each subword piece.
 

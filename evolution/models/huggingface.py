@@ -24,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from evolution.models.base import Adapter, ModelLoadError, Objective, Tokenized, word_ids_from_pieces
+from evolution.models.base import (
+    Adapter,
+    ModelLoadError,
+    Objective,
+    Tokenized,
+    whitespace_word_ids,
+    word_ids_from_pieces,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,23 +55,6 @@ def _first_attr(config, names: Sequence[str]):
         if v is not None:
             return v
     return None
-
-
-def whitespace_word_ids(sentence: str, offsets) -> list[int] | None:
-    """Index of the whitespace word holding each token's first non-space character
-    (``offsets``: the tokenizer's (start, end) character spans); None if a span is empty."""
-    import bisect
-    import re
-
-    starts = [m.start() for m in re.finditer(r"\S+", sentence)]
-    out = []
-    for a, b in offsets:
-        while a < b and sentence[a].isspace():  # byte-level BPE spans may include the leading space
-            a += 1
-        if a >= b:
-            return None
-        out.append(max(0, bisect.bisect_right(starts, a) - 1))
-    return out
 
 
 class HuggingFaceAdapter(Adapter):
