@@ -51,8 +51,8 @@ def views(
     """The head, model and neuron views of ``sentences`` for ``models`` (or of the first
     sentences stored with attention in existing :class:`Representations`); translation models
     also their decoder's self-attention and its attention over the source, on their greedy
-    translation. ``height``: of the inline frame in pixels (default: tall enough for the
-    longest sentence's tokens, so that the notebook scrolls, not the frame)."""
+    translation. ``height``: of the inline frame in pixels (default: the page's height up to
+    :data:`MAX_HEIGHT`, a screen's worth; a longer page scrolls inside the frame)."""
     from evolution.report.views import views_data, views_html
 
     if isinstance(models, Representations):
@@ -68,9 +68,15 @@ def views(
     return ViewPage(views_html(data, title=title, only=only), height=height or _height(data, only))
 
 
+#: the tallest inline frame ``views`` gives by default (pixels): about what a laptop's screen shows of
+#: a notebook; a taller page scrolls inside its frame rather than stretching the notebook
+MAX_HEIGHT = 900
+
+
 def _height(data: dict, only: str | None) -> int:
     """Pixels that show the head view's two columns of the longest sentence (16 per token), the
-    model view (84 per layer) and the neuron view (15 per key) without a scroll bar of the frame."""
+    model view (84 per layer) and the neuron view (15 per key), but no more than
+    :data:`MAX_HEIGHT`: a short sentence's frame fits its page, a long one's a screen."""
     tokens = max(
         (len(v["tokens"]) for m in data["models"] for it in m["sentences"] for v in it["levels"].values()), default=10
     )
@@ -79,7 +85,7 @@ def _height(data: dict, only: str | None) -> int:
     )
     layers = max((m["layers"] for m in data["models"]), default=6)
     parts = {"head": 16 * tokens + 140, "model": 84 * layers + 90, "neuron": 15 * tokens + 120}
-    return 160 + (parts[only] if only else sum(parts.values()))
+    return min(MAX_HEIGHT, 160 + (parts[only] if only else sum(parts.values())))
 
 
 def head_view(models, sentence: str, **kwargs) -> ViewPage:

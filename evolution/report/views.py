@@ -3,9 +3,11 @@
 q . k / sqrt(d), softmax), for chosen sentences of every model, at subword or word level,
 weighted by the attention alpha or by ||alpha f(x)|| (Kobayashi et al. 2020).
 
-The page carries its data as JSON and draws it with the plain JavaScript below (no script
-from anywhere else). Long inputs stay usable: only each query's ``top_k`` strongest edges
-are kept. Maps come from the representation store's attention group (the sentences
+The page carries its data as JSON, edges and queries / keys packed into deflated binary
+(:mod:`evolution.report.views_payload`: a 150-piece sentence of the shipped MT with decoder
+and neuron view in about 0.8 MB), and draws it with the plain JavaScript of ``views_page/`` (no
+script from anywhere else). Long inputs stay usable: only each query's ``top_k`` strongest
+edges are kept. Maps come from the representation store's attention group (the sentences
 extracted with ``extract.attention``); the neuron view re-runs the model for its queries
 and keys (:meth:`evolution.models.Adapter.forward_qk`), unscaled, as bertviz's neuron view
 shows them (``transformers_neuron_view/modeling_bert.py``: ``query_layer``, ``key_layer``).
@@ -33,6 +35,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from evolution.report.views_payload import compact, read_payload, unpack_payload
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["views_data", "views_html", "write_views", "unpack_payload", "read_payload"]
@@ -40,7 +44,9 @@ __all__ = ["views_data", "views_html", "write_views", "unpack_payload", "read_pa
 
 def _edges(maps: np.ndarray, top_k: int) -> list:
     """(L, H, T, T) row-normalised weights -> per layer, per head, [[query, key, weight], ...]
-    with each query's ``top_k`` largest weights (3 decimals)."""
+    with each query's ``top_k`` largest weights of at least 0.005, queries in order, each query's
+    keys strongest first; weights rounded to multiples of 1/255, as the page carries and draws
+    them (a line's opacity has 256 levels), so that the data and the page agree exactly."""
     L, H, T, _ = maps.shape
     k = min(top_k, T)
     out = []
@@ -50,7 +56,7 @@ def _edges(maps: np.ndarray, top_k: int) -> list:
             m = maps[layer, h]
             keys = np.argsort(-m, axis=1, kind="stable")[:, :k]
             per_head.append(
-                [[q, int(j), round(float(m[q, j]), 3)] for q in range(T) for j in keys[q] if m[q, j] >= 0.005]
+                [[q, int(j), round(float(m[q, j]) * 255) / 255] for q in range(T) for j in keys[q] if m[q, j] >= 0.005]
             )
         out.append(per_head)
     return out
@@ -72,7 +78,10 @@ def views_data(
     decoder: bool = True,
 ) -> dict[str, Any]:
     """The page's data: per model and sentence, tokens and top-k edges for every
-    (level, weight), and queries / keys ``(L, H, T, d_head)`` for the neuron view.
+    (level, weight) (``levels[level]["edges"][weight][layer][head]``: ``[query, key, weight]``
+    lists, weights in multiples of 1/255: :func:`_edges`), and queries / keys ``(L, H, T, d_head)``
+    for the neuron view (float16 values). The page holds exactly these numbers
+    (:func:`evolution.report.views_payload.unpack_payload` of its payload equals them).
 
     ``specs`` maps model names to adapter specs (for token strings and the neuron view);
     ``sentences`` None: the first 3 sentences every model has stored; ``decoder``: for
@@ -177,7 +186,7 @@ def views_html(data: dict[str, Any], *, title: str = "attention views", only: st
     """The page as one self-contained HTML string (data inlined as JSON; ``</`` escaped so the
     data cannot end the script): what :func:`write_views` writes and notebooks display.
     ``only``: ``head``, ``model`` or ``neuron`` shows that view alone."""
-    payload = json.dumps(_compact(data), separators=(",", ":")).replace("</", "<\\/")
+    payload = json.dumps(compact(data), separators=(",", ":")).replace("</", "<\\/")
     rule = _WORD_RULES.get(data.get("word_rule", "mean"), "")
     page = (
         _page_template().replace("%TITLE%", html.escape(title)).replace("%WORDRULE%", rule).replace("%DATA%", payload)
@@ -188,96 +197,6 @@ def views_html(data: dict[str, Any], *, title: str = "attention views", only: st
         hide = ",".join(f"#panel-{p}" for p in ("head", "model", "neuron") if p != only)
         page = page.replace("</style>", f"{hide}{{display:none}}</style>", 1)
     return page
-
-
-_EDGE = np.dtype([("q", "<u2"), ("k", "<u2"), ("w", "<u2")])
-
-
-def _pack_edges(edges: list) -> str:
-    """One head's ``[[query, key, weight], ...]`` as base64 of 6 bytes an edge: query, key and
-    the weight in 1/65535 (uint16, little-endian)."""
-    import base64
-
-    a = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
-    out = np.zeros(len(a), dtype=_EDGE)
-    out["q"], out["k"] = a[:, 0], a[:, 1]
-    out["w"] = np.clip(np.round(a[:, 2] * 65535), 0, 65535)
-    return base64.b64encode(out.tobytes()).decode("ascii")
-
-
-def read_payload(path: str | Path) -> dict[str, Any]:
-    """The data of a written views page (``views.html``), unpacked (:func:`unpack_payload`)."""
-    import re
-
-    text = Path(path).read_text(encoding="utf-8")
-    found = re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
-    if found is None:
-        raise ValueError(f"{path}: not a views page (no data script); write one with write_views()")
-    return unpack_payload(json.loads(found.group(1).replace("<\\/", "</")))
-
-
-def unpack_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """The inverse of the page's packing (:func:`_compact`): edges as ``[query, key, weight]``
-    lists (weights to 1/65535), queries and keys as nested lists of their float16 values. For
-    reading a written page's data back (tests, notebooks). A page written before the packing
-    (lists already) is returned as it is."""
-    import base64
-
-    def edges(b64) -> list:
-        if not isinstance(b64, str):
-            return b64
-        a = np.frombuffer(base64.b64decode(b64), dtype=_EDGE)
-        return [[int(q), int(k), float(w) / 65535] for q, k, w in a]
-
-    def half(x) -> list:
-        if not isinstance(x, dict):
-            return x
-        return np.frombuffer(base64.b64decode(x["f16"]), dtype="<f2").astype(float).reshape(x["shape"]).tolist()
-
-    return _map_payload(payload, edges=edges, half=half)
-
-
-def _pack_half(x) -> dict[str, Any]:
-    """An array as ``{"shape": ..., "f16": base64 of its float16 values}``."""
-    import base64
-
-    a = np.asarray(x, dtype=np.float16)
-    return {"shape": list(a.shape), "f16": base64.b64encode(a.astype("<f2").tobytes()).decode("ascii")}
-
-
-def _compact(data: dict[str, Any]) -> dict[str, Any]:
-    """The page's payload: :func:`views_data` with every head's edges packed (:func:`_pack_edges`)
-    and the neuron view's queries and keys as float16 (:func:`_pack_half`): a 150-token
-    sentence of a 6-layer, 4-head model takes about a fifth of its JSON lists."""
-    return _map_payload(data, edges=_pack_edges, half=_pack_half)
-
-
-def _map_payload(data: dict[str, Any], *, edges, half) -> dict[str, Any]:
-    """``data`` with ``edges`` applied to every head's edge list (every level and weight, and the
-    decoder's self and cross attention) and ``half`` to the neuron view's queries and keys: the
-    one walk of the payload that packing (:func:`_compact`) and unpacking (:func:`unpack_payload`)
-    share."""
-
-    def heads(layers):
-        return [[edges(h) for h in layer] for layer in layers]
-
-    out = {**data, "models": []}
-    for m in data["models"]:
-        items = []
-        for it in m["sentences"]:
-            it = dict(it)
-            it["levels"] = {
-                lv: {"tokens": v["tokens"], "edges": {w: heads(e) for w, e in v["edges"].items()}}
-                for lv, v in it["levels"].items()
-            }
-            if "neuron" in it:
-                it["neuron"] = {x: half(it["neuron"][x]) for x in ("q", "k")}
-            if "decoder" in it:
-                d = it["decoder"]
-                it["decoder"] = {**d, "self": heads(d["self"]), "cross": heads(d["cross"])}
-            items.append(it)
-        out["models"].append({**m, "sentences": items})
-    return out
 
 
 def write_views(path: str | Path, data: dict[str, Any], *, title: str = "attention views") -> Path:

@@ -1,17 +1,35 @@
 "use strict";
-const DATA = JSON.parse(document.getElementById("data").textContent);
+let DATA = null;  // the page's data, unpacked (unpack)
 const COLORS = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f","#bcbd22","#17becf",
                 "#393b79","#637939","#8c6d31","#843c39","#7b4173","#3182bd"];
 const SVG = "http://www.w3.org/2000/svg";
 const state = {model: 0, sentence: 0, attention: "encoder", level: "word", weight: "alpha", layer: 0, heads: null,
                neuronHead: 0, query: 0};
-const CACHE = new Map();
-function bytes(b64) { const s = atob(b64), out = new Uint8Array(s.length); for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i); return out; }
-function unpackEdges(b64) {  // 6 bytes an edge: query, key, weight in 1/65535 (uint16, little-endian)
-  if (CACHE.has(b64)) return CACHE.get(b64);
-  const b = bytes(b64), out = [];
-  for (let i = 0; i + 5 < b.length; i += 6) out.push([b[i] | (b[i + 1] << 8), b[i + 2] | (b[i + 3] << 8), (b[i + 4] | (b[i + 5] << 8)) / 65535]);
-  CACHE.set(b64, out); return out;
+// The payload's packed leaves (evolution/report/views_payload.py): base64 of zlib data, inflated by the browser.
+async function inflate(b64) {
+  const s = atob(b64), b = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) b[i] = s.charCodeAt(i);
+  const stream = new Blob([b]).stream().pipeThrough(new DecompressionStream("deflate"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+function edgeSet(x, b) {  // {edges: [L, H, T], keys}: per (layer, head, query) its count, then keys, then weights in 1/255
+  const [L, H, T] = x.edges, size = x.keys < 256 ? 1 : 2, rows = L * H * T;
+  const at = size === 1 ? i => b[i] : i => b[2 * i] | (b[2 * i + 1] << 8);
+  let n = 0;
+  for (let r = 0; r < rows; r++) n += at(r);
+  const wOff = (rows + n) * size, out = [];
+  let e = 0;
+  for (let l = 0; l < L; l++) {
+    const layer = []; out.push(layer);
+    for (let h = 0; h < H; h++) {
+      const head = []; layer.push(head);
+      for (let q = 0; q < T; q++) {
+        const c = at((l * H + h) * T + q);
+        for (let j = 0; j < c; j++, e++) head.push([q, at(rows + e), b[wOff + e] / 255]);
+      }
+    }
+  }
+  return out;
 }
 function half(h) {  // IEEE 754 binary16 -> number
   const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, f = h & 0x3ff;
@@ -19,16 +37,23 @@ function half(h) {  // IEEE 754 binary16 -> number
   if (e === 31) return f ? NaN : s * Infinity;
   return s * Math.pow(2, e - 15) * (1 + f / 1024);
 }
-function unpackHalf(x) {  // {shape: [L, H, T, d], f16} -> nested arrays
-  if (CACHE.has(x)) return CACHE.get(x);
-  const b = bytes(x.f16), flat = new Array(b.length / 2);
-  for (let i = 0; i < flat.length; i++) flat[i] = half(b[2 * i] | (b[2 * i + 1] << 8));
+function halfSet(x, b) {  // {half: shape}: the float16 values' low bytes, then their high bytes -> nested arrays
+  const n = b.length / 2, flat = new Array(n);
+  for (let i = 0; i < n; i++) flat[i] = half(b[i] | (b[n + i] << 8));
   function nest(shape, off) {
     if (shape.length === 1) return flat.slice(off, off + shape[0]);
     const size = shape.slice(1).reduce((a, c) => a * c, 1);
     return Array.from({length: shape[0]}, (_, i) => nest(shape.slice(1), off + i * size));
   }
-  const out = nest(x.shape, 0); CACHE.set(x, out); return out;
+  return nest(x.half, 0);
+}
+async function unpack(x) {  // the payload with every packed leaf replaced by its arrays
+  if (Array.isArray(x)) return Promise.all(x.map(unpack));
+  if (x === null || typeof x !== "object") return x;
+  if (typeof x.z === "string") { const b = await inflate(x.z); return x.edges ? edgeSet(x, b) : halfSet(x, b); }
+  const out = {};
+  for (const [k, v] of Object.entries(x)) out[k] = await unpack(v);
+  return out;
 }
 function el(tag, attrs, parent, ns) {
   const e = ns ? document.createElementNS(SVG, tag) : document.createElement(tag);
@@ -46,13 +71,13 @@ function select(label, options, value, onchange, parent) {
 function model() { return DATA.models[state.model]; }
 function item() { return model().sentences[state.sentence]; }
 function level() { return item().levels[state.level]; }
-function edges(layer, head) { const e = level().edges[state.weight] || level().edges.alpha; return unpackEdges(e[layer][head]); }
+function edges(layer, head) { const e = level().edges[state.weight] || level().edges.alpha; return e[layer][head]; }
 function view() {  // the shown attention type: query tokens (left), key tokens (right), layers, edges of a (layer, head)
   const it = item(), d = it.decoder;
   if (state.attention === "encoder" || !d) return {q: level().tokens, k: level().tokens, layers: model().layers, edges: edges};
   const own = state.attention === "decoder";
   return {q: d.tokens, k: own ? d.tokens : it.levels.subword.tokens, layers: d.layers,
-          edges: (l, h) => unpackEdges((own ? d.self : d.cross)[l][h])};
+          edges: (l, h) => (own ? d.self : d.cross)[l][h]};
 }
 function controls() {
   const c = document.getElementById("controls"); c.innerHTML = "";
@@ -125,7 +150,7 @@ function neuronView() {
   if (state.query >= toks.length) state.query = 0;
   select("query", toks.map((t, i) => [i, i + ": " + t]), state.query, v => { state.query = +v; draw(); }, ctl);
   if (state.layer >= m.layers) state.layer = 0;
-  const Q = unpackHalf(it.neuron.q), KK = unpackHalf(it.neuron.k);
+  const Q = it.neuron.q, KK = it.neuron.k;
   const q = Q[state.layer][state.neuronHead][state.query], K = KK[state.layer][state.neuronHead];
   const d = q.length, scores = K.map(k => k.reduce((s, x, i) => s + x * q[i], 0) / Math.sqrt(d));
   const mx = Math.max(...scores), ex = scores.map(s => Math.exp(s - mx)), z = ex.reduce((a, b) => a + b, 0);
@@ -144,11 +169,18 @@ function neuronView() {
   });
 }
 function draw() { controls(); headView(); modelView(); neuronView(); document.body.dataset.ready = "1"; }
-// an initial state from the address: #model=mt&attention=cross&layer=2&sentence=1 (names or numbers)
-for (const [k, v] of new URLSearchParams(location.hash.slice(1))) {
-  if (k === "model") { const i = DATA.models.findIndex(m => m.name === v); if (i >= 0) state.model = i; }
-  else if (k === "layer") state.layer = Math.max(0, (+v || 1) - 1);
-  else if (k === "sentence") state.sentence = +v || 0;
-  else if (k in state) state[k] = v;
+function start() {
+  // an initial state from the address: #model=mt&attention=cross&layer=2&sentence=1 (names or numbers)
+  for (const [k, v] of new URLSearchParams(location.hash.slice(1))) {
+    if (k === "model") { const i = DATA.models.findIndex(m => m.name === v); if (i >= 0) state.model = i; }
+    else if (k === "layer") state.layer = Math.max(0, (+v || 1) - 1);
+    else if (k === "sentence") state.sentence = +v || 0;
+    else if (k in state) state[k] = v;
+  }
+  draw();
 }
-draw();
+if (typeof DecompressionStream === "undefined")
+  document.getElementById("controls").textContent = "This browser cannot unpack the page's data (it lacks DecompressionStream: " +
+    "Chrome 80, Firefox 113, Safari 16.4 or later have it).";
+else unpack(JSON.parse(document.getElementById("data").textContent)).then(d => { DATA = d; start(); }, e => {
+  document.getElementById("controls").textContent = "The page's data could not be unpacked: " + e; throw e; });
