@@ -112,13 +112,16 @@ def test_same_layer_distances_by_pair_from_a_result():
     ck = (ck + ck.T) / 2
     sizes = {"n": [40, 7], "types": [2, 5], "rank_lo": [1, 3], "rank_hi": [3, 10]}
     results = {"+".join(models): {"views": views, "similarity": {"pwcca": pw.tolist(), "cka": ck.tolist()}, "n": 47}}
-    for m in models:  # one change unit per model
-        results[f"+change-{m}"] = {
-            "change": {meth: rng.uniform(size=(2, 2)).tolist() for meth in ("pwcca", "cka")},
-            "bins": [[1, 3], [3, 10]],
-            "notes": [],
-            "sizes": sizes,
-        }
+    for m in models:  # one change unit per model and bin
+        for k in range(2):
+            results[f"+change-{m}[{k}]"] = {
+                "subsets": [k, k + 1],
+                "estimate": {meth: rng.uniform(size=(2, 1)).tolist() for meth in ("pwcca", "cka")},
+                "bins": [[1, 3], [3, 10]],
+                "n_bins": 2,
+                "notes": [],
+                "sizes": {key: v[k : k + 1] for key, v in sizes.items()},
+            }
     out = Similarity().datasets(_inputs(models, runs), results)
     ds = out["similarity"]
     for a_i, a in enumerate(models):
@@ -349,3 +352,39 @@ def test_the_runs_intervals_equal_resampled_svds_of_its_states(run_dir):
                 np.testing.assert_allclose(got[ok[:, cols]], expected[ok[:, cols]], rtol=0, atol=1e-8)
                 compared, posed = compared + ok[:, cols].size, posed + ok[:, cols].sum()
     assert posed >= 0.5 * compared, (posed, compared)
+
+
+def test_the_change_split_by_bin_equals_the_whole_unit(run_dir):
+    """The change by frequency runs as one unit per model and bin; the parts, each reading only
+    its bin's rows, combine (in any order) into exactly the whole unit's numbers, replicates
+    included, and the run's stored distances are those numbers. Parts that leave out or repeat
+    a bin are refused."""
+    from evolution.analyses.similarity_tasks import change_task, combine_change
+    from evolution.config import SimilarityConfig
+    from evolution.metrics.results import open_metrics
+
+    store = str(run_dir / "reps.zarr")
+    arrays = str(next((run_dir / "metrics-inputs").glob("change-*.npz")))
+    cfg = SimilarityConfig(min_ratio=2, freq_bins=[1, 3, 100], equal_bins=3, bootstrap=8)
+    change = open_metrics(run_dir / "metrics.zarr", "change").load()
+    bins = list(zip(change.rank_lo.values.tolist(), change.rank_hi.values.tolist(), strict=True))
+    model = next(m for m in ("translation", "language_modeling") if f"rows/{m}" in np.load(arrays).files)
+    kw = dict(store=store, model=model, n_layers=int(_store(run_dir, model).sizes["layer"]), arrays=arrays)
+    whole = combine_change([change_task(**kw, similarity=cfg, bins=bins, seed=0)])
+    n = len(bins) + 3
+    parts = [change_task(**kw, similarity=cfg, bins=bins, seed=0, subsets=(k, k + 1)) for k in range(n)]
+    split = combine_change(parts[::-1])
+    for key in ("change", "change_equal", "replicates"):
+        for m in ("pwcca", "cka"):
+            np.testing.assert_array_equal(np.asarray(split[key][m]), np.asarray(whole[key][m]))
+    assert split["sizes"] == whole["sizes"] and split["equal_sizes"] == whole["equal_sizes"]
+    assert np.isfinite(np.asarray(whole["replicates"]["pwcca"])).any()
+    stored = change.distance.sel(metric="pwcca", model=model).values
+    np.testing.assert_array_equal(stored[: len(whole["change"]["pwcca"])], np.asarray(whole["change"]["pwcca"]))
+    two = change_task(**kw, similarity=cfg, bins=bins, seed=0, subsets=(1, 3))  # a rank bin and an equal one
+    both = np.hstack([np.asarray(whole["change"]["pwcca"]), np.asarray(whole["change_equal"]["pwcca"])])
+    np.testing.assert_array_equal(np.asarray(two["estimate"]["pwcca"]), both[:, 1:3])
+    with pytest.raises(ValueError, match="not each of"):
+        combine_change(parts[:2] + parts[3:])
+    with pytest.raises(ValueError, match="not each of"):
+        combine_change(parts + parts[:1])

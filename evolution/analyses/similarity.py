@@ -43,7 +43,7 @@ from evolution.analyses.base import Analysis, Inputs, Unit, required, save_array
 from evolution.analyses.pair_kinds import PAIR_KINDS, pair_kind
 from evolution.analyses.similarity_figures import FIGURES, change_by_frequency, pair_distances, similarity_heatmaps
 from evolution.analyses.similarity_results import joined, merge, with_intervals
-from evolution.analyses.similarity_tasks import change_task, similarity_task
+from evolution.analyses.similarity_tasks import change_task, combine_change, similarity_task
 from evolution.config import resolved_dict
 from evolution.metrics.plan import frequency_bins
 from evolution.metrics.similarity import adjacent_change
@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 
-_CHANGE = "+change-"  # unit name (and cache file name) of a model's change: "+change-<model>" (no model name
+_CHANGE = "+change-"  # unit name (and cache file name) of a model's change: "+change-<model>[<bin>]" (no model name
 # starts with "+")
 
 
@@ -89,8 +89,9 @@ def tokenisation_classes(inputs: Inputs) -> list[list[str]]:
 
 class Similarity(Analysis):
     name = "similarity"
-    version = 4  # 2: bootstrap intervals; 3: equal-size bins, bin sizes, same-layer distances by pair kind;
-    # 4: the replicates from weighted cross-products (the same numbers to 1e-8), a change unit per model
+    version = 5  # 2: bootstrap intervals; 3: equal-size bins, bin sizes, same-layer distances by pair kind;
+    # 4: the replicates from weighted cross-products (the same numbers to 1e-8), a change unit per model;
+    # 5: a change unit per model and bin (combine_change: the parts equal the whole)
     section = "similarity"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -139,37 +140,45 @@ class Similarity(Analysis):
                     key={"models": [m.key for m in models], "similarity": estimate, "seed": inputs.seed},
                 )
             )
-            for m in models:  # one unit per model: the workers share them
+            n_subsets = len(bins) + (scfg.equal_bins or 0)
+            for m in models:  # a unit per model and bin: the workers share them (their parts combine exactly)
                 own = save_arrays(inputs.arrays_dir, "change", {f"rows/{m.name}": m.plan.similarity_rows, **shared})
-                units.append(
-                    Unit(
-                        f"{_CHANGE}{m.name}",
-                        change_task,
-                        dict(
-                            store=inputs.store,
-                            model=m.name,
-                            n_layers=m.n_layers,
-                            arrays=own,
-                            similarity=scfg,
-                            bins=bins,
-                            seed=inputs.seed,
-                        ),
-                        key={
-                            "model": m.key,
-                            "arrays": own.rsplit("-", 1)[-1],
-                            "similarity": config,
-                            "bins": bins,
-                            "seed": inputs.seed,
-                        },
+                for k in range(n_subsets):
+                    units.append(
+                        Unit(
+                            f"{_CHANGE}{m.name}[{k}]",
+                            change_task,
+                            dict(
+                                store=inputs.store,
+                                model=m.name,
+                                n_layers=m.n_layers,
+                                arrays=own,
+                                similarity=scfg,
+                                bins=bins,
+                                seed=inputs.seed,
+                                subsets=(k, k + 1),
+                            ),
+                            key={
+                                "model": m.key,
+                                "arrays": own.rsplit("-", 1)[-1],
+                                "similarity": config,
+                                "bins": bins,
+                                "seed": inputs.seed,
+                                "subsets": [k, k + 1],
+                            },
+                        )
                     )
-                )
         return units
 
     def datasets(self, inputs: Inputs, results: dict[str, dict]) -> dict[str, xr.Dataset]:
         if not results:
             return {}
+
+        def change(g: str) -> dict:  # the model's parts, one per bin
+            return combine_change([r for n, r in results.items() if n.startswith(f"{_CHANGE}{g}[")])
+
         estimates = {
-            n: joined(r, {g: results[_CHANGE + g] for g in dict.fromkeys(v[0] for v in r["views"])})
+            n: joined(r, {g: change(g) for g in dict.fromkeys(v[0] for v in r["views"])})
             for n, r in results.items()
             if not n.startswith(_CHANGE)
         }

@@ -14,7 +14,7 @@ from evolution.analyses.base import load_arrays
 from evolution.config import SimilarityConfig
 from evolution.metrics.similarity import bin_sizes
 
-__all__ = ["similarity_task", "change_task"]
+__all__ = ["similarity_task", "change_task", "combine_change"]
 
 
 def similarity_task(
@@ -89,17 +89,23 @@ def change_task(
     similarity: SimilarityConfig,
     bins: list[tuple[int, int]],
     seed: int = 0,
+    subsets: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """One model's change between adjacent layers per frequency-rank bin (and, with
     ``similarity.equal_bins``, per bin of equal size), with the paired bootstrap's replicates.
 
     ``arrays`` as for :func:`similarity_task`, with ``freq_rank`` (n,); ``bins`` the
-    frequency-rank bins [lo, hi). Returns ``bins``, ``change[method]`` (layer_pair, bin) with NaN where a
-    bin has too few occurrences (listed in ``notes``), the bins' ``sizes``
-    (:func:`~evolution.metrics.similarity.bin_sizes`), with equal-size bins ``change_equal``
-    and ``equal_sizes``, and with ``similarity.bootstrap`` replicates ``replicates[method]``
-    (replicate, layer_pair, bin of both kinds): the same resamples of sentences as
-    :func:`similarity_task`'s (:func:`~evolution.metrics.similarity_bootstrap.change_with_replicates`)."""
+    frequency-rank bins [lo, hi). The subsets are the frequency bins, then the equal-size
+    bins (:func:`_subsets`); ``subsets`` = (a, b) computes only those with index in [a, b),
+    reading only their rows: a part of the unit that :func:`combine_change` joins with the
+    others (each subset's numbers depend on its own rows and the replicates' draws only, so
+    the parts equal the whole). Returns the part: ``subsets`` (a, b), ``estimate[method]``
+    (layer_pair, b - a) with NaN where a subset has too few occurrences (listed in ``notes``),
+    their ``sizes`` (:func:`~evolution.metrics.similarity.bin_sizes`), ``n_bins`` (how many
+    subsets are frequency-rank bins), ``bins``, and with ``similarity.bootstrap`` replicates
+    ``replicates[method]`` (replicate, layer_pair, b - a): the same resamples of sentences
+    as :func:`similarity_task`'s
+    (:func:`~evolution.metrics.similarity_bootstrap.change_with_replicates`)."""
     from evolution.metrics.resample import sentence_draws
     from evolution.metrics.similarity_bootstrap import change_with_replicates
     from evolution.store import read_rows
@@ -107,34 +113,64 @@ def change_task(
     a = load_arrays(arrays)
     freq_rank = a["freq_rank"]
     every, split = _subsets(freq_rank, bins=bins, similarity=similarity)
+    lo, hi = (0, len(every)) if subsets is None else subsets
+    masks = dict(list(every.items())[lo:hi])
     group = np.unique(a["sentence"], return_inverse=True)[1].ravel()
-    n_groups = int(group.max()) + 1
+    n_groups = int(group.max()) + 1  # of every sentence: the draws are the whole unit's
     draws = sentence_draws(n_groups, replicates=similarity.bootstrap, seed=seed) if similarity.bootstrap else None
-    states = [
-        np.asarray(read_rows(store, model, layer, a[f"rows/{model}"]), dtype=np.float64) for layer in range(n_layers)
-    ]  # read once, sliced per bin
+    keep = np.any(np.stack(list(masks.values())), axis=0) if masks else np.zeros(len(freq_rank), bool)
+    rows = a[f"rows/{model}"][keep]
+    states = [np.asarray(read_rows(store, model, layer, rows), dtype=np.float64) for layer in range(n_layers)]
     got = change_with_replicates(
         states,
-        every,
-        group=group,
+        {k: m[keep] for k, m in masks.items()},
+        group=group[keep],
         draws=draws,
         methods=similarity.methods,
         epsilon=similarity.epsilon,
         min_ratio=similarity.min_ratio,
         name=model,
     )
-    masks, equal = dict(list(every.items())[: split[0]]), dict(list(every.items())[split[0] :])
     out = {
-        "change": {m: v[:, : split[0]].tolist() for m, v in got["estimate"].items()},
+        "subsets": [lo, hi],
+        "estimate": {m: v.tolist() for m, v in got["estimate"].items()},
         "notes": got["notes"],
-        "bins": [tuple(b) for b in bins],
         "sizes": bin_sizes(freq_rank, masks),
+        "n_bins": split[0],
+        "bins": [tuple(b) for b in bins],
     }
-    if equal:
-        out["change_equal"] = {m: v[:, split[0] :].tolist() for m, v in got["estimate"].items()}
-        out["equal_sizes"] = bin_sizes(freq_rank, equal)
     if draws is not None:
         out["replicates"] = {m: v.tolist() for m, v in got["replicates"].items()}
+    return out
+
+
+def combine_change(parts: list[dict]) -> dict[str, Any]:
+    """One model's change from the parts of :func:`change_task` (in any order; together
+    they cover every subset once): ``change[method]`` (layer_pair, frequency bin), ``sizes``,
+    ``bins``, ``notes``; with equal-size bins ``change_equal`` and ``equal_sizes``; with
+    replicates ``replicates[method]`` (replicate, layer_pair, subset of both kinds)."""
+    parts = sorted(parts, key=lambda p: p["subsets"][0])
+    covered = [i for p in parts for i in range(*p["subsets"])]
+    if covered != list(range(len(covered))):
+        raise ValueError(f"change parts cover subsets {covered}, not each of 0..{len(covered) - 1} once")
+    first, n_bins = parts[0], parts[0]["n_bins"]
+    methods = list(first["estimate"])
+    est = {m: np.concatenate([np.asarray(p["estimate"][m], dtype=float) for p in parts], axis=1) for m in methods}
+    sizes = {k: [v for p in parts for v in p["sizes"][k]] for k in first["sizes"]}
+    out: dict[str, Any] = {
+        "change": {m: v[:, :n_bins].tolist() for m, v in est.items()},
+        "notes": [n for p in parts for n in p["notes"]],
+        "bins": [tuple(b) for b in first["bins"]],
+        "sizes": {k: v[:n_bins] for k, v in sizes.items()},
+    }
+    if len(covered) > n_bins:
+        out["change_equal"] = {m: v[:, n_bins:].tolist() for m, v in est.items()}
+        out["equal_sizes"] = {k: v[n_bins:] for k, v in sizes.items()}
+    if "replicates" in first:
+        out["replicates"] = {
+            m: np.concatenate([np.asarray(p["replicates"][m], dtype=float) for p in parts], axis=2).tolist()
+            for m in methods
+        }
     return out
 
 
