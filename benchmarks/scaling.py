@@ -1,0 +1,86 @@
+"""The metrics stage's wall time on 1, 2, 8 and 32 workers, simulated from a run's measured
+units (``<workdir>/metrics/profile.jsonl``: each unit's wall seconds and start), beside the
+wall time the run itself took on its own workers.
+
+Each worker count gets Graham's list scheduling of the units in the order the run started
+them (what Dask does with independent tasks), its longest-first variant, and the lower bound
+no schedule beats (the longest unit: the critical path of independent units; or the summed
+time shared evenly) (:mod:`evolution.schedule`). The unit times were measured with the run's
+workers sharing the machine's cores, so the simulation holds for workers that each have what
+one of the run's workers had.
+
+    python benchmarks/scaling.py results/minilm-paper/profile.jsonl --out results/minilm-paper/scaling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+from evolution.schedule import list_schedule, longest_first, lower_bound
+
+WORKERS = (1, 2, 8, 32)
+
+
+def read_profile(path: Path) -> list[dict]:
+    """The units of the profile's last run (a rerun appends a run), in the order they started."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        raise SystemExit(f"{path}: no units; run the metrics stage first (python -m pipelines.run CONFIG)")
+    last = max(r["run"] for r in rows)
+    return sorted((r for r in rows if r["run"] == last), key=lambda r: r["start"])
+
+
+def scaling(units: list[dict]) -> dict:
+    seconds = [float(u["wall"]) for u in units]
+    total = sum(seconds)
+    longest = max(units, key=lambda u: u["wall"])
+    share = Counter()
+    for u in units:
+        share[u["analysis"]] += u["wall"]
+    workers = len({u["worker"] for u in units})
+    measured = max(u["end"] for u in units) - min(u["start"] for u in units)
+    return {
+        "units": len(units),
+        "summed_unit_s": round(total, 1),
+        "largest_unit": f"{longest['analysis']} {longest['unit']}",
+        "largest_unit_s": round(longest["wall"], 1),
+        "largest_unit_share": round(longest["wall"] / total, 3),
+        "by_analysis_s": {k: round(v, 1) for k, v in share.most_common()},
+        "measured": {"workers": workers, "wall_s": round(measured, 1)},
+        "simulated": [
+            {
+                "workers": w,
+                "list_s": round(list_schedule(seconds, workers=w), 1),
+                "longest_first_s": round(longest_first(seconds, workers=w), 1),
+                "bound_s": round(lower_bound(seconds, workers=w), 1),
+            }
+            for w in WORKERS
+        ],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("profile", type=Path, help="a run's metrics/profile.jsonl")
+    parser.add_argument("--out", type=Path, help="write the table as JSON")
+    args = parser.parse_args()
+    out = {"date": time.strftime("%Y-%m-%d"), "profile": str(args.profile), **scaling(read_profile(args.profile))}
+    m = out["measured"]
+    print(
+        f"{out['units']} units, {out['summed_unit_s']} s summed; largest {out['largest_unit']} "
+        f"{out['largest_unit_s']} s = {100 * out['largest_unit_share']:.1f}%"
+    )
+    print(f"measured: {m['wall_s']} s on {m['workers']} worker(s)")
+    print("workers  list (s)  longest-first (s)  bound (s)")
+    for r in out["simulated"]:
+        print(f"{r['workers']:>7}  {r['list_s']:>8}  {r['longest_first_s']:>17}  {r['bound_s']:>9}")
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
