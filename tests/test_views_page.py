@@ -43,6 +43,31 @@ def _payload(page_html: str) -> dict:
     return json.loads(found.group(1).replace("<\\/", "</"))
 
 
+def _dom(url: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Headless Chromium's DOM of ``url`` once its scripts ran (stdout), its log (stderr)."""
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=10000",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 @pytest.fixture(scope="module")
 def shipped_mt_page():
     """``ev.views`` of the shipped MT on 149 Genesis pieces (150 tokens with ``</s>``): every view,
@@ -173,27 +198,7 @@ def test_the_mt_page_draws_its_cross_attention_in_chromium(shipped_mt_page, tmp_
     """Headless Chromium unpacks the 150-token page (DecompressionStream) and draws the decoder's
     attention over the source: 3 x 4 thumbnails, lines, a neuron row per source token, no console error."""
     path = shipped_mt_page["page"].save(tmp_path / "mt.html")
-    out = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--virtual-time-budget=10000",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--dump-dom",
-            path.as_uri() + "#attention=cross",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = _dom(path.as_uri() + "#attention=cross", tmp_path)
     dom = out.stdout
     assert 'data-ready="1"' in dom, out.stderr[-2000:]
     assert dom.count('class="thumb"') == 3 * 4  # the decoder's layers x heads
@@ -261,3 +266,27 @@ def test_the_page_unpacks_wide_keys_in_chromium(tmp_path):
     assert len(lines) == 3 * 299
     assert ("8", "8") in lines and ("4776", "4776") in lines and ("4776", "4792") in lines  # y = 8 + 16 q: q 298
     assert ("4776", "8") in lines  # head 1: the last query with edges, to key 0
+
+
+def test_a_piece_the_model_saw_as_unk_shows_unk_with_its_text_as_a_tooltip(tmp_path):
+    """The views show what the model saw: the emoji, outside the shipped vocabulary, is ``<unk>``
+    in the page's tokens, and its text rides along (``texts``, drawn as the token's tooltip in
+    Chromium); every other position's text is its piece."""
+    import evolution.api as ev
+    from evolution.report.views import unpack_payload
+
+    mt = ev.load(SHIPPED / "mt", device="cpu")
+    page = ev.views(mt, "God saw the light \U0001f642 and it was good.", neuron=False)
+    level = unpack_payload(_payload(page.html))["models"][0]["sentences"][0]["levels"]["subword"]
+    at = level["tokens"].index("<unk>")
+    assert level["texts"][at] == "\U0001f642" and level["tokens"].count("<unk>") == 1
+    assert [t for i, t in enumerate(level["texts"]) if i != at] == [t for i, t in enumerate(level["tokens"]) if i != at]
+    words = unpack_payload(_payload(page.html))["models"][0]["sentences"][0]["levels"]["word"]
+    assert words["texts"][words["tokens"].index("<unk>")] == "\U0001f642"
+    plain = unpack_payload(_payload(ev.views(mt, "God saw the light.", neuron=False).html))
+    assert "texts" not in plain["models"][0]["sentences"][0]["levels"]["subword"]
+    if CHROMIUM is None:
+        return
+    out = _dom(page.save(tmp_path / "unk.html").as_uri(), tmp_path)
+    assert 'data-ready="1"' in out.stdout, out.stderr[-2000:]
+    assert "<title>the text: \U0001f642</title>" in out.stdout

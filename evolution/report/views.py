@@ -127,17 +127,26 @@ def views_data(
                 weights["norm"] = _row_normalised(att["weighted_norm"][k, :, :, :t, :t].values)
             word_id = reps["word_id"].values[rows_of[s]]
             pieces = adapter.pieces(ids)
+            texts = _texts(reps, rows_of[s], pieces, n_prefix)
             units = word_units(word_id, n_prefix=n_prefix, n_suffix=n_suffix)
             n_words = int(word_id.max()) + 1 if len(word_id) else 0
-            words = []
+            words, word_texts = [], []
             for u in range(int(units.max()) + 1):
                 idx = np.flatnonzero(units == u)
-                words.append(_join(pieces, idx) if n_prefix <= u < n_prefix + n_words else pieces[idx[0]])
+                inside = n_prefix <= u < n_prefix + n_words
+                words.append(_join(pieces, idx) if inside else pieces[idx[0]])
+                if texts is not None:
+                    word_texts.append(_join(texts, idx) if inside else texts[idx[0]])
             levels = {
-                "subword": {"tokens": pieces, "edges": {w: _edges(m, top_k) for w, m in weights.items()}},
+                "subword": {
+                    "tokens": pieces,
+                    "edges": {w: _edges(m, top_k) for w, m in weights.items()},
+                    **({"texts": texts} if texts is not None else {}),
+                },
                 "word": {
                     "tokens": words,
                     "edges": {w: _edges(word_attention(m, units, rule=word_rule), top_k) for w, m in weights.items()},
+                    **({"texts": word_texts} if texts is not None else {}),
                 },
             }
             item: dict[str, Any] = {"sentence": s, "levels": levels}
@@ -155,6 +164,20 @@ def views_data(
             {"name": name, "layers": int(att.sizes["layer"]), "heads": int(att.sizes["head"]), "sentences": items}
         )
     return {"models": models, "top_k": top_k, "word_rule": word_rule}
+
+
+def _texts(reps, rows: np.ndarray, pieces: list[str], n_prefix: int) -> list[str] | None:
+    """Per input position the text of the piece (``token_text``) where it differs from what the
+    model saw (an ``<unk>``); None when nothing differs or the store has no ``token_text``."""
+    if "token_text" not in reps.coords:
+        return None
+    texts = list(pieces)
+    content = [str(t) for t in reps["token_text"].values[rows]]
+    unknown = reps["is_unknown"].values[rows] if "is_unknown" in reps.coords else np.zeros(len(rows), bool)
+    for i, (text, unk) in enumerate(zip(content, unknown, strict=True)):
+        if unk:
+            texts[n_prefix + i] = text
+    return texts if texts != pieces else None
 
 
 def _decoder_view(adapter, ids: list[int], top_k: int) -> dict[str, Any]:

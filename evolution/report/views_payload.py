@@ -154,7 +154,7 @@ def _map_payload(data: dict[str, Any], *, edges, half) -> dict[str, Any]:
             it = dict(it)
             it["levels"] = {
                 lv: {
-                    "tokens": v["tokens"],
+                    **v,  # tokens, and texts where the model saw <unk>
                     "edges": {w: edges(e, len(v["tokens"]), len(v["tokens"])) for w, e in v["edges"].items()},
                 }
                 for lv, v in it["levels"].items()

@@ -55,6 +55,9 @@ async function unpack(x) {  // the payload with every packed leaf replaced by it
   for (const [k, v] of Object.entries(x)) out[k] = await unpack(v);
   return out;
 }
+function seen(node, piece, text) {  // a piece the model saw as <unk>: its text as the tooltip
+  if (text && text !== piece) el("title", {}, node, true).textContent = "the text: " + text;
+}
 function el(tag, attrs, parent, ns) {
   const e = ns ? document.createElementNS(SVG, tag) : document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
@@ -74,9 +77,10 @@ function level() { return item().levels[state.level]; }
 function edges(layer, head) { const e = level().edges[state.weight] || level().edges.alpha; return e[layer][head]; }
 function view() {  // the shown attention type: query tokens (left), key tokens (right), layers, edges of a (layer, head)
   const it = item(), d = it.decoder;
-  if (state.attention === "encoder" || !d) return {q: level().tokens, k: level().tokens, layers: model().layers, edges: edges};
+  const texts = level().texts;  // the text an <unk> stands for (a tooltip), where the model saw one
+  if (state.attention === "encoder" || !d) return {q: level().tokens, k: level().tokens, qt: texts, kt: texts, layers: model().layers, edges: edges};
   const own = state.attention === "decoder";
-  return {q: d.tokens, k: own ? d.tokens : it.levels.subword.tokens, layers: d.layers,
+  return {q: d.tokens, k: own ? d.tokens : it.levels.subword.tokens, kt: own ? null : it.levels.subword.texts, layers: d.layers,
           edges: (l, h) => (own ? d.self : d.cross)[l][h]};
 }
 function controls() {
@@ -111,9 +115,10 @@ function headView() {
   const left = [];
   v.q.forEach((t, i) => {
     const a = el("text", {x: 150, y: 12 + i * rowH, "text-anchor": "end", class: "tok"}, svg, true); a.textContent = t;
+    seen(a, t, v.qt && v.qt[i]);
     left.push(a);
   });
-  v.k.forEach((t, i) => { el("text", {x: 370, y: 12 + i * rowH, class: "tok"}, svg, true).textContent = t; });
+  v.k.forEach((t, i) => { const b = el("text", {x: 370, y: 12 + i * rowH, class: "tok"}, svg, true); b.textContent = t; seen(b, t, v.kt && v.kt[i]); });
   function drawLines(only) {
     lines.innerHTML = "";
     for (const h of state.heads) for (const [q, k, w] of v.edges(state.layer, h)) {
