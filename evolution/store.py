@@ -5,8 +5,9 @@
     reps.zarr/<model>/hidden             (layer, token, feature)  float32|float16
                                           chunks (1, chunk_tokens, feature)
     reps.zarr/<model>                    coordinates on token: sentence, position,
-                                          token_id, token_str, word_id, is_special,
-                                          freq_rank; with annotated text also upos,
+                                          token_id, token_str (the piece the model saw:
+                                          <unk> outside its vocabulary), token_text (its
+                                          text), word_id, is_special, freq_rank, is_unknown; with annotated text also upos,
                                           xpos, deprel ("" off it) and head (CoNLL-U,
                                           0 = root, -1 off it), and the attribute
                                           annotated_from (its first sentence, -1: none);
@@ -72,8 +73,9 @@ __all__ = [
 
 #: Bumped when the store layout gains something, so that older groups are redone (2: annotation
 #: labels as token coordinates; 3: train_rank; 4: text coordinates as Zarr v3 strings,
-#: portable_strings). Part of every extraction key (the pipeline's and the API's).
-STORE_VERSION = 4
+#: portable_strings; 5: token_str as the model saw it, token_text, is_unknown, the shipped
+#: tokenizer's apostrophe). Part of every extraction key (the pipeline's and the API's).
+STORE_VERSION = 5
 
 DIMS_HIDDEN = ("layer", "token", "feature")
 DIMS_ATTENTION = ("sentence", "layer", "head", "query", "key")
