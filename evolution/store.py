@@ -7,7 +7,8 @@
     reps.zarr/<model>                    coordinates on token: sentence, position,
                                           token_id, token_str (the piece the model saw:
                                           <unk> outside its vocabulary), token_text (its
-                                          text), word_id, is_special, freq_rank, is_unknown; with annotated text also upos,
+                                          text), word_id, is_special, freq_rank,
+                                          is_unknown; with annotated text also upos,
                                           xpos, deprel ("" off it) and head (CoNLL-U,
                                           0 = root, -1 off it), and the attribute
                                           annotated_from (its first sentence, -1: none);
