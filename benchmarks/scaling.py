@@ -43,7 +43,12 @@ def scaling(units: list[dict]) -> dict:
         share[u["analysis"]] += u["wall"]
     workers = len({u["worker"] for u in units})
     measured = max(u["end"] for u in units) - min(u["start"] for u in units)
+    memory = {}
+    if all("rss_peak" in u for u in units):  # recorded since 2026-11-28
+        top = max(units, key=lambda u: u["rss_peak"])
+        memory = {"largest_rss_unit": f"{top['analysis']} {top['unit']}", "largest_rss_gib": top["rss_peak"] / 2**30}
     return {
+        **memory,
         "units": len(units),
         "summed_unit_s": round(total, 1),
         "largest_unit": f"{longest['analysis']} {longest['unit']}",
@@ -75,6 +80,8 @@ def main() -> None:
         f"{out['largest_unit_s']} s = {100 * out['largest_unit_share']:.1f}%"
     )
     print(f"measured: {m['wall_s']} s on {m['workers']} worker(s)")
+    if "largest_rss_unit" in out:
+        print(f"largest worker memory: {out['largest_rss_gib']:.2f} GiB RSS during {out['largest_rss_unit']}")
     print("workers  list (s)  longest-first (s)  bound (s)")
     for r in out["simulated"]:
         print(f"{r['workers']:>7}  {r['list_s']:>8}  {r['longest_first_s']:>17}  {r['bound_s']:>9}")

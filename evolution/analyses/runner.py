@@ -53,12 +53,40 @@ class _ThreadRecords(logging.Handler):
             )
 
 
+class _PeakRSS:
+    """The largest resident memory of this process while a unit runs, sampled every ``every``
+    seconds in a thread (the worker's RSS: what it kept from earlier units included)."""
+
+    def __init__(self, every: float = 0.1):
+        import psutil
+
+        self.proc, self.every, self.peak = psutil.Process(), every, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self) -> _PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+
 def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict[str, Any]:
     """``{"result": fn(**kwargs), "logs": [...], "time": {...}}``: the unit's result, its log
     records and its cost (what runs on a worker), its products on ``device`` (``metrics.device``:
     :mod:`evolution.metrics.backend`): ``wall`` and ``cpu`` seconds (the worker
-    process's user + system time, so BLAS or torch threads count), ``start`` (epoch seconds)
-    and ``worker`` (host:pid)."""
+    process's user + system time, so BLAS or torch threads count), ``start`` (epoch seconds),
+    ``worker`` (host:pid) and ``rss_peak`` (bytes: the worker's largest resident memory while the
+    unit ran, sampled every 0.1 s)."""
     import resource
     import socket
     import time
@@ -82,7 +110,7 @@ def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict
         # took 695 s of wall time in the default run at commit 90eba53)
         from evolution.metrics import backend
 
-        with dask.config.set(scheduler="synchronous"), backend.use(device):
+        with dask.config.set(scheduler="synchronous"), backend.use(device), _PeakRSS() as rss:
             result = fn(**kwargs)
     finally:
         for lg, level in zip(loggers, levels, strict=True):
@@ -94,7 +122,13 @@ def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict
     return {
         "result": result,
         "logs": handler.records,
-        "time": {"wall": wall, "cpu": cpu, "start": start, "worker": f"{socket.gethostname()}:{os.getpid()}"},
+        "time": {
+            "wall": wall,
+            "cpu": cpu,
+            "start": start,
+            "worker": f"{socket.gethostname()}:{os.getpid()}",
+            "rss_peak": rss.peak,
+        },
     }
 
 
@@ -206,7 +240,15 @@ def run_analyses(
         results[name][unit] = r
         t = out.get("time")
         if t is not None:
-            logger.info("metrics: %s %s: %.1f s wall, %.1f s CPU on %s", name, unit, t["wall"], t["cpu"], t["worker"])
+            logger.info(
+                "metrics: %s %s: %.1f s wall, %.1f s CPU, peak %.2f GiB RSS on %s",
+                name,
+                unit,
+                t["wall"],
+                t["cpu"],
+                t.get("rss_peak", 0) / 2**30,
+                t["worker"],
+            )
             if profile is not None:
                 record = {"run": run_start, "analysis": name, "unit": unit, **t, "end": t["start"] + t["wall"]}
                 with open(profile, "a", encoding="utf-8") as fh:
