@@ -58,7 +58,7 @@ class _PeakRSS:
     seconds in a thread (the worker's RSS: what it kept from earlier units included)."""
 
     def __init__(self, every: float = 0.1):
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
         self.proc, self.every, self.peak = psutil.Process(), every, 0
         self._stop = threading.Event()
