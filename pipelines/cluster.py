@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from evolution.config import ClusterConfig
 
@@ -65,13 +70,105 @@ class _VisibleDevice:
         os.environ["CUDA_VISIBLE_DEVICES"] = self.visible[index % len(self.visible)]
 
 
+#: seconds to wait for the first Slurm worker when ``cluster.start_timeout`` is not set
+SLURM_START_TIMEOUT = 600
+
+
+def slurm_cluster(cfg: ClusterConfig, *, log_directory: Path | None = None):
+    """A ``dask_jobqueue.SLURMCluster`` for ``cfg`` (``kind: slurm``), not yet scaled.
+
+    Each job runs ``cores / threads_per_worker`` worker processes (dask-jobqueue's default is
+    about sqrt(cores) processes of several threads: docs/decisions.md, "Slurm workers"), each
+    with the local workers' environment (:func:`worker_environ`) and no profiler."""
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError as exc:
+        raise ImportError(
+            f"cluster.kind: slurm needs dask-jobqueue ({exc}); install it with: pip install -e '.[slurm]' "
+            "(or pip install 'dask-jobqueue>=0.9')"
+        ) from exc
+    env = {
+        # the nanny applies its pre-spawn-environ after the job's environment, so the thresholds go
+        # through dask's own config (DASK_* variables are read as Python literals)
+        "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON": json.dumps(worker_environ(cfg.threads_per_worker)),
+        "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
+    }
+    prologue = [f"export {k}='{v}'" for k, v in env.items()]
+    if log_directory is not None:
+        log_directory.mkdir(parents=True, exist_ok=True)
+    assert cfg.cores is not None and cfg.memory is not None  # ClusterConfig requires them for kind: slurm
+    return SLURMCluster(
+        cores=cfg.cores,
+        processes=cfg.cores // cfg.threads_per_worker,
+        memory=cfg.memory,
+        walltime=cfg.walltime,
+        queue=cfg.queue,
+        account=cfg.account,
+        job_extra_directives=list(cfg.job_extra),
+        job_script_prologue=prologue,
+        python=cfg.python or sys.executable,
+        log_directory=str(log_directory) if log_directory is not None else None,
+        scheduler_options={"dashboard_address": None},
+        silence_logs=logging.WARNING,
+    )
+
+
+def _squeue(job_ids: list[str]) -> str:
+    if not job_ids or shutil.which("squeue") is None:
+        return ""
+    try:
+        out = subprocess.run(
+            ["squeue", "-j", ",".join(job_ids), "-o", "%i %T %R"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
 @contextlib.contextmanager
-def dask_client(cfg: ClusterConfig, *, device: str = "cpu") -> Iterator[object | None]:
+def _slurm_client(cfg: ClusterConfig, workdir: Path | None) -> Iterator[object]:
+    from distributed import Client
+
+    log_directory = workdir / "logs" / "slurm" if workdir is not None else None
+    with slurm_cluster(cfg, log_directory=log_directory) as cluster, Client(cluster) as client:
+        logger.info(
+            "cluster: slurm, %d job(s) x %d core(s) (%d worker process(es) each), %s, walltime %s%s%s; job script:\n%s",
+            cfg.jobs,
+            cfg.cores,
+            cluster._dummy_job.worker_processes,
+            cfg.memory,
+            cfg.walltime,
+            f", partition {cfg.queue}" if cfg.queue else "",
+            f", account {cfg.account}" if cfg.account else "",
+            cluster.job_script(),
+        )
+        # adapt() between jobs and jobs keeps that many running: a job that ends (scancel, a node
+        # failure, its walltime) leaves SpecCluster.workers after distributed.deploy.lost-worker-timeout,
+        # and the adaptive loop submits a new one for its place (verified in tests/test_slurm.py)
+        cluster.scale(jobs=cfg.jobs)
+        cluster.adapt(minimum_jobs=cfg.jobs, maximum_jobs=cfg.jobs)
+        timeout = cfg.start_timeout or SLURM_START_TIMEOUT
+        try:
+            client.wait_for_workers(1, timeout=timeout)
+        except TimeoutError:
+            ids = [str(j.job_id) for j in cluster.workers.values() if getattr(j, "job_id", None)]
+            raise TimeoutError(
+                f"no Slurm worker started in {timeout} s: the jobs ({', '.join(ids) or 'none submitted'}) "
+                f"are pending or failed; see `squeue -j {','.join(ids)}` and their logs in {log_directory}; "
+                f"raise cluster.start_timeout to wait longer\n{_squeue(ids)}"
+            ) from None
+        yield client
+
+
+@contextlib.contextmanager
+def dask_client(cfg: ClusterConfig, *, device: str = "cpu", workdir: Path | None = None) -> Iterator[object | None]:
     """Yield a :class:`distributed.Client`, or ``None`` for ``kind: synchronous``.
 
     A local cluster is started with worker *processes* (the GIL would serialise
     threads running Python-heavy tokenisation and small matrix products) and
-    shut down on exit, Ctrl-C included.
+    shut down on exit, Ctrl-C included. ``kind: slurm`` submits the worker jobs
+    (:func:`slurm_cluster`; their logs under ``workdir/logs/slurm``) and cancels
+    them on exit.
     """
     if cfg.kind == "synchronous":
         logger.info("cluster: synchronous (every task in this process)")
@@ -94,6 +191,10 @@ def dask_client(cfg: ClusterConfig, *, device: str = "cpu") -> Iterator[object |
             ) from exc
         with client:
             yield client
+        return
+    if cfg.kind == "slurm":
+        with _slurm_client(cfg, workdir) as slurm_client:
+            yield slurm_client
         return
     from evolution.models.device import cuda_count
 

@@ -157,7 +157,9 @@ def _execute(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None
             stage = STAGES[name]
             if stage.uses_cluster and plan[name] and not started:
                 stage.prepare(ctx)
-                ctx.client = stack.enter_context(dask_client(config.cluster, device=config.extract.device))
+                ctx.client = stack.enter_context(
+                    dask_client(config.cluster, device=config.extract.device, workdir=config.workdir)
+                )
                 started = True
             stage.run(ctx)
     logger.info("done in %.1f s; results under %s", time.perf_counter() - t0, config.workdir)
