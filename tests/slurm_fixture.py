@@ -208,6 +208,7 @@ def _check_alive(slurm: Slurm) -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the daemons on kill as on Ctrl-C
     s = start_slurm(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/evolution-slurm"))
     print(f"export SLURM_CONF={s.conf}", flush=True)
     try:
