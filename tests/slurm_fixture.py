@@ -55,6 +55,12 @@ class Slurm:
         return "\n".join(parts)
 
     def stop(self) -> None:
+        if self.procs.get("slurmctld") is not None and self.procs["slurmctld"].poll() is None:
+            try:  # no job outlives the cluster (slurmd leaves running steps behind)
+                self.run("scancel", "--full", "--user=root", timeout=10)
+                time.sleep(1)
+            except (RuntimeError, OSError, subprocess.SubprocessError):
+                pass
         for name in reversed(DAEMONS):
             p = self.procs.get(name)
             if p is not None and p.poll() is None:
