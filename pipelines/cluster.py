@@ -108,7 +108,7 @@ def slurm_cluster(cfg: ClusterConfig, *, log_directory: Path | None = None):
         job_script_prologue=prologue,
         python=cfg.python or sys.executable,
         log_directory=str(log_directory) if log_directory is not None else None,
-        scheduler_options={"dashboard_address": None},
+        scheduler_options={"dashboard": False, "dashboard_address": ":0"},  # no dashboard; its HTTP port free
         silence_logs=logging.WARNING,
     )
 
