@@ -148,7 +148,8 @@ bench-trajectory: setup
 	$(PY) benchmarks/trajectory.py configs/from-scratch.yaml --train runs/from-scratch/train
 
 # Three checkpoint series trained offline (a tiny GPT-2 of two seeds and a BERT, 800 steps, saved every
-# 100), then their trajectory (configs/tiny-series.yaml, docs/series.md); about 2 minutes on 2 cores.
+# 100), then their trajectory (configs/tiny-series.yaml, docs/series.md); 4-10 minutes on 2 cores (training
+# 30-115 s a member, the pipeline 2.2-6.9 minutes: docs/series.md).
 runs/tiny-series/checkpoints/bert/step800/config.json: $(VENV)/.installed
 	$(PY) -m evolution.fixtures.tiny_series runs/tiny-series/checkpoints/gpt2 --arch gpt2 --steps 800 --every 100
 	$(PY) -m evolution.fixtures.tiny_series runs/tiny-series/checkpoints/gpt2-seed1 --arch gpt2 --steps 800 --every 100 --seed 1
