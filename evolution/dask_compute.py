@@ -28,7 +28,8 @@ def _lost(limits: set[int], key, exc, label: str) -> WorkerLost:
         f"{label}: task {key!r} killed its worker each time it ran ({exc}). A worker is stopped when it "
         f"exceeds its memory limit (here {limit} per worker: cluster.memory_limit), so this task most likely "
         "needs more than that. Raise cluster.memory_limit (and lower cluster.n_workers so that the limits fit the "
-        "machine), or make the task smaller (extract.chunk_tokens / extract.task_chunks for extraction; the "
+        "machine; on Slurm raise cluster.memory, which the job's workers share), or make the task smaller "
+        "(extract.chunk_tokens / extract.task_chunks for extraction; the "
         "analysis' sentences, bootstrap or layers for a metrics unit). Everything that finished is kept: "
         "rerun the same command to go on."
     )
