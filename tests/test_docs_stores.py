@@ -722,3 +722,29 @@ def test_docs_metrics_replication_paragraphs_quote_the_stores():
         r"only (\d+) token types have >= (\d+) occurrences in the annotated text", pm.attrs["notes"][0]
     ).groups()
     assert f"Syntax on the UD text ({n} types with >= {count} occurrences;" in text
+
+
+def test_the_minilm_paper_split_section_quotes_its_artefacts():
+    """results/minilm-paper/README.md's section on the split change: the stage's seconds and peak
+    from split/scale.json, the largest unit and its share, and the simulated table from
+    split/scaling.json (recomputed here from split/profile.jsonl by evolution.schedule)."""
+    import json
+
+    from evolution.schedule import list_schedule, longest_first, lower_bound
+
+    root = REPO / "results" / "minilm-paper" / "split"
+    text = (REPO / "results" / "minilm-paper" / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## The change by frequency split by bin") :]
+    metrics = next(iter(json.loads((root / "scale.json").read_text()).values()))["stages"]["metrics"]
+    assert f"took {metrics['seconds']:,.1f} s with a peak of {metrics['peak_rss_gib']:.2f} GiB" in section
+    scaling = json.loads((root / "scaling.json").read_text())
+    units = [json.loads(line) for line in (root / "profile.jsonl").read_text().splitlines() if line.strip()]
+    walls = [u["wall"] for u in sorted(units, key=lambda u: u["start"])]
+    flat = " ".join(section.split())
+    assert f"{scaling['largest_unit_s']:,.1f} of {scaling['summed_unit_s']:,.1f} s" in flat
+    assert f"`{scaling['largest_rss_unit']}`, {scaling['largest_rss_gib']:.2f}" in flat
+    for row in scaling["simulated"]:
+        w = row["workers"]
+        cells = [f"{list_schedule(walls, workers=w):,.1f}", f"{longest_first(walls, workers=w):,.1f}"]
+        cells.append(f"{lower_bound(walls, workers=w):,.1f}")
+        assert f"| {w} | {' | '.join(cells)} |" in section, w
