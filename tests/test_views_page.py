@@ -240,25 +240,7 @@ def test_the_page_unpacks_wide_keys_in_chromium(tmp_path):
 
     data = _synthetic(300)
     path = write_views(tmp_path / "wide.html", data)
-    out = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-            path.as_uri() + "#level=subword",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = _dom(path.as_uri() + "#level=subword", tmp_path)
     dom = out.stdout
     assert 'data-ready="1"' in dom, out.stderr[-2000:]
     head = dom.split('id="headview"', 1)[1].split("</svg>", 1)[0]
