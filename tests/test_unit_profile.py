@@ -1,27 +1,37 @@
 """A unit's recorded cost: its wall and CPU time and the worker's peak resident memory while it
-ran (what profile.jsonl keeps per unit, so that the unit that peaks can be found)."""
+ran (what profile.jsonl keeps per unit, so that the unit that peaks can be found). Run in a fresh
+interpreter: a long-lived one (the test session) may hand the unit pages it already holds, which
+do not raise its resident memory."""
 
 from __future__ import annotations
 
-import time
+import json
+import subprocess
+import sys
 
+SCRIPT = """
+import json, time
 import numpy as np
 import psutil
-
 from evolution.analyses.runner import logged
 
-
-def _hold(mb: int, seconds: float) -> dict:
+def hold(mb, seconds):
     x = np.ones(mb * 2**20 // 8)  # touched: resident
     time.sleep(seconds)
     return {"sum": float(x[:10].sum())}
 
+logged(hold, mb=1, seconds=0.1)  # imports what a unit's wrapper imports
+base = psutil.Process().memory_info().rss
+big = logged(hold, mb=400, seconds=0.5)
+small = logged(hold, mb=1, seconds=0.5)
+print(json.dumps({"base": base, "big": big, "small": small}))
+"""
+
 
 def test_the_peak_memory_of_a_unit_is_what_it_held():
-    logged(_hold, mb=1, seconds=0.1)  # imports what a unit's wrapper imports
-    base = psutil.Process().memory_info().rss
-    big = logged(_hold, mb=400, seconds=0.5)
-    small = logged(_hold, mb=1, seconds=0.5)
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    base, big, small = got["base"], got["big"], got["small"]
     assert big["result"] == {"sum": 10.0}
     assert big["time"]["rss_peak"] - base > 350 * 2**20  # the 400 MB it held
     assert small["time"]["rss_peak"] - base < 150 * 2**20  # freed before: not counted again
