@@ -74,6 +74,12 @@ class _VisibleDevice:
 SLURM_START_TIMEOUT = 600
 
 
+def _processes(cfg: ClusterConfig) -> int:
+    """Worker processes per Slurm job: one per ``threads_per_worker`` of its cores."""
+    assert cfg.cores is not None  # ClusterConfig requires it for kind: slurm
+    return cfg.cores // cfg.threads_per_worker
+
+
 def slurm_cluster(cfg: ClusterConfig, *, log_directory: Path | None = None):
     """A ``dask_jobqueue.SLURMCluster`` for ``cfg`` (``kind: slurm``), not yet scaled.
 
@@ -99,7 +105,7 @@ def slurm_cluster(cfg: ClusterConfig, *, log_directory: Path | None = None):
     assert cfg.cores is not None and cfg.memory is not None  # ClusterConfig requires them for kind: slurm
     return SLURMCluster(
         cores=cfg.cores,
-        processes=cfg.cores // cfg.threads_per_worker,
+        processes=_processes(cfg),
         memory=cfg.memory,
         walltime=cfg.walltime,
         queue=cfg.queue,
@@ -135,7 +141,7 @@ def _slurm_client(cfg: ClusterConfig, workdir: Path | None) -> Iterator[object]:
             "cluster: slurm, %d job(s) x %d core(s) (%d worker process(es) each), %s, walltime %s%s%s; job script:\n%s",
             cfg.jobs,
             cfg.cores,
-            cluster._dummy_job.worker_processes,
+            _processes(cfg),
             cfg.memory,
             cfg.walltime,
             f", partition {cfg.queue}" if cfg.queue else "",

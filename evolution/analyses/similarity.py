@@ -43,7 +43,7 @@ from evolution.analyses.base import Analysis, Inputs, Unit, required, save_array
 from evolution.analyses.pair_kinds import PAIR_KINDS, pair_kind
 from evolution.analyses.similarity_figures import FIGURES, change_by_frequency, pair_distances, similarity_heatmaps
 from evolution.analyses.similarity_results import joined, merge, with_intervals
-from evolution.analyses.similarity_tasks import change_task, combine_change, similarity_task
+from evolution.analyses.similarity_tasks import _subsets, change_task, combine_change, similarity_task
 from evolution.config import resolved_dict
 from evolution.metrics.plan import frequency_bins
 from evolution.metrics.similarity import adjacent_change
@@ -140,7 +140,7 @@ class Similarity(Analysis):
                     key={"models": [m.key for m in models], "similarity": estimate, "seed": inputs.seed},
                 )
             )
-            n_subsets = len(bins) + (scfg.equal_bins or 0)
+            n_subsets = sum(_subsets(shared["freq_rank"], bins=bins, similarity=scfg)[1])  # what change_task splits
             for m in models:  # a unit per model and bin: the workers share them (their parts combine exactly)
                 own = save_arrays(inputs.arrays_dir, "change", {f"rows/{m.name}": m.plan.similarity_rows, **shared})
                 for k in range(n_subsets):
