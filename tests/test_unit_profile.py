@@ -1,7 +1,9 @@
 """A unit's recorded cost: its wall and CPU time and the worker's peak resident memory while it
 ran (what profile.jsonl keeps per unit, so that the unit that peaks can be found). Run in a fresh
 interpreter: a long-lived one (the test session) may hand the unit pages it already holds, which
-do not raise its resident memory."""
+do not raise its resident memory. The unit holds an anonymous mapping and unmaps it: whether
+malloc gives freed memory back to the system is the allocator's choice (it kept 400 MB after
+``del`` on one CI machine), an unmapped page is gone."""
 
 from __future__ import annotations
 
@@ -10,15 +12,19 @@ import subprocess
 import sys
 
 SCRIPT = """
-import json, time
-import numpy as np
+import json, mmap, time
 import psutil
 from evolution.analyses.runner import logged
 
 def hold(mb, seconds):
-    x = np.ones(mb * 2**20 // 8)  # touched: resident
+    m = mmap.mmap(-1, mb * 2**20)
+    page = bytes([1]) * 2**20
+    for _ in range(mb):
+        m.write(page)  # touched: resident
     time.sleep(seconds)
-    return {"sum": float(x[:10].sum())}
+    total = float(sum(m[:10]))
+    m.close()  # unmapped: given back
+    return {"sum": total}
 
 logged(hold, mb=1, seconds=0.1)  # imports what a unit's wrapper imports
 base = psutil.Process().memory_info().rss
