@@ -71,6 +71,7 @@ VARIANTS: dict[str, object] = {
     "neighbors.max_per_type": 3,
     "neighbors.bootstrap": 6,
     "neighbors.top": 3,
+    "neighbors.queries_per_unit": 8192,
     "similarity.methods": ["cka"],
     "similarity.sentences": 20,
     "similarity.min_ratio": 1.5,

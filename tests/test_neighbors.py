@@ -159,24 +159,26 @@ def test_bootstrap_interval_over_types_of_unequal_size_against_a_loop():
     assert lo < point < hi and values.mean() < lo  # the pooled mean (0.26) lies below the interval
 
 
-def _synthetic_layer(seed: int = 0):
-    """Occurrences of 4 types in 80 sentences of unequal length, with sentence effects: each
-    sentence shifts its occurrences' vectors, so neighbours and their same-token share vary by
-    sentence."""
+def _synthetic_layer(seed: int = 0, sentences: int = 80, extra: int = 0):
+    """Occurrences of 4 types in ``sentences`` sentences of unequal length, with sentence effects:
+    each sentence shifts its occurrences' vectors, so neighbours and their same-token share vary
+    by sentence (``extra`` noise features beside the 6)."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(2, 12, size=80)
-    sentence = np.repeat(np.arange(80), lengths)
+    lengths = rng.integers(2, 12, size=sentences)
+    sentence = np.repeat(np.arange(sentences), lengths)
     position = np.concatenate([np.arange(n) for n in lengths])
     token = rng.choice([3, 4, 5, 6], p=[0.4, 0.3, 0.2, 0.1], size=len(sentence))
     left = np.where(position == 0, END, rng.integers(10, 14, size=len(sentence)))
     right = np.where(np.r_[sentence[1:] != sentence[:-1], True], END, rng.integers(10, 14, size=len(sentence)))
-    shift = rng.normal(0, 1.5, size=(80, 6))
+    shift = rng.normal(0, 1.5, size=(sentences, 6))
     x = (
         np.eye(6)[token - 3] * 2
         + shift[sentence]
         + np.eye(6)[left % 6] * 0.8 * (left >= 0)[:, None]
         + rng.normal(0, 0.7, size=(len(sentence), 6))
     ).astype(np.float32)
+    if extra:
+        x = np.hstack([x, rng.normal(0, 0.7, size=(len(x), extra)).astype(np.float32)])
     a = {
         "neighbors/rows": np.arange(len(sentence)),
         "neighbors/token": token,
@@ -243,3 +245,53 @@ def test_layer_chance_and_ceiling_do_not_depend_on_the_layer():
         assert one[name] == two[name]
         assert one["interval"][name] == two["interval"][name]
     assert one["same_left_chance"] < one["same_left_ceiling"] <= 1
+
+
+def test_query_parts_are_whole_search_blocks():
+    from evolution.metrics.neighbors import SPLIT_ALIGN, query_parts
+
+    assert query_parts(5, per_part=SPLIT_ALIGN) == [(0, 5)]
+    assert query_parts(3 * SPLIT_ALIGN, per_part=SPLIT_ALIGN) == [(0, 8192), (8192, 16384), (16384, 24576)]
+    # a tail shorter than one block joins the part before it; a longer one stands alone
+    assert query_parts(2 * SPLIT_ALIGN + 100, per_part=SPLIT_ALIGN) == [(0, 8192), (8192, 16484)]
+    assert query_parts(16384 + 9000, per_part=16384) == [(0, 16384), (16384, 25384)]
+    with pytest.raises(ValueError, match="multiple of 8192"):
+        query_parts(10, per_part=5000)
+
+
+def test_a_split_search_without_faiss_equals_one_search(monkeypatch):
+    """The NumPy route (no faiss): the parts' neighbours are the whole search's."""
+    import evolution.metrics.search as search
+    from evolution.metrics.neighbors import knn, query_parts
+
+    monkeypatch.setattr(search, "faiss_or_none", lambda: None)
+    x = _synthetic_layer(4, sentences=2600, extra=2)[0]
+    parts = query_parts(len(x), per_part=8192)
+    assert len(parts) == 2
+    np.testing.assert_array_equal(np.concatenate([knn(x, k=5, queries=q) for q in parts]), knn(x, k=5))
+
+
+def test_a_layer_split_by_queries_equals_one_search():
+    """Issue 50: the pooled same-token search of one layer split into units of
+    ``queries_per_unit`` queries gives every number of the whole search, intervals included,
+    exactly (parts start at multiples of the search's query block), whichever order the parts
+    come back in; a missing part is refused, not averaged over."""
+    from evolution.analyses.neighbors import combine_layer, layer_measures, layer_part
+    from evolution.metrics.neighbors import knn, query_parts
+
+    x, a = _synthetic_layer(3, sentences=4200, extra=10)  # 16 features: each part on faiss's BLAS route
+    cfg = NeighborsConfig(k=7, bootstrap=40, queries_per_unit=8192)
+    parts = query_parts(len(x), per_part=cfg.queries_per_unit)
+    assert len(parts) == 3 and parts[-1][1] - parts[-1][0] > 8192  # a short tail joined
+    whole = knn(x, k=7)
+    np.testing.assert_array_equal(np.concatenate([knn(x, k=7, queries=q) for q in parts]), whole)
+    one = layer_measures(x, a, neighbors=cfg, seed=5)
+    got = [layer_part(x, a, neighbors=cfg, seed=5, queries=q) for q in parts]
+    assert ["within" in g for g in got] == [True, False, False]  # the within-type measures once
+    split = combine_layer(got[::-1], sentence=a["neighbors/sentence"], neighbors=cfg, seed=5)
+    assert split == one
+    assert 0.3 < one["same_token"] < 0.95  # neither trivial nor perfect
+    lo, hi = one["interval"]["same_token"]
+    assert lo < one["same_token"] < hi
+    with pytest.raises(ValueError, match="do not cover"):
+        combine_layer(got[:2], sentence=a["neighbors/sentence"], neighbors=cfg, seed=5)

@@ -1,7 +1,8 @@
 """Who are a token's nearest neighbours (Voita et al. 2019, section 5, figure 5; ``docs/metrics.md``).
 
-One unit per (model, layer): on the main text, the same-token rate among the
-k nearest neighbours of pooled occurrences of the frequent types, and among
+Units per (model, layer): on the main text, the same-token rate among the
+k nearest neighbours of pooled occurrences of the frequent types (the queries split into
+units of ``neighbors.queries_per_unit``, joined by :func:`combine_layer`), and among
 occurrences of one type the position distance and the same left / right
 neighbour rates; with annotated text (``corpus.annotated``), the same POS
 tag / dependency relation rates among one type's occurrences there. Each
@@ -50,8 +51,9 @@ import xarray as xr
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, required, save_arrays, strings
 from evolution.analyses.plotting import STYLES, concat, figure, label_edges, legend_below, open_group, panel_grid, tidy
 from evolution.config import NeighborsConfig, resolved_dict
+from evolution.metrics.neighbors import query_parts
 
-__all__ = ["Neighbors", "layer_task", "layer_measures", "neighbors_by_layer", "MEASURES"]
+__all__ = ["Neighbors", "layer_task", "layer_part", "combine_layer", "layer_measures", "neighbors_by_layer", "MEASURES"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,17 +75,26 @@ BOUND_SUFFIXES = ("_chance", "_ceiling")
 
 
 def layer_task(
-    *, store: str, model: str, layer: int, arrays: str, neighbors: NeighborsConfig, seed: int = 0
+    *,
+    store: str,
+    model: str,
+    layer: int,
+    arrays: str,
+    neighbors: NeighborsConfig,
+    seed: int = 0,
+    queries: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The measures of one (model, layer) from the store (:func:`layer_measures`); ``arrays``
-    holds ``neighbors/{rows,token,position,left,right,sentence}`` and, with annotated text,
-    ``syntax/{rows,token,position,sentence,pos,deprel}``."""
+    """One part of the measures of (model, layer) from the store (:func:`layer_part`: the pooled
+    same-token shares of queries [a, b) = ``queries``, default all, and with the part that starts
+    at 0 the within-type measures); ``arrays`` holds ``neighbors/{rows,token,position,left,right,
+    sentence}`` and, with annotated text, ``syntax/{rows,token,position,sentence,pos,deprel}``."""
     from evolution.store import read_rows
 
     a = load_arrays(arrays)
     x = read_rows(store, model, layer, a["neighbors/rows"])
-    syntax = read_rows(store, model, layer, a["syntax/rows"]) if "syntax/rows" in a else None
-    return layer_measures(x, a, neighbors=neighbors, seed=seed + layer, syntax_vectors=syntax)
+    within = queries is None or queries[0] == 0
+    syntax = read_rows(store, model, layer, a["syntax/rows"]) if within and "syntax/rows" in a else None
+    return layer_part(x, a, neighbors=neighbors, seed=seed + layer, queries=queries, syntax_vectors=syntax)
 
 
 def _within(
@@ -154,6 +165,84 @@ def _warn_caps(k: int, capped: dict[str, tuple[int, int]]) -> None:
     )
 
 
+def layer_part(
+    x: np.ndarray,
+    a: dict[str, np.ndarray],
+    *,
+    neighbors: NeighborsConfig,
+    seed: int = 0,
+    queries: tuple[int, int] | None = None,
+    syntax_vectors: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """A part of one layer's measures: ``queries`` [a, b) (a range of
+    :func:`evolution.metrics.neighbors.query_parts`; default all) searched among every row of
+    ``x`` (n, d), the states of ``a["neighbors/rows"]``: ``{"queries": [a, b], "same_token": (b -
+    a,) each query's share of same-token neighbours}``, and where a = 0 ``"within"``: the
+    within-type measures (:func:`_within`, whole: one type's search is small) with their
+    ``queries`` and ``interval``. ``syntax_vectors`` the states of ``a["syntax/rows"]``."""
+    from evolution.metrics.neighbors import knn, same_label_per_query
+
+    c = neighbors
+    lo, hi = (0, len(x)) if queries is None else queries
+    whole = (lo, hi) == (0, len(x))
+    ids = knn(x, k=c.k, metric=c.metric, index=c.index, queries=None if whole else (lo, hi))
+    part: dict[str, Any] = {
+        "queries": [lo, hi],
+        "same_token": same_label_per_query(ids, a["neighbors/token"], first=lo),
+    }
+    if lo == 0:
+        within: dict[str, Any] = {"queries": {}}
+        interval: dict[str, tuple[float, float]] = {}
+        _within(
+            x, prefix="neighbors", a=a, annotations=("left", "right"), c=c, seed=seed, out=within, interval=interval
+        )
+        if syntax_vectors is not None:
+            _within(
+                syntax_vectors,
+                prefix="syntax",
+                a=a,
+                annotations=("pos", "deprel"),
+                c=c,
+                seed=seed,
+                out=within,
+                interval=interval,
+            )
+        within["interval"] = interval
+        part["within"] = within
+    return part
+
+
+def combine_layer(
+    parts: list[dict[str, Any]], *, sentence: np.ndarray, neighbors: NeighborsConfig, seed: int = 0
+) -> dict[str, Any]:
+    """One layer's measures (the module docstring's ``value`` names; under ``queries``, measure ->
+    the queries counted; under ``interval``, measure -> (low, high): the 95% percentile interval of
+    ``neighbors.bootstrap`` resamples of whole sentences, replicate r drawn with
+    ``default_rng([seed, r])``) from its parts (:func:`layer_part`, any order): the same-token
+    shares joined in query order, then averaged and resampled by ``sentence`` (n,) each pooled
+    query's sentence, as one unit would."""
+    from evolution.metrics.neighbors import bootstrap_interval
+
+    parts = sorted(parts, key=lambda p: p["queries"][0])
+    edges = [p["queries"] for p in parts]
+    if (
+        edges[0][0] != 0
+        or edges[-1][1] != len(sentence)
+        or any(x[1] != y[0] for x, y in zip(edges[:-1], edges[1:], strict=True))
+    ):
+        raise ValueError(f"neighbors: the parts {edges} do not cover the {len(sentence)} queries once: rerun the stage")
+    same = np.concatenate([np.asarray(p["same_token"], dtype=np.float64) for p in parts])
+    within = parts[0]["within"]
+    out: dict[str, Any] = {"same_token": float(np.nanmean(same))}
+    out.update({k: v for k, v in within.items() if k not in ("queries", "interval")})
+    out["queries"] = {"same_token": int(np.isfinite(same).sum()), **within["queries"]}
+    interval: dict[str, Any] = {}
+    if neighbors.bootstrap:
+        interval["same_token"] = bootstrap_interval(same, sentence=sentence, n_boot=neighbors.bootstrap, seed=seed)
+    out["interval"] = {**interval, **within["interval"]}
+    return out
+
+
 def layer_measures(
     x: np.ndarray,
     a: dict[str, np.ndarray],
@@ -162,46 +251,27 @@ def layer_measures(
     seed: int = 0,
     syntax_vectors: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """The measures of one layer (``value`` names of the module docstring); under
-    ``queries``, measure -> the number of queries counted; under ``interval``,
-    measure -> (low, high): the 95% percentile interval of ``neighbors.bootstrap``
-    resamples of whole sentences (``a[".../sentence"]``; replicate r draws with
-    ``default_rng([seed, r])``). ``x`` (n, d) the states of ``a["neighbors/rows"]``;
-    ``syntax_vectors`` those of ``a["syntax/rows"]`` (annotated text)."""
-    from evolution.metrics.neighbors import bootstrap_interval, knn, same_label_per_query
+    """The measures of one layer (:func:`combine_layer`) in one search: ``x`` (n, d) the states
+    of ``a["neighbors/rows"]``; ``syntax_vectors`` those of ``a["syntax/rows"]`` (annotated
+    text)."""
+    part = layer_part(x, a, neighbors=neighbors, seed=seed, syntax_vectors=syntax_vectors)
+    return combine_layer([part], sentence=a["neighbors/sentence"], neighbors=neighbors, seed=seed)
 
-    c = neighbors
-    ids = knn(x, k=c.k, metric=c.metric, index=c.index)
-    same = same_label_per_query(ids, a["neighbors/token"])
-    out: dict[str, Any] = {
-        "same_token": float(np.nanmean(same)),
-        "queries": {"same_token": int(np.isfinite(same).sum())},
-    }
-    interval: dict[str, tuple[float, float]] = {}
-    if c.bootstrap:
-        interval["same_token"] = bootstrap_interval(
-            same, sentence=a["neighbors/sentence"], n_boot=c.bootstrap, seed=seed
-        )
-    _within(x, prefix="neighbors", a=a, annotations=("left", "right"), c=c, seed=seed, out=out, interval=interval)
-    if syntax_vectors is not None:
-        _within(
-            syntax_vectors,
-            prefix="syntax",
-            a=a,
-            annotations=("pos", "deprel"),
-            c=c,
-            seed=seed,
-            out=out,
-            interval=interval,
-        )
-    out["interval"] = interval
-    return out
+
+def _part_name(model: str, layer: int, part: int, parts: int) -> str:
+    """``model-layer``, or ``model-layer[p]`` for part p of a layer split by queries."""
+    return f"{model}-{layer}" if parts == 1 else f"{model}-{layer}[{part}]"
+
+
+def _is_part(name: str, model: str, layer: int) -> bool:
+    return name == f"{model}-{layer}" or name.startswith(f"{model}-{layer}[")
 
 
 class Neighbors(Analysis):
     name = "neighbors"
-    version = 3  # 2: bootstrap intervals over sentences; 3: queries without a left / right token left out,
-    # chance / ceiling / normalized for every within-type rate, per-replicate sentence draws
+    version = 4  # 2: bootstrap intervals over sentences; 3: queries without a left / right token left out,
+    # chance / ceiling / normalized for every within-type rate, per-replicate sentence draws;
+    # 4: the pooled search split by queries (combine_layer: the parts equal the whole)
     section = "neighbors"
 
     def units(self, inputs: Inputs) -> list[Unit]:
@@ -216,18 +286,19 @@ class Neighbors(Analysis):
             n, largest = len(nb["rows"]), int(np.unique(nb["token"], return_counts=True)[1].max())
             if neighbors.k >= largest - 1:
                 capped[m.name] = (n, largest)
-            parts = {f"neighbors/{k}": v for k, v in nb.items()}
-            parts.update({f"syntax/{k}": v for k, v in (m.plan.syntax or {}).items()})
-            arrays = save_arrays(inputs.arrays_dir, f"neighbors-{m.name}", parts)
+            saved = {f"neighbors/{k}": v for k, v in nb.items()}
+            saved.update({f"syntax/{k}": v for k, v in (m.plan.syntax or {}).items()})
+            arrays = save_arrays(inputs.arrays_dir, f"neighbors-{m.name}", saved)
             key = {
                 "model": m.key,
                 "neighbors": resolved_dict(neighbors),
                 "tokens": resolved_dict(cfg.tokens),
                 "seed": inputs.seed,
             }
+            parts = query_parts(n, per_part=neighbors.queries_per_unit) if neighbors.index == "exact" else [(0, n)]
             units += [
                 Unit(
-                    f"{m.name}-{layer}",
+                    _part_name(m.name, layer, p, len(parts)),
                     layer_task,
                     dict(
                         store=inputs.store,
@@ -236,10 +307,12 @@ class Neighbors(Analysis):
                         arrays=arrays,
                         neighbors=neighbors,
                         seed=inputs.seed,
+                        queries=queries,
                     ),
-                    key={**key, "layer": layer},
+                    key={**key, "layer": layer, "queries": list(queries)},
                 )
                 for layer in range(m.n_layers)
+                for p, queries in enumerate(parts)
             ]
         _warn_caps(neighbors.k, capped)
         return units
@@ -248,14 +321,24 @@ class Neighbors(Analysis):
         if not results:
             return {}
         models, L = inputs.names, inputs.max_layers
-        n_boot = required(inputs.config.neighbors, "neighbors").bootstrap
-        measures = [n for n in MEASURES if any(n in r for r in results.values())]
+        cfg = required(inputs.config.neighbors, "neighbors")
+        combined: dict[tuple[str, int], dict[str, Any]] = {}
+        for m in models:
+            for layer in range(L):
+                parts = [r for name, r in results.items() if _is_part(name, m, layer)]
+                if parts:
+                    sentence = inputs.models[m].plan.neighbors["sentence"]
+                    combined[m, layer] = combine_layer(
+                        parts, sentence=sentence, neighbors=cfg, seed=inputs.seed + layer
+                    )
+        n_boot = cfg.bootstrap
+        measures = [n for n in MEASURES if any(n in r for r in combined.values())]
         val = np.full((len(models), L, len(measures)), np.nan)
         ci = np.full((len(models), L, len(measures), 2), np.nan)
         queries = np.zeros((len(models), len(measures)), dtype=np.int64)
         for i, m in enumerate(models):
             for layer in range(L):
-                r = results.get(f"{m}-{layer}", {})
+                r = combined.get((m, layer), {})
                 for j, name in enumerate(measures):
                     val[i, layer, j] = r.get(name, np.nan)
                     ci[i, layer, j] = r.get("interval", {}).get(name, (np.nan, np.nan))

@@ -82,6 +82,14 @@ class NeighborsConfig(_Section):
     bootstrap: int = Field(
         200, ge=0, description="bootstrap replicates over sentences for each rate's 95% interval (0: none)"
     )
+    queries_per_unit: int = Field(
+        16384,
+        ge=8192,
+        multiple_of=8192,
+        description="pooled same-token queries one unit searches: a layer with more is split into "
+        "units a cluster shares, whose neighbours equal one whole search's (a multiple of 8,192: "
+        "evolution.metrics.neighbors.SPLIT_ALIGN; index: ivf searches a layer in one unit)",
+    )
     top: int | None = Field(
         None,
         ge=2,

@@ -31,13 +31,22 @@ __all__ = [
     "sentence_draws",
     "percentile_interval",
     "normalized",
+    "query_parts",
     "BOUNDS",
+    "SPLIT_ALIGN",
 ]
 
 #: the representation-free bounds stored beside each within-type annotation rate
 BOUNDS = ("chance", "ceiling")
 
 Metric = Literal["euclidean", "cosine"]
+
+#: a split exact search starts each part at a multiple of this many queries: the query block
+#: of every exact route (faiss's flat search computes 4,096 queries at a time,
+#: ``distance_compute_blas_query_bs`` in faiss/utils/distances.cpp; :func:`nearest`'s NumPy
+#: block is 4,096, the torch route's 8,192), so each query's distances, hence its neighbours,
+#: come from the same products as in one whole search
+SPLIT_ALIGN = 8192
 
 
 def _prepare(vectors: np.ndarray, metric: Metric) -> np.ndarray:
@@ -51,9 +60,17 @@ def _prepare(vectors: np.ndarray, metric: Metric) -> np.ndarray:
 
 
 def knn(
-    vectors: np.ndarray, *, k: int, metric: Metric = "euclidean", index: str = "exact", nprobe: int = 64
+    vectors: np.ndarray,
+    *,
+    k: int,
+    metric: Metric = "euclidean",
+    index: str = "exact",
+    nprobe: int = 64,
+    queries: tuple[int, int] | None = None,
 ) -> np.ndarray:
-    """Indices (n, k) of each row's k nearest other rows of ``vectors`` (n, d).
+    """Indices (n, k) of each row's k nearest other rows of ``vectors`` (n, d); with ``queries``
+    = (a, b) (exact only), those of rows a..b-1 among all rows, (b - a, k): the parts of
+    :func:`query_parts` give the rows of one whole search.
 
     ``index="exact"`` is brute force (faiss's flat index, or NumPy without faiss:
     :func:`evolution.metrics.search.nearest`; the same neighbours as sklearn's
@@ -77,8 +94,11 @@ def knn(
         raise ValueError("need at least 2 occurrences for nearest neighbours")
     k = min(k, n - 1)
     if index == "exact":
-        _, found = nearest(x, x, k + 1)
-        return _drop_self(found, k)
+        lo, hi = (0, n) if queries is None else queries
+        _, found = nearest(x, x[lo:hi], k + 1)
+        return _drop_self(found, k, first=lo)
+    if queries is not None:
+        raise ValueError("knn: queries= (a part of the search) needs index='exact'")
     faiss = faiss_or_none()
     if faiss is None:
         raise ValueError("metrics.neighbors.index: ivf needs faiss (pip install faiss-cpu); use index: exact")
@@ -94,10 +114,24 @@ def knn(
     return _drop_self(found, k)
 
 
-def _drop_self(found: np.ndarray, k: int) -> np.ndarray:
-    """Remove each row's own index (or, if a duplicate point pushed it out, the last hit)."""
+def query_parts(n: int, *, per_part: int) -> list[tuple[int, int]]:
+    """[a, b) of the queries each part of a split exact search takes: ``per_part`` rows (a
+    multiple of :data:`SPLIT_ALIGN`) at a time, a last part shorter than :data:`SPLIT_ALIGN`
+    joined to the one before (each part a whole number of search blocks, and none so small
+    that faiss takes its non-BLAS route); one part when ``n <= per_part``."""
+    if per_part <= 0 or per_part % SPLIT_ALIGN:
+        raise ValueError(f"per_part must be a positive multiple of {SPLIT_ALIGN}, not {per_part}")
+    starts = list(range(0, n, per_part)) or [0]
+    if len(starts) > 1 and n - starts[-1] < SPLIT_ALIGN:
+        starts.pop()
+    return [(a, b) for a, b in zip(starts, [*starts[1:], n], strict=True)]
+
+
+def _drop_self(found: np.ndarray, k: int, *, first: int = 0) -> np.ndarray:
+    """Remove each row's own index (row i of ``found`` is row ``first + i`` of the search; or,
+    if a duplicate point pushed it out, the last hit)."""
     n = len(found)
-    is_self = found == np.arange(n)[:, None]
+    is_self = found == (first + np.arange(n))[:, None]
     missing = ~is_self.any(axis=1)
     is_self[missing, -1] = True  # self not among the k + 1: drop the farthest instead
     is_self[np.cumsum(is_self, axis=1) > 1] = False  # at most one per row
@@ -113,11 +147,13 @@ def same_label_rate(neighbors: np.ndarray, labels: np.ndarray) -> float:
     return float(np.nanmean(per_query))
 
 
-def same_label_per_query(neighbors: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """(n,) each query's share of neighbours with its label; NaN for a query without neighbours."""
+def same_label_per_query(neighbors: np.ndarray, labels: np.ndarray, *, first: int = 0) -> np.ndarray:
+    """(n,) each query's share of neighbours with its label; NaN for a query without neighbours.
+    ``labels`` of every row searched; query i is row ``first + i`` (a part of the search)."""
     labels = np.asarray(labels)
     valid = neighbors >= 0
-    same = (labels[np.where(valid, neighbors, 0)] == labels[:, None]) & valid
+    own = labels[first : first + len(neighbors)]
+    same = (labels[np.where(valid, neighbors, 0)] == own[:, None]) & valid
     per_query = same.sum(axis=1) / np.maximum(valid.sum(axis=1), 1)
     return np.where(valid.any(axis=1), per_query, np.nan)
 
