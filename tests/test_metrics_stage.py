@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -64,6 +66,14 @@ def test_every_group_is_written_and_consistent(two_models):
     t = open_metrics(path, "tsne_animals").load()
     assert t.xy.dims == ("model", "layer", "point", "component")
     assert set(t.token.values.ravel()) <= {"cat", "dog", ""}
+    # the stage planned every unit it then computed (metrics/plan.json beside profile.jsonl)
+    plan = json.loads((w / "metrics" / "plan.json").read_text())
+    profile = [json.loads(line) for line in (w / "metrics" / "profile.jsonl").read_text().splitlines()]
+    assert sorted((u["analysis"], u["unit"]) for u in plan["units"]) == sorted(
+        (r["analysis"], r["unit"]) for r in profile
+    )
+    modelled = {u["analysis"] for u in plan["units"] if u["seconds"] is not None}
+    assert modelled == {"mi", "neighbors", "similarity"} and plan["rate"] > 0 and plan["workers"] >= 1
     report = w / "report"
     assert (report / "report.html").is_file() and (report / "mi.png").is_file()
     assert (report / "tsne_the.png").is_file()

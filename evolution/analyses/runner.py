@@ -132,6 +132,19 @@ def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict
     }
 
 
+def _log_plan(units: list, inputs: Inputs, *, rate: float, workers: int, profile: Path | None) -> None:
+    from evolution.analyses.cost import plan_lines, plan_record, plan_units
+
+    plan = plan_units(units, inputs, rate=rate)
+    for line in plan_lines(plan, workers=workers, rate=rate):
+        logger.info("%s", line)
+    if profile is not None:
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        tmp = profile.with_name("plan.json.partial")
+        tmp.write_text(json.dumps(plan_record(plan, rate=rate, workers=workers)), encoding="utf-8")
+        os.replace(tmp, profile.with_name("plan.json"))
+
+
 def _replay(records: list[dict[str, Any]], *, unit: str) -> None:
     """Re-emit records that another process wrote (this process's own went out already)."""
     for r in records:
@@ -170,6 +183,8 @@ def run_analyses(
     force: bool = False,
     reuse: Sequence[Path] = (),
     profile: Path | None = None,
+    rate: float | None = None,
+    workers: int = 1,
 ) -> dict[str, xr.Dataset]:
     """Compute every unit of ``analyses`` not in ``cache`` (all with ``force``), then
     build their ``metrics.zarr`` groups. Returns datasets by group name, each
@@ -184,7 +199,11 @@ def run_analyses(
     Every computed unit logs its wall and CPU time; with ``profile`` (a JSON-lines file) each
     one also appends a record ``{"run", "analysis", "unit", "wall", "cpu", "start", "end",
     "worker"}`` as it finishes (``run``: this call's start, epoch seconds), which
-    ``benchmarks/pipeline.py`` reads."""
+    ``benchmarks/pipeline.py`` reads.
+
+    With ``rate`` (float64 multiply-adds a second on one core), the units to compute are
+    planned first (:mod:`evolution.analyses.cost`: their seconds, and the stage's on
+    ``workers``), logged, and written as ``plan.json`` beside ``profile``."""
     import shutil
     import time
 
@@ -195,7 +214,7 @@ def run_analyses(
     cache.mkdir(parents=True, exist_ok=True)
     run_start = time.time()
     results: dict[str, dict[str, dict]] = {a.name: {} for a in analyses}
-    todo, where, started, reused = [], [], [], 0
+    todo, where, started, reused, pending = [], [], [], 0, []
     for a in analyses:
         for u in a.units(inputs):
             f = cache / f"{a.name}-{u.name}-{unit_key(a, u)}.json"
@@ -216,10 +235,13 @@ def run_analyses(
             )
             where.append((a.name, u.name, f))
             started.append(u.started)
+            pending.append((a, u))
     # the units that an interrupted run began (checkpoints on disk) first, so that a rerun finishes
     # them before it starts new ones; sorted() is stable, so the rest keep their order
     order = sorted(range(len(todo)), key=lambda i: not started[i])
     todo, where, n_started = [todo[i] for i in order], [where[i] for i in order], sum(started)
+    if rate is not None and todo:
+        _log_plan([pending[i] for i in order], inputs, rate=rate, workers=workers, profile=profile)
     n_cached = sum(len(r) for r in results.values())
     logger.info(
         "metrics: %d task(s) to compute%s, %d cached%s",

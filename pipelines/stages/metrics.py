@@ -134,6 +134,8 @@ class MetricsStage(Stage):
         from evolution.analyses import enabled
         from evolution.analyses.runner import run_analyses
         from evolution.metrics.results import write_metrics
+        from pipelines.plan import gemm_rate
+        from pipelines.stages.extract import planned_workers
 
         if not self.pending(ctx):
             logger.info("metrics: cached at %s", self.path(ctx))
@@ -158,6 +160,8 @@ class MetricsStage(Stage):
             force=self.name in ctx.force,
             reuse=cfg.metrics.reuse or (),
             profile=ctx.workdir / "metrics" / "profile.jsonl",
+            rate=ctx.memo("plan.gemm", lambda: gemm_rate(0.25)),
+            workers=planned_workers(ctx),
         )
         write_metrics(self.path(ctx), datasets, fingerprint=self.fingerprint(ctx))
         logger.info(

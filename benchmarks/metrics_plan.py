@@ -1,0 +1,95 @@
+"""The metrics stage's plan against what it measured: per family of units (neighbours, MI,
+similarity, change by frequency: :mod:`evolution.analyses.cost`), the planned and the measured
+seconds, and the stage's planned wall time against the run's.
+
+A run writes ``metrics/plan.json`` (each unit's multiply-adds and planned seconds, the rate it
+measured at start) beside ``metrics/profile.jsonl`` (each unit's measured seconds). ``--fit``
+prints each family's efficiency, measured seconds x rate / multiply-adds, the constants of
+:data:`evolution.analyses.cost.EFFICIENCY`; ``--efficiency`` replans the units with other
+constants (those fitted on another run: the check that they carry over).
+
+    python benchmarks/metrics_plan.py runs/minilm-paper-scale/30460/metrics [--fit] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from evolution.schedule import list_schedule
+
+
+def compare(plan: dict, profile: list[dict], *, efficiency: dict[str, float] | None = None) -> dict:
+    """Per family: units, multiply-adds, planned and measured seconds, their ratio and the fitted
+    efficiency; the stage: planned wall (list scheduling of the planned units, unmodelled ones
+    at their measured time) against the measured wall."""
+    rate, workers = plan["rate"], plan["workers"]
+    eff = efficiency or plan["efficiency"]
+    measured = {(r["analysis"], r["unit"]): r for r in profile}
+    fam: dict[str, dict] = defaultdict(lambda: {"units": 0, "work": 0.0, "planned_s": 0.0, "measured_s": 0.0})
+    seconds = []
+    for u in plan["units"]:
+        r = measured.get((u["analysis"], u["unit"]))
+        if r is None:
+            continue
+        f = fam[u["family"] or f"{u['analysis']} (not modelled)"]
+        f["units"] += 1
+        f["measured_s"] += r["wall"]
+        if u["family"] is None:
+            seconds.append(r["wall"])
+            continue
+        planned = u["work"] / (rate * eff[u["family"]])
+        f["work"] += u["work"]
+        f["planned_s"] += planned
+        seconds.append(planned)
+    for f in fam.values():
+        if f["work"]:
+            f["ratio"] = f["measured_s"] / f["planned_s"]
+            f["efficiency"] = f["work"] / (f["measured_s"] * rate)
+    wall = max(r["end"] for r in profile) - min(r["start"] for r in profile)
+    planned_wall = list_schedule(seconds, workers=workers)
+    return {
+        "rate": rate,
+        "workers": workers,
+        "efficiency": eff,
+        "families": dict(fam),
+        "stage": {"planned_s": planned_wall, "measured_s": wall, "ratio": wall / planned_wall},
+    }
+
+
+def read_profile(path: Path) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    last = max(r["run"] for r in rows)
+    return [r for r in rows if r["run"] == last]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("metrics", type=Path, help="a run's metrics directory (plan.json, profile.jsonl)")
+    parser.add_argument("--efficiency", type=json.loads, help="replan with these, e.g. '{\"mi\": 0.5, ...}'")
+    parser.add_argument("--fit", action="store_true", help="print the efficiencies this run measured")
+    parser.add_argument("--out", type=Path, help="write the comparison as JSON")
+    args = parser.parse_args()
+    plan = json.loads((args.metrics / "plan.json").read_text(encoding="utf-8"))
+    out = compare(plan, read_profile(args.metrics / "profile.jsonl"), efficiency=args.efficiency)
+    print(f"rate {out['rate'] / 1e9:.1f} G float64 multiply-adds/s on one core, {out['workers']} worker(s)")
+    print(f"{'family':<28} {'units':>5} {'multiply-adds':>13} {'planned s':>10} {'measured s':>10} {'ratio':>6}")
+    for name, f in sorted(out["families"].items(), key=lambda kv: -kv[1]["measured_s"]):
+        planned = f"{f['planned_s']:10,.0f}" if f["work"] else f"{'-':>10}"
+        ratio = f"{f['ratio']:6.2f}" if f["work"] else f"{'-':>6}"
+        print(f"{name:<28} {f['units']:>5} {f['work']:13.3e} {planned} {f['measured_s']:10,.0f} {ratio}")
+    s = out["stage"]
+    print(f"stage: planned {s['planned_s']:,.0f} s, measured {s['measured_s']:,.0f} s (ratio {s['ratio']:.2f})")
+    if args.fit:
+        fitted = {k: round(f["efficiency"], 3) for k, f in out["families"].items() if f["work"]}
+        print("fitted efficiencies:", json.dumps(fitted))
+    if args.out:
+        out["date"] = time.strftime("%Y-%m-%d")
+        args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

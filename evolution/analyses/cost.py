@@ -1,0 +1,195 @@
+"""The metrics stage's plan before it runs: each unit's multiply-adds (the arithmetic that
+dominates it) and its seconds at this machine's float64 GEMM rate on one core, and the stage's
+wall time on the cluster's workers (:func:`evolution.schedule.list_schedule` of the planned
+units, in the order the runner submits them).
+
+Modelled: the units that took 98% of the MiniLM paper-size stage
+(``results/minilm-paper/split/profile.jsonl``). With n occurrences of width d:
+
+=========================  ===================================================================
+neighbours, one part       q n d for its q queries among the layer's n, plus (the part that
+                           starts at 0) the within-type searches, sum over types of n_t^2 d
+MI, one layer              per target and restart, k capped at n / 10 as ``layer_mi`` does:
+                           ``flat`` k-means, min(n, 256 k) k d ``niter`` + n k d (Lloyd on
+                           faiss's training sample, then every row assigned); ``two_level``,
+                           c = 4 sqrt k coarse cells of k / c fine centroids each: (min(n, 256 c)
+                           c + n k / c) d ``niter`` + n (c + 4 k / c) d
+similarity estimate        per view (model, layer) 2 n d^2 (Gram and basis), per pair of
+                           views n d^2 (the bases' cross-product)
+change by frequency, part  per frequency bin of n_b occurrences (at least ``min_ratio`` d):
+                           (1 + ``bootstrap``) L 3 n_b d^2 (each adjacent pair's factorisations
+                           and the replicates' weighted cross-products)
+=========================  ===================================================================
+
+Seconds = multiply-adds / (rate x :data:`EFFICIENCY`), where the efficiency of each family is
+the measured seconds of its units in the committed MiniLM paper-size run against its
+multiply-adds at that run's rate (``benchmarks/metrics_plan.py`` refits it from a run). A unit
+of any other analysis (t-SNE, the head analyses, change by position, ...) is not modelled: the
+plan counts it and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays
+
+__all__ = ["UnitCost", "unit_work", "plan_units", "plan_lines", "EFFICIENCY"]
+
+logger = logging.getLogger(__name__)
+
+#: seconds x rate / multiply-adds of each modelled family (the share of the one-core float64
+#: GEMM rate its units reach): fitted on results/minilm-paper/split/profile.jsonl (29.4 G
+#: multiply-adds/s; ``python benchmarks/metrics_plan.py``)
+EFFICIENCY: dict[str, float] = {
+    "neighbors": 1.0,
+    "mi": 1.0,
+    "similarity": 1.0,
+    "change": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    """One unit of the plan: its analysis, name, family (a key of :data:`EFFICIENCY`, or None:
+    not modelled), multiply-adds and planned seconds (None when not modelled)."""
+
+    analysis: str
+    unit: str
+    family: str | None
+    work: float | None
+    seconds: float | None
+
+
+def _neighbors(unit: Unit, inputs: Inputs) -> float:
+    m = inputs.models[unit.kwargs["model"]]
+    nb = m.plan.neighbors
+    n, d = len(nb["rows"]), m.d_model
+    lo, hi = unit.kwargs.get("queries") or (0, n)
+    work = float(hi - lo) * n * d
+    if lo == 0:
+        for part in (nb, m.plan.syntax or {}):
+            if "token" in part:
+                counts = np.unique(part["token"], return_counts=True)[1].astype(np.float64)
+                work += float((counts**2).sum()) * d
+    return work
+
+
+def _mi(unit: Unit, inputs: Inputs) -> float:
+    from evolution.metrics.kmeans import resolve_algorithm
+
+    m = inputs.models[unit.kwargs["model"]]
+    cfg = unit.kwargs["mi"]
+    d, work = m.d_model, 0.0
+    for rows, _ in m.plan.mi.values():
+        n = len(rows)
+        k = min(cfg.k, max(2, n // 10))  # layer_mi's cap
+        if resolve_algorithm(cfg.algorithm, k=k) == "two_level":
+            coarse = 4 * math.sqrt(k)
+            fine = k / coarse  # fine centroids per coarse cell
+            lloyd = min(n, 256 * coarse) * coarse + n * fine  # the coarse level's training rows; the cells'
+            per_restart = (lloyd * cfg.niter + n * (coarse + 4 * fine)) * d  # + assigning every row
+        else:
+            per_restart = (min(n, 256 * k) * cfg.niter + n) * k * d
+        work += cfg.restarts * per_restart
+    return work
+
+
+def _similarity(unit: Unit, inputs: Inputs) -> float:
+    names = unit.kwargs["models"]
+    views = sum(unit.kwargs["n_layers"].values())
+    d = max(inputs.models[g].d_model for g in names)
+    n = len(inputs.models[names[0]].plan.similarity_rows)
+    return float(n) * d * d * (2 * views + views * (views + 1) / 2)
+
+
+def _change(unit: Unit, inputs: Inputs) -> float:
+    from evolution.analyses.similarity_tasks import _subsets
+
+    kw = unit.kwargs
+    cfg = kw["similarity"]
+    d = inputs.models[kw["model"]].d_model
+    a = load_arrays(kw["arrays"])
+    every, _ = _subsets(a["freq_rank"], bins=kw["bins"], similarity=cfg)
+    lo, hi = kw.get("subsets") or (0, len(every))
+    sizes = [int(mask.sum()) for mask in list(every.values())[lo:hi]]
+    pairs = kw["n_layers"] - 1
+    return float(sum(n for n in sizes if n >= cfg.min_ratio * d)) * d * d * 3 * pairs * (1 + cfg.bootstrap)
+
+
+_MODELS = {
+    ("neighbors", "layer_task"): ("neighbors", _neighbors),
+    ("mi", "layer_task"): ("mi", _mi),
+    ("similarity", "similarity_task"): ("similarity", _similarity),
+    ("similarity", "change_task"): ("change", _change),
+}
+
+
+def unit_work(analysis: str, unit: Unit, inputs: Inputs) -> tuple[str | None, float | None]:
+    """(family, multiply-adds) of one unit, (None, None) for a unit the model does not cover."""
+    found = _MODELS.get((analysis, getattr(unit.fn, "__name__", "")))
+    if found is None:
+        return None, None
+    family, work = found
+    return family, work(unit, inputs)
+
+
+def plan_units(units: list[tuple[Analysis, Unit]], inputs: Inputs, *, rate: float) -> list[UnitCost]:
+    """The plan of ``units`` ((analysis, unit) in the order they are submitted) at ``rate``
+    float64 multiply-adds a second on one core (:func:`pipelines.plan.gemm_rate`'s measure)."""
+    out = []
+    for a, u in units:
+        family, work = unit_work(a.name, u, inputs)
+        seconds = None if family is None or work is None else work / (rate * EFFICIENCY[family])
+        out.append(UnitCost(a.name, u.name, family, work, seconds))
+    return out
+
+
+def plan_lines(plan: list[UnitCost], *, workers: int, rate: float) -> list[str]:
+    """The lines the metrics stage logs before it computes: per analysis the units, their
+    multiply-adds and planned seconds and the largest unit; the units not modelled; the
+    stage's wall time on ``workers`` (list scheduling of the planned units)."""
+    from evolution.schedule import list_schedule
+
+    if not plan:
+        return []
+    lines = [f"metrics plan: at {rate / 1e9:.1f} G float64 multiply-adds/s on one core (NumPy GEMM)"]
+    by: dict[str, list[UnitCost]] = {}
+    for c in plan:
+        by.setdefault(c.analysis, []).append(c)
+    for name, cs in by.items():
+        known = [c for c in cs if c.seconds is not None]
+        if not known:
+            lines.append(f"metrics plan: {name:<11} {len(cs):>4} unit(s), not modelled")
+            continue
+        big = max(known, key=lambda c: c.seconds or 0.0)
+        rest = f"; {len(cs) - len(known)} not modelled" if len(known) < len(cs) else ""
+        lines.append(
+            f"metrics plan: {name:<11} {len(cs):>4} unit(s) {sum(c.work or 0.0 for c in known):9.2e} multiply-adds "
+            f"{sum(c.seconds or 0.0 for c in known):9,.0f} s (largest: {big.unit}, {big.seconds:,.0f} s){rest}"
+        )
+    seconds = [c.seconds or 0.0 for c in plan]
+    total = sum(seconds)
+    largest = max(plan, key=lambda c: c.seconds or 0.0)
+    wall = list_schedule(seconds, workers=workers)
+    lines.append(
+        f"metrics plan: {total:,.0f} s of modelled units, about {wall:,.0f} s on {workers} worker(s); the largest "
+        f"unit {largest.analysis} {largest.unit} is {100 * (largest.seconds or 0.0) / max(total, 1e-9):.1f}% of them"
+    )
+    return lines
+
+
+def plan_record(plan: list[UnitCost], *, rate: float, workers: int) -> dict[str, Any]:
+    """The plan as JSON (``metrics/plan.json``): rate, workers, and per unit its analysis,
+    name, family, multiply-adds and planned seconds."""
+    return {
+        "rate": rate,
+        "workers": workers,
+        "efficiency": dict(EFFICIENCY),
+        "units": [c.__dict__ for c in plan],
+    }
