@@ -70,7 +70,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports --no-cache
 
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"

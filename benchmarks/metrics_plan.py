@@ -22,31 +22,45 @@ from pathlib import Path
 from evolution.schedule import list_schedule
 
 
+def family_of(analysis: str, unit: str) -> str:
+    """The family of a measured unit (a key of ``EFFICIENCY``), or ``"<analysis> (not modelled)"``:
+    by name, so that a profile from before a unit was split (one neighbour unit per layer)
+    compares with a plan of its parts."""
+    if analysis == "neighbors":
+        return "neighbors"
+    if analysis == "mi" and not unit.endswith("-mlm-output"):
+        return "mi"
+    if analysis == "similarity":
+        return "change" if "change-" in unit else "similarity"
+    return f"{analysis} (not modelled)"
+
+
 def compare(plan: dict, profile: list[dict], *, efficiency: dict[str, float] | None = None) -> dict:
-    """Per family: units, multiply-adds, planned and measured seconds, their ratio and the fitted
-    efficiency; the stage: planned wall (list scheduling of the planned units, unmodelled ones
-    at their measured time) against the measured wall."""
+    """Per family: units planned and measured, multiply-adds, planned and measured seconds, their
+    ratio and the efficiency the measured seconds give; the stage: planned wall (list scheduling
+    of the planned units, an unmodelled one at its measured time) against the measured wall."""
     rate, workers = plan["rate"], plan["workers"]
     eff = efficiency or plan["efficiency"]
-    measured = {(r["analysis"], r["unit"]): r for r in profile}
-    fam: dict[str, dict] = defaultdict(lambda: {"units": 0, "work": 0.0, "planned_s": 0.0, "measured_s": 0.0})
+    empty = {"units": 0, "measured_units": 0, "work": 0.0, "planned_s": 0.0, "measured_s": 0.0}
+    fam: dict[str, dict] = defaultdict(lambda: dict(empty))
+    for r in profile:
+        f = fam[family_of(r["analysis"], r["unit"])]
+        f["measured_units"] += 1
+        f["measured_s"] += r["wall"]
+    measured = {(r["analysis"], r["unit"]): r["wall"] for r in profile}
     seconds = []
     for u in plan["units"]:
-        r = measured.get((u["analysis"], u["unit"]))
-        if r is None:
-            continue
-        f = fam[u["family"] or f"{u['analysis']} (not modelled)"]
-        f["units"] += 1
-        f["measured_s"] += r["wall"]
         if u["family"] is None:
-            seconds.append(r["wall"])
+            seconds.append(measured.get((u["analysis"], u["unit"]), 0.0))
             continue
+        f = fam[u["family"]]
         planned = u["work"] / (rate * eff[u["family"]])
+        f["units"] += 1
         f["work"] += u["work"]
         f["planned_s"] += planned
         seconds.append(planned)
     for f in fam.values():
-        if f["work"]:
+        if f["work"] and f["measured_s"]:
             f["ratio"] = f["measured_s"] / f["planned_s"]
             f["efficiency"] = f["work"] / (f["measured_s"] * rate)
     wall = max(r["end"] for r in profile) - min(r["start"] for r in profile)
@@ -71,20 +85,27 @@ def main() -> None:
     parser.add_argument("metrics", type=Path, help="a run's metrics directory (plan.json, profile.jsonl)")
     parser.add_argument("--efficiency", type=json.loads, help="replan with these, e.g. '{\"mi\": 0.5, ...}'")
     parser.add_argument("--fit", action="store_true", help="print the efficiencies this run measured")
+    parser.add_argument("--profile", type=Path, help="the measured units (default: profile.jsonl beside plan.json)")
+    parser.add_argument("--rate", type=float, help="the measured run's GEMM rate (default: the plan's)")
     parser.add_argument("--out", type=Path, help="write the comparison as JSON")
     args = parser.parse_args()
     plan = json.loads((args.metrics / "plan.json").read_text(encoding="utf-8"))
-    out = compare(plan, read_profile(args.metrics / "profile.jsonl"), efficiency=args.efficiency)
+    if args.rate:
+        plan["rate"] = args.rate
+    out = compare(plan, read_profile(args.profile or args.metrics / "profile.jsonl"), efficiency=args.efficiency)
     print(f"rate {out['rate'] / 1e9:.1f} G float64 multiply-adds/s on one core, {out['workers']} worker(s)")
-    print(f"{'family':<28} {'units':>5} {'multiply-adds':>13} {'planned s':>10} {'measured s':>10} {'ratio':>6}")
+    print(
+        f"{'family':<28} {'units (plan/run)':>16} {'multiply-adds':>13} {'planned s':>10} {'measured s':>10} {'ratio':>6}"
+    )
     for name, f in sorted(out["families"].items(), key=lambda kv: -kv[1]["measured_s"]):
         planned = f"{f['planned_s']:10,.0f}" if f["work"] else f"{'-':>10}"
-        ratio = f"{f['ratio']:6.2f}" if f["work"] else f"{'-':>6}"
-        print(f"{name:<28} {f['units']:>5} {f['work']:13.3e} {planned} {f['measured_s']:10,.0f} {ratio}")
+        ratio = f"{f['ratio']:6.2f}" if "ratio" in f else f"{'-':>6}"
+        units = f"{f['units']}/{f['measured_units']}"
+        print(f"{name:<28} {units:>16} {f['work']:13.3e} {planned} {f['measured_s']:10,.0f} {ratio}")
     s = out["stage"]
     print(f"stage: planned {s['planned_s']:,.0f} s, measured {s['measured_s']:,.0f} s (ratio {s['ratio']:.2f})")
     if args.fit:
-        fitted = {k: round(f["efficiency"], 3) for k, f in out["families"].items() if f["work"]}
+        fitted = {k: round(f["efficiency"], 3) for k, f in out["families"].items() if "efficiency" in f}
         print("fitted efficiencies:", json.dumps(fitted))
     if args.out:
         out["date"] = time.strftime("%Y-%m-%d")

@@ -80,7 +80,7 @@ def test_the_plan_is_seconds_at_the_rate_and_the_stage_is_list_scheduled():
     for 5 s, the other two follow on the second (3 + 2): the stage takes 5 s, not (5 + 3 + 2) / 2.
     A unit no family models is counted and said to be not modelled."""
     inputs = _inputs(m=_neighbors_model())
-    rate = 100.0 * EFFICIENCY["neighbors"]  # so that seconds = multiply-adds / 100
+    rate = 100.0 / EFFICIENCY["neighbors"]  # so that seconds = multiply-adds / 100
     units = [
         (SimpleNamespace(name="neighbors"), Unit(f"m-0[{i}]", neighbors_task, {"model": "m", "queries": q}, {}))
         for i, q in enumerate([(4, 10), (0, 1), (1, 4)])
