@@ -95,7 +95,8 @@ def main() -> None:
     out = compare(plan, read_profile(args.profile or args.metrics / "profile.jsonl"), efficiency=args.efficiency)
     print(f"rate {out['rate'] / 1e9:.1f} G float64 multiply-adds/s on one core, {out['workers']} worker(s)")
     print(
-        f"{'family':<28} {'units (plan/run)':>16} {'multiply-adds':>13} {'planned s':>10} {'measured s':>10} {'ratio':>6}"
+        f"{'family':<28} {'units (plan/run)':>16} {'multiply-adds':>13} {'planned s':>10} "
+        f"{'measured s':>10} {'ratio':>6}"
     )
     for name, f in sorted(out["families"].items(), key=lambda kv: -kv[1]["measured_s"]):
         planned = f"{f['planned_s']:10,.0f}" if f["work"] else f"{'-':>10}"
