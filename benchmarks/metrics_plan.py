@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from evolution.analyses.cost import EFFICIENCY
 from evolution.schedule import list_schedule
 
 
@@ -74,6 +75,35 @@ def compare(plan: dict, profile: list[dict], *, efficiency: dict[str, float] | N
     }
 
 
+#: stored layers (L + 1) and width of the real shapes of configs/shapes.yaml and shapes-1b.yaml
+SHAPES = {"bert-base": (13, 768), "gpt2-small": (13, 768), "pythia-410m": (25, 1024), "pythia-1b": (17, 2048)}
+
+
+def project(
+    plan: dict, *, layers: int, d: int, to_layers: int, to_d: int, efficiency: dict[str, float]
+) -> dict[str, float]:
+    """Planned seconds of each modelled family for a model of ``to_layers`` stored layers and
+    width ``to_d`` on the same occurrences, from a plan of one of ``layers`` and ``d`` (the unit
+    counts of :mod:`evolution.analyses.cost`: neighbours and MI per layer and linear in d, the
+    change by frequency per adjacent pair and the similarity estimate per view and pair of views,
+    both in d^2), at the plan's rate and ``efficiency``."""
+
+    def views(v: int) -> float:
+        return 2 * v + v * (v + 1) / 2
+
+    scale = {
+        "neighbors": to_layers / layers * to_d / d,
+        "mi": to_layers / layers * to_d / d,
+        "change": (to_layers - 1) / (layers - 1) * (to_d / d) ** 2,
+        "similarity": views(to_layers) / views(layers) * (to_d / d) ** 2,
+    }
+    out: dict[str, float] = defaultdict(float)
+    for u in plan["units"]:
+        if u["family"] is not None:
+            out[u["family"]] += u["work"] * scale[u["family"]] / (plan["rate"] * efficiency[u["family"]])
+    return dict(out)
+
+
 def read_profile(path: Path) -> list[dict]:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     last = max(r["run"] for r in rows)
@@ -87,6 +117,14 @@ def main() -> None:
     parser.add_argument("--fit", action="store_true", help="print the efficiencies this run measured")
     parser.add_argument("--profile", type=Path, help="the measured units (default: profile.jsonl beside plan.json)")
     parser.add_argument("--rate", type=float, help="the measured run's GEMM rate (default: the plan's)")
+    parser.add_argument(
+        "--project",
+        nargs=2,
+        type=int,
+        metavar=("LAYERS", "D"),
+        help="also project the plan (of a model of "
+        "LAYERS stored layers and width D) onto the real shapes of SHAPES, on the same occurrences",
+    )
     parser.add_argument("--out", type=Path, help="write the comparison as JSON")
     args = parser.parse_args()
     plan = json.loads((args.metrics / "plan.json").read_text(encoding="utf-8"))
@@ -108,6 +146,18 @@ def main() -> None:
     if args.fit:
         fitted = {k: round(f["efficiency"], 3) for k, f in out["families"].items() if "efficiency" in f}
         print("fitted efficiencies:", json.dumps(fitted))
+    if args.project:
+        layers, d = args.project
+        out["projection"] = {
+            name: project(plan, layers=layers, d=d, to_layers=lt, to_d=dt, efficiency=out["efficiency"])
+            for name, (lt, dt) in SHAPES.items()
+        }
+        print(f"projected onto the same occurrences (planned seconds at {plan['rate'] / 1e9:.1f} G/s):")
+        print(f"{'shape':<12} {'layers x d':>10} " + " ".join(f"{f:>10}" for f in EFFICIENCY) + f" {'summed':>10}")
+        for name, fam in out["projection"].items():
+            lt, dt = SHAPES[name]
+            cells = " ".join(f"{fam.get(f, 0.0):10,.0f}" for f in EFFICIENCY)
+            print(f"{name:<12} {f'{lt} x {dt}':>10} {cells} {sum(fam.values()):10,.0f}")
     if args.out:
         out["date"] = time.strftime("%Y-%m-%d")
         args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")

@@ -235,7 +235,7 @@ def log_plan(plans: list[ModelPlan], *, store: str, free: int | None, gemm: floa
     where = f"{_gb(free)} free there" if free is not None else "free space unknown (object storage)"
     lines.append(
         f"plan: extract writes {_gb(total)} in about {sum(p.seconds for p in plans):.0f} s; {where}; "
-        "the metrics stage is not planned yet"
+        "the metrics stage plans its units when it starts (metrics/plan.json)"
     )
     for line in lines:
         logger.info("%s", line)

@@ -748,3 +748,58 @@ def test_the_minilm_paper_split_section_quotes_its_artefacts():
         cells = [f"{list_schedule(walls, workers=w):,.1f}", f"{longest_first(walls, workers=w):,.1f}"]
         cells.append(f"{lower_bound(walls, workers=w):,.1f}")
         assert f"| {w} | {' | '.join(cells)} |" in section, w
+
+
+def test_the_minilm_paper_parts_section_quotes_its_artefacts():
+    """results/minilm-paper/README.md's section on the neighbour split and the metrics plan: the
+    stage's seconds and peak (parts/scale.json), the largest unit, the simulated table recomputed
+    from parts/profile.jsonl, the plan table recomputed from parts/plan.json with the library's
+    efficiencies, and the projection onto real shapes (benchmarks/metrics_plan.py)."""
+    import importlib.util
+    import json
+
+    from evolution.analyses.cost import EFFICIENCY
+    from evolution.schedule import list_schedule, longest_first, lower_bound
+
+    spec = importlib.util.spec_from_file_location("metrics_plan", REPO / "benchmarks" / "metrics_plan.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    root = REPO / "results" / "minilm-paper" / "parts"
+    text = (REPO / "results" / "minilm-paper" / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## The neighbour search split by queries") :]
+    flat = " ".join(section.split())
+    metrics = next(iter(json.loads((root / "scale.json").read_text()).values()))["stages"]["metrics"]
+    assert f"took {metrics['seconds']:,.1f} s with a peak of {metrics['peak_rss_gib']:.2f} GiB" in flat
+    units = [json.loads(line) for line in (root / "profile.jsonl").read_text().splitlines() if line.strip()]
+    units.sort(key=lambda u: u["start"])
+    walls = [u["wall"] for u in units]
+    top = max(units, key=lambda u: u["wall"])
+    assert f"`{top['analysis']} {top['unit']}`, {top['wall']:,.1f} of {sum(walls):,.1f} s" in flat
+    assert f"{100 * top['wall'] / sum(walls):.1f}%" in flat
+    for w in (1, 2, 8, 32):
+        cells = [f(walls, workers=w) for f in (list_schedule, longest_first, lower_bound)]
+        assert f"| {w} | {' | '.join(f'{c:,.1f}' for c in cells)} |" in section, w
+    plan = json.loads((root / "plan.json").read_text())
+    out = bench.compare(plan, units, efficiency=EFFICIENCY)
+    names = {
+        "neighbors": "neighbours",
+        "mi": "MI",
+        "change": "change by frequency",
+        "similarity": "similarity estimate",
+    }
+    for family, label in names.items():
+        f = out["families"][family]
+        row = f"| {label} | {f['units']} | {f['planned_s']:,.0f} | {f['measured_s']:,.0f} | {f['ratio']:.2f} |"
+        assert row in section, row
+        assert 1 / 1.5 < f["ratio"] < 1.5  # the issue's bound on planned seconds
+    s = out["stage"]
+    assert f"| stage on 2 workers | | {s['planned_s']:,.0f} | {s['measured_s']:,.0f} | {s['ratio']:.2f} |" in section
+    for shape, label in (
+        ("bert-base", "BERT-base, GPT-2 small"),
+        ("pythia-410m", "Pythia-410M"),
+        ("pythia-1b", "Pythia-1B"),
+    ):
+        layers, d = bench.SHAPES[shape]
+        fam = bench.project(plan, layers=7, d=384, to_layers=layers, to_d=d, efficiency=EFFICIENCY)
+        cells = " | ".join(f"{fam[f]:,.0f}" for f in ("neighbors", "mi", "similarity", "change"))
+        assert f"| {label} | {layers} x {d} | {cells} | {sum(fam.values()):,.0f} |" in section, shape
