@@ -110,6 +110,16 @@ def run(
                 logger.info("plan: models of kind trained are left out until the train stage has run")
             todo = [m for m in config.models if not (untrained and m.kind == "trained")]
             ExtractStage().plan(ctx, ExtractStage()._todo(ctx, todo) if "extract" in order else [])
+            if "metrics" in order:
+                if ExtractStage().pending(ctx):
+                    logger.info(
+                        "plan: the metrics stage is planned once the extraction is in the store (its units are "
+                        "counted from the stored tokens); it plans itself when it starts (metrics/plan.json)"
+                    )
+                else:
+                    from pipelines.stages.metrics import MetricsStage
+
+                    MetricsStage().plan(ctx)
         return ctx
     config.workdir.mkdir(parents=True, exist_ok=True)
     with workdir_lock(config.workdir):  # one run per workdir (WorkdirBusy names the other one)
@@ -181,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plan",
         action="store_true",
-        help="print the extraction's plan (bytes, a worker's peak memory, seconds on this machine) and stop",
+        help="print the extraction's plan (bytes, a worker's peak memory, seconds on this machine) and, once "
+        "the extraction is stored, the metrics stage's (units, multiply-adds, seconds), and stop",
     )
     parser.add_argument("--workdir", help="override the config's workdir")
     parser.add_argument(

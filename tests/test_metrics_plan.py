@@ -96,3 +96,4 @@ def test_the_plan_is_seconds_at_the_rate_and_the_stage_is_list_scheduled():
     assert "about 5 s on 2 worker(s)" in lines[-1]
     assert "the largest unit neighbors m-0[0] is 50.0% of them" in lines[-1]
     assert "about 10 s on 1 worker(s)" in plan_lines(plan, workers=1, rate=rate)[-1]
+    assert plan_lines(other, workers=2, rate=rate)[-1] == "metrics plan: none of the 1 unit(s) is modelled"

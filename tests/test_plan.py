@@ -4,6 +4,7 @@ and a run whose bytes exceed the free space stops before the store exists."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -29,6 +30,25 @@ def test_the_planned_bytes_are_what_the_run_writes(model_specs, corpus_file, tmp
         # metadata and the token coordinates are the rest: a few kB on this tiny corpus
         assert planned <= written <= planned * 1.05 + 60_000, (m["name"], planned, written)
         assert plan[m["name"]]["seconds"] > 0 and plan[m["name"]]["worker_peak_bytes"] > 0
+
+
+def test_plan_after_the_extraction_plans_the_metrics_units(model_specs, corpus_file, tmp_path, capsys):
+    """Once the states are stored, --plan also prints the metrics stage's plan (its units counted
+    from the stored tokens) and computes none of them; before, it says when it will."""
+    extra = "metrics:\n  tokens: {top: 6, min_count: 3}\n  mi: {k: 4, restarts: 2}\n  neighbors: {k: 3}"
+    cfg = write_config(
+        tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["gpt2"]], workdir=tmp_path / "w", extra=extra
+    )
+    assert main([str(cfg), "--plan", "--no-progress"]) == 0
+    assert "the metrics stage is planned once the extraction is in the store" in capsys.readouterr().err
+    run(cfg, stage="extract", progress=False)
+    capsys.readouterr()
+    assert main([str(cfg), "--plan", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"metrics plan: neighbors +\d+ unit\(s\) +[\d.e+]+ multiply-adds", err), err
+    assert re.search(r"metrics plan: mi +\d+ unit\(s\)", err)
+    assert re.search(r"metrics plan: .* s of modelled units, about .* s on \d+ worker\(s\)", err)
+    assert not (tmp_path / "w" / "metrics").exists() and not (tmp_path / "w" / "metrics.zarr").exists()
 
 
 def test_a_run_that_does_not_fit_stops_before_writing(model_specs, corpus_file, tmp_path, monkeypatch, capsys):

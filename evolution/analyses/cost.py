@@ -178,6 +178,8 @@ def plan_lines(plan: list[UnitCost], *, workers: int, rate: float) -> list[str]:
         )
     seconds = [c.seconds or 0.0 for c in plan]
     total = sum(seconds)
+    if total == 0:
+        return [*lines, f"metrics plan: none of the {len(plan)} unit(s) is modelled"]
     largest = max(plan, key=lambda c: c.seconds or 0.0)
     wall = list_schedule(seconds, workers=workers)
     lines.append(

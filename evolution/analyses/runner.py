@@ -22,7 +22,7 @@ from typing import Any
 
 import xarray as xr
 
-from evolution.analyses.base import Analysis, Inputs, unit_key
+from evolution.analyses.base import Analysis, Inputs, Unit, unit_key
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +132,11 @@ def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict
     }
 
 
+def unit_file(cache: Path, analysis: Analysis, unit: Unit) -> Path:
+    """Where ``unit``'s result is cached: its analysis, name and key (:func:`unit_key`)."""
+    return cache / f"{analysis.name}-{unit.name}-{unit_key(analysis, unit)}.json"
+
+
 def _log_plan(units: list, inputs: Inputs, *, rate: float, workers: int, profile: Path | None) -> None:
     from evolution.analyses.cost import plan_lines, plan_record, plan_units
 
@@ -217,7 +222,7 @@ def run_analyses(
     todo, where, started, reused, pending = [], [], [], 0, []
     for a in analyses:
         for u in a.units(inputs):
-            f = cache / f"{a.name}-{u.name}-{unit_key(a, u)}.json"
+            f = unit_file(cache, a, u)
             if not force and not f.is_file():
                 found = next((p for d in reuse if (p := Path(d) / f.name).is_file()), None)
                 if found is not None:

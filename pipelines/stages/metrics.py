@@ -130,6 +130,28 @@ class MetricsStage(Stage):
             targets=corpus_layout.load_targets(CorpusStage().directory(ctx)),
         )
 
+    def plan(self, ctx: Context) -> list[str]:
+        """Log the plan of the metrics units not yet cached (:mod:`evolution.analyses.cost`),
+        computing none: what ``--plan`` prints once the extraction is in the store."""
+        from evolution.analyses import enabled
+        from evolution.analyses.cost import plan_lines, plan_units
+        from evolution.analyses.runner import unit_file
+        from pipelines.plan import gemm_rate
+        from pipelines.stages.extract import planned_workers
+
+        cfg = ctx.config
+        inputs = self.inputs(ctx, models=cfg.models, metrics=cfg.metrics)
+        cache = self.cache(ctx)
+        todo = [(a, u) for a in enabled(cfg.metrics) for u in a.units(inputs) if not unit_file(cache, a, u).is_file()]
+        if not todo:
+            logger.info("plan: every metrics unit is cached")
+            return []
+        rate = ctx.memo("plan.gemm", lambda: gemm_rate(0.25))
+        lines = plan_lines(plan_units(todo, inputs, rate=rate), workers=planned_workers(ctx), rate=rate)
+        for line in lines:
+            logger.info("%s", line)
+        return lines
+
     def run(self, ctx: Context) -> None:
         from evolution.analyses import enabled
         from evolution.analyses.runner import run_analyses
