@@ -182,9 +182,12 @@ def plan_lines(plan: list[UnitCost], *, workers: int, rate: float) -> list[str]:
         return [*lines, f"metrics plan: none of the {len(plan)} unit(s) is modelled"]
     largest = max(plan, key=lambda c: c.seconds or 0.0)
     wall = list_schedule(seconds, workers=workers)
+    others = sum(c.seconds is None for c in plan)
     lines.append(
-        f"metrics plan: {total:,.0f} s of modelled units, about {wall:,.0f} s on {workers} worker(s); the largest "
-        f"unit {largest.analysis} {largest.unit} is {100 * (largest.seconds or 0.0) / max(total, 1e-9):.1f}% of them"
+        f"metrics plan: {total:,.0f} s of modelled units, about {wall:,.0f} s on {workers} worker(s)"
+        + (f" (the {others} units not modelled come on top)" if others else "")
+        + f"; the largest unit {largest.analysis} {largest.unit} is "
+        f"{100 * (largest.seconds or 0.0) / max(total, 1e-9):.1f}% of them"
     )
     return lines
 
