@@ -210,6 +210,30 @@ def test_a_rerun_finishes_the_units_it_began_before_it_starts_new_ones(tmp_path,
     assert sorted(out["resumable"].attrs["units"]) == list("abcd")
 
 
+def test_a_plan_that_fails_is_a_warning_and_the_units_still_run(tmp_path, monkeypatch, caplog):
+    """The metrics plan is a forecast: an error while making it is logged, and the stage computes
+    its units all the same; without an error the plan is written beside the profile."""
+    from types import SimpleNamespace
+
+    import evolution.analyses.cost as cost
+    from evolution.analyses.runner import run_analyses
+
+    inputs = SimpleNamespace(config=SimpleNamespace(device=None), attrs={})
+    out = run_analyses(
+        [_Resumable()], inputs, cache=tmp_path / "a", progress=False, rate=1e9, profile=tmp_path / "p.jsonl"
+    )
+    assert (tmp_path / "plan.json").is_file() and sorted(out["resumable"].attrs["units"]) == list("abcd")
+
+    def broken(*args, **kwargs):
+        raise KeyError("neighbors")
+
+    monkeypatch.setattr(cost, "plan_units", broken)
+    with caplog.at_level("WARNING"):
+        out = run_analyses([_Resumable()], inputs, cache=tmp_path / "b", progress=False, rate=1e9)
+    assert sorted(out["resumable"].attrs["units"]) == list("abcd")
+    assert "metrics plan: not made (KeyError" in caplog.text
+
+
 def test_a_pruning_unit_is_started_exactly_when_its_checkpoint_directory_exists(tmp_path):
     """HeadPruning marks a unit ``started`` when the directory its run checkpoints into exists
     (an interrupted run left it), and no other unit."""

@@ -295,3 +295,50 @@ def test_a_layer_split_by_queries_equals_one_search():
     assert lo < one["same_token"] < hi
     with pytest.raises(ValueError, match="do not cover"):
         combine_layer(got[:2], sentence=a["neighbors/sentence"], neighbors=cfg, seed=5)
+
+
+def test_the_analysis_splits_a_layer_and_joins_its_parts(monkeypatch, tmp_path):
+    """Through the analysis: Neighbors.units with each layer split in three (query_parts patched:
+    the data are small), every part's result through JSON as the runner caches it, then
+    Neighbors.datasets: each value and interval equals layer_measures of the whole layer with that
+    layer's seed (the run's seed + layer). A missing part, or a layer without any, is refused."""
+    import json
+    from types import SimpleNamespace
+
+    import evolution.analyses.neighbors as nb
+    import evolution.store
+    from evolution.analyses.neighbors import Neighbors, layer_measures
+    from evolution.analyses.runner import _jsonable
+    from evolution.config import MetricsConfig
+
+    x, a = _synthetic_layer(5, sentences=300, extra=10)  # 16 features: split
+    states = [x, (x @ np.random.default_rng(1).normal(size=(16, 16))).astype(np.float32)]
+    monkeypatch.setattr(evolution.store, "read_rows", lambda store, model, layer, rows: states[layer][rows])
+    monkeypatch.setattr(nb, "query_parts", lambda n, per_part: [(0, 100), (100, 250), (250, n)])
+    cfg = NeighborsConfig(k=5, bootstrap=30)
+    plan = SimpleNamespace(neighbors={k.split("/")[1]: v for k, v in a.items()}, syntax=None)
+    model = SimpleNamespace(name="m", key="k", n_layers=2, d_model=16, plan=plan)
+    inputs = SimpleNamespace(
+        config=MetricsConfig(neighbors=cfg),
+        models={"m": model},
+        store="unused",
+        arrays_dir=str(tmp_path),
+        seed=7,
+        names=["m"],
+        max_layers=2,
+    )
+    units = Neighbors().units(inputs)
+    assert [u.name for u in units] == ["m-0[0]", "m-0[1]", "m-0[2]", "m-1[0]", "m-1[1]", "m-1[2]"]
+    results = {u.name: json.loads(json.dumps(u.fn(**u.kwargs), default=_jsonable)) for u in units}
+    ds = Neighbors().datasets(inputs, results)["neighbors"]
+    for layer in (0, 1):
+        ref = layer_measures(states[layer], a, neighbors=cfg, seed=7 + layer)
+        for name in ds.measure.values:
+            got = ds.sel(model="m", layer=layer, measure=name)
+            assert float(got.value) == ref[name], (layer, name)
+            assert list(got.interval.values) == list(ref["interval"][name]), (layer, name)
+    assert ds.value.sel(layer=0, measure="same_token") != ds.value.sel(layer=1, measure="same_token")
+    with pytest.raises(ValueError, match="do not cover"):
+        Neighbors().datasets(inputs, {k: v for k, v in results.items() if k != "m-1[1]"})
+    with pytest.raises(ValueError, match="no result for m layer 1"):
+        Neighbors().datasets(inputs, {k: v for k, v in results.items() if not k.startswith("m-1")})

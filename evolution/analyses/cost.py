@@ -3,22 +3,25 @@ dominates it) and its seconds at this machine's float64 GEMM rate on one core, a
 wall time on the cluster's workers (:func:`evolution.schedule.list_schedule` of the planned
 units, in the order the runner submits them).
 
-Modelled: the units that took 98% of the MiniLM paper-size stage
+Modelled: the units that took 97% of the MiniLM paper-size stage
 (``results/minilm-paper/split/profile.jsonl``). With n occurrences of width d:
 
 =========================  ===================================================================
 neighbours, one part       q n d for its q queries among the layer's n, plus (the part that
                            starts at 0) the within-type searches, sum over types of n_t^2 d
+                           (``index: ivf`` counted as exact)
 MI, one layer              per target and restart, k capped at n / 10 as ``layer_mi`` does:
                            ``flat`` k-means, min(n, 256 k) k d ``niter`` + n k d (Lloyd on
                            faiss's training sample, then every row assigned); ``two_level``,
                            c = 4 sqrt k coarse cells of k / c fine centroids each: (min(n, 256 c)
                            c + n k / c) d ``niter`` + n (c + 4 k / c) d
 similarity estimate        per view (model, layer) 2 n d^2 (Gram and basis), per pair of
-                           views n d^2 (the bases' cross-product)
+                           views, a view with itself included (V (V + 1) / 2 for V views),
+                           n d^2 (the bases' cross-product)
 change by frequency, part  per frequency bin of n_b occurrences (at least ``min_ratio`` d):
-                           (1 + ``bootstrap``) L 3 n_b d^2 (each adjacent pair's factorisations
-                           and the replicates' weighted cross-products)
+                           (1 + ``bootstrap``) (L - 1) 3 n_b d^2 over the L - 1 adjacent pairs of
+                           L stored layers (their factorisations and the replicates' weighted
+                           cross-products)
 =========================  ===================================================================
 
 Seconds = multiply-adds / (rate x :data:`EFFICIENCY`), where the efficiency of each family is

@@ -51,7 +51,7 @@ import xarray as xr
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, required, save_arrays, strings
 from evolution.analyses.plotting import STYLES, concat, figure, label_edges, legend_below, open_group, panel_grid, tidy
 from evolution.config import NeighborsConfig, resolved_dict
-from evolution.metrics.neighbors import query_parts
+from evolution.metrics.neighbors import MIN_SPLIT_WIDTH, query_parts
 
 __all__ = ["Neighbors", "layer_task", "layer_part", "combine_layer", "layer_measures", "neighbors_by_layer", "MEASURES"]
 
@@ -295,7 +295,8 @@ class Neighbors(Analysis):
                 "tokens": resolved_dict(cfg.tokens),
                 "seed": inputs.seed,
             }
-            parts = query_parts(n, per_part=neighbors.queries_per_unit) if neighbors.index == "exact" else [(0, n)]
+            split = neighbors.index == "exact" and m.d_model >= MIN_SPLIT_WIDTH
+            parts = query_parts(n, per_part=neighbors.queries_per_unit) if split else [(0, n)]
             units += [
                 Unit(
                     _part_name(m.name, layer, p, len(parts)),
@@ -326,6 +327,8 @@ class Neighbors(Analysis):
         for m in models:
             for layer in range(L):
                 parts = [r for name, r in results.items() if _is_part(name, m, layer)]
+                if not parts and any(_is_part(name, m, 0) for name in results) and layer < inputs.models[m].n_layers:
+                    raise ValueError(f"neighbors: no result for {m} layer {layer}: rerun the metrics stage")
                 if parts:
                     sentence = inputs.models[m].plan.neighbors["sentence"]
                     combined[m, layer] = combine_layer(

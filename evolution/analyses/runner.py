@@ -246,7 +246,10 @@ def run_analyses(
     order = sorted(range(len(todo)), key=lambda i: not started[i])
     todo, where, n_started = [todo[i] for i in order], [where[i] for i in order], sum(started)
     if rate is not None and todo:
-        _log_plan([pending[i] for i in order], inputs, rate=rate, workers=workers, profile=profile)
+        try:
+            _log_plan([pending[i] for i in order], inputs, rate=rate, workers=workers, profile=profile)
+        except Exception as exc:  # a forecast: its failure must not stop the work it forecasts
+            logger.warning("metrics plan: not made (%s: %s); the stage runs without it", type(exc).__name__, exc)
     n_cached = sum(len(r) for r in results.values())
     logger.info(
         "metrics: %d task(s) to compute%s, %d cached%s",

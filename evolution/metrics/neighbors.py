@@ -34,6 +34,7 @@ __all__ = [
     "query_parts",
     "BOUNDS",
     "SPLIT_ALIGN",
+    "MIN_SPLIT_WIDTH",
 ]
 
 #: the representation-free bounds stored beside each within-type annotation rate
@@ -47,6 +48,11 @@ Metric = Literal["euclidean", "cosine"]
 #: block is 4,096, the torch route's 8,192), so each query's distances, hence its neighbours,
 #: come from the same products as in one whole search
 SPLIT_ALIGN = 8192
+#: the narrowest rows whose split search equals the whole: faiss searches fewer than
+#: ``distance_compute_blas_threshold`` / d queries (128,000 / d in faiss 1.15.1) without BLAS, whose
+#: distances can differ in the last bit; a part of at least SPLIT_ALIGN queries of width >= 16 is
+#: above it
+MIN_SPLIT_WIDTH = 16
 
 
 def _prepare(vectors: np.ndarray, metric: Metric) -> np.ndarray:
@@ -117,8 +123,9 @@ def knn(
 def query_parts(n: int, *, per_part: int) -> list[tuple[int, int]]:
     """[a, b) of the queries each part of a split exact search takes: ``per_part`` rows (a
     multiple of :data:`SPLIT_ALIGN`) at a time, a last part shorter than :data:`SPLIT_ALIGN`
-    joined to the one before (each part a whole number of search blocks, and none so small
-    that faiss takes its non-BLAS route); one part when ``n <= per_part``."""
+    joined to the one before (each part a whole number of search blocks, and at least
+    :data:`SPLIT_ALIGN` queries, so that for rows of :data:`MIN_SPLIT_WIDTH` features or more
+    faiss searches it on its BLAS route, as the whole); one part when ``n <= per_part``."""
     if per_part <= 0 or per_part % SPLIT_ALIGN:
         raise ValueError(f"per_part must be a positive multiple of {SPLIT_ALIGN}, not {per_part}")
     starts = list(range(0, n, per_part)) or [0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from evolution import location
 from evolution.corpus import layout as corpus_layout
@@ -141,8 +142,13 @@ class MetricsStage(Stage):
 
         cfg = ctx.config
         inputs = self.inputs(ctx, models=cfg.models, metrics=cfg.metrics)
-        cache = self.cache(ctx)
-        todo = [(a, u) for a in enabled(cfg.metrics) for u in a.units(inputs) if not unit_file(cache, a, u).is_file()]
+        cache, force = self.cache(ctx), self.name in ctx.force
+
+        def done(a, u) -> bool:  # cached, or copied from metrics.reuse, as run_analyses decides
+            f = unit_file(cache, a, u)
+            return not force and (f.is_file() or any((Path(d) / f.name).is_file() for d in cfg.metrics.reuse or ()))
+
+        todo = [(a, u) for a in enabled(cfg.metrics) for u in a.units(inputs) if not done(a, u)]
         if not todo:
             logger.info("plan: every metrics unit is cached")
             return []
