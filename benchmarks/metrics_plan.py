@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from evolution.analyses.cost import EFFICIENCY
+from evolution.analyses.runner import read_profile
 from evolution.schedule import list_schedule
 
 
@@ -102,12 +103,6 @@ def project(
         if u["family"] is not None:
             out[u["family"]] += u["work"] * scale[u["family"]] / (plan["rate"] * efficiency[u["family"]])
     return dict(out)
-
-
-def read_profile(path: Path) -> list[dict]:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    last = max(r["run"] for r in rows)
-    return [r for r in rows if r["run"] == last]
 
 
 def main() -> None:

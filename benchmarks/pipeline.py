@@ -240,6 +240,7 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
     from evolution import location
     from evolution.analyses import enabled
     from evolution.analyses.inputs import ModelSource, load_inputs
+    from evolution.analyses.runner import read_profile
     from evolution.api import open_store
     from evolution.config import load_config
 
@@ -259,9 +260,7 @@ def profile(config: Path, workdir: Path, *, run: bool) -> dict:
             check=True,
             cwd=ROOT,
         )
-    records = [json.loads(line) for line in (workdir / "metrics" / "profile.jsonl").read_text().splitlines()]
-    last = max(r["run"] for r in records)
-    records = [r for r in records if r["run"] == last]
+    records = read_profile(workdir / "metrics" / "profile.jsonl")
     stage = max(r["end"] for r in records) - min(r["start"] for r in records)
     cfg = load_config(config)
     store = str(workdir / "reps.zarr")

@@ -20,18 +20,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from evolution.analyses import runner
 from evolution.schedule import list_schedule, longest_first, lower_bound
 
 WORKERS = (1, 2, 8, 32)
 
 
 def read_profile(path: Path) -> list[dict]:
-    """The units of the profile's last run (a rerun appends a run), in the order they started."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not rows:
+    """The units of the profile's last run, in the order they started (the runner's reader)."""
+    units = runner.read_profile(path)
+    if not units:
         raise SystemExit(f"{path}: no units; run the metrics stage first (python -m pipelines.run CONFIG)")
-    last = max(r["run"] for r in rows)
-    return sorted((r for r in rows if r["run"] == last), key=lambda r: r["start"])
+    return units
 
 
 def scaling(units: list[dict]) -> dict:

@@ -16,7 +16,7 @@ from evolution.config import ClusterConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["dask_client", "default_workers", "worker_environ", "gpu_workers"]
+__all__ = ["dask_client", "default_workers", "planned_workers", "worker_environ", "gpu_workers"]
 
 #: glibc malloc trim and mmap thresholds for local workers (bytes).
 MALLOC_THRESHOLD = 1 << 30
@@ -29,6 +29,17 @@ def default_workers(threads_per_worker: int = 1) -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return max(1, cores // threads_per_worker)
+
+
+def planned_workers(ctx) -> int:
+    """The workers a stage's tasks share (``ctx``: the run's :class:`~pipelines.stages.base.Context`):
+    its client's, else the local cluster's planned count, else 1."""
+    cluster = ctx.config.cluster
+    if ctx.client is not None:
+        return len(ctx.client.scheduler_info()["workers"]) or 1
+    if cluster.kind == "local":
+        return cluster.n_workers or default_workers(cluster.threads_per_worker)
+    return 1
 
 
 def worker_environ(threads: int) -> dict[str, str]:

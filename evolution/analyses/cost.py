@@ -33,7 +33,6 @@ plan counts it and says so.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +41,7 @@ import numpy as np
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays
 
-__all__ = ["UnitCost", "unit_work", "plan_units", "plan_lines", "EFFICIENCY"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["UnitCost", "unit_work", "plan_units", "plan_lines", "plan_record", "EFFICIENCY"]
 
 #: multiply-adds / (measured seconds x rate) of each modelled family: the share of the one-core
 #: float64 GEMM rate its units reached in the MiniLM paper-size run of

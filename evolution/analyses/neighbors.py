@@ -325,9 +325,10 @@ class Neighbors(Analysis):
         cfg = required(inputs.config.neighbors, "neighbors")
         combined: dict[tuple[str, int], dict[str, Any]] = {}
         for m in models:
+            computed = any(_is_part(name, m, 0) for name in results)  # the model had neighbour units
             for layer in range(L):
                 parts = [r for name, r in results.items() if _is_part(name, m, layer)]
-                if not parts and any(_is_part(name, m, 0) for name in results) and layer < inputs.models[m].n_layers:
+                if not parts and computed and layer < inputs.models[m].n_layers:
                     raise ValueError(f"neighbors: no result for {m} layer {layer}: rerun the metrics stage")
                 if parts:
                     sentence = inputs.models[m].plan.neighbors["sentence"]

@@ -26,7 +26,7 @@ from evolution.analyses.base import Analysis, Inputs, Unit, unit_key
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run_analyses", "logged"]
+__all__ = ["run_analyses", "logged", "unit_file", "reused_file", "log_metrics_plan", "read_profile"]
 
 #: Loggers whose lines a unit carries back (INFO and above).
 CAPTURED = ("evolution", "openTSNE")
@@ -137,17 +137,38 @@ def unit_file(cache: Path, analysis: Analysis, unit: Unit) -> Path:
     return cache / f"{analysis.name}-{unit.name}-{unit_key(analysis, unit)}.json"
 
 
-def _log_plan(units: list, inputs: Inputs, *, rate: float, workers: int, profile: Path | None) -> None:
+def reused_file(cached: Path, reuse: Sequence[Path]) -> Path | None:
+    """The first file of the ``reuse`` directories named as ``cached`` (the same unit and key)."""
+    return next((p for d in reuse if (p := Path(d) / cached.name).is_file()), None)
+
+
+def log_metrics_plan(
+    units: list[tuple[Analysis, Unit]], inputs: Inputs, *, rate: float, workers: int, profile: Path | None = None
+) -> list[str]:
+    """Log the plan of ``units`` (:mod:`evolution.analyses.cost`) and, with ``profile``, write it
+    as ``plan.json`` beside it; returns the lines."""
     from evolution.analyses.cost import plan_lines, plan_record, plan_units
 
     plan = plan_units(units, inputs, rate=rate)
-    for line in plan_lines(plan, workers=workers, rate=rate):
+    lines = plan_lines(plan, workers=workers, rate=rate)
+    for line in lines:
         logger.info("%s", line)
     if profile is not None:
         profile.parent.mkdir(parents=True, exist_ok=True)
         tmp = profile.with_name("plan.json.partial")
         tmp.write_text(json.dumps(plan_record(plan, rate=rate, workers=workers)), encoding="utf-8")
         os.replace(tmp, profile.with_name("plan.json"))
+    return lines
+
+
+def read_profile(path: Path) -> list[dict[str, Any]]:
+    """The unit records of ``path`` (a ``profile.jsonl`` that :func:`run_analyses` appends to)
+    from its last run (a rerun appends another), in the order they started; [] when it has none."""
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        return []
+    last = max(r["run"] for r in rows)
+    return sorted((r for r in rows if r["run"] == last), key=lambda r: r["start"])
 
 
 def _replay(records: list[dict[str, Any]], *, unit: str) -> None:
@@ -224,7 +245,7 @@ def run_analyses(
         for u in a.units(inputs):
             f = unit_file(cache, a, u)
             if not force and not f.is_file():
-                found = next((p for d in reuse if (p := Path(d) / f.name).is_file()), None)
+                found = reused_file(f, reuse)
                 if found is not None:
                     tmp = f.with_name(f.name + ".partial")
                     shutil.copyfile(found, tmp)
@@ -247,7 +268,7 @@ def run_analyses(
     todo, where, n_started = [todo[i] for i in order], [where[i] for i in order], sum(started)
     if rate is not None and todo:
         try:
-            _log_plan([pending[i] for i in order], inputs, rate=rate, workers=workers, profile=profile)
+            log_metrics_plan([pending[i] for i in order], inputs, rate=rate, workers=workers, profile=profile)
         except Exception as exc:  # a forecast: its failure must not stop the work it forecasts
             logger.warning("metrics plan: not made (%s: %s); the stage runs without it", type(exc).__name__, exc)
     n_cached = sum(len(r) for r in results.values())

@@ -19,18 +19,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["ExtractStage", "STORE_VERSION"]
 
 
-def planned_workers(ctx: Context) -> int:
-    """The workers a stage's tasks share: the client's, else the local cluster's planned count."""
-    from pipelines.cluster import default_workers
-
-    cluster = ctx.config.cluster
-    if ctx.client is not None:
-        return len(ctx.client.scheduler_info()["workers"]) or 1
-    if cluster.kind == "local":
-        return cluster.n_workers or default_workers(cluster.threads_per_worker)
-    return 1
-
-
 class ExtractStage(Stage):
     name = "extract"
     after = ("corpus", "train")
@@ -128,6 +116,7 @@ class ExtractStage(Stage):
         """Log the extraction's plan of ``models`` (:mod:`pipelines.plan`: bytes, a worker's peak,
         seconds from rates measured now, the store disk's free space) and raise
         :class:`~pipelines.plan.PlanError` before anything is written when the bytes do not fit."""
+        from pipelines.cluster import planned_workers
         from pipelines.plan import check_space, free_bytes, gemm_rate, log_plan, plan_extract
 
         if not models:

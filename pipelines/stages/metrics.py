@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 from evolution import location
 from evolution.corpus import layout as corpus_layout
@@ -135,35 +134,31 @@ class MetricsStage(Stage):
         """Log the plan of the metrics units not yet cached (:mod:`evolution.analyses.cost`),
         computing none: what ``--plan`` prints once the extraction is in the store."""
         from evolution.analyses import enabled
-        from evolution.analyses.cost import plan_lines, plan_units
-        from evolution.analyses.runner import unit_file
+        from evolution.analyses.runner import log_metrics_plan, reused_file, unit_file
+        from pipelines.cluster import planned_workers
         from pipelines.plan import gemm_rate
-        from pipelines.stages.extract import planned_workers
 
         cfg = ctx.config
         inputs = self.inputs(ctx, models=cfg.models, metrics=cfg.metrics)
-        cache, force = self.cache(ctx), self.name in ctx.force
+        cache, force, reuse = self.cache(ctx), self.name in ctx.force, cfg.metrics.reuse or ()
 
         def done(a, u) -> bool:  # cached, or copied from metrics.reuse, as run_analyses decides
             f = unit_file(cache, a, u)
-            return not force and (f.is_file() or any((Path(d) / f.name).is_file() for d in cfg.metrics.reuse or ()))
+            return not force and (f.is_file() or reused_file(f, reuse) is not None)
 
         todo = [(a, u) for a in enabled(cfg.metrics) for u in a.units(inputs) if not done(a, u)]
         if not todo:
             logger.info("plan: every metrics unit is cached")
             return []
         rate = ctx.memo("plan.gemm", lambda: gemm_rate(0.25))
-        lines = plan_lines(plan_units(todo, inputs, rate=rate), workers=planned_workers(ctx), rate=rate)
-        for line in lines:
-            logger.info("%s", line)
-        return lines
+        return log_metrics_plan(todo, inputs, rate=rate, workers=planned_workers(ctx))
 
     def run(self, ctx: Context) -> None:
         from evolution.analyses import enabled
         from evolution.analyses.runner import run_analyses
         from evolution.metrics.results import write_metrics
+        from pipelines.cluster import planned_workers
         from pipelines.plan import gemm_rate
-        from pipelines.stages.extract import planned_workers
 
         if not self.pending(ctx):
             logger.info("metrics: cached at %s", self.path(ctx))
