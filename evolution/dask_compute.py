@@ -5,7 +5,7 @@ the extraction's task graph and the metrics' units.
 
 from __future__ import annotations
 
-__all__ = ["compute", "WorkerLost"]
+__all__ = ["compute", "WorkerLost", "worker_memory_limit"]
 
 
 class WorkerLost(RuntimeError):
@@ -19,6 +19,14 @@ def _limits(client) -> set[int]:
         return {int(w.get("memory_limit") or 0) for w in client.scheduler_info()["workers"].values()}
     except Exception:  # noqa: BLE001 - no scheduler information: the message says "unknown"
         return set()
+
+
+def worker_memory_limit(client) -> int | None:
+    """The smallest memory limit in bytes among ``client``'s workers (None: no client, or no limit)."""
+    if client is None:
+        return None
+    limits = [v for v in _limits(client) if v]
+    return min(limits) if limits else None
 
 
 def _lost(limits: set[int], key, exc, label: str) -> WorkerLost:

@@ -122,16 +122,38 @@ def n_layers(store: str, model: str) -> int | None:
         return None
 
 
-def read_rows(store: str, model: str, layer: int, rows: np.ndarray) -> np.ndarray:
-    """``hidden[layer, rows, :]`` as float32 (n, d), reading only the chunks needed."""
+def read_rows(store: str, model: str, layer: int, rows: np.ndarray, *, block_rows: int = 65536) -> np.ndarray:
+    """``hidden[layer, rows, :]`` as float32 (n, d), in the order of ``rows`` (repeats allowed),
+    reading only the chunks needed.
+
+    Dense selections are read ``block_rows`` stored rows at a time (rounded to whole chunks),
+    each block's selected rows widened into the float32 result: the peak is the result plus
+    one float16 block, not the whole stored range in float16 and float32 besides (at MiniLM
+    paper size, 850k of 993k rows: 1.26 GiB instead of 2.8). float16 -> float32 is exact, so
+    the values equal a plain ``hidden[layer][rows]``.
+    """
     arr = open_hidden(store, model)
     rows = np.asarray(rows, dtype=np.int64)
+    d = arr.shape[2]
     if len(rows) == 0:
-        return np.empty((0, arr.shape[2]), dtype=np.float32)
+        return np.empty((0, d), dtype=np.float32)
     lo, hi = int(rows.min()), int(rows.max()) + 1
-    if len(rows) > (hi - lo) // 4:  # dense: one contiguous read, then index in memory
-        return np.asarray(arr[layer, lo:hi], dtype=np.float32)[rows - lo]
-    return np.asarray(arr.get_orthogonal_selection((layer, rows, slice(None))), dtype=np.float32)
+    if len(rows) <= (hi - lo) // 4:  # sparse: zarr reads just the chunks holding them
+        return np.asarray(arr.get_orthogonal_selection((layer, rows, slice(None))), dtype=np.float32)
+    chunk = int(arr.chunks[1])
+    step = max(chunk, block_rows // chunk * chunk)
+    order = np.argsort(rows, kind="stable")
+    ranked = rows[order]
+    out = np.empty((len(rows), d), dtype=np.float32)
+    start = lo // chunk * chunk
+    for b0 in range(start, hi, step):
+        b1 = min(b0 + step, hi)
+        i0, i1 = np.searchsorted(ranked, [b0, b1])
+        if i0 == i1:
+            continue
+        block = arr[layer, b0:b1]
+        out[order[i0:i1]] = block[ranked[i0:i1] - b0]
+    return out
 
 
 def _open_root(store: str, mode: Literal["r", "r+", "a", "w", "w-"] = "a") -> zarr.Group:

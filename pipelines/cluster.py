@@ -42,6 +42,23 @@ def planned_workers(ctx) -> int:
     return 1
 
 
+def planned_memory_limit(ctx) -> int | None:
+    """A worker's memory limit in bytes for the plan (``ctx``: the run's
+    :class:`~pipelines.stages.base.Context`): its client's workers' smallest, else a local
+    cluster's ``cluster.memory_limit`` as distributed reads it ("auto": the machine's memory x
+    threads per worker / cores), else None (not known before the workers start)."""
+    from evolution.dask_compute import worker_memory_limit
+
+    if ctx.client is not None:
+        return worker_memory_limit(ctx.client)
+    cluster = ctx.config.cluster
+    if cluster.kind != "local":
+        return None
+    from distributed.worker_memory import parse_memory_limit
+
+    return parse_memory_limit(cluster.memory_limit, cluster.threads_per_worker, logger=logger)
+
+
 def worker_environ(threads: int) -> dict[str, str]:
     """Environment of local worker processes: glibc's malloc thresholds and ``threads``
     for the OpenMP / MKL / OpenBLAS pools."""

@@ -1,6 +1,7 @@
-"""The metrics stage's plan (issue 50): each unit's multiply-adds counted by hand on small
-cases, seconds at a rate and an efficiency, and the stage's wall time as list scheduling of the
-planned units on the run's workers."""
+"""The metrics stage's plan (issue 50): each unit's multiply-adds and working-set bytes counted
+by hand on small cases, seconds at a rate and an efficiency, the stage's wall time as list
+scheduling of the planned units on the run's workers, and a unit planned over the workers' memory
+limit named with the setting."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ import numpy as np
 import pytest
 
 from evolution.analyses.base import Unit
-from evolution.analyses.cost import EFFICIENCY, plan_lines, plan_units, unit_work
+from evolution.analyses.cost import (
+    EFFICIENCY,
+    WORKER_BASE,
+    UnitCost,
+    memory_lines,
+    plan_lines,
+    plan_units,
+    unit_memory,
+    unit_work,
+)
 from evolution.analyses.mi import layer_task as mi_task
 from evolution.analyses.neighbors import layer_task as neighbors_task
-from evolution.config import MIConfig
+from evolution.analyses.similarity_tasks import change_task, similarity_task
+from evolution.config import MIConfig, SimilarityConfig
 
 
 def _inputs(**models):
@@ -93,7 +104,109 @@ def test_the_plan_is_seconds_at_the_rate_and_the_stage_is_list_scheduled():
     assert other[0].family is None and other[0].seconds is None
     lines = plan_lines(plan + other, workers=2, rate=rate)
     assert any(re.search(r"tsne +1 unit\(s\), not modelled", line) for line in lines)
-    assert "about 5 s on 2 worker(s)" in lines[-1]
-    assert "the largest unit neighbors m-0[0] is 50.0% of them" in lines[-1]
-    assert "about 10 s on 1 worker(s)" in plan_lines(plan, workers=1, rate=rate)[-1]
+    stage = next(line for line in lines if "of modelled units" in line)
+    assert "about 5 s on 2 worker(s)" in stage
+    assert "the largest unit neighbors m-0[0] is 50.0% of them" in stage
+    assert any("about 10 s on 1 worker(s)" in line for line in plan_lines(plan, workers=1, rate=rate))
     assert plan_lines(other, workers=2, rate=rate)[-1] == "metrics plan: none of the 1 unit(s) is modelled"
+
+
+GIB = 2**30
+
+
+def test_memory_of_a_neighbour_part_and_of_mi():
+    """Neighbours: the rows and faiss's copy of them, 8 x 10 rows x 3 = 240 bytes, whatever the
+    part; the NumPy route (no faiss) adds its float64 distances of 4,096 queries x 10 rows.
+    MI: the float32 rows and faiss's training sample, plus 96 bytes a row: flat, n = 1,000 rows of
+    width 4 with k = 50 trains on all of them (256 k > n): 4 x 2,000 x 4 + 96,000; two-level at
+    k = 2,000 on 200,000 rows trains its 179 coarse centroids on 256 x 179 = 45,824 rows."""
+    import evolution.metrics.search as search
+
+    inputs = _inputs(m=_neighbors_model())
+    part = Unit("m-0[1]", neighbors_task, {"model": "m", "queries": (4, 10)}, {})
+    assert unit_memory("neighbors", part, inputs) == 240.0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search, "backend", lambda: "sklearn")
+        assert unit_memory("neighbors", part, inputs) == 240.0 + 8 * 4096 * 10
+
+    def mi(n, d, k, algorithm):
+        rows = np.arange(n)
+        model = SimpleNamespace(d_model=d, plan=SimpleNamespace(mi={"input": (rows, rows % 7)}))
+        cfg = MIConfig(k=k, restarts=3, niter=5, algorithm=algorithm)
+        return unit_memory("mi", Unit("m-0", mi_task, {"model": "m", "mi": cfg}, {}), _inputs(m=model))
+
+    assert mi(1000, 4, 50, "flat") == 4 * 2000 * 4 + 96 * 1000
+    assert mi(200_000, 8, 2000, "two_level") == 4 * (200_000 + 45_824) * 8 + 96 * 200_000
+
+
+def test_memory_of_the_similarity_estimate_and_of_a_change_part(tmp_path):
+    """Similarity of 2 models with 3 and 4 stored layers on 500 occurrences of width 6: 7 float64
+    bases, the view in the making (2 more) and the float32 rows read, 8 x 500 x 6 x 9 + 4 x 500 x 6.
+    Change of one model with 5 layers, width 2, on bins of 30 (ranks [0, 1)) and 20 (ranks [1, 10))
+    occurrences and 7 outside both: a part holds its bins' rows of every layer (4 x 5 x kept x 2)
+    and 96 bytes x 2 features for its largest bin of at least min_ratio x d = 20 rows; a part whose
+    one bin is below that holds only its rows."""
+    from evolution.analyses.base import save_arrays
+
+    sim_inputs = _inputs(
+        a=SimpleNamespace(d_model=6, plan=SimpleNamespace(similarity_rows=np.arange(500))),
+        b=SimpleNamespace(d_model=6, plan=SimpleNamespace(similarity_rows=np.arange(500))),
+    )
+    unit = Unit("ab", similarity_task, {"models": ["a", "b"], "n_layers": {"a": 3, "b": 4}}, {})
+    assert unit_memory("similarity", unit, sim_inputs) == 8 * 500 * 6 * 9 + 4 * 500 * 6
+
+    freq_rank = np.array([0] * 30 + [5] * 20 + [50] * 7)
+    arrays = save_arrays(str(tmp_path), "change", {"freq_rank": freq_rank, "rows/m": np.arange(57)})
+    cfg = SimilarityConfig(min_ratio=10, equal_bins=0)
+    inputs = _inputs(m=SimpleNamespace(d_model=2))
+
+    def change(subsets, min_ratio=10.0):
+        kw = {"model": "m", "n_layers": 5, "arrays": arrays, "bins": [(0, 1), (1, 10)], "subsets": subsets}
+        kw["similarity"] = cfg.model_copy(update={"min_ratio": min_ratio})
+        return unit_memory("change", Unit("m[0]", change_task, kw, {}), inputs)
+
+    assert change((0, 2)) == 4 * 5 * 50 * 2 + 96 * 30 * 2
+    assert change((1, 2)) == 4 * 5 * 20 * 2 + 96 * 20 * 2
+    assert change((1, 2), min_ratio=11) == 4 * 5 * 20 * 2  # 20 < 11 x 2: the bin is left as NaN
+    assert unit_memory(None, unit, sim_inputs) is None
+
+
+def test_memory_lines_name_the_largest_unit_and_a_limit_it_exceeds():
+    """Units holding 3, 1 and 2 GiB on 2 workers: the largest is 3 GiB, a worker about 3 GiB plus
+    the base, and the two largest at once 3 + 2 GiB plus two bases. Under a 3 GiB limit the
+    3 GiB unit (3 GiB + base) is over it, and the line names it and cluster.memory_limit; a 4 GiB
+    limit leaves all three under."""
+    plan = [UnitCost("mi", f"m-{i}", "mi", 1.0, 1.0, g * GIB) for i, g in enumerate([1.0, 3.0, 2.0])] + [
+        UnitCost("tsne", "m-0", None, None, None, None)
+    ]
+    base = WORKER_BASE / GIB
+    lines = memory_lines(plan, workers=2)
+    assert len(lines) == 1
+    assert "largest unit mi m-1 holds 3.00 GiB" in lines[0]
+    assert f"a worker about {3 + base:.2f} GiB" in lines[0]
+    assert f"2 worker(s) at most {5 + 2 * base:.2f} GiB together" in lines[0]
+    over = memory_lines(plan, workers=2, memory_limit=3 * GIB)
+    assert len(over) == 2 and "1 unit(s)" in over[1] and "mi m-1" in over[1] and "cluster.memory_limit" in over[1]
+    assert len(memory_lines(plan, workers=2, memory_limit=4 * GIB)) == 1
+    assert memory_lines(plan[-1:], workers=2) == []
+
+
+def test_the_runner_warns_of_a_unit_over_the_limit(caplog, monkeypatch):
+    """log_metrics_plan logs the over-the-limit line as a WARNING, the others at INFO."""
+    import logging
+
+    import evolution.metrics.search as search
+    from evolution.analyses.runner import log_metrics_plan
+
+    monkeypatch.setattr(search, "backend", lambda: "faiss")  # 240 bytes of rows: no NumPy distance block
+
+    inputs = _inputs(m=_neighbors_model())
+    units = [(SimpleNamespace(name="neighbors"), Unit("m-0[0]", neighbors_task, {"model": "m", "queries": None}, {}))]
+    with caplog.at_level(logging.INFO, logger="evolution.analyses.runner"):
+        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=WORKER_BASE + 100)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "neighbors m-0[0]" in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="evolution.analyses.runner"):
+        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=WORKER_BASE + 1000)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -48,6 +48,7 @@ def test_plan_after_the_extraction_plans_the_metrics_units(model_specs, corpus_f
     assert re.search(r"metrics plan: neighbors +\d+ unit\(s\) +[\d.e+]+ multiply-adds", err), err
     assert re.search(r"metrics plan: mi +\d+ unit\(s\)", err)
     assert re.search(r"metrics plan: .* s of modelled units, about .* s on \d+ worker\(s\)", err)
+    assert re.search(r"metrics plan: memory: largest unit \w+ \S+ holds [\d.]+ GiB, a worker about", err), err
     assert not (tmp_path / "w" / "metrics").exists() and not (tmp_path / "w" / "metrics.zarr").exists()
 
 

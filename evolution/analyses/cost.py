@@ -24,6 +24,16 @@ change by frequency, part  per frequency bin of n_b occurrences (at least ``min_
                            cross-products)
 =========================  ===================================================================
 
+Memory: the arrays a unit of a modelled family holds at its peak (:func:`unit_memory`), above a
+worker's own (:data:`WORKER_BASE`): the rows it reads as float32 (4 n d bytes) and what it builds
+from them. Neighbours: the rows and faiss's copy of them (twice, 8 n d; the NumPy route adds a
+float64 (4,096, n) distance block); MI: the rows and faiss's training sample; the similarity
+estimate: the float64 bases of its V views (8 n d each) and the view in the making (centred copy
+and basis, 16 n d); the change by frequency: its L layers' rows and, for its largest bin n_b,
+twelve float64 (n_b, d) arrays (96 n_b d: two views, their stacked bases, the view in the making
+and the replicates' weighted products; fitted to bin 0 of the MiniLM paper-size run, 2.12 GiB
+above the base, as ``docs/decisions.md`` #30 says).
+
 Seconds = multiply-adds / (rate x :data:`EFFICIENCY`), where the efficiency of each family is
 the measured seconds of its units in the committed MiniLM paper-size run against its
 multiply-adds at that run's rate (``benchmarks/metrics_plan.py`` refits it from a run). A unit
@@ -41,7 +51,21 @@ import numpy as np
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays
 
-__all__ = ["UnitCost", "unit_work", "plan_units", "plan_lines", "plan_record", "EFFICIENCY"]
+__all__ = [
+    "UnitCost",
+    "unit_work",
+    "unit_memory",
+    "plan_units",
+    "plan_lines",
+    "plan_record",
+    "EFFICIENCY",
+    "WORKER_BASE",
+]
+
+#: resident bytes of a metrics worker before its unit's arrays: Python, NumPy, faiss, torch and the
+#: analysis modules imported (0.42 GiB measured after importing them, 2026-11-29), which
+#: :func:`unit_memory` comes on top of
+WORKER_BASE = int(0.45 * 2**30)
 
 #: multiply-adds / (measured seconds x rate) of each modelled family: the share of the one-core
 #: float64 GEMM rate its units reached in the MiniLM paper-size run of
@@ -60,13 +84,14 @@ EFFICIENCY: dict[str, float] = {
 @dataclass(frozen=True)
 class UnitCost:
     """One unit of the plan: its analysis, name, family (a key of :data:`EFFICIENCY`, or None:
-    not modelled), multiply-adds and planned seconds (None when not modelled)."""
+    not modelled), multiply-adds, planned seconds and planned memory (None when not modelled)."""
 
     analysis: str
     unit: str
     family: str | None
     work: float | None
     seconds: float | None
+    memory: float | None = None  # bytes of arrays at the unit's peak, above WORKER_BASE (None: not modelled)
 
 
 def _neighbors(unit: Unit, inputs: Inputs) -> float:
@@ -125,6 +150,69 @@ def _change(unit: Unit, inputs: Inputs) -> float:
     return float(sum(n for n in sizes if n >= cfg.min_ratio * d)) * d * d * 3 * pairs * (1 + cfg.bootstrap)
 
 
+def _neighbors_memory(unit: Unit, inputs: Inputs) -> float:
+    from evolution.metrics.search import backend
+
+    m = inputs.models[unit.kwargs["model"]]
+    n, d = len(m.plan.neighbors["rows"]), m.d_model
+    lo, _ = unit.kwargs.get("queries") or (0, n)
+    syntax = len((m.plan.syntax or {}).get("rows", ())) if lo == 0 else 0
+    block = 0.0 if backend() == "faiss" else 8.0 * 4096 * n  # NumPy's float64 distances per query block
+    return 8.0 * (n + syntax) * d + block
+
+
+def _mi_memory(unit: Unit, inputs: Inputs) -> float:
+    from evolution.metrics.kmeans import resolve_algorithm
+
+    m = inputs.models[unit.kwargs["model"]]
+    cfg = unit.kwargs["mi"]
+    sizes = [len(rows) for rows, _ in m.plan.mi.values()] or [0]
+    n = max(sizes)  # targets run one after another
+    k = min(cfg.k, max(2, n // 10))
+    if resolve_algorithm(cfg.algorithm, k=k) == "two_level":
+        k = max(2, int(round(4 * math.sqrt(k))))  # faiss trains the coarse level's centroids; cells are small
+    return 4.0 * (n + min(n, 256 * k)) * m.d_model + 96.0 * n  # + labels, probed cells and their order
+
+
+def _similarity_memory(unit: Unit, inputs: Inputs) -> float:
+    names = unit.kwargs["models"]
+    views = sum(unit.kwargs["n_layers"].values())
+    d = max(inputs.models[g].d_model for g in names)
+    n = len(inputs.models[names[0]].plan.similarity_rows)
+    return 8.0 * n * d * (views + 2) + 4.0 * n * d
+
+
+def _change_memory(unit: Unit, inputs: Inputs) -> float:
+    from evolution.analyses.similarity_tasks import _subsets
+
+    kw = unit.kwargs
+    cfg = kw["similarity"]
+    d = inputs.models[kw["model"]].d_model
+    a = load_arrays(kw["arrays"])
+    every, _ = _subsets(a["freq_rank"], bins=kw["bins"], similarity=cfg)
+    lo, hi = kw.get("subsets") or (0, len(every))
+    masks = list(every.values())[lo:hi]
+    if not masks:
+        return 0.0
+    kept = int(np.any(np.stack(masks), axis=0).sum())
+    largest = max((int(mask.sum()) for mask in masks if mask.sum() >= cfg.min_ratio * d), default=0)
+    return 4.0 * kw["n_layers"] * kept * d + 96.0 * largest * d
+
+
+_MEMORY = {
+    "neighbors": _neighbors_memory,
+    "mi": _mi_memory,
+    "similarity": _similarity_memory,
+    "change": _change_memory,
+}
+
+
+def unit_memory(family: str | None, unit: Unit, inputs: Inputs) -> float | None:
+    """Bytes of the arrays ``unit`` of ``family`` holds at its peak, above :data:`WORKER_BASE`
+    (None for a family not modelled)."""
+    return None if family is None else _MEMORY[family](unit, inputs)
+
+
 _MODELS = {
     ("neighbors", "layer_task"): ("neighbors", _neighbors),
     ("mi", "layer_task"): ("mi", _mi),
@@ -149,14 +237,43 @@ def plan_units(units: list[tuple[Analysis, Unit]], inputs: Inputs, *, rate: floa
     for a, u in units:
         family, work = unit_work(a.name, u, inputs)
         seconds = None if family is None or work is None else work / (rate * EFFICIENCY[family])
-        out.append(UnitCost(a.name, u.name, family, work, seconds))
+        out.append(UnitCost(a.name, u.name, family, work, seconds, unit_memory(family, u, inputs)))
     return out
 
 
-def plan_lines(plan: list[UnitCost], *, workers: int, rate: float) -> list[str]:
+def memory_lines(plan: list[UnitCost], *, workers: int, memory_limit: float | None = None) -> list[str]:
+    """The plan's memory: the unit with the largest working set, a worker's peak (that plus
+    :data:`WORKER_BASE`), the workers' together when the ``workers`` largest units run at once,
+    and, where a worker's ``memory_limit`` (bytes) is below a unit's peak, a line naming the unit
+    and the setting (the runner logs it as a WARNING)."""
+    known = sorted((c for c in plan if c.memory is not None), key=lambda c: -(c.memory or 0.0))
+    if not known:
+        return []
+    gib = 2.0**30
+    big = known[0]
+    peak = WORKER_BASE + (big.memory or 0.0)
+    together = workers * WORKER_BASE + sum(c.memory or 0.0 for c in known[:workers])
+    lines = [
+        f"metrics plan: memory: largest unit {big.analysis} {big.unit} holds {(big.memory or 0.0) / gib:.2f} GiB, "
+        f"a worker about {peak / gib:.2f} GiB with its {WORKER_BASE / gib:.2f} GiB base; "
+        f"{workers} worker(s) at most {together / gib:.2f} GiB together"
+    ]
+    over = [c for c in known if memory_limit and WORKER_BASE + (c.memory or 0.0) > memory_limit]
+    if over:
+        lines.append(
+            f"metrics plan: over the limit: {len(over)} unit(s) plan more than the workers' memory limit of "
+            f"{(memory_limit or 0.0) / gib:.2f} GiB (cluster.memory_limit), the largest {big.analysis} "
+            f"{big.unit} at {peak / gib:.2f} GiB; raise cluster.memory_limit (with fewer cluster.n_workers) "
+            "or shrink the unit (the analysis' occurrences or sentences)"
+        )
+    return lines
+
+
+def plan_lines(plan: list[UnitCost], *, workers: int, rate: float, memory_limit: float | None = None) -> list[str]:
     """The lines the metrics stage logs before it computes: per analysis the units, their
     multiply-adds and planned seconds and the largest unit; the units not modelled; the
-    stage's wall time on ``workers`` (list scheduling of the planned units)."""
+    stage's wall time on ``workers`` (list scheduling of the planned units); the memory
+    (:func:`memory_lines`)."""
     from evolution.schedule import list_schedule
 
     if not plan:
@@ -189,7 +306,7 @@ def plan_lines(plan: list[UnitCost], *, workers: int, rate: float) -> list[str]:
         + f"; the largest unit {largest.analysis} {largest.unit} is "
         f"{100 * (largest.seconds or 0.0) / max(total, 1e-9):.1f}% of them"
     )
-    return lines
+    return lines + memory_lines(plan, workers=workers, memory_limit=memory_limit)
 
 
 def plan_record(plan: list[UnitCost], *, rate: float, workers: int) -> dict[str, Any]:
@@ -199,5 +316,6 @@ def plan_record(plan: list[UnitCost], *, rate: float, workers: int) -> dict[str,
         "rate": rate,
         "workers": workers,
         "efficiency": dict(EFFICIENCY),
+        "worker_base": WORKER_BASE,
         "units": [c.__dict__ for c in plan],
     }

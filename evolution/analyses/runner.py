@@ -143,16 +143,23 @@ def reused_file(cached: Path, reuse: Sequence[Path]) -> Path | None:
 
 
 def log_metrics_plan(
-    units: list[tuple[Analysis, Unit]], inputs: Inputs, *, rate: float, workers: int, profile: Path | None = None
+    units: list[tuple[Analysis, Unit]],
+    inputs: Inputs,
+    *,
+    rate: float,
+    workers: int,
+    profile: Path | None = None,
+    memory_limit: float | None = None,
 ) -> list[str]:
-    """Log the plan of ``units`` (:mod:`evolution.analyses.cost`) and, with ``profile``, write it
-    as ``plan.json`` beside it; returns the lines."""
+    """Log the plan of ``units`` (:mod:`evolution.analyses.cost`; a unit planned over the
+    workers' ``memory_limit`` in bytes as a WARNING) and, with ``profile``, write it as
+    ``plan.json`` beside it; returns the lines."""
     from evolution.analyses.cost import plan_lines, plan_record, plan_units
 
     plan = plan_units(units, inputs, rate=rate)
-    lines = plan_lines(plan, workers=workers, rate=rate)
+    lines = plan_lines(plan, workers=workers, rate=rate, memory_limit=memory_limit)
     for line in lines:
-        logger.info("%s", line)
+        logger.log(logging.WARNING if "over the limit" in line else logging.INFO, "%s", line)
     if profile is not None:
         profile.parent.mkdir(parents=True, exist_ok=True)
         tmp = profile.with_name("plan.json.partial")
@@ -268,7 +275,16 @@ def run_analyses(
     todo, where, n_started = [todo[i] for i in order], [where[i] for i in order], sum(started)
     if rate is not None and todo:
         try:
-            log_metrics_plan([pending[i] for i in order], inputs, rate=rate, workers=workers, profile=profile)
+            from evolution.dask_compute import worker_memory_limit
+
+            log_metrics_plan(
+                [pending[i] for i in order],
+                inputs,
+                rate=rate,
+                workers=workers,
+                profile=profile,
+                memory_limit=worker_memory_limit(client),
+            )
         except Exception as exc:  # a forecast: its failure must not stop the work it forecasts
             logger.warning("metrics plan: not made (%s: %s); the stage runs without it", type(exc).__name__, exc)
     n_cached = sum(len(r) for r in results.values())

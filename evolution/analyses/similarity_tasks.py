@@ -120,7 +120,9 @@ def change_task(
     draws = sentence_draws(n_groups, replicates=similarity.bootstrap, seed=seed) if similarity.bootstrap else None
     keep = np.any(np.stack(list(masks.values())), axis=0) if masks else np.zeros(len(freq_rank), bool)
     rows = a[f"rows/{model}"][keep]
-    states = [np.asarray(read_rows(store, model, layer, rows), dtype=np.float64) for layer in range(n_layers)]
+    # float32 as stored (float16 widened exactly): every use goes through View, which takes its own
+    # float64 copy of the rows it needs, so the numbers equal float64 states' at half the memory
+    states = [read_rows(store, model, layer, rows) for layer in range(n_layers)]
     got = change_with_replicates(
         states,
         {k: m[keep] for k, m in masks.items()},

@@ -94,10 +94,9 @@ class View:
         name: str = "view",
         margin: float = 1.0,
     ):
-        x = np.asarray(x, dtype=np.float64)
-        if x.ndim != 2:
-            raise ValueError(f"{name}: expected (occurrences, feature), got shape {x.shape}")
-        n, d = x.shape
+        if np.ndim(x) != 2:
+            raise ValueError(f"{name}: expected (occurrences, feature), got shape {np.shape(x)}")
+        n, d = np.shape(x)
         if n < min_ratio * d:
             raise ValueError(
                 f"{name}: {n} occurrences for {d} dimensions; PWCCA/CKA need at least "
@@ -107,7 +106,10 @@ class View:
         from evolution.metrics import backend
 
         self.name = name
-        xc = x - x.mean(axis=0)
+        # one float64 copy, centred in place (x - mean, as the same arithmetic), and the basis
+        # taken as a prefix of u's columns: no transient copies of (n, d) float64 beyond xc and u
+        xc = np.array(x, dtype=np.float64)
+        xc -= xc.mean(axis=0)
         u, s, _ = thin_svd(xc)
         top = s[0] if len(s) and s[0] > 0 else 1.0
         keep = s > epsilon * top
@@ -115,7 +117,8 @@ class View:
             raise ValueError(f"{name}: the representations are constant over occurrences")
         spare = s >= min(margin, 1.0) * s[keep][-1]  # a prefix of the sorted s, as keep is
         self.rank = int(keep.sum())
-        self.basis_all_ = np.ascontiguousarray(u[:, spare])
+        self.basis_all_ = np.ascontiguousarray(u[:, : int(spare.sum())])
+        del u
         self.singular_all_ = s[spare]
         self.coords_all_ = backend.tmatmul(self.basis_all_, xc)  # = S V^T of the SVD: x in the basis
         self.gram_norm_ = float(np.sqrt((s**4).sum()))  # ||X^T X||_F = sqrt(sum sigma^4)
@@ -163,7 +166,8 @@ def thin_svd(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.linalg.svd(x, full_matrices=False)
     k = int((lam > (GRAM_SHARE**2) * lam[0]).sum())  # a prefix: lam descends
     s_big = np.sqrt(lam[:k])
-    u_big = backend.matmul(x, v[:, :k]) / s_big
+    u_big = backend.matmul(x, v[:, :k])
+    u_big /= s_big
     if k == d:
         return u_big, s_big, v.T
     rest = backend.matmul(x, v[:, k:])
@@ -173,6 +177,8 @@ def thin_svd(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     s = np.concatenate([s_big, s_small])
     vt = np.vstack([v[:, :k].T, w @ v[:, k:].T])
     order = np.argsort(-s, kind="stable")
+    if np.array_equal(order, np.arange(len(s))):  # already descending: no (n, d) copy
+        return u, s, vt
     return u[:, order], s[order], vt[order]
 
 

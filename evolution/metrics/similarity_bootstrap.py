@@ -225,35 +225,43 @@ def change_with_replicates(
         if mask.sum() < min_ratio * d:
             notes.append(f"change {name} {label}: {int(mask.sum())} occurrences < {min_ratio:g} x d; left as NaN")
             continue
-        views = [
-            View(
-                s[mask],
+
+        def view(i: int, mask: np.ndarray = mask, label: str = label) -> View:
+            return View(
+                states[i][mask],
                 name=f"{name} layer {i} {label}",
                 epsilon=epsilon,
                 min_ratio=min_ratio,
                 margin=MARGIN if n_rep else 1.0,
             )
-            for i, s in enumerate(states)
-        ]
-        for layer in range(n_layers - 1):
-            p_ab, _, c = pair_similarity(views[layer], views[layer + 1])
-            for m in methods:
-                estimate[m][layer, k] = 1.0 - (p_ab if m == "pwcca" else c)
-        if not n_rep or draws is None or counts is None:  # (no draws: n_rep is 0)
-            continue
-        sums = SentenceSums(group[mask], n_groups=n_groups)
-        rows = sums.rows(counts)
-        where = np.flatnonzero(mask)
+
+        # two layers' views at a time (layer, layer + 1): the bases of one subset's every layer
+        # never coexist, which at paper size is most of the unit's memory
+        bootstrap = bool(n_rep) and draws is not None and counts is not None  # (no draws: n_rep is 0)
+        if bootstrap:
+            sums = SentenceSums(group[mask], n_groups=n_groups)
+            rows = sums.rows(counts)
+            where = np.flatnonzero(mask)
         white_prev: list[Whitened | None] = []
         cross_prev: np.ndarray | None = None
+        current = view(0)
         for layer in range(n_layers):
-            q = views[layer].basis_all_
-            nxt = views[layer + 1].basis_all_ if layer + 1 < n_layers else None
+            following = view(layer + 1) if layer + 1 < n_layers else None
+            if following is not None:
+                p_ab, _, c = pair_similarity(current, following)
+                for m in methods:
+                    estimate[m][layer, k] = 1.0 - (p_ab if m == "pwcca" else c)
+            if not bootstrap:
+                current = following
+                continue
+            q = current.basis_all_
+            nxt = following.basis_all_ if following is not None else None
             both = q if nxt is None else np.hstack([q, nxt])
             gram, _ = sums.centred(q, both, counts)  # (R, r_l, r_l [+ r_l+1]): G_l and G_l,l+1
+            del both
             r_l = q.shape[1]
             white = [
-                whiten(views[layer], gram[r, :, :r_l], epsilon=epsilon) if rows[r] >= min_ratio * d else None
+                whiten(current, gram[r, :, :r_l], epsilon=epsilon) if rows[r] >= min_ratio * d else None
                 for r in range(n_rep)
             ]
             if layer:
@@ -273,6 +281,7 @@ def change_with_replicates(
                     for m in methods:
                         replicates[m][r, layer - 1, k] = 1.0 - (values[0] if m == "pwcca" else values[2])
             white_prev, cross_prev = white, (gram[:, :, r_l:] if nxt is not None else None)
+            current = following
     if fallbacks:
         logger.info("change %s: %d replicate layer pair(s) computed from their resampled rows", name, fallbacks)
     return {"estimate": estimate, "replicates": replicates, "notes": notes}

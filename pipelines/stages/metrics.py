@@ -135,7 +135,7 @@ class MetricsStage(Stage):
         computing none: what ``--plan`` prints once the extraction is in the store."""
         from evolution.analyses import enabled
         from evolution.analyses.runner import log_metrics_plan, reused_file, unit_file
-        from pipelines.cluster import planned_workers
+        from pipelines.cluster import planned_memory_limit, planned_workers
         from pipelines.plan import gemm_rate
 
         cfg = ctx.config
@@ -151,7 +151,9 @@ class MetricsStage(Stage):
             logger.info("plan: every metrics unit is cached")
             return []
         rate = ctx.memo("plan.gemm", lambda: gemm_rate(0.25))
-        return log_metrics_plan(todo, inputs, rate=rate, workers=planned_workers(ctx))
+        return log_metrics_plan(
+            todo, inputs, rate=rate, workers=planned_workers(ctx), memory_limit=planned_memory_limit(ctx)
+        )
 
     def run(self, ctx: Context) -> None:
         from evolution.analyses import enabled
