@@ -14,6 +14,7 @@ import pytest
 from evolution.analyses.base import Unit
 from evolution.analyses.cost import (
     EFFICIENCY,
+    UNIT_FIXED,
     WORKER_BASE,
     UnitCost,
     memory_lines,
@@ -112,6 +113,7 @@ def test_the_plan_is_seconds_at_the_rate_and_the_stage_is_list_scheduled():
 
 
 GIB = 2**30
+F = UNIT_FIXED  # what every modelled unit holds besides its arrays
 
 
 def test_memory_of_a_neighbour_part_and_of_mi():
@@ -124,10 +126,10 @@ def test_memory_of_a_neighbour_part_and_of_mi():
 
     inputs = _inputs(m=_neighbors_model())
     part = Unit("m-0[1]", neighbors_task, {"model": "m", "queries": (4, 10)}, {})
-    assert unit_memory("neighbors", part, inputs) == 240.0
+    assert unit_memory("neighbors", part, inputs) == F + 240.0
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(search, "backend", lambda: "sklearn")
-        assert unit_memory("neighbors", part, inputs) == 240.0 + 8 * 4096 * 10
+        assert unit_memory("neighbors", part, inputs) == F + 240.0 + 8 * 4096 * 10
 
     def mi(n, d, k, algorithm):
         rows = np.arange(n)
@@ -135,8 +137,8 @@ def test_memory_of_a_neighbour_part_and_of_mi():
         cfg = MIConfig(k=k, restarts=3, niter=5, algorithm=algorithm)
         return unit_memory("mi", Unit("m-0", mi_task, {"model": "m", "mi": cfg}, {}), _inputs(m=model))
 
-    assert mi(1000, 4, 50, "flat") == 4 * 2000 * 4 + 96 * 1000
-    assert mi(200_000, 8, 2000, "two_level") == 4 * (200_000 + 45_824) * 8 + 96 * 200_000
+    assert mi(1000, 4, 50, "flat") == F + 4 * 2000 * 4 + 96 * 1000
+    assert mi(200_000, 8, 2000, "two_level") == F + 4 * (200_000 + 45_824) * 8 + 96 * 200_000
 
 
 def test_memory_of_the_similarity_estimate_and_of_a_change_part(tmp_path):
@@ -153,7 +155,7 @@ def test_memory_of_the_similarity_estimate_and_of_a_change_part(tmp_path):
         b=SimpleNamespace(d_model=6, plan=SimpleNamespace(similarity_rows=np.arange(500))),
     )
     unit = Unit("ab", similarity_task, {"models": ["a", "b"], "n_layers": {"a": 3, "b": 4}}, {})
-    assert unit_memory("similarity", unit, sim_inputs) == 8 * 500 * 6 * 9 + 4 * 500 * 6
+    assert unit_memory("similarity", unit, sim_inputs) == F + 8 * 500 * 6 * 9 + 4 * 500 * 6
 
     freq_rank = np.array([0] * 30 + [5] * 20 + [50] * 7)
     arrays = save_arrays(str(tmp_path), "change", {"freq_rank": freq_rank, "rows/m": np.arange(57)})
@@ -165,9 +167,9 @@ def test_memory_of_the_similarity_estimate_and_of_a_change_part(tmp_path):
         kw["similarity"] = cfg.model_copy(update={"min_ratio": min_ratio})
         return unit_memory("change", Unit("m[0]", change_task, kw, {}), inputs)
 
-    assert change((0, 2)) == 4 * 5 * 50 * 2 + 96 * 30 * 2
-    assert change((1, 2)) == 4 * 5 * 20 * 2 + 96 * 20 * 2
-    assert change((1, 2), min_ratio=11) == 4 * 5 * 20 * 2  # 20 < 11 x 2: the bin is left as NaN
+    assert change((0, 2)) == F + 4 * 5 * 50 * 2 + 96 * 30 * 2
+    assert change((1, 2)) == F + 4 * 5 * 20 * 2 + 96 * 20 * 2
+    assert change((1, 2), min_ratio=11) == F + 4 * 5 * 20 * 2  # 20 < 11 x 2: the bin is left as NaN
     assert unit_memory(None, unit, sim_inputs) is None
 
 
@@ -203,10 +205,10 @@ def test_the_runner_warns_of_a_unit_over_the_limit(caplog, monkeypatch):
     inputs = _inputs(m=_neighbors_model())
     units = [(SimpleNamespace(name="neighbors"), Unit("m-0[0]", neighbors_task, {"model": "m", "queries": None}, {}))]
     with caplog.at_level(logging.INFO, logger="evolution.analyses.runner"):
-        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=WORKER_BASE + 100)
+        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=WORKER_BASE + UNIT_FIXED + 100)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "neighbors m-0[0]" in warned[0]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="evolution.analyses.runner"):
-        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=WORKER_BASE + 1000)
+        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=WORKER_BASE + UNIT_FIXED + 1000)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -25,14 +25,15 @@ change by frequency, part  per frequency bin of n_b occurrences (at least ``min_
 =========================  ===================================================================
 
 Memory: the arrays a unit of a modelled family holds at its peak (:func:`unit_memory`), above a
-worker's own (:data:`WORKER_BASE`): the rows it reads as float32 (4 n d bytes) and what it builds
-from them. Neighbours: the rows and faiss's copy of them (twice, 8 n d; the NumPy route adds a
-float64 (4,096, n) distance block); MI: the rows and faiss's training sample; the similarity
-estimate: the float64 bases of its V views (8 n d each) and the view in the making (centred copy
-and basis, 16 n d); the change by frequency: its L layers' rows and, for its largest bin n_b,
-twelve float64 (n_b, d) arrays (96 n_b d: two views, their stacked bases, the view in the making
-and the replicates' weighted products; fitted to bin 0 of the MiniLM paper-size run, 2.12 GiB
-above the base, as ``docs/decisions.md`` #30 says).
+worker's own (:data:`WORKER_BASE`) and a fixed :data:`UNIT_FIXED`: the rows it reads as float32
+(4 n d bytes) and what it builds from them. Neighbours: the rows and faiss's copy of them (twice,
+8 n d; the NumPy route adds a float64 (4,096, n) distance block); MI: the rows, faiss's training
+sample and 96 bytes a row of labels and probed cells; the similarity estimate: the float64 bases
+of its V views (8 n d each) and the view in the making (centred copy and basis, 16 n d); the
+change by frequency: its L layers' rows and, for its largest bin n_b, twelve float64 (n_b, d)
+arrays (96 n_b d: two views, their stacked bases, the view in the making and the replicates'
+weighted products; fitted to bin 0 of the MiniLM paper-size run, as ``docs/decisions.md`` #30
+says).
 
 Seconds = multiply-adds / (rate x :data:`EFFICIENCY`), where the efficiency of each family is
 the measured seconds of its units in the committed MiniLM paper-size run against its
@@ -66,6 +67,11 @@ __all__ = [
 #: analysis modules imported (0.42 GiB measured after importing them, 2026-11-29), which
 #: :func:`unit_memory` comes on top of
 WORKER_BASE = int(0.45 * 2**30)
+
+#: bytes every modelled unit holds besides its arrays (its arrays file, zarr's chunk buffers, BLAS
+#: and faiss work space): 0.07-0.09 GiB on the default config's small units
+#: (``benchmarks/unit_memory.py``, results/scale/plan/unit_memory.json)
+UNIT_FIXED = int(0.1 * 2**30)
 
 #: multiply-adds / (measured seconds x rate) of each modelled family: the share of the one-core
 #: float64 GEMM rate its units reached in the MiniLM paper-size run of
@@ -208,9 +214,9 @@ _MEMORY = {
 
 
 def unit_memory(family: str | None, unit: Unit, inputs: Inputs) -> float | None:
-    """Bytes of the arrays ``unit`` of ``family`` holds at its peak, above :data:`WORKER_BASE`
-    (None for a family not modelled)."""
-    return None if family is None else _MEMORY[family](unit, inputs)
+    """Bytes ``unit`` of ``family`` holds at its peak above :data:`WORKER_BASE`: its arrays and
+    :data:`UNIT_FIXED` (None for a family not modelled)."""
+    return None if family is None else UNIT_FIXED + _MEMORY[family](unit, inputs)
 
 
 _MODELS = {
@@ -317,5 +323,6 @@ def plan_record(plan: list[UnitCost], *, rate: float, workers: int) -> dict[str,
         "workers": workers,
         "efficiency": dict(EFFICIENCY),
         "worker_base": WORKER_BASE,
+        "unit_fixed": UNIT_FIXED,
         "units": [c.__dict__ for c in plan],
     }
