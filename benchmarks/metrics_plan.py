@@ -105,6 +105,27 @@ def project(
     return dict(out)
 
 
+def project_memory(plan: dict, *, layers: int, d: int, to_layers: int, to_d: int) -> dict[str, float]:
+    """Bytes of the largest unit of each modelled family for a model of ``to_layers`` stored layers
+    and width ``to_d`` on the same occurrences, from a plan whose units carry ``memory``
+    (:func:`evolution.analyses.cost.unit_memory`, less its fixed part, scaled as its terms:
+    neighbours and MI linear in d; the similarity estimate 8 n d (V + 2) + 4 n d in d and its
+    views V; a change part, one bin of n_b rows, n_b d (4 L + 96) in d and the stored layers L)."""
+    fixed = plan.get("unit_fixed", 0)
+    scale = {
+        "neighbors": to_d / d,
+        "mi": to_d / d,
+        "similarity": to_d / d * (8 * (to_layers + 2) + 4) / (8 * (layers + 2) + 4),
+        "change": to_d / d * (4 * to_layers + 96) / (4 * layers + 96),
+    }
+    out: dict[str, float] = {}
+    for u in plan["units"]:
+        if u["family"] is not None and u.get("memory") is not None:
+            m = fixed + (u["memory"] - fixed) * scale[u["family"]]
+            out[u["family"]] = max(out.get(u["family"], 0.0), m)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("metrics", type=Path, help="a run's metrics directory (plan.json, profile.jsonl)")
@@ -121,8 +142,9 @@ def main() -> None:
         "LAYERS stored layers and width D) onto the real shapes of SHAPES, on the same occurrences",
     )
     parser.add_argument("--out", type=Path, help="write the comparison as JSON")
+    parser.add_argument("--plan", type=Path, help="the plan (default: plan.json in METRICS)")
     args = parser.parse_args()
-    plan = json.loads((args.metrics / "plan.json").read_text(encoding="utf-8"))
+    plan = json.loads((args.plan or args.metrics / "plan.json").read_text(encoding="utf-8"))
     if args.rate:
         plan["rate"] = args.rate
     out = compare(plan, read_profile(args.profile or args.metrics / "profile.jsonl"), efficiency=args.efficiency)
@@ -153,6 +175,20 @@ def main() -> None:
             lt, dt = SHAPES[name]
             cells = " ".join(f"{fam.get(f, 0.0):10,.0f}" for f in EFFICIENCY)
             print(f"{name:<12} {f'{lt} x {dt}':>10} {cells} {sum(fam.values()):10,.0f}")
+        if any(u.get("memory") is not None for u in plan["units"]):
+            out["memory_projection"] = {
+                name: project_memory(plan, layers=layers, d=d, to_layers=lt, to_d=dt)
+                for name, (lt, dt) in SHAPES.items()
+            }
+            base = plan.get("worker_base", 0)
+            print(f"largest unit of each family, GiB held above a worker's {base / 2**30:.2f} GiB base:")
+            print(f"{'shape':<12} {'layers x d':>10} " + " ".join(f"{f:>10}" for f in EFFICIENCY))
+            for name, fam in out["memory_projection"].items():
+                lt, dt = SHAPES[name]
+                print(
+                    f"{name:<12} {f'{lt} x {dt}':>10} "
+                    + " ".join(f"{fam.get(f, 0.0) / 2**30:10.2f}" for f in EFFICIENCY)
+                )
     if args.out:
         out["date"] = time.strftime("%Y-%m-%d")
         args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")

@@ -81,10 +81,16 @@ def main() -> None:
     p.add_argument("--units", nargs="+", required=True, help='"<analysis> <unit>", as the profile names them')
     p.add_argument("--workdir", type=Path, help="the run's workdir, where the config names another")
     p.add_argument("--out", type=Path)
+    p.add_argument(
+        "--plan-out",
+        type=Path,
+        help="also write the plan of all the run's units with their memory (plan.json's form, at the "
+        "rate of the run's metrics/plan.json) for benchmarks/metrics_plan.py --project",
+    )
     args = p.parse_args()
 
     from evolution.analyses import enabled
-    from evolution.analyses.cost import WORKER_BASE, unit_memory, unit_work
+    from evolution.analyses.cost import WORKER_BASE, plan_record, plan_units, unit_memory, unit_work
     from evolution.analyses.runner import unit_file
     from evolution.config import load_config
     from pipelines.stages.base import Context
@@ -95,6 +101,13 @@ def main() -> None:
     stage = MetricsStage()
     inputs = stage.inputs(ctx, models=cfg.models, metrics=cfg.metrics)
     units = {f"{a.name} {u.name}": (a, u) for a in enabled(cfg.metrics) for u in a.units(inputs)}
+    if args.plan_out:
+        run_plan = json.loads((ctx.workdir / "metrics" / "plan.json").read_text(encoding="utf-8"))
+        rate, workers = run_plan["rate"], run_plan["workers"]
+        record = plan_record(plan_units(list(units.values()), inputs, rate=rate), rate=rate, workers=workers)
+        args.plan_out.parent.mkdir(parents=True, exist_ok=True)
+        args.plan_out.write_text(json.dumps(record) + "\n", encoding="utf-8")
+        print(f"plan of {len(units)} units -> {args.plan_out}")
     missing = [name for name in args.units if name not in units]
     if missing:
         raise SystemExit(f"no unit {missing}; this run's units: {', '.join(sorted(units))}")

@@ -143,7 +143,8 @@ def test_memory_of_a_neighbour_part_and_of_mi():
 
 def test_memory_of_the_similarity_estimate_and_of_a_change_part(tmp_path):
     """Similarity of 2 models with 3 and 4 stored layers on 500 occurrences of width 6: 7 float64
-    bases, the view in the making (2 more) and the float32 rows read, 8 x 500 x 6 x 9 + 4 x 500 x 6.
+    bases, the view in the making (2 more) and the float32 rows read, 8 x 500 x 6 x 9 + 4 x 500 x 6;
+    one model of 3 layers: 3 + 2 bases.
     Change of one model with 5 layers, width 2, on bins of 30 (ranks [0, 1)) and 20 (ranks [1, 10))
     occurrences and 7 outside both: a part holds its bins' rows of every layer (4 x 5 x kept x 2)
     and 96 bytes x 2 features for its largest bin of at least min_ratio x d = 20 rows; a part whose
@@ -154,8 +155,17 @@ def test_memory_of_the_similarity_estimate_and_of_a_change_part(tmp_path):
         a=SimpleNamespace(d_model=6, plan=SimpleNamespace(similarity_rows=np.arange(500))),
         b=SimpleNamespace(d_model=6, plan=SimpleNamespace(similarity_rows=np.arange(500))),
     )
-    unit = Unit("ab", similarity_task, {"models": ["a", "b"], "n_layers": {"a": 3, "b": 4}}, {})
+    kw = {"models": ["a", "b"], "n_layers": {"a": 3, "b": 4}, "similarity": SimilarityConfig(bootstrap=0)}
+    unit = Unit("ab", similarity_task, kw, {})
     assert unit_memory("similarity", unit, sim_inputs) == F + 8 * 500 * 6 * 9 + 4 * 500 * 6
+    # with the bootstrap between the 2 models, a layer's 2 bases stacked, their weighted copies and
+    # one more: 8 x 500 x 6 x (2 x 2 + 1); one model has no pair to bootstrap
+    boot = Unit("ab", similarity_task, {**kw, "similarity": SimilarityConfig(bootstrap=20)}, {})
+    assert unit_memory("similarity", boot, sim_inputs) == F + 8 * 500 * 6 * 9 + 4 * 500 * 6 + 8 * 500 * 6 * 5
+    one = {"models": ["a"], "n_layers": {"a": 3}, "similarity": SimilarityConfig(bootstrap=20)}
+    assert (
+        unit_memory("similarity", Unit("a", similarity_task, one, {}), sim_inputs) == F + 8 * 500 * 6 * 5 + 4 * 500 * 6
+    )
 
     freq_rank = np.array([0] * 30 + [5] * 20 + [50] * 7)
     arrays = save_arrays(str(tmp_path), "change", {"freq_rank": freq_rank, "rows/m": np.arange(57)})

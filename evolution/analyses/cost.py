@@ -29,7 +29,9 @@ worker's own (:data:`WORKER_BASE`) and a fixed :data:`UNIT_FIXED`: the rows it r
 (4 n d bytes) and what it builds from them. Neighbours: the rows and faiss's copy of them (twice,
 8 n d; the NumPy route adds a float64 (4,096, n) distance block); MI: the rows, faiss's training
 sample and 96 bytes a row of labels and probed cells; the similarity estimate: the float64 bases
-of its V views (8 n d each) and the view in the making (centred copy and basis, 16 n d); the
+of its V views (8 n d each) and the view in the making (centred copy and basis, 16 n d), and
+with a bootstrap between M >= 2 models a layer's bases stacked and their weighted copies
+(8 n d (2 M + 1)); the
 change by frequency: its L layers' rows and, for its largest bin n_b, twelve float64 (n_b, d)
 arrays (96 n_b d: two views, their stacked bases, the view in the making and the replicates'
 weighted products; fitted to bin 0 of the MiniLM paper-size run, as ``docs/decisions.md`` #30
@@ -185,7 +187,10 @@ def _similarity_memory(unit: Unit, inputs: Inputs) -> float:
     views = sum(unit.kwargs["n_layers"].values())
     d = max(inputs.models[g].d_model for g in names)
     n = len(inputs.models[names[0]].plan.similarity_rows)
-    return 8.0 * n * d * (views + 2) + 4.0 * n * d
+    held = 8.0 * n * d * (views + 2) + 4.0 * n * d
+    if unit.kwargs["similarity"].bootstrap and len(names) > 1:  # a layer's M bases stacked, twice, and one more
+        held += 8.0 * n * d * (2 * len(names) + 1)
+    return held
 
 
 def _change_memory(unit: Unit, inputs: Inputs) -> float:
