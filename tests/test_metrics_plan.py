@@ -222,3 +222,36 @@ def test_the_runner_warns_of_a_unit_over_the_limit(caplog, monkeypatch):
     with caplog.at_level(logging.INFO, logger="evolution.analyses.runner"):
         log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=WORKER_BASE + UNIT_FIXED + 1000)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_memory_projected_onto_a_shape_is_the_plan_of_that_shape():
+    """benchmarks/metrics_plan.py's projection of each family's largest unit onto 3 stored layers
+    of width 8 equals the plan's terms counted at that shape, from a plan of 2 layers of width 4
+    (n = 100 rows; a change bin of 50): the similarity estimate 8 n d (V + 2) + 4 n d, a change
+    part n_b d (4 L + 96), a neighbour part 8 n d; the fixed part is not scaled."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "metrics_plan.py"
+    spec = importlib.util.spec_from_file_location("metrics_plan", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def unit(family, memory):
+        return {"family": family, "memory": 7 + memory, "work": 1.0}
+
+    plan = {
+        "unit_fixed": 7,
+        "units": [
+            unit("similarity", 8 * 100 * 4 * 4 + 4 * 100 * 4),
+            unit("change", 50 * 4 * (4 * 2 + 96)),
+            unit("change", 20 * 4 * (4 * 2 + 96)),  # a smaller bin: not the largest
+            unit("neighbors", 8 * 100 * 4),
+            {"family": None, "memory": None, "work": None},
+        ],
+    }
+    got = bench.project_memory(plan, layers=2, d=4, to_layers=3, to_d=8)
+    assert got["similarity"] == pytest.approx(7 + 8 * 100 * 8 * 5 + 4 * 100 * 8)
+    assert got["change"] == pytest.approx(7 + 50 * 8 * (4 * 3 + 96))
+    assert got["neighbors"] == pytest.approx(7 + 8 * 100 * 8)
+    assert set(got) == {"similarity", "change", "neighbors"}
