@@ -110,7 +110,12 @@ def project_memory(plan: dict, *, layers: int, d: int, to_layers: int, to_d: int
     and width ``to_d`` on the same occurrences, from a plan whose units carry ``memory``
     (:func:`evolution.analyses.cost.unit_memory`, less its fixed part, scaled as its terms:
     neighbours and MI linear in d; the similarity estimate 8 n d (V + 2) + 4 n d in d and its
-    views V; a change part, one bin of n_b rows, n_b d (4 L + 96) in d and the stored layers L)."""
+    views V; a change part, one bin of n_b rows, n_b d (4 L + 96) in d and the stored layers L).
+    For a plan of one model: the similarity estimate of several (named ``a+b``) has V summed over
+    them and a bootstrap term between them, which this does not scale, so it is refused."""
+    several = [u["unit"] for u in plan["units"] if u["family"] == "similarity" and "+" in u["unit"]]
+    if several:
+        raise ValueError(f"project_memory projects a plan of one model; {several[0]} compares several")
     fixed = plan.get("unit_fixed", 0)
     scale = {
         "neighbors": to_d / d,

@@ -138,6 +138,11 @@ def read_rows(store: str, model: str, layer: int, rows: np.ndarray, *, block_row
     if len(rows) == 0:
         return np.empty((0, d), dtype=np.float32)
     lo, hi = int(rows.min()), int(rows.max()) + 1
+    if lo < 0 or hi > arr.shape[1]:
+        raise IndexError(
+            f"{model} layer {layer}: rows {lo}..{hi - 1} outside the {arr.shape[1]} stored tokens of {store}; "
+            "the analysis' inputs come from another extraction: rerun the metrics stage with --force metrics"
+        )
     if len(rows) <= (hi - lo) // 4:  # sparse: zarr reads just the chunks holding them
         return np.asarray(arr.get_orthogonal_selection((layer, rows, slice(None))), dtype=np.float32)
     chunk = int(arr.chunks[1])

@@ -46,12 +46,17 @@ def planned_memory_limit(ctx) -> int | None:
     """A worker's memory limit in bytes for the plan (``ctx``: the run's
     :class:`~pipelines.stages.base.Context`): its client's workers' smallest, else a local
     cluster's ``cluster.memory_limit`` as distributed reads it ("auto": the machine's memory x
-    threads per worker / cores), else None (not known before the workers start)."""
+    threads per worker / cores), else a Slurm job's ``cluster.memory`` over its worker processes,
+    else None (a scheduler address: not known before its workers answer)."""
     from evolution.dask_compute import worker_memory_limit
 
     if ctx.client is not None:
         return worker_memory_limit(ctx.client)
     cluster = ctx.config.cluster
+    if cluster.kind == "slurm" and cluster.memory:
+        from dask.utils import parse_bytes
+
+        return parse_bytes(cluster.memory) // _processes(cluster)  # a job's memory over its worker processes
     if cluster.kind != "local":
         return None
     from distributed.worker_memory import parse_memory_limit

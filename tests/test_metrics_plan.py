@@ -200,6 +200,9 @@ def test_memory_lines_name_the_largest_unit_and_a_limit_it_exceeds():
     over = memory_lines(plan, workers=2, memory_limit=3 * GIB)
     assert len(over) == 2 and "1 unit(s)" in over[1] and "mi m-1" in over[1] and "cluster.memory_limit" in over[1]
     assert len(memory_lines(plan, workers=2, memory_limit=4 * GIB)) == 1
+    # under a 3.5 GiB limit, but above the 95% of it (3.325 GiB, printed 3.32) at which the nanny stops a worker
+    close = memory_lines(plan, workers=2, memory_limit=3.5 * GIB)
+    assert len(close) == 2 and "3.32 GiB at which a worker is stopped (95% of" in close[1]
     assert memory_lines(plan[-1:], workers=2) == []
 
 
@@ -214,13 +217,14 @@ def test_the_runner_warns_of_a_unit_over_the_limit(caplog, monkeypatch):
 
     inputs = _inputs(m=_neighbors_model())
     units = [(SimpleNamespace(name="neighbors"), Unit("m-0[0]", neighbors_task, {"model": "m", "queries": None}, {}))]
+    need = WORKER_BASE + UNIT_FIXED + 240  # the unit's planned peak; a worker is stopped at 95% of its limit
     with caplog.at_level(logging.INFO, logger="evolution.analyses.runner"):
-        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=WORKER_BASE + UNIT_FIXED + 100)
+        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=need / 0.95 - 1000)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "neighbors m-0[0]" in warned[0]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="evolution.analyses.runner"):
-        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=WORKER_BASE + UNIT_FIXED + 1000)
+        log_metrics_plan(units, inputs, rate=1e9, workers=1, memory_limit=need / 0.95 + 1000)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
@@ -238,7 +242,7 @@ def test_memory_projected_onto_a_shape_is_the_plan_of_that_shape():
     spec.loader.exec_module(bench)
 
     def unit(family, memory):
-        return {"family": family, "memory": 7 + memory, "work": 1.0}
+        return {"family": family, "unit": "m", "memory": 7 + memory, "work": 1.0}
 
     plan = {
         "unit_fixed": 7,
@@ -247,7 +251,7 @@ def test_memory_projected_onto_a_shape_is_the_plan_of_that_shape():
             unit("change", 50 * 4 * (4 * 2 + 96)),
             unit("change", 20 * 4 * (4 * 2 + 96)),  # a smaller bin: not the largest
             unit("neighbors", 8 * 100 * 4),
-            {"family": None, "memory": None, "work": None},
+            {"family": None, "unit": "m-0", "memory": None, "work": None},
         ],
     }
     got = bench.project_memory(plan, layers=2, d=4, to_layers=3, to_d=8)
@@ -255,3 +259,36 @@ def test_memory_projected_onto_a_shape_is_the_plan_of_that_shape():
     assert got["change"] == pytest.approx(7 + 50 * 8 * (4 * 3 + 96))
     assert got["neighbors"] == pytest.approx(7 + 8 * 100 * 8)
     assert set(got) == {"similarity", "change", "neighbors"}
+    several = {"units": [{"family": "similarity", "unit": "mt+lm", "memory": 1.0, "work": 1.0}]}
+    with pytest.raises(ValueError, match="one model; mt\\+lm compares several"):
+        bench.project_memory(several, layers=2, d=4, to_layers=3, to_d=8)
+
+
+def test_the_memory_limit_the_plan_compares_with():
+    """A client's workers: the smallest limit (a worker without one is left out); a local cluster:
+    cluster.memory_limit as distributed reads it ("2GiB"; "auto" = the machine's memory x
+    threads per worker / cores); Slurm: a job's memory over its worker processes (cores /
+    threads per worker); a scheduler address without a client: not known."""
+    from dask.system import CPU_COUNT
+    from distributed.system import MEMORY_LIMIT
+
+    from evolution.config.cluster import ClusterConfig
+    from evolution.dask_compute import worker_memory_limit
+    from pipelines.cluster import planned_memory_limit
+
+    class Client:
+        def scheduler_info(self):
+            return {"workers": {"a": {"memory_limit": 3 * GIB}, "b": {"memory_limit": 2 * GIB}, "c": {}}}
+
+    assert worker_memory_limit(Client()) == 2 * GIB
+    assert worker_memory_limit(None) is None
+
+    def ctx(**cluster):
+        return SimpleNamespace(client=None, config=SimpleNamespace(cluster=ClusterConfig(**cluster)))
+
+    assert planned_memory_limit(ctx(memory_limit="2GiB")) == 2 * GIB
+    assert planned_memory_limit(ctx(threads_per_worker=1)) == int(MEMORY_LIMIT * min(1, 1 / CPU_COUNT))
+    slurm = ctx(kind="slurm", jobs=1, cores=4, threads_per_worker=2, memory="16GiB", walltime="01:00:00")
+    assert planned_memory_limit(slurm) == 8 * GIB
+    assert planned_memory_limit(ctx(kind="address", address="tcp://127.0.0.1:8786")) is None
+    assert planned_memory_limit(SimpleNamespace(client=Client(), config=None)) == 2 * GIB

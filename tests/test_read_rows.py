@@ -27,7 +27,7 @@ def stored(tmp_path_factory):
     [
         np.arange(1000)[::-1],  # dense, reversed: every block, output order not stored order
         np.r_[np.arange(130, 700), np.arange(150, 160), [699, 130]],  # dense with repeats
-        np.r_[np.arange(5, 60), np.arange(900, 990)],  # dense over the range; blocks between hold none
+        np.r_[np.arange(5, 200), np.arange(700, 990)],  # dense over the range; blocks between hold none
         np.array([999, 3, 512, 3]),  # sparse: orthogonal selection, a repeat
         np.array([17]),
     ],
@@ -40,6 +40,32 @@ def test_read_rows_equals_indexing(stored, rows, block_rows):
         got = read_rows(path, "m", layer, rows, block_rows=block_rows)
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, values[layer][rows].astype(np.float32))
+
+
+def test_the_routes_are_the_ones_named(stored, monkeypatch):
+    """The dense cases above read blocks of stored rows (slices), the sparse ones hand zarr the rows."""
+    import zarr.core.array
+
+    path, _ = stored
+    calls = []
+    real = zarr.core.array.Array.get_orthogonal_selection
+
+    def spy(self, selection, *a, **k):  # a selection holding an array of rows: zarr's own fancy route
+        calls.extend(1 for s in selection if isinstance(s, np.ndarray))
+        return real(self, selection, *a, **k)
+
+    monkeypatch.setattr(zarr.core.array.Array, "get_orthogonal_selection", spy)
+    read_rows(path, "m", 0, np.r_[np.arange(5, 200), np.arange(700, 990)])
+    assert not calls
+    read_rows(path, "m", 0, np.array([999, 3, 512, 3]))
+    assert calls
+
+
+def test_rows_outside_the_store_are_refused(stored):
+    path, _ = stored
+    for rows in (np.array([0, 1000]), np.array([-1, 5])):
+        with pytest.raises(IndexError, match="outside the 1000 stored tokens"):
+            read_rows(path, "m", 0, rows)
 
 
 def test_read_rows_empty(stored):

@@ -367,3 +367,29 @@ def test_directions_beside_the_rank_cut_off_equal_the_resampled_views():
         assert vx.rank == 5  # the resample keeps the fifth direction and drops the sixth
         want = pair_similarity(vx, vy)
         np.testing.assert_allclose(reps[r], want, rtol=0, atol=TOLERANCE, err_msg=f"replicate {r}")
+
+
+def test_float32_states_give_the_numbers_of_their_float64_copies():
+    """change_task hands change_with_replicates float32 states as stored (half the memory):
+    every use widens them to float64 itself (View, and the definition for the replicates that
+    need it), so estimates and replicates equal those of the same values given as float64, to
+    the last bit, fallbacks included; a View of float32 rows equals one of their float64 copy."""
+    sentence, states, n_layers, masks = _states(2)
+    first = sentence == sentence[0]
+    narrow = []
+    for x in states["a"]:
+        x[:, -1] = np.where(first, np.arange(len(x)) % 5 - 2.0, 0.0)  # replicates that go to the definition
+        narrow.append(x.astype(np.float32))
+    group = np.unique(sentence, return_inverse=True)[1]
+    draws = sentence_draws(group.max() + 1, replicates=8, seed=1)
+    kw = {"group": group, "draws": draws, "methods": METHODS, "epsilon": 1e-6, "min_ratio": 3.0, "name": "a"}
+    got32 = change_with_replicates(narrow, masks, **kw)
+    got64 = change_with_replicates([x.astype(np.float64) for x in narrow], masks, **kw)
+    for m in METHODS:
+        np.testing.assert_array_equal(got32["estimate"][m], got64["estimate"][m])
+        np.testing.assert_array_equal(got32["replicates"][m], got64["replicates"][m])
+    assert np.isfinite(got32["replicates"]["pwcca"]).sum() > 0
+    v32, v64 = View(narrow[1], margin=MARGIN), View(narrow[1].astype(np.float64), margin=MARGIN)
+    for attr in ("basis_all_", "singular_all_", "coords_all_"):
+        np.testing.assert_array_equal(getattr(v32, attr), getattr(v64, attr))
+    assert v32.basis_all_.flags.c_contiguous and v32.gram_norm_ == v64.gram_norm_

@@ -252,11 +252,21 @@ def plan_units(units: list[tuple[Analysis, Unit]], inputs: Inputs, *, rate: floa
     return out
 
 
+def terminate_fraction() -> float:
+    """The share of its memory limit at which a worker's nanny stops it (distributed's
+    ``distributed.worker.memory.terminate``, 0.95 by default; 1 where it is switched off)."""
+    import dask
+
+    value = dask.config.get("distributed.worker.memory.terminate", default=0.95)
+    return float(value) if value else 1.0
+
+
 def memory_lines(plan: list[UnitCost], *, workers: int, memory_limit: float | None = None) -> list[str]:
     """The plan's memory: the unit with the largest working set, a worker's peak (that plus
     :data:`WORKER_BASE`), the workers' together when the ``workers`` largest units run at once,
-    and, where a worker's ``memory_limit`` (bytes) is below a unit's peak, a line naming the unit
-    and the setting (the runner logs it as a WARNING)."""
+    and, where a unit's peak is above the share of a worker's ``memory_limit`` (bytes) at which
+    its nanny stops it (:func:`terminate_fraction`), a line naming the unit and the setting (the
+    runner logs it as a WARNING)."""
     known = sorted((c for c in plan if c.memory is not None), key=lambda c: -(c.memory or 0.0))
     if not known:
         return []
@@ -269,13 +279,15 @@ def memory_lines(plan: list[UnitCost], *, workers: int, memory_limit: float | No
         f"a worker about {peak / gib:.2f} GiB with its {WORKER_BASE / gib:.2f} GiB base; "
         f"{workers} worker(s) at most {together / gib:.2f} GiB together"
     ]
-    over = [c for c in known if memory_limit and WORKER_BASE + (c.memory or 0.0) > memory_limit]
+    stop = None if not memory_limit else memory_limit * terminate_fraction()
+    over = [c for c in known if stop is not None and WORKER_BASE + (c.memory or 0.0) > stop]
     if over:
         lines.append(
-            f"metrics plan: over the limit: {len(over)} unit(s) plan more than the workers' memory limit of "
-            f"{(memory_limit or 0.0) / gib:.2f} GiB (cluster.memory_limit), the largest {big.analysis} "
-            f"{big.unit} at {peak / gib:.2f} GiB; raise cluster.memory_limit (with fewer cluster.n_workers) "
-            "or shrink the unit (the analysis' occurrences or sentences)"
+            f"metrics plan: over the limit: {len(over)} unit(s) plan more than the {stop / gib:.2f} GiB at which "
+            f"a worker is stopped ({terminate_fraction():.0%} of its memory limit of {(memory_limit or 0.0) / gib:.2f} "
+            f"GiB: cluster.memory_limit), the largest {big.analysis} {big.unit} at {peak / gib:.2f} GiB; raise "
+            "cluster.memory_limit (with fewer cluster.n_workers) or shrink the unit (the analysis' occurrences or "
+            "sentences)"
         )
     return lines
 
