@@ -156,7 +156,7 @@ def read_rows(store: str, model: str, layer: int, rows: np.ndarray, *, block_row
         i0, i1 = np.searchsorted(ranked, [b0, b1])
         if i0 == i1:
             continue
-        block = arr[layer, b0:b1]
+        block = np.asarray(arr[layer, b0:b1])
         out[order[i0:i1]] = block[ranked[i0:i1] - b0]
     return out
 

@@ -281,7 +281,7 @@ def memory_lines(plan: list[UnitCost], *, workers: int, memory_limit: float | No
     ]
     stop = None if not memory_limit else memory_limit * terminate_fraction()
     over = [c for c in known if stop is not None and WORKER_BASE + (c.memory or 0.0) > stop]
-    if over:
+    if over and stop is not None:
         lines.append(
             f"metrics plan: over the limit: {len(over)} unit(s) plan more than the {stop / gib:.2f} GiB at which "
             f"a worker is stopped ({terminate_fraction():.0%} of its memory limit of {(memory_limit or 0.0) / gib:.2f} "

@@ -239,13 +239,15 @@ def change_with_replicates(
         # never coexist, which at paper size is most of the unit's memory
         bootstrap = bool(n_rep) and draws is not None and counts is not None  # (no draws: n_rep is 0)
         if bootstrap:
+            assert counts is not None
             sums = SentenceSums(group[mask], n_groups=n_groups)
             rows = sums.rows(counts)
             where = np.flatnonzero(mask)
         white_prev: list[Whitened | None] = []
         cross_prev: np.ndarray | None = None
-        current = view(0)
+        current: View | None = view(0)
         for layer in range(n_layers):
+            assert current is not None  # the step before made it (layer < n_layers)
             following = view(layer + 1) if layer + 1 < n_layers else None
             if following is not None:
                 p_ab, _, c = pair_similarity(current, following)
@@ -254,6 +256,7 @@ def change_with_replicates(
             if not bootstrap:
                 current = following
                 continue
+            assert counts is not None and draws is not None  # bootstrap says so
             q = current.basis_all_
             nxt = following.basis_all_ if following is not None else None
             both = q if nxt is None else np.hstack([q, nxt])
