@@ -803,3 +803,62 @@ def test_the_minilm_paper_parts_section_quotes_its_artefacts():
         fam = bench.project(plan, layers=7, d=384, to_layers=layers, to_d=d, efficiency=EFFICIENCY)
         cells = " | ".join(f"{fam[f]:,.0f}" for f in ("neighbors", "mi", "similarity", "change"))
         assert f"| {label} | {layers} x {d} | {cells} | {sum(fam.values()):,.0f} |" in section, shape
+
+
+def test_the_minilm_paper_memory_section_quotes_its_artefacts():
+    """results/minilm-paper/README.md's memory section: the stage's seconds and peak under 8 GiB
+    (memory/scale.json), the worker RSS per family (memory/profile.jsonl), each unit's held memory
+    against its plan with its result equal to the run's (memory/unit_memory.json), the plan's
+    seconds and the memory projected onto real shapes, recomputed from memory/plan_memory.json and
+    the profile (benchmarks/metrics_plan.py), and the default config's units (docs/decisions.md
+    #30, results/scale/plan/unit_memory.json)."""
+    import importlib.util
+    import json
+
+    from evolution.analyses.runner import read_profile
+
+    spec = importlib.util.spec_from_file_location("metrics_plan", REPO / "benchmarks" / "metrics_plan.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    root = REPO / "results" / "minilm-paper" / "memory"
+    text = (REPO / "results" / "minilm-paper" / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Memory under 8 GiB") :]
+    flat = " ".join(section.split())
+    metrics = next(iter(json.loads((root / "scale.json").read_text()).values()))["stages"]["metrics"]
+    assert f"took {metrics['seconds']:,.1f} s with a peak of **{metrics['peak_rss_gib']:.2f} GiB**" in flat
+    assert metrics["peak_rss_gib"] < 8
+    profile = read_profile(root / "profile.jsonl")
+    rss = {}
+    for r in profile:
+        family = "change" if "change-" in r["unit"] else r["analysis"]
+        rss.setdefault(family, []).append(r["rss_peak"] / 2**30)
+    assert f"| similarity estimate | 5.99 GiB | {max(rss['similarity']):.2f} GiB |" in section
+    assert f"| MI, one layer | 4.54-5.01 GiB | {min(rss['mi']):.2f}-{max(rss['mi']):.2f} GiB |" in section
+    assert f"| change by frequency, one bin | up to 5.39 GiB | up to {max(rss['change']):.2f} GiB |" in section
+    units = json.loads((root / "unit_memory.json").read_text())["units"]
+    for u in units:
+        assert u["equal"], u["unit"]
+        assert 1 / 1.25 < u["held_over_planned"] < 1.25, u  # the plan within 25% of what a unit holds
+        row = f"| `{u['unit']}` | {u['held_gib']:.2f} | {u['planned_gib']:.2f} | {u['held_over_planned']:.2f} | yes |"
+        assert row in section, row
+    plan = json.loads((root / "plan_memory.json").read_text())
+    out = bench.compare(plan, profile)
+    for family, label in (("neighbors", "neighbours"), ("mi", "MI"), ("change", "change by frequency")):
+        f = out["families"][family]
+        assert (
+            f"| {label} | {f['units']} | {f['planned_s']:,.0f} | {f['measured_s']:,.0f} | {f['ratio']:.2f} |" in section
+        )
+    for shape, label in (
+        ("bert-base", "BERT-base, GPT-2 small"),
+        ("pythia-410m", "Pythia-410M"),
+        ("pythia-1b", "Pythia-1B"),
+    ):
+        layers, d = bench.SHAPES[shape]
+        mem = bench.project_memory(plan, layers=7, d=384, to_layers=layers, to_d=d)
+        cells = " | ".join(f"{mem[f] / 2**30:.2f}" for f in ("neighbors", "mi", "similarity", "change"))
+        assert f"| {label} | {layers} x {d} | {cells} |" in section, shape
+    default = json.loads((REPO / "results" / "scale" / "plan" / "unit_memory.json").read_text())["units"]
+    ratios = [u["held_over_planned"] for u in default]
+    decisions = " ".join((REPO / "docs" / "decisions.md").read_text(encoding="utf-8").split())
+    assert f"the largest unit of each family) {min(ratios):.2f}-{max(ratios):.2f}." in decisions
+    assert all(u["equal"] for u in default)

@@ -71,8 +71,9 @@ __all__ = [
 WORKER_BASE = int(0.45 * 2**30)
 
 #: bytes every modelled unit holds besides its arrays (its arrays file, zarr's chunk buffers, BLAS
-#: and faiss work space): 0.07-0.09 GiB on the default config's small units
-#: (``benchmarks/unit_memory.py``, results/scale/plan/unit_memory.json)
+#: and faiss work space): the default config's neighbour and MI units hold 0.12 GiB above a
+#: worker's base for arrays of a few MB (``benchmarks/unit_memory.py``,
+#: results/scale/plan/unit_memory.json)
 UNIT_FIXED = int(0.1 * 2**30)
 
 #: multiply-adds / (measured seconds x rate) of each modelled family: the share of the one-core
