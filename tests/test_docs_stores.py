@@ -750,20 +750,27 @@ def test_the_minilm_paper_split_section_quotes_its_artefacts():
         assert f"| {w} | {' | '.join(cells)} |" in section, w
 
 
+def _metrics_plan():
+    """benchmarks/metrics_plan.py as a module (benchmarks/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("metrics_plan", REPO / "benchmarks" / "metrics_plan.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def test_the_minilm_paper_parts_section_quotes_its_artefacts():
     """results/minilm-paper/README.md's section on the neighbour split and the metrics plan: the
     stage's seconds and peak (parts/scale.json), the largest unit, the simulated table recomputed
     from parts/profile.jsonl, the plan table recomputed from parts/plan.json with the library's
     efficiencies, and the projection onto real shapes (benchmarks/metrics_plan.py)."""
-    import importlib.util
     import json
 
     from evolution.analyses.cost import EFFICIENCY
     from evolution.schedule import list_schedule, longest_first, lower_bound
 
-    spec = importlib.util.spec_from_file_location("metrics_plan", REPO / "benchmarks" / "metrics_plan.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _metrics_plan()
     root = REPO / "results" / "minilm-paper" / "parts"
     text = (REPO / "results" / "minilm-paper" / "README.md").read_text(encoding="utf-8")
     section = text[text.index("## The neighbour search split by queries") :]
@@ -812,14 +819,11 @@ def test_the_minilm_paper_memory_section_quotes_its_artefacts():
     seconds and the memory projected onto real shapes, recomputed from memory/plan_memory.json and
     the profile (benchmarks/metrics_plan.py), and the default config's units (docs/decisions.md
     #30, results/scale/plan/unit_memory.json)."""
-    import importlib.util
     import json
 
     from evolution.analyses.runner import read_profile
 
-    spec = importlib.util.spec_from_file_location("metrics_plan", REPO / "benchmarks" / "metrics_plan.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _metrics_plan()
     root = REPO / "results" / "minilm-paper" / "memory"
     text = (REPO / "results" / "minilm-paper" / "README.md").read_text(encoding="utf-8")
     section = text[text.index("## Memory under 8 GiB") :]

@@ -145,17 +145,22 @@ def _similarity(unit: Unit, inputs: Inputs) -> float:
     return float(n) * d * d * (2 * views + views * (views + 1) / 2)
 
 
-def _change(unit: Unit, inputs: Inputs) -> float:
+def _change_masks(unit: Unit, inputs: Inputs) -> tuple[Any, int, list[np.ndarray]]:
+    """(similarity config, width, the occurrence masks of the bins) of a change-by-frequency unit
+    (its part ``subsets`` of them, as ``change_task`` takes it)."""
     from evolution.analyses.similarity_tasks import _subsets
 
     kw = unit.kwargs
     cfg = kw["similarity"]
-    d = inputs.models[kw["model"]].d_model
-    a = load_arrays(kw["arrays"])
-    every, _ = _subsets(a["freq_rank"], bins=kw["bins"], similarity=cfg)
+    every, _ = _subsets(load_arrays(kw["arrays"])["freq_rank"], bins=kw["bins"], similarity=cfg)
     lo, hi = kw.get("subsets") or (0, len(every))
-    sizes = [int(mask.sum()) for mask in list(every.values())[lo:hi]]
-    pairs = kw["n_layers"] - 1
+    return cfg, inputs.models[kw["model"]].d_model, list(every.values())[lo:hi]
+
+
+def _change(unit: Unit, inputs: Inputs) -> float:
+    cfg, d, masks = _change_masks(unit, inputs)
+    sizes = [int(mask.sum()) for mask in masks]
+    pairs = unit.kwargs["n_layers"] - 1
     return float(sum(n for n in sizes if n >= cfg.min_ratio * d)) * d * d * 3 * pairs * (1 + cfg.bootstrap)
 
 
@@ -195,15 +200,8 @@ def _similarity_memory(unit: Unit, inputs: Inputs) -> float:
 
 
 def _change_memory(unit: Unit, inputs: Inputs) -> float:
-    from evolution.analyses.similarity_tasks import _subsets
-
+    cfg, d, masks = _change_masks(unit, inputs)
     kw = unit.kwargs
-    cfg = kw["similarity"]
-    d = inputs.models[kw["model"]].d_model
-    a = load_arrays(kw["arrays"])
-    every, _ = _subsets(a["freq_rank"], bins=kw["bins"], similarity=cfg)
-    lo, hi = kw.get("subsets") or (0, len(every))
-    masks = list(every.values())[lo:hi]
     if not masks:
         return 0.0
     kept = int(np.any(np.stack(masks), axis=0).sum())
