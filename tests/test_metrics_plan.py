@@ -199,6 +199,7 @@ def test_memory_lines_name_the_largest_unit_and_a_limit_it_exceeds():
     assert f"2 worker(s) at most {5 + 2 * base:.2f} GiB together" in lines[0]
     over = memory_lines(plan, workers=2, memory_limit=3 * GIB)
     assert len(over) == 2 and "1 unit(s)" in over[1] and "mi m-1" in over[1] and "cluster.memory_limit" in over[1]
+    assert over[1].endswith("or lower metrics.tokens.top (its types' occurrences)")
     assert len(memory_lines(plan, workers=2, memory_limit=4 * GIB)) == 1
     # under a 3.5 GiB limit, but above the 95% of it (3.325 GiB, printed 3.32) at which the nanny stops a worker
     close = memory_lines(plan, workers=2, memory_limit=3.5 * GIB)

@@ -251,6 +251,15 @@ def plan_units(units: list[tuple[Analysis, Unit]], inputs: Inputs, *, rate: floa
     return out
 
 
+#: the settings that shrink a unit of each family's working set (what the over-the-limit line names)
+SHRINK = {
+    "neighbors": "metrics.neighbors.top or max_per_type (its rows)",
+    "mi": "metrics.tokens.top (its types' occurrences)",
+    "similarity": "metrics.similarity.sentences (its rows; every layer's basis is held at once)",
+    "change": "metrics.similarity.sentences (its largest frequency bin's rows)",
+}
+
+
 def terminate_fraction() -> float:
     """The share of its memory limit at which a worker's nanny stops it (distributed's
     ``distributed.worker.memory.terminate``, 0.95 by default; 1 where it is switched off)."""
@@ -285,8 +294,8 @@ def memory_lines(plan: list[UnitCost], *, workers: int, memory_limit: float | No
             f"metrics plan: over the limit: {len(over)} unit(s) plan more than the {stop / gib:.2f} GiB at which "
             f"a worker is stopped ({terminate_fraction():.0%} of its memory limit of {(memory_limit or 0.0) / gib:.2f} "
             f"GiB: cluster.memory_limit), the largest {big.analysis} {big.unit} at {peak / gib:.2f} GiB; raise "
-            "cluster.memory_limit (with fewer cluster.n_workers) or shrink the unit (the analysis' occurrences or "
-            "sentences)"
+            "cluster.memory_limit (with fewer cluster.n_workers: cluster.n_workers: 1 gives one worker the "
+            f"machine) or lower {'; '.join(dict.fromkeys(SHRINK[c.family] for c in over if c.family))}"
         )
     return lines
 
