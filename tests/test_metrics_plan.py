@@ -141,6 +141,33 @@ def test_memory_of_a_neighbour_part_and_of_mi():
     assert mi(200_000, 8, 2000, "two_level") == F + 4 * (200_000 + 45_824) * 8 + 96 * 200_000
 
 
+def test_only_the_first_neighbour_part_holds_the_syntax_rows(monkeypatch):
+    """The within-type searches (and the annotated text's rows) run in the part that starts at 0:
+    with 5 syntax rows, part [0, 4) holds 8 x (10 + 5) x 3 bytes, part [4, 10) 8 x 10 x 3."""
+    import evolution.metrics.search as search
+
+    monkeypatch.setattr(search, "backend", lambda: "faiss")
+    model = _neighbors_model()
+    model.plan.syntax = {"rows": np.arange(5)}
+    inputs = _inputs(m=model)
+    first = Unit("m-0[0]", neighbors_task, {"model": "m", "queries": (0, 4)}, {})
+    rest = Unit("m-0[1]", neighbors_task, {"model": "m", "queries": (4, 10)}, {})
+    assert unit_memory("neighbors", first, inputs) == F + 8 * (10 + 5) * 3
+    assert unit_memory("neighbors", rest, inputs) == F + 8 * 10 * 3
+
+
+def test_a_unit_exactly_at_the_stop_is_not_over():
+    """The nanny stops a worker above the share of its limit, not at it: a unit whose peak is the
+    stop exactly (terminate 0.5, limit twice the peak) is not over; 2 bytes less of limit, it is."""
+    import dask
+
+    plan = [UnitCost("mi", "m-0", "mi", 1.0, 1.0, 3.0 * GIB)]
+    peak = WORKER_BASE + 3 * GIB
+    with dask.config.set({"distributed.worker.memory.terminate": 0.5}):
+        assert len(memory_lines(plan, workers=1, memory_limit=2 * peak)) == 1
+        assert len(memory_lines(plan, workers=1, memory_limit=2 * peak - 2)) == 2
+
+
 def test_memory_of_the_similarity_estimate_and_of_a_change_part(tmp_path):
     """Similarity of 2 models with 3 and 4 stored layers on 500 occurrences of width 6: 7 float64
     bases, the view in the making (2 more) and the float32 rows read, 8 x 500 x 6 x 9 + 4 x 500 x 6;

@@ -71,3 +71,24 @@ def test_rows_outside_the_store_are_refused(stored):
 def test_read_rows_empty(stored):
     path, _ = stored
     assert read_rows(path, "m", 0, np.array([], dtype=np.int64)).shape == (0, 6)
+
+
+def test_blocks_are_whole_chunks_from_a_chunk_boundary(stored, monkeypatch):
+    """Dense reads go a whole number of chunks at a time from a chunk boundary: 64-token chunks,
+    block_rows = 100 -> blocks of 64 from 0 (not of 100, not from row 5), so no chunk is decoded
+    twice; the values are those of plain slicing."""
+    import zarr.core.array
+
+    path, values = stored
+    reads = []
+    real = zarr.core.array.Array.__getitem__
+
+    def spy(self, selection):
+        if isinstance(selection, tuple) and isinstance(selection[1], slice):
+            reads.append((selection[1].start, selection[1].stop))
+        return real(self, selection)
+
+    monkeypatch.setattr(zarr.core.array.Array, "__getitem__", spy)
+    got = read_rows(path, "m", 0, np.arange(5, 200), block_rows=100)
+    assert reads == [(0, 64), (64, 128), (128, 192), (192, 200)]
+    np.testing.assert_array_equal(got, values[0][5:200].astype(np.float32))
