@@ -61,8 +61,13 @@ __all__ = [
     "plan_units",
     "plan_lines",
     "plan_record",
+    "memory_lines",
+    "terminate_fraction",
     "EFFICIENCY",
     "WORKER_BASE",
+    "UNIT_FIXED",
+    "SHRINK",
+    "OVER_LIMIT",
 ]
 
 #: resident bytes of a metrics worker before its unit's arrays: Python, NumPy, faiss, torch and the
@@ -260,6 +265,10 @@ SHRINK = {
 }
 
 
+#: how the line of units planned over the workers' memory limit starts (the runner logs it as a WARNING)
+OVER_LIMIT = "metrics plan: over the limit:"
+
+
 def terminate_fraction() -> float:
     """The share of its memory limit at which a worker's nanny stops it (distributed's
     ``distributed.worker.memory.terminate``, 0.95 by default; 1 where it is switched off)."""
@@ -291,7 +300,7 @@ def memory_lines(plan: list[UnitCost], *, workers: int, memory_limit: float | No
     over = [c for c in known if stop is not None and WORKER_BASE + (c.memory or 0.0) > stop]
     if over and stop is not None:
         lines.append(
-            f"metrics plan: over the limit: {len(over)} unit(s) plan more than the {stop / gib:.2f} GiB at which "
+            f"{OVER_LIMIT} {len(over)} unit(s) plan more than the {stop / gib:.2f} GiB at which "
             f"a worker is stopped ({terminate_fraction():.0%} of its memory limit of {(memory_limit or 0.0) / gib:.2f} "
             f"GiB: cluster.memory_limit), the largest {big.analysis} {big.unit} at {peak / gib:.2f} GiB; raise "
             "cluster.memory_limit (with fewer cluster.n_workers: cluster.n_workers: 1 gives one worker the "

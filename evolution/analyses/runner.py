@@ -154,12 +154,12 @@ def log_metrics_plan(
     """Log the plan of ``units`` (:mod:`evolution.analyses.cost`; a unit planned over the
     workers' ``memory_limit`` in bytes as a WARNING) and, with ``profile``, write it as
     ``plan.json`` beside it; returns the lines."""
-    from evolution.analyses.cost import plan_lines, plan_record, plan_units
+    from evolution.analyses.cost import OVER_LIMIT, plan_lines, plan_record, plan_units
 
     plan = plan_units(units, inputs, rate=rate)
     lines = plan_lines(plan, workers=workers, rate=rate, memory_limit=memory_limit)
     for line in lines:
-        logger.log(logging.WARNING if "over the limit" in line else logging.INFO, "%s", line)
+        logger.log(logging.WARNING if line.startswith(OVER_LIMIT) else logging.INFO, "%s", line)
     if profile is not None:
         profile.parent.mkdir(parents=True, exist_ok=True)
         tmp = profile.with_name("plan.json.partial")
