@@ -70,8 +70,10 @@ def extract_model(
     client=None,
     progress: bool = True,
     norms: bool = False,
+    layers: list[int] | None = None,
 ) -> dict[str, float]:
     """Build and compute the task graph for one model; the group's skeleton must exist.
+    ``layers``: the indices into 0..L whose states are written (None: all).
 
     ``client`` is a :class:`distributed.Client`, or ``None`` for the
     synchronous scheduler (everything in this process). Returns timings:
@@ -102,6 +104,7 @@ def extract_model(
                 attention_dtype=attention_dtype,
                 torch_threads=torch_threads,
                 norms=norms,
+                layers=layers,
                 dask_key_name=f"extract-{group}-{task.index}",
             )
         )
@@ -234,7 +237,7 @@ def extract_to_store(
     """
     from evolution.corpus.conllu import annotation_columns
     from evolution.provenance import file_hash
-    from evolution.store import create_attention_group, create_hidden_group, mark_complete
+    from evolution.store import create_attention_group, create_hidden_group, mark_complete, resolve_layers
     from evolution.tokens import build_token_table
 
     t0 = time.perf_counter()
@@ -283,10 +286,15 @@ def extract_to_store(
         from evolution.provenance import portable
 
         attrs = portable(attrs, os.path.dirname(os.path.abspath(str(store))))
+    layers = None
+    if config.layers is not None:
+        layers = resolve_layers(config.layers, adapter.num_layers + 1, model=group)
+        logger.info("%s: storing layers %s of 0..%d (extract.layers)", group, layers, adapter.num_layers)
     create_hidden_group(
         store,
         group,
         columns=columns,
+        layers=layers,
         n_layers=adapter.num_layers + 1,
         d_model=adapter.d_model,
         chunk_tokens=config.chunk_tokens,
@@ -343,6 +351,7 @@ def extract_to_store(
         client=client,
         progress=progress,
         norms=norms,
+        layers=layers,
     )
     del warming
     mark_complete(store, group, fingerprint)

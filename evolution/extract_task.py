@@ -57,8 +57,10 @@ def run_chunk(
     attention_dtype: str | None,
     torch_threads: int,
     norms: bool = False,
+    layers: list[int] | None = None,
 ) -> dict[str, Any]:
-    """Compute and write one chunk. Runs on a worker.
+    """Compute and write one chunk. Runs on a worker. ``layers``: the indices into 0..L whose
+    states are written (None: all; the others' chunks stay unwritten).
 
     ``inputs[i]`` is the model input of ``task.sentences[i]``; its content
     tokens occupy rows ``token_offsets[i] : token_offsets[i] + content_lengths[i]``
@@ -74,7 +76,9 @@ def run_chunk(
     forward_s = 0.0
     off = adapter.content_offset
     hidden_arr = open_hidden(store, group, mode="r+")
-    buf = task_buffer((hidden_arr.shape[0], task.stop - task.start, hidden_arr.shape[2]))
+    keep = list(range(hidden_arr.shape[0])) if layers is None else list(layers)
+    every = keep == list(range(hidden_arr.shape[0]))
+    buf = task_buffer((len(keep), task.stop - task.start, hidden_arr.shape[2]))
     filled = 0  # rows of buf written: all of them, or the plan is wrong (the buffer holds an older task's rows)
     # local index (into inputs) -> row of the attention group (= row of the token table)
     att_row_of = {task.sentences.index(s): s for s in task.attention_rows}
@@ -101,7 +105,8 @@ def run_chunk(
             # rows of this sentence inside the task's range
             a, z = max(lo, task.start), min(lo + n, task.stop)
             if a < z:
-                buf[:, a - task.start : z - task.start] = hidden[:, b, off + (a - lo) : off + (z - lo)]
+                states = hidden[:, b, off + (a - lo) : off + (z - lo)]
+                buf[:, a - task.start : z - task.start] = states if every else states[keep]
                 filled += z - a
             if i in att_row_of:
                 # the batch asked for attention, and the attention array is open
@@ -121,7 +126,11 @@ def run_chunk(
             f"tokens [{task.start}, {task.stop}); the task plan is inconsistent with the token table"
         )
     t0 = time.perf_counter()
-    hidden_arr[:, task.start : task.stop] = buf.astype(dtype, copy=False)
+    if every:
+        hidden_arr[:, task.start : task.stop] = buf.astype(dtype, copy=False)
+    else:  # one write per stored layer; the others' chunks are never created
+        for i, k in enumerate(keep):
+            hidden_arr[k, task.start : task.stop] = buf[i].astype(dtype, copy=False)
     t_end = time.perf_counter()
     return {
         "index": task.index,

@@ -16,7 +16,9 @@
                                           (the token's count in the training split) and
                                           train_rank (its type's rank there; 1 = most
                                           frequent, 0 = unseen; attribute train_types);
-                                          coordinate layer = 0..L
+                                          coordinate layer = 0..L; with extract.layers
+                                          the array attribute stored_layers lists the
+                                          layers written (the others: no chunks, NaN)
     reps.zarr/<model>/attention/attention (sentence, layer, head, query, key)
                                           chunks (1, L, H, T, T), padded to T
     reps.zarr/<model>/attention          sentence (corpus index), length (input
@@ -58,6 +60,8 @@ __all__ = [
     "open_attention_array",
     "read_rows",
     "n_layers",
+    "resolve_layers",
+    "stored_layers",
     "has_attention",
     "DIMS_HIDDEN",
     "DIMS_ATTENTION",
@@ -122,6 +126,37 @@ def n_layers(store: str, model: str) -> int | None:
         return None
 
 
+def resolve_layers(layers: list[int] | None, n_layers: int, *, model: str = "the model") -> list[int]:
+    """``extract.layers`` as sorted distinct indices into 0..``n_layers`` - 1 (negative: from the
+    end); None: all. Raises ValueError naming the setting for a layer the model does not have."""
+    if layers is None:
+        return list(range(n_layers))
+    bad = [k for k in layers if not -n_layers <= k < n_layers]
+    if bad:
+        raise ValueError(
+            f"extract.layers: {model} has layers 0..{n_layers - 1} (0: the embeddings; -1: the last), "
+            f"not {', '.join(map(str, bad))}; drop them, or count from the end (-1, -2, ...)"
+        )
+    return sorted({k % n_layers for k in layers})
+
+
+def stored_layers(store: str, model: str) -> list[int] | None:
+    """The layers of ``model``'s ``hidden`` whose states were written (all of 0..L unless
+    ``extract.layers`` chose some), or None when it is not extracted (yet)."""
+    try:
+        arr = open_hidden(store, model)
+    except Exception:  # noqa: BLE001 - missing or unreadable: not extracted
+        return None
+    return _stored(arr)
+
+
+def _stored(arr: zarr.Array) -> list[int]:
+    layers = arr.attrs.get("stored_layers")
+    if not isinstance(layers, list):  # not set: every layer is stored
+        return list(range(arr.shape[0]))
+    return [int(k) for k in layers]  # type: ignore[arg-type]
+
+
 def read_rows(store: str, model: str, layer: int, rows: np.ndarray, *, block_rows: int = 65536) -> np.ndarray:
     """``hidden[layer, rows, :]`` as float32 (n, d), in the order of ``rows`` (repeats allowed),
     reading only the chunks needed.
@@ -134,6 +169,11 @@ def read_rows(store: str, model: str, layer: int, rows: np.ndarray, *, block_row
     the values equal a plain ``hidden[layer][rows]``.
     """
     arr = open_hidden(store, model)
+    if "stored_layers" in arr.attrs and layer not in _stored(arr):
+        raise ValueError(
+            f"{model} layer {layer} is not stored in {store} (extract.layers kept {_stored(arr)}); "
+            "add it to extract.layers and rerun the extract stage, or leave this analysis out"
+        )
     rows = np.asarray(rows, dtype=np.int64)
     d = arr.shape[2]
     if len(rows) == 0:
@@ -276,12 +316,14 @@ def create_hidden_group(
     attrs: dict[str, Any],
     fingerprint: str,
     compressor: str = "none",
+    layers: list[int] | None = None,
 ) -> None:
     """(Re)create ``group`` with token coordinates and an unwritten ``hidden`` array.
 
-    ``n_layers`` counts layer 0, i.e. L + 1. ``compressor`` is ``"none"`` or
-    ``"zstd"`` (zarr's default codec; on float32 hidden states it saved 8% of
-    the bytes and made writing 2.7x slower, measured here).
+    ``n_layers`` counts layer 0, i.e. L + 1. ``layers`` (sorted indices into 0..L; None: all)
+    become the array attribute ``stored_layers``: the extraction writes only their chunks.
+    ``compressor`` is ``"none"`` or ``"zstd"`` (zarr's default codec; on float32 hidden states
+    it saved 8% of the bytes and made writing 2.7x slower, measured here).
     """
     import dask.array as da
 
@@ -291,6 +333,8 @@ def create_hidden_group(
     coords["layer"] = ("layer", np.arange(n_layers, dtype=np.int32))
     ds = xr.Dataset({"hidden": (DIMS_HIDDEN, hidden)}, coords=coords, attrs={**attrs, _FINGERPRINT: fingerprint})
     ds["hidden"].encoding["fill_value"] = np.nan
+    if layers is not None and list(layers) != list(range(n_layers)):
+        ds["hidden"].attrs["stored_layers"] = [int(k) for k in layers]
     if compressor == "none":
         ds["hidden"].encoding["compressors"] = None
     _write_skeleton(ds, store, group)

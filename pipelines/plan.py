@@ -60,6 +60,7 @@ class ModelPlan:
     tokens: int
     layers: int  # L + 1
     d_model: int
+    stored_layers: int  # of the L + 1, those extract.layers keeps (all by default)
     hidden_bytes: int
     attention_bytes: int
     worker_peak_bytes: int
@@ -134,11 +135,17 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
     if training_text is not None and os.path.isfile(training_text):
         chars = max(1, sum(len(s) for s in corpus.sentences))
         tokenize_s *= 1 + os.path.getsize(training_text) / chars
+    from evolution.store import resolve_layers
+
     layers, d = adapter.num_layers + 1, adapter.d_model
+    try:
+        stored = len(resolve_layers(config.layers, layers, model=name))
+    except ValueError as exc:
+        raise PlanError(f"{exc}. Nothing was written.") from None
     # uncompressed, the last chunk of the token axis is stored whole: rows round up to chunks
     chunk = min(config.chunk_tokens, table.n_tokens)
     rows = -(-table.n_tokens // chunk) * chunk
-    hidden = layers * rows * d * np.dtype(config.dtype).itemsize
+    hidden = stored * rows * d * np.dtype(config.dtype).itemsize  # a layer left out has no chunks
     attention = 0
     if config.attention is not None:  # the maps' cells; the padding past each sentence compresses to ~0
         n = min(config.attention.sentences, table.n_sentences)
@@ -151,7 +158,7 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
     task_tokens = min(config.chunk_tokens * config.task_chunks, table.n_tokens)
     peak = (
         4 * _parameters(adapter)
-        + 4 * layers * task_tokens * d
+        + 4 * stored * task_tokens * d
         + 4 * ACTIVATION_WIDTHS * layers * config.max_batch_tokens * d
     )
     rate = _forward_rate(adapter, table, config.max_batch_tokens, config.torch_threads)
@@ -164,6 +171,7 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
         tokens=table.n_tokens,
         layers=layers,
         d_model=d,
+        stored_layers=stored,
         hidden_bytes=int(hidden),
         attention_bytes=attention,
         worker_peak_bytes=int(peak),
@@ -204,12 +212,18 @@ def check_space(plans: list[ModelPlan], store: str, *, free: int | None) -> None
     big = max(plans, key=lambda p: p.bytes)
     raise PlanError(
         f"extract: the representation store {store} needs {_gb(total)} and its disk has {_gb(free)} free "
-        f"(largest: {big.name}, {big.tokens:,} tokens x {big.layers} layers x {big.d_model} features = "
+        f"(largest: {big.name}, {big.tokens:,} tokens x {big.stored_layers} layers x {big.d_model} features = "
         f"{_gb(big.hidden_bytes)} of states, {_gb(big.attention_bytes)} of attention). Nothing was written. "
         "Shrink it: extract.dtype: float16 halves the states; fewer or shorter corpus sentences "
         "(corpus.max_sentences); extract.attention.sentences lower, or extract.attention: null; fewer models; "
-        "or point extract.store at a disk with room"
+        "extract.layers: fewer layers (e.g. [0, 4, 8, -1]); or point extract.store at a disk with room"
     )
+
+
+def _shape(p: ModelPlan) -> str:
+    """``layers x d``; ``stored/layers x d`` when ``extract.layers`` keeps some of them."""
+    kept = f"{p.stored_layers}/{p.layers}" if p.stored_layers != p.layers else f"{p.layers}"
+    return f"{kept} x {p.d_model}"
 
 
 def _gb(n: float) -> str:
@@ -228,7 +242,7 @@ def log_plan(plans: list[ModelPlan], *, store: str, free: int | None, gemm: floa
     ]
     for p in plans:
         lines.append(
-            f"plan: {p.name:<14} {p.tokens:>10,} {f'{p.layers} x {p.d_model}':>11} {_gb(p.bytes):>10} "
+            f"plan: {p.name:<14} {p.tokens:>10,} {_shape(p):>11} {_gb(p.bytes):>10} "
             f"{_gb(p.worker_peak_bytes):>12} {p.tokens_per_second:>14,.0f} {p.seconds:>8.0f}"
         )
     total = sum(p.bytes for p in plans)

@@ -96,6 +96,24 @@ class ModelInputs:
     plan: Any
     frequency: str = "analysed text"  # what freq_rank counts: "training split" (train_rank) or "analysed text"
     ranked_types: int = 0  # how many types freq_rank ranks (the ranks a frequency bin can reach)
+    stored: tuple[int, ...] | None = None  # the layers extract.layers stored (None: all of 0..n_layers - 1)
+
+    @property
+    def layers(self) -> list[int]:
+        """The layers whose states the store holds: every one of 0..L unless ``extract.layers``
+        chose some (the layer axis keeps its length; the others are never written)."""
+        return list(range(self.n_layers)) if self.stored is None else list(self.stored)
+
+    def require_every_layer(self, analysis: str, setting: str | None = None) -> None:
+        """Refuse an analysis that reads every layer when ``extract.layers`` stored some only;
+        the error names ``setting`` (what turns the analysis off), if there is one."""
+        if self.stored is not None:
+            off = f"set {setting}: null, or " if setting else ""
+            raise ValueError(
+                f"{analysis} reads every layer of {self.name}, and its store holds layers "
+                f"{list(self.stored)} only (extract.layers); {off}set extract.layers: null and rerun "
+                "the extract stage"
+            )
 
 
 @dataclass

@@ -65,6 +65,7 @@ class ChangeByPOS(Analysis):
         for m in inputs.models.values():
             if m.annotation is None:
                 continue
+            m.require_every_layer("the change by part of speech (metrics.similarity)", "metrics.similarity")
             rows = m.plan.annotated_rows
             tags, codes = np.unique(np.asarray(m.coords["upos"][rows], dtype=object), return_inverse=True)
             arrays = save_arrays(

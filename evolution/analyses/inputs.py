@@ -95,6 +95,7 @@ def load_inputs(
             key=m.key,
             spec=m.spec,
             n_layers=int(ds.sizes["layer"]),
+            stored=_stored(ds),
             d_model=int(ds.sizes["feature"]),
             coords=coords,
             primary=np.asarray(parts["primary"]),
@@ -122,3 +123,9 @@ def load_inputs(
         targets=targets,
         attrs={**(attrs or {}), "notes": notes, "objectives": {n: str(v.objective) for n, v in out.items()}},
     )
+
+
+def _stored(ds) -> tuple[int, ...] | None:
+    """The layers ``extract.layers`` stored, or None when every layer is (see :mod:`evolution.store`)."""
+    layers = ds["hidden"].attrs.get("stored_layers")
+    return None if layers is None else tuple(int(k) for k in layers)

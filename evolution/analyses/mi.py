@@ -172,7 +172,7 @@ class MI(Analysis):
                     )
                 },
             )
-            for layer in range(m.n_layers):
+            for layer in m.layers:  # those stored (extract.layers)
                 units.append(
                     Unit(
                         f"{m.name}-{layer}",

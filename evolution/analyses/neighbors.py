@@ -312,7 +312,7 @@ class Neighbors(Analysis):
                     ),
                     key={**key, "layer": layer, "queries": list(queries)},
                 )
-                for layer in range(m.n_layers)
+                for layer in m.layers  # those stored (extract.layers)
                 for p, queries in enumerate(parts)
             ]
         _warn_caps(neighbors.k, capped)
@@ -328,7 +328,7 @@ class Neighbors(Analysis):
             computed = any(_is_part(name, m, 0) for name in results)  # the model had neighbour units
             for layer in range(L):
                 parts = [r for name, r in results.items() if _is_part(name, m, layer)]
-                if not parts and computed and layer < inputs.models[m].n_layers:
+                if not parts and computed and layer in inputs.models[m].layers:
                     raise ValueError(f"neighbors: no result for {m} layer {layer}: rerun the metrics stage")
                 if parts:
                     sentence = inputs.models[m].plan.neighbors["sentence"]

@@ -99,6 +99,8 @@ class Similarity(Analysis):
         units = []
         for names in tokenisation_classes(inputs):
             models = [inputs.models[n] for n in names]
+            for m in models:
+                m.require_every_layer("metrics.similarity (PWCCA, CKA, change by frequency)", "metrics.similarity")
             n_rows = len(models[0].plan.similarity_rows)
             d = max(m.d_model for m in models)
             if n_rows < scfg.min_ratio * d:

@@ -89,6 +89,8 @@ class ToFinal(Analysis):
         units = []
         for model, final in inputs.attrs.get("finals", {}).items():
             m, f = inputs.models[model], inputs.models[final]
+            for x in (m, f):
+                x.require_every_layer("the distance to the final model")
             rows_m, rows_f = m.plan.similarity_rows, f.plan.similarity_rows
             same = len(rows_m) == len(rows_f) and all(
                 np.array_equal(m.coords[v][rows_m], f.coords[v][rows_f]) for v in ("sentence", "position", "token_id")

@@ -138,7 +138,7 @@ class TSNE(Analysis):
                     dict(store=inputs.store, model=m.name, layer=layer, arrays=arrays, tsne=tsne, seed=inputs.seed),
                     key={**key, "layer": layer},
                 )
-                for layer in range(m.n_layers)
+                for layer in m.layers  # those stored (extract.layers)
             ]
             if m.objective == "mlm" and m.kind not in ("huggingface", "activations"):
                 from evolution.metrics.plan import content_ids_by_sentence

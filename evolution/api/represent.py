@@ -165,6 +165,7 @@ def represent(
     dtype: str = "float32",
     max_batch_tokens: int = 1024,
     too_long: str = "truncate",
+    layers: Sequence[int] | None = None,
     progress: bool = False,
 ) -> Representations:
     """Hidden states of every layer (and attention) of ``models`` on ``sentences``.
@@ -180,6 +181,9 @@ def represent(
         sentence (True), of the first N sentences (an int), or none (False).
     store
         Where to write (a path or fsspec URL); default a fresh in-memory store.
+    layers
+        The layers whose states are stored, as ``extract.layers`` (0: the embeddings; -1: the
+        last); default all. The others stay unwritten: NaN in ``hidden``, refused by the analyses.
 
     Returns
     -------
@@ -202,6 +206,7 @@ def represent(
         dtype=dtype,
         max_batch_tokens=max_batch_tokens,
         too_long=too_long,
+        layers=None if layers is None else [int(k) for k in layers],
         attention=AttentionConfig(sentences=n_att, dtype="float32", norms=norms) if n_att else None,
     )
     text = hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest()
@@ -209,7 +214,7 @@ def represent(
     keys = {}
     for model in models:
         key = config_hash(
-            {"sentences": text, "model": model.spec, "extract": resolved_dict(config), "store_version": STORE_VERSION}
+            {"sentences": text, "model": model.spec, "extract": config.keyed(), "store_version": STORE_VERSION}
         )
         attrs = {
             "model": model.name,

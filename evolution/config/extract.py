@@ -35,6 +35,8 @@ class ExtractConfig(_Section):
     sort: ``python benchmarks/extract.py --padding``).
     """
 
+    added_later = ("layers",)
+
     store: str | None = Field(
         None,
         description="Zarr store path or fsspec URL (s3://bucket/prefix/reps.zarr; "
@@ -53,6 +55,14 @@ class ExtractConfig(_Section):
         "truncate", description="what to do with a sentence longer than the model's maximum positions"
     )
     attention: AttentionConfig | None = None
+    layers: list[int] | None = Field(
+        None,
+        description="the layers whose states are stored (0: the embeddings, L: the last block; "
+        "negative counts from the end, -1 = L), e.g. [0, 4, 8, -1]; null: all. The layer axis "
+        "keeps 0..L; a layer left out is never written (no bytes; NaN when read with xarray), and "
+        "the analyses that compare layers with each other (metrics.similarity, change_pos, "
+        "influence, to_final) need every layer",
+    )
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads in each task")
     device: str = Field(
         "auto",
@@ -61,6 +71,13 @@ class ExtractConfig(_Section):
         "(a CUDA GPU where one is visible, else the CPU), cpu, cuda, cuda:N; LRP "
         "relevance and pruning run on the CPU",
     )
+
+    @field_validator("layers")
+    @classmethod
+    def _layers(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and not v:
+            raise ValueError("empty: list the layers to store, e.g. [0, -1], or null for all")
+        return v
 
     @field_validator("store", mode="before")
     @classmethod

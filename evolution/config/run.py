@@ -128,6 +128,22 @@ class EvolutionConfig(_Section):
                 raise ValueError(f"{key}: no model named {unknown}; the models are {names}{hint}")
         if self.extract.max_batch_tokens < 2:
             raise ValueError("extract.max_batch_tokens must be at least 2")
+        every = [
+            what
+            for what, on in (
+                ("metrics.similarity", self.metrics.similarity is not None),
+                ("metrics.trajectory", self.metrics.trajectory is not None),
+                ("a checkpoint series (models[].revisions / checkpoints)", bool(self._series)),
+            )
+            if on
+        ]
+        if self.extract.layers is not None and every:
+            verb = "compare" if len(every) > 1 else "compares"
+            raise ValueError(
+                f"extract.layers stores layers {self.extract.layers} only, and {' and '.join(every)} {verb} "
+                "every layer (PWCCA / CKA between layers, change by frequency and by part of speech, "
+                f"distance to the final model): set {every[0]}: null, or extract.layers: null"
+            )
         self._stores_apart()
         return self
 

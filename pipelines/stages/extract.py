@@ -54,7 +54,7 @@ class ExtractStage(Stage):
                 if kind.training_text is not None:
                     inputs["training_text"] = kind.training_text(model.path)
             # where the store is is not what it holds: moving it (say, to object storage) keeps the keys
-            extract = {**resolved_dict(ctx.config.extract), "store": None}
+            extract = {**ctx.config.extract.keyed(), "store": None}
             # nor where the model's files are: their content is in ``inputs``, so that a clone of the
             # project elsewhere (or another machine) finds the same keys (and reuses committed units)
             keyed = {k: (None if k in inputs else v) for k, v in model.keyed().items()}
@@ -148,6 +148,7 @@ class ExtractStage(Stage):
                     "seconds": p.seconds,
                     "tokens": p.tokens,
                     "layers": p.layers,
+                    "stored_layers": p.stored_layers,
                     "d_model": p.d_model,
                     "tokens_per_second": p.tokens_per_second,
                 }
