@@ -150,6 +150,20 @@ def test_js_divergence_matches_scipy():
     np.testing.assert_allclose(got, ref, atol=1e-12)
 
 
+def test_js_divergence_in_blocks_of_heads_equals_all_at_once():
+    """The blocked sums (a few heads' mixtures at a time, bounded memory) are the all-at-once
+    definition's numbers exactly, for blocks that divide the heads and blocks that do not."""
+    rng = np.random.default_rng(2)
+    p = rng.dirichlet(np.ones(6), size=(7, 6))  # 7 heads, 6 queries over 6 keys
+    mix = (p[:, None] + p[None]) / 2
+    ent = -(p * np.log(p)).sum(-1)
+    whole = (-(mix * np.log(mix)).sum(-1) - (ent[:, None] + ent[None]) / 2).sum(-1)
+    for heads_per_block in (1, 2, 3, 7):
+        got = js_divergence_sums(p, block_bytes=heads_per_block * 7 * p[0].nbytes)
+        np.testing.assert_array_equal(got, whole, err_msg=f"{heads_per_block} heads a block")
+    np.testing.assert_array_equal(js_divergence_sums(p), whole)
+
+
 def test_punctuation_pieces():
     # Clark et al.'s released code counts "." and "," only (the default)
     assert is_punctuation(".") and is_punctuation("▁,") and is_punctuation("Ġ.") and is_punctuation("##,")

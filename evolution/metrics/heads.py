@@ -346,14 +346,24 @@ def dependency_hits(
     return hits, arcs, offset_hits
 
 
-def js_divergence_sums(p: np.ndarray) -> np.ndarray:
+def js_divergence_sums(p: np.ndarray, *, block_bytes: int = 1 << 26) -> np.ndarray:
     """Jensen-Shannon divergence (nats) between every two heads' rows, summed over queries.
 
     ``p`` (N, n, n): N heads' distributions for the same n queries over the same
     keys (rows sum to 1, strictly positive). Returns (N, N):
     sum_i JS(p_a[i], p_b[i]), with JS = H((p + q) / 2) - (H(p) + H(q)) / 2.
+
+    The mixtures are formed for a block of heads ``a`` at a time, ``block_bytes`` (64 MiB) of
+    float64 each: all at once they are (N, N, n, n), 5.8 GB for the 672 heads of BERT-base,
+    GPT-2 small and a Pythia-410M shape on a 40-word sentence (and as much again for their
+    logarithm). Each (a, b) entry is computed as it would be all at once: the same numbers.
     """
     p = np.asarray(p, dtype=np.float64)
     ent = -(p * np.log(p)).sum(-1)  # (N, n)
-    mix = (p[:, None] + p[None]) / 2  # (N, N, n, n)
-    return (-(mix * np.log(mix)).sum(-1) - (ent[:, None] + ent[None]) / 2).sum(-1)
+    heads = p.shape[0]
+    out = np.empty((heads, heads))
+    step = max(1, block_bytes // max(1, p[0].nbytes * heads))
+    for a in range(0, heads, step):
+        mix = (p[a : a + step, None] + p[None]) / 2  # (block, N, n, n)
+        out[a : a + step] = (-(mix * np.log(mix)).sum(-1) - (ent[a : a + step, None] + ent[None]) / 2).sum(-1)
+    return out
