@@ -27,7 +27,7 @@ from evolution.store import StoreError
 from evolution.tokens import SentenceTooLong
 from pipelines.cluster import dask_client
 from pipelines.lock import WorkdirBusy, workdir_lock
-from pipelines.plan import PlanError
+from pipelines.plan import PlanError, gemm_rate
 from pipelines.stages import STAGES, Context, downstream, stage_order
 
 logger = logging.getLogger("pipelines.run")
@@ -167,6 +167,10 @@ def _execute(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None
             stage = STAGES[name]
             if stage.uses_cluster and plan[name] and not started:
                 stage.prepare(ctx)
+                # the plans' GEMM rate, measured before the workers start: while they import (both
+                # cores busy for seconds) it read 17.6 G/s where the machine gave 27.8 before
+                # (results/shapes/metrics/rate-after-start/plan.json against ../plan.json)
+                ctx.memo("plan.gemm", lambda: gemm_rate(0.25))
                 ctx.client = stack.enter_context(
                     dask_client(config.cluster, device=config.extract.device, workdir=config.workdir)
                 )

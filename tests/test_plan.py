@@ -102,3 +102,27 @@ def test_planned_states_and_attention_are_the_stored_cells(model_specs, corpus_f
             if v.ndim >= 4 and v.shape[-1] == v.shape[-2]
         )
         assert p.attention_bytes == cells, (p.name, p.attention_bytes, cells)
+
+
+def test_the_plans_rate_is_measured_before_the_workers_start(model_specs, corpus_file, tmp_path, monkeypatch):
+    """Workers importing their libraries keep the cores busy for seconds: the rate the plans
+    divide by is measured before the cluster starts, once, and the extract plan uses it."""
+    import contextlib
+
+    import pipelines.run as R
+
+    events: list[str] = []
+    monkeypatch.setattr(R, "gemm_rate", lambda seconds=1.0: events.append("rate") or 3.0e9)
+    real = R.dask_client
+
+    @contextlib.contextmanager
+    def client(*args, **kwargs):
+        events.append("cluster")
+        with real(*args, **kwargs) as c:
+            yield c
+
+    monkeypatch.setattr(R, "dask_client", client)
+    cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["gpt2"]], workdir=tmp_path / "w")
+    ctx = run(cfg, stage="extract", progress=False)
+    assert events == ["rate", "cluster"]
+    assert ctx.timings["plan.extract"]["gemm64_one_core"] == 3.0e9
