@@ -45,8 +45,9 @@ def compare(plan: dict, profile: list[dict], *, efficiency: dict[str, float] | N
     eff = efficiency or plan["efficiency"]
     empty = {"units": 0, "measured_units": 0, "work": 0.0, "planned_s": 0.0, "measured_s": 0.0}
     fam: dict[str, dict] = defaultdict(lambda: dict(empty))
-    for r in profile:
-        f = fam[family_of(r["analysis"], r["unit"])]
+    planned_family = {(u["analysis"], u["unit"]): u["family"] for u in plan["units"] if u["family"] is not None}
+    for r in profile:  # a measured unit in its planned family (MI: by its k-means), else by name
+        f = fam[planned_family.get((r["analysis"], r["unit"])) or family_of(r["analysis"], r["unit"])]
         f["measured_units"] += 1
         f["measured_s"] += r["wall"]
     measured = {(r["analysis"], r["unit"]): r["wall"] for r in profile}
@@ -95,6 +96,7 @@ def project(
     scale = {
         "neighbors": to_layers / layers * to_d / d,
         "mi": to_layers / layers * to_d / d,
+        "mi_flat": to_layers / layers * to_d / d,
         "change": (to_layers - 1) / (layers - 1) * (to_d / d) ** 2,
         "similarity": views(to_layers) / views(layers) * (to_d / d) ** 2,
     }
@@ -120,6 +122,7 @@ def project_memory(plan: dict, *, layers: int, d: int, to_layers: int, to_d: int
     scale = {
         "neighbors": to_d / d,
         "mi": to_d / d,
+        "mi_flat": to_d / d,
         "similarity": to_d / d * (8 * (to_layers + 2) + 4) / (8 * (layers + 2) + 4),
         "change": to_d / d * (4 * to_layers + 96) / (4 * layers + 96),
     }

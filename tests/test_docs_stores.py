@@ -866,3 +866,46 @@ def test_the_minilm_paper_memory_section_quotes_its_artefacts():
     decisions = " ".join((REPO / "docs" / "decisions.md").read_text(encoding="utf-8").split())
     assert f"the largest unit of each family) {min(ratios):.2f}-{max(ratios):.2f}." in decisions
     assert all(u["equal"] for u in default)
+
+
+def test_the_real_shapes_metrics_section_quotes_its_artefacts():
+    """benchmarks/README.md's metrics plan on real shapes: each row recomputed from the run's
+    plan and the replan against the same profile (benchmarks/metrics_plan.py), the replanned
+    MI and stage within the issue's factor of 1.5, the unit memory within 25% of its plan with
+    results equal to the run's, and the rates the text quotes from the two plans."""
+    import json
+
+    bench = _metrics_plan()
+    root = REPO / "results" / "shapes" / "metrics"
+    text = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### The metrics stage's plan on real shapes") :]
+    section = section[: section.index("On 2 CPU cores with 24 GiB")]
+    flat = " ".join(section.split())
+    profile = [json.loads(line) for line in (root / "profile.jsonl").read_text().splitlines() if line.strip()]
+    run = bench.compare(json.loads((root / "plan.json").read_text()), profile)
+    replan = bench.compare(json.loads((root / "replan" / "plan.json").read_text()), profile)
+    for label, ran, re_ in (
+        ("neighbours", run["families"]["neighbors"], replan["families"]["neighbors"]),
+        ("MI (flat k-means, k = 100)", run["families"]["mi"], replan["families"]["mi_flat"]),
+    ):
+        assert ran["measured_s"] == re_["measured_s"] and ran["units"] == re_["units"]
+        row = (
+            f"| {label} | {ran['units']} | {ran['measured_s']:,.0f} | {ran['planned_s']:,.0f} | {ran['ratio']:.2f} "
+            f"| {re_['planned_s']:,.0f} | {re_['ratio']:.2f} |"
+        )
+        assert row in section, row
+        assert 1 / 1.5 < re_["ratio"] < 1.5
+    a, b = run["stage"], replan["stage"]
+    heads = run["families"]["heads (not modelled)"]["measured_s"]
+    assert (
+        f"| the stage on 2 workers (heads at their measured {heads:,.0f} s) | | {a['measured_s']:,.0f} | "
+        f"{a['planned_s']:,.0f} | {a['ratio']:.2f} | {b['planned_s']:,.0f} | {b['ratio']:.2f} |"
+    ) in section
+    assert 1 / 1.5 < b["ratio"] < 1.5
+    assert f"{json.loads((root / 'plan.json').read_text())['rate'] / 1e9:.1f} G float64" in flat
+    after = json.loads((root / "rate-after-start" / "plan.json").read_text())["rate"]
+    assert f"{after / 1e9:.1f} G/s (`rate-after-start/plan.json`" in flat
+    for u in json.loads((root / "unit_memory.json").read_text())["units"]:
+        assert u["equal"] and 1 / 1.25 < u["held_over_planned"] < 1.25, u
+        label = "MI" if u["family"].startswith("mi") else "neighbours"
+        assert f"{label} {u['held_over_planned']:.2f}" in flat, u

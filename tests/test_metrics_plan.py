@@ -87,6 +87,34 @@ def test_two_level_mi_costs_far_less_than_flat_at_large_k():
     assert 25 < flat / two < 35
 
 
+def test_mi_is_planned_at_the_efficiency_of_its_k_means():
+    """Flat and two-level k-means run at different shares of the GEMM rate (docs/decisions.md
+    #32): a unit is "mi_flat" when the k-means of its largest target is flat, k capped at n / 10
+    first (k = 2,000 on 10,000 rows is capped to 1,000: flat under "auto"), and its seconds are
+    its multiply-adds at that family's efficiency."""
+    from evolution.metrics.kmeans import TWO_LEVEL_FROM_K
+
+    big, small = np.arange(10 * TWO_LEVEL_FROM_K), np.arange(10 * TWO_LEVEL_FROM_K - 10)
+    model = SimpleNamespace(d_model=4, plan=SimpleNamespace(mi={"input": (big, big % 7), "output": (small, small % 3)}))
+    inputs = _inputs(m=model)
+
+    def family(k, algorithm="auto"):
+        unit = Unit("m-0", mi_task, {"model": "m", "mi": MIConfig(k=k, restarts=1, niter=2, algorithm=algorithm)}, {})
+        return unit_work("mi", unit, inputs)[0], unit
+
+    assert family(TWO_LEVEL_FROM_K)[0] == "mi"  # 20,000 rows: k = 2,000 is not capped, two-level
+    assert family(TWO_LEVEL_FROM_K - 1)[0] == "mi_flat"
+    assert family(TWO_LEVEL_FROM_K, algorithm="flat")[0] == "mi_flat"
+    assert family(300, algorithm="two_level")[0] == "mi"
+    capped = SimpleNamespace(d_model=4, plan=SimpleNamespace(mi={"input": (small, small % 7)}))
+    unit = Unit("m-0", mi_task, {"model": "m", "mi": MIConfig(k=TWO_LEVEL_FROM_K)}, {})
+    assert unit_work("mi", unit, _inputs(m=capped))[0] == "mi_flat"  # 19,990 rows: k capped to 1,999
+    fam, unit = family(300)
+    (cost,) = plan_units([(SimpleNamespace(name="mi"), unit)], inputs, rate=1e9)
+    assert cost.family == "mi_flat" and EFFICIENCY["mi_flat"] != EFFICIENCY["mi"]
+    assert cost.seconds == pytest.approx(cost.work / (1e9 * EFFICIENCY["mi_flat"]), rel=1e-12)
+
+
 def test_the_plan_is_seconds_at_the_rate_and_the_stage_is_list_scheduled():
     """Units of 5, 3 and 2 planned seconds on 2 workers, in this order: the first takes one worker
     for 5 s, the other two follow on the second (3 + 2): the stage takes 5 s, not (5 + 3 + 2) / 2.

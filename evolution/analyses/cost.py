@@ -39,7 +39,8 @@ says).
 
 Seconds = multiply-adds / (rate x :data:`EFFICIENCY`), where the efficiency of each family is
 the measured seconds of its units in the committed MiniLM paper-size run against its
-multiply-adds at that run's rate (``benchmarks/metrics_plan.py`` refits it from a run). A unit
+multiply-adds at that run's rate (MI's per k-means algorithm: ``mi``, two-level, there;
+``mi_flat`` on the default config's run) (``benchmarks/metrics_plan.py`` refits it from a run). A unit
 of any other analysis (t-SNE, the head analyses, change by position, ...) is not modelled: the
 plan counts it and says so.
 """
@@ -87,9 +88,14 @@ UNIT_FIXED = int(0.1 * 2**30)
 #: benchmarks/metrics_plan.py <a run's metrics> --profile results/minilm-paper/split/profile.jsonl
 #: --rate 29.4e9 --fit``). MI's is low: its count is the k-means alone, and a unit also runs the
 #: sentence bootstrap, the MI of each type set and, two-level, one small k-means per coarse cell.
+#: ``mi_flat``, MI whose k-means is flat (k below ``TWO_LEVEL_FROM_K``; the paper-size run's is
+#: two-level), was fitted on the default config's run (results/scale/plan/plan_check.json, k = 300,
+#: width 128) and checked on the real shapes (results/shapes/metrics/, k = 100, widths 768 and
+#: 1,024: measured / planned 0.80; docs/decisions.md #32).
 EFFICIENCY: dict[str, float] = {
     "neighbors": 0.316,
     "mi": 0.081,
+    "mi_flat": 0.211,
     "similarity": 0.416,
     "change": 0.636,
 }
@@ -217,6 +223,7 @@ def _change_memory(unit: Unit, inputs: Inputs) -> float:
 _MEMORY = {
     "neighbors": _neighbors_memory,
     "mi": _mi_memory,
+    "mi_flat": _mi_memory,
     "similarity": _similarity_memory,
     "change": _change_memory,
 }
@@ -242,7 +249,19 @@ def unit_work(analysis: str, unit: Unit, inputs: Inputs) -> tuple[str | None, fl
     if found is None:
         return None, None
     family, work = found
+    if family == "mi" and _mi_flat(unit, inputs):
+        family = "mi_flat"
     return family, work(unit, inputs)
+
+
+def _mi_flat(unit: Unit, inputs: Inputs) -> bool:
+    """Whether an MI unit's k-means is flat for the target with the most occurrences (the one
+    whose k-means dominates it; k capped as ``layer_mi`` caps it)."""
+    from evolution.metrics.kmeans import resolve_algorithm
+
+    cfg = unit.kwargs["mi"]
+    n = max((len(rows) for rows, _ in inputs.models[unit.kwargs["model"]].plan.mi.values()), default=0)
+    return resolve_algorithm(cfg.algorithm, k=min(cfg.k, max(2, n // 10))) == "flat"
 
 
 def plan_units(units: list[tuple[Analysis, Unit]], inputs: Inputs, *, rate: float) -> list[UnitCost]:
@@ -260,6 +279,7 @@ def plan_units(units: list[tuple[Analysis, Unit]], inputs: Inputs, *, rate: floa
 SHRINK = {
     "neighbors": "metrics.neighbors.top or max_per_type (its rows)",
     "mi": "metrics.tokens.top (its types' occurrences)",
+    "mi_flat": "metrics.tokens.top (its types' occurrences)",
     "similarity": "metrics.similarity.sentences (its rows; every layer's basis is held at once)",
     "change": "metrics.similarity.sentences (its largest frequency bin's rows)",
 }
