@@ -39,8 +39,8 @@ says).
 
 Seconds = multiply-adds / (rate x :data:`EFFICIENCY`), where the efficiency of each family is
 the measured seconds of its units in the committed MiniLM paper-size run against its
-multiply-adds at that run's rate (MI's per k-means algorithm: ``mi``, two-level, there;
-``mi_flat`` on the default config's run) (``benchmarks/metrics_plan.py`` refits it from a run). A unit
+multiply-adds at that run's rate (``benchmarks/metrics_plan.py`` refits it from a run); MI's
+per k-means algorithm: ``mi``, two-level, there, and ``mi_flat`` on the default config's run. A unit
 of any other analysis (t-SNE, the head analyses, change by position, ...) is not modelled: the
 plan counts it and says so.
 """

@@ -59,9 +59,10 @@ class ExtractConfig(_Section):
         None,
         description="the layers whose states are stored (0: the embeddings, L: the last block; "
         "negative counts from the end, -1 = L), e.g. [0, 4, 8, -1]; null: all. The layer axis "
-        "keeps 0..L; a layer left out is never written (no bytes; NaN when read with xarray), and "
-        "the analyses that compare layers with each other (metrics.similarity, change_pos, "
-        "influence, to_final) need every layer",
+        "keeps 0..L; a layer left out is never written (no bytes; NaN when read with xarray). "
+        "MI, neighbours and t-SNE run on the stored layers; what compares every layer "
+        "(metrics.similarity with the change by frequency and by part of speech, "
+        "metrics.trajectory, checkpoint series) is refused with it",
     )
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads in each task")
     device: str = Field(
