@@ -317,7 +317,7 @@ def test_the_analysis_splits_a_layer_and_joins_its_parts(monkeypatch, tmp_path):
     monkeypatch.setattr(nb, "query_parts", lambda n, per_part: [(0, 100), (100, 250), (250, n)])
     cfg = NeighborsConfig(k=5, bootstrap=30)
     plan = SimpleNamespace(neighbors={k.split("/")[1]: v for k, v in a.items()}, syntax=None)
-    model = SimpleNamespace(name="m", key="k", n_layers=2, d_model=16, plan=plan)
+    model = SimpleNamespace(name="m", key="k", n_layers=2, layers=[0, 1], d_model=16, plan=plan)
     inputs = SimpleNamespace(
         config=MetricsConfig(neighbors=cfg),
         models={"m": model},
