@@ -95,7 +95,7 @@ def load_inputs(
             key=m.key,
             spec=m.spec,
             n_layers=int(ds.sizes["layer"]),
-            stored=_stored(ds),
+            stored=_stored(store, m.name, int(ds.sizes["layer"])),
             d_model=int(ds.sizes["feature"]),
             coords=coords,
             primary=np.asarray(parts["primary"]),
@@ -125,7 +125,10 @@ def load_inputs(
     )
 
 
-def _stored(ds) -> tuple[int, ...] | None:
-    """The layers ``extract.layers`` stored, or None when every layer is (see :mod:`evolution.store`)."""
-    layers = ds["hidden"].attrs.get("stored_layers")
-    return None if layers is None else tuple(int(k) for k in layers)
+def _stored(store: str, model: str, n_layers: int) -> tuple[int, ...] | None:
+    """The layers ``extract.layers`` stored (:func:`evolution.store.stored_layers`), or None when
+    every layer is."""
+    from evolution.store import stored_layers
+
+    layers = stored_layers(store, model)
+    return None if layers is None or layers == list(range(n_layers)) else tuple(layers)
