@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,9 +72,11 @@ def extract_model(
     progress: bool = True,
     norms: bool = False,
     layers: list[int] | None = None,
+    rows: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Build and compute the task graph for one model; the group's skeleton must exist.
-    ``layers``: the indices into 0..L whose states are written (None: all).
+    ``layers``: the indices into 0..L whose states are written (None: all); ``rows``: the
+    token-axis rows (sorted; None: all), ``extract.rows: needed``.
 
     ``client`` is a :class:`distributed.Client`, or ``None`` for the
     synchronous scheduler (everything in this process). Returns timings:
@@ -84,21 +87,27 @@ def extract_model(
     import dask
 
     tasks = plan_tasks(
-        table, chunk_tokens=chunk_tokens, task_chunks=task_chunks, attention_sentences=attention_sentences
+        table,
+        chunk_tokens=chunk_tokens,
+        task_chunks=task_chunks,
+        attention_sentences=attention_sentences,
+        rows=rows,
+        input_lengths=None if rows is None else [len(adapter.build_input(ids)) for ids in table.ids],
+        max_batch_tokens=max_batch_tokens,
     )
     lengths = [len(x) for x in table.ids]
     delayed = []
     for task in tasks:
-        rows = task.sentences
+        sentences = task.sentences
         delayed.append(
             dask.delayed(run_chunk, pure=True)(
                 spec,
                 store=store,
                 group=group,
                 task=task,
-                inputs=[adapter.build_input(table.ids[s]) for s in rows],
-                content_lengths=[lengths[s] for s in rows],
-                token_offsets=[int(table.offsets[s]) for s in rows],
+                inputs=[adapter.build_input(table.ids[s]) for s in sentences],
+                content_lengths=[lengths[s] for s in sentences],
+                token_offsets=[int(table.offsets[s]) for s in sentences],
                 max_batch_tokens=max_batch_tokens,
                 dtype=dtype,
                 attention_dtype=attention_dtype,
@@ -204,6 +213,60 @@ def _unknown(adapter: Adapter, columns: dict[str, np.ndarray], group: str) -> di
     return found
 
 
+def token_columns(
+    columns: dict[str, np.ndarray], adapter: Adapter, *, annotation: dict | None, training_text=None
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The token coordinates a group gets besides the token table's ``columns``, and their group
+    attributes: ``train_count`` / ``train_rank`` from ``training_text`` (attributes
+    ``train_count_source``, ``train_types``), the annotation's labels (attribute
+    ``annotated_from``); see :func:`extract_to_store`."""
+    from evolution.corpus.conllu import annotation_columns
+
+    out: dict[str, np.ndarray] = {}
+    attrs: dict[str, Any] = {}
+    if training_text is not None:
+        counts = training_counts(adapter, training_text)
+        out["train_count"] = np.array([counts.get(int(i), 0) for i in columns["token_id"]], dtype=np.int64)
+        rank = training_ranks(counts)
+        out["train_rank"] = np.array([rank.get(int(i), 0) for i in columns["token_id"]], dtype=np.int32)
+        attrs.update(train_count_source=str(training_text), train_types=len(rank))
+    if annotation is not None:
+        out.update(
+            annotation_columns(
+                sentence=columns["sentence"],
+                word_id=columns["word_id"],
+                first=annotation["first"],
+                sentences=annotation["sentences"],
+            )
+        )
+        attrs["annotated_from"] = int(annotation["first"])
+    return out, attrs
+
+
+def kept_rows(
+    table: TokenTable,
+    columns: dict[str, np.ndarray],
+    attrs: dict[str, Any],
+    *,
+    config: ExtractConfig,
+    select_rows: Callable[[dict[str, np.ndarray], dict[str, Any]], np.ndarray] | None,
+    group: str,
+) -> np.ndarray | None:
+    """The token-axis rows ``extract.rows: needed`` stores (sorted, int64): those
+    ``select_rows(columns, attrs)`` gives and the attention sentences' (the first
+    ``extract.attention.sentences``, whose forward passes write the maps); None without it."""
+    if config.rows != "needed":
+        return None
+    if select_rows is None:
+        raise ValueError(
+            f"{group}: extract.rows: needed keeps the rows the metrics read, and no metrics settings were "
+            "given to choose them; run it through the pipeline (python -m pipelines.run), or leave it null"
+        )
+    n_att = min(config.attention.sentences, table.n_sentences) if config.attention is not None else 0
+    heads = np.arange(int(table.offsets[n_att]), dtype=np.int64)
+    return np.union1d(np.asarray(select_rows(columns, attrs), dtype=np.int64), heads)
+
+
 def extract_to_store(
     spec: dict,
     corpus,
@@ -217,6 +280,7 @@ def extract_to_store(
     client=None,
     progress: bool = True,
     training_text=None,
+    select_rows: Callable[[dict[str, np.ndarray], dict[str, Any]], np.ndarray] | None = None,
 ) -> dict[str, float]:
     """Extract one model into ``store``/``group`` (hidden states, token coordinates,
     attention for the first ``config.attention.sentences``), then mark the group complete.
@@ -232,10 +296,12 @@ def extract_to_store(
     frequency rank there (:func:`training_ranks`; 0 = never seen in training), with
     the group attribute ``train_types`` (how many types training has: the ranks a
     frequency bin can reach). ``attrs`` (provenance) join
-    the adapter's own description. Returns the timings of :func:`extract_model`
+    the adapter's own description. With ``config.rows == "needed"``, ``select_rows(columns,
+    attrs)`` (the token coordinates and group attributes about to be stored) gives the token-axis
+    rows the analyses read; they and the attention sentences' rows are the ones stored
+    (:func:`evolution.store.create_hidden_group`). Returns the timings of :func:`extract_model`
     plus ``stage_seconds``.
     """
-    from evolution.corpus.conllu import annotation_columns
     from evolution.provenance import file_hash
     from evolution.store import create_attention_group, create_hidden_group, mark_complete, resolve_layers
     from evolution.tokens import build_token_table
@@ -266,22 +332,9 @@ def extract_to_store(
         "annotated_from": -1,
         **adapter.describe(),
     }
-    if training_text is not None:
-        counts = training_counts(adapter, training_text)
-        columns["train_count"] = np.array([counts.get(int(i), 0) for i in columns["token_id"]], dtype=np.int64)
-        rank = training_ranks(counts)
-        columns["train_rank"] = np.array([rank.get(int(i), 0) for i in columns["token_id"]], dtype=np.int32)
-        attrs.update(train_count_source=str(training_text), train_types=len(rank))
-    if annotation is not None:
-        columns.update(
-            annotation_columns(
-                sentence=columns["sentence"],
-                word_id=columns["word_id"],
-                first=annotation["first"],
-                sentences=annotation["sentences"],
-            )
-        )
-        attrs["annotated_from"] = int(annotation["first"])
+    more, more_attrs = token_columns(columns, adapter, annotation=annotation, training_text=training_text)
+    columns.update(more)
+    attrs.update(more_attrs)
     if "://" not in str(store):  # a local store records its inputs relative to its directory (the workdir)
         from evolution.provenance import portable
 
@@ -290,10 +343,20 @@ def extract_to_store(
     if config.layers is not None:
         layers = resolve_layers(config.layers, adapter.num_layers + 1, model=group)
         logger.info("%s: storing layers %s of 0..%d (extract.layers)", group, layers, adapter.num_layers)
+    n_att = min(config.attention.sentences, table.n_sentences) if config.attention is not None else 0
+    rows = kept_rows(table, columns, attrs, config=config, select_rows=select_rows, group=group)
+    if rows is not None:
+        logger.info(
+            "%s: storing %d of %d token rows, those the analyses read (extract.rows: needed)",
+            group,
+            len(rows),
+            table.n_tokens,
+        )
     create_hidden_group(
         store,
         group,
         columns=columns,
+        rows=rows,
         layers=layers,
         n_layers=adapter.num_layers + 1,
         d_model=adapter.d_model,
@@ -303,9 +366,8 @@ def extract_to_store(
         fingerprint=fingerprint,
         compressor=config.compressor,
     )
-    n_att, norms = 0, False
+    norms = False
     if config.attention is not None:
-        n_att = min(config.attention.sentences, table.n_sentences)
         norms = config.attention.norms and adapter.supports_norms
         if config.attention.norms and not norms:
             logger.info(
@@ -352,6 +414,7 @@ def extract_to_store(
         progress=progress,
         norms=norms,
         layers=layers,
+        rows=rows,
     )
     del warming
     mark_complete(store, group, fingerprint)

@@ -64,8 +64,9 @@ def run_chunk(
 
     ``inputs[i]`` is the model input of ``task.sentences[i]``; its content
     tokens occupy rows ``token_offsets[i] : token_offsets[i] + content_lengths[i]``
-    of the token axis. With ``norms``, the attention sentences also get the
-    norms of Kobayashi et al. (2020) (:meth:`evolution.models.Adapter.forward_norms`).
+    of the token axis (with ``task.rows``, those of them it lists are written). With ``norms``,
+    the attention sentences also get the norms of Kobayashi et al. (2020)
+    (:meth:`evolution.models.Adapter.forward_norms`).
     """
     import torch
 
@@ -81,7 +82,10 @@ def run_chunk(
     buf = task_buffer((len(keep), task.stop - task.start, hidden_arr.shape[2]))
     filled = 0  # rows of buf written: all of them, or the plan is wrong (the buffer holds an older task's rows)
     # local index (into inputs) -> row of the attention group (= row of the token table)
-    att_row_of = {task.sentences.index(s): s for s in task.attention_rows}
+    if task.attention_slots is None:
+        att_row_of = {task.sentences.index(s): s for s in task.attention_rows}
+    else:  # extract.rows: needed: a sentence may run twice, once per full task it spans
+        att_row_of = dict(zip(task.attention_slots, task.attention_rows, strict=True))
     att_arr = open_attention_array(store, group, mode="r+") if att_row_of else None
     norm_arrs = (
         {
@@ -92,8 +96,13 @@ def run_chunk(
         else {}
     )
     att: np.ndarray | None  # None from a batch that needs no attention
-    for batch in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens):
-        need_att = any(i in att_row_of for i in batch)
+    plan = task.batch_plan
+    if plan is None:
+        plan = tuple(
+            (tuple(b), any(i in att_row_of for i in b))
+            for b in batches([len(x) for x in inputs], max_batch_tokens=max_batch_tokens)
+        )
+    for batch, need_att in plan:
         t0 = time.perf_counter()
         if need_att and norms:
             hidden, att, norm = adapter.forward_norms([inputs[i] for i in batch])
@@ -102,11 +111,16 @@ def run_chunk(
         forward_s += time.perf_counter() - t0
         for b, i in enumerate(batch):
             lo, n = token_offsets[i], content_lengths[i]
-            # rows of this sentence inside the task's range
-            a, z = max(lo, task.start), min(lo + n, task.stop)
-            if a < z:
-                states = hidden[:, b, off + (a - lo) : off + (z - lo)]
-                buf[:, a - task.start : z - task.start] = states if every else states[keep]
+            if task.rows is None:  # rows of this sentence inside the task's range
+                a, z = max(lo, task.start), min(lo + n, task.stop)
+                states = hidden[:, b, off + (a - lo) : off + (z - lo)] if a < z else None
+                a, z = a - task.start, z - task.start
+            else:  # extract.rows: needed: the sentence's rows the task keeps, inside its window
+                w0, w1 = task.windows[i] if task.windows is not None else (lo, lo + n)
+                a, z = (int(j) for j in np.searchsorted(task.rows, [max(lo, w0), min(lo + n, w1)]))
+                states = hidden[:, b, off + task.rows[a:z] - lo] if a < z else None
+            if states is not None:
+                buf[:, a:z] = states if every else states[keep]
                 filled += z - a
             if i in att_row_of:
                 # the batch asked for attention, and the attention array is open

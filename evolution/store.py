@@ -19,6 +19,11 @@
                                           coordinate layer = 0..L; with extract.layers
                                           the array attribute stored_layers lists the
                                           layers written (the others: no chunks, NaN)
+    reps.zarr/<model>/hidden             with extract.rows: needed, (layer, stored_token,
+                                          feature) instead: only the rows the analyses
+                                          read, the index coordinate stored_token giving
+                                          each one's row on the token axis (whose
+                                          coordinates are all kept)
     reps.zarr/<model>/attention/attention (sentence, layer, head, query, key)
                                           chunks (1, L, H, T, T), padded to T
     reps.zarr/<model>/attention          sentence (corpus index), length (input
@@ -64,6 +69,8 @@ __all__ = [
     "stored_layers",
     "has_attention",
     "DIMS_HIDDEN",
+    "DIMS_STORED",
+    "stored_rows",
     "DIMS_ATTENTION",
     "open_representations",
     "open_attention",
@@ -83,6 +90,8 @@ __all__ = [
 STORE_VERSION = 5
 
 DIMS_HIDDEN = ("layer", "token", "feature")
+#: ``hidden``'s dimensions with ``extract.rows: needed``: the stored rows only
+DIMS_STORED = ("layer", "stored_token", "feature")
 DIMS_ATTENTION = ("sentence", "layer", "head", "query", "key")
 _COMPLETE = "evolution_complete"
 _FINGERPRINT = "evolution_fingerprint"
@@ -175,6 +184,9 @@ def read_rows(store: str, model: str, layer: int, rows: np.ndarray, *, block_row
             "add it to extract.layers and rerun the extract stage, or leave this analysis out"
         )
     rows = np.asarray(rows, dtype=np.int64)
+    kept = _stored_rows(store, model, arr)
+    if kept is not None:  # extract.rows: needed: token-axis rows -> rows of the array
+        rows = _positions(kept, rows, store=store, model=model)
     d = arr.shape[2]
     if len(rows) == 0:
         return np.empty((0, d), dtype=np.float32)
@@ -200,6 +212,38 @@ def read_rows(store: str, model: str, layer: int, rows: np.ndarray, *, block_row
         block = np.asarray(arr[layer, b0:b1])
         out[order[i0:i1]] = block[ranked[i0:i1] - b0]
     return out
+
+
+def stored_rows(store: str, model: str) -> np.ndarray | None:
+    """The token-axis rows whose states ``extract.rows: needed`` stored (sorted, int64), or None
+    when every token's are (or ``model`` is not extracted)."""
+    try:
+        arr = open_hidden(store, model)
+    except Exception:  # noqa: BLE001 - missing or unreadable: not extracted
+        return None
+    return _stored_rows(store, model, arr)
+
+
+def _stored_rows(store: str, model: str, arr: zarr.Array) -> np.ndarray | None:
+    names = getattr(arr.metadata, "dimension_names", None) or ()
+    if tuple(names) != DIMS_STORED:
+        return None
+    return np.asarray(zarr.open_array(store, path=f"{model}/stored_token", mode="r", zarr_format=3)[:], np.int64)
+
+
+def _positions(kept: np.ndarray, rows: np.ndarray, *, store: str, model: str) -> np.ndarray:
+    """Where each token-axis row of ``rows`` sits among the ``kept`` rows; refuses one not kept."""
+    pos = np.searchsorted(kept, rows)
+    found = pos < len(kept)
+    found[found] = kept[pos[found]] == rows[found]
+    if not found.all():
+        missing = rows[~found]
+        raise ValueError(
+            f"{model}: {len(np.unique(missing))} token rows (e.g. {int(missing[0])}) are not stored in {store}: "
+            "extract.rows: needed kept only the rows the analyses read when it ran, and the metrics settings "
+            "have changed since; rerun the extract stage (--force extract), or set extract.rows: null"
+        )
+    return pos
 
 
 def _open_root(store: str, mode: Literal["r", "r+", "a", "w", "w-"] = "a") -> zarr.Group:
@@ -317,21 +361,28 @@ def create_hidden_group(
     fingerprint: str,
     compressor: str = "none",
     layers: list[int] | None = None,
+    rows: np.ndarray | None = None,
 ) -> None:
     """(Re)create ``group`` with token coordinates and an unwritten ``hidden`` array.
 
     ``n_layers`` counts layer 0, i.e. L + 1. ``layers`` (sorted indices into 0..L; None: all)
     become the array attribute ``stored_layers``: the extraction writes only their chunks.
+    ``rows`` (sorted token-axis rows; None: all) make ``hidden`` (layer, stored_token, feature),
+    one row per kept token, ``stored_token`` its row on the token axis (``extract.rows: needed``).
     ``compressor`` is ``"none"`` or ``"zstd"`` (zarr's default codec; on float32 hidden states
     it saved 8% of the bytes and made writing 2.7x slower, measured here).
     """
     import dask.array as da
 
-    n_tokens = len(columns["token_id"])
-    hidden = da.empty((n_layers, n_tokens, d_model), dtype=dtype, chunks=(1, min(chunk_tokens, n_tokens), d_model))
+    n_tokens = len(columns["token_id"]) if rows is None else len(rows)
+    chunk = max(1, min(chunk_tokens, n_tokens))
+    hidden = da.empty((n_layers, n_tokens, d_model), dtype=dtype, chunks=(1, chunk, d_model))
     coords: dict[str, Any] = {name: ("token", values) for name, values in columns.items()}
     coords["layer"] = ("layer", np.arange(n_layers, dtype=np.int32))
-    ds = xr.Dataset({"hidden": (DIMS_HIDDEN, hidden)}, coords=coords, attrs={**attrs, _FINGERPRINT: fingerprint})
+    if rows is not None:
+        coords["stored_token"] = ("stored_token", np.asarray(rows, dtype=np.int64))
+    dims = DIMS_HIDDEN if rows is None else DIMS_STORED
+    ds = xr.Dataset({"hidden": (dims, hidden)}, coords=coords, attrs={**attrs, _FINGERPRINT: fingerprint})
     ds["hidden"].encoding["fill_value"] = np.nan
     if layers is not None and list(layers) != list(range(n_layers)):
         ds["hidden"].attrs["stored_layers"] = [int(k) for k in layers]

@@ -66,6 +66,7 @@ class ModelPlan:
     worker_peak_bytes: int
     tokens_per_second: float
     seconds: float
+    stored_tokens: int | None = None  # the rows extract.rows: needed keeps (None: every token's)
 
     @property
     def bytes(self) -> int:
@@ -111,10 +112,23 @@ def _parameters(adapter) -> int:
         return 0
 
 
-def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, training_text=None) -> ModelPlan:
+def plan_extract(
+    spec: dict,
+    corpus,
+    config,
+    *,
+    name: str,
+    workers: int,
+    training_text=None,
+    annotation: dict | None = None,
+    select_rows=None,
+) -> ModelPlan:
     """The :class:`ModelPlan` of extracting ``spec`` on ``corpus`` under the ``extract`` section
     ``config`` with ``workers`` worker processes (tokenises the corpus and runs one batch).
     ``training_text``: the training split the extraction also tokenises (its token counts).
+    With ``extract.rows: needed``, ``annotation`` and ``select_rows`` as
+    :func:`evolution.extract.extract_to_store` takes them choose the rows stored (the occurrence
+    plan is made here as the extraction makes it: the bytes are those rows').
 
     Seconds: the tokenisation (timed here; the training split's scaled by its size) plus the
     task graph's wall time: each task (:func:`evolution.extract_plan.plan_tasks`) takes its
@@ -142,9 +156,19 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
         stored = len(resolve_layers(config.layers, layers, model=name))
     except ValueError as exc:
         raise PlanError(f"{exc}. Nothing was written.") from None
+    kept = None
+    if config.rows == "needed":
+        from evolution.extract import kept_rows, token_columns
+
+        columns = dict(table.columns)
+        more, more_attrs = token_columns(columns, adapter, annotation=annotation, training_text=training_text)
+        columns.update(more)
+        attrs = {"annotated_from": -1, **more_attrs, **adapter.describe()}
+        kept = kept_rows(table, columns, attrs, config=config, select_rows=select_rows, group=name)
+    n_rows = table.n_tokens if kept is None else len(kept)
     # uncompressed, the last chunk of the token axis is stored whole: rows round up to chunks
-    chunk = min(config.chunk_tokens, table.n_tokens)
-    rows = -(-table.n_tokens // chunk) * chunk
+    chunk = max(1, min(config.chunk_tokens, n_rows))
+    rows = -(-n_rows // chunk) * chunk
     hidden = stored * rows * d * np.dtype(config.dtype).itemsize  # a layer left out has no chunks
     attention = 0
     if config.attention is not None:  # the maps' cells; the padding past each sentence compresses to ~0
@@ -163,12 +187,13 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
     )
     rate = _forward_rate(adapter, table, config.max_batch_tokens, config.torch_threads)
     seconds = tokenize_s + _graph_seconds(
-        table, config, rate=rate, workers=workers, bytes_per_token=hidden / max(table.n_tokens, 1)
+        table, config, rate=rate, workers=workers, bytes_per_row=hidden / max(n_rows, 1), rows=kept
     )
     return ModelPlan(
         name=name,
         sentences=table.n_sentences,
         tokens=table.n_tokens,
+        stored_tokens=None if kept is None else n_rows,
         layers=layers,
         d_model=d,
         stored_layers=stored,
@@ -180,17 +205,32 @@ def plan_extract(spec: dict, corpus, config, *, name: str, workers: int, trainin
     )
 
 
-def _graph_seconds(table, config, *, rate: float, workers: int, bytes_per_token: float) -> float:
+def _graph_seconds(table, config, *, rate: float, workers: int, bytes_per_row: float, rows=None) -> float:
     """The task graph's wall time: the tasks' times (see :func:`plan_extract`) scheduled longest
-    first on the least loaded of ``workers`` workers."""
+    first on the least loaded of ``workers`` workers. With ``rows`` (``extract.rows: needed``) a
+    task runs the whole sentences its rows fall in and writes its rows."""
     from evolution.extract_plan import plan_tasks
 
-    tasks = plan_tasks(table, chunk_tokens=config.chunk_tokens, task_chunks=config.task_chunks)
+    tasks = plan_tasks(
+        table,
+        chunk_tokens=config.chunk_tokens,
+        task_chunks=config.task_chunks,
+        rows=rows,
+        input_lengths=None if rows is None else [len(x) for x in table.ids],
+        max_batch_tokens=config.max_batch_tokens,
+    )
     slow = CONCURRENT_SLOWDOWN if workers > 1 and len(tasks) > 1 else 1.0
-    per_token = slow / rate + OTHER_SECONDS_PER_TOKEN + bytes_per_token / WRITE_BYTES_PER_SECOND
+    lengths = np.diff(np.asarray(table.offsets))
+    per_token, per_row = slow / rate + OTHER_SECONDS_PER_TOKEN, bytes_per_row / WRITE_BYTES_PER_SECOND
+    work = [
+        (t.stop - t.start) * (per_token + per_row)
+        if rows is None
+        else int(lengths[list(t.sentences)].sum()) * per_token + (t.stop - t.start) * per_row
+        for t in tasks
+    ]
     loads = [0.0] * max(1, workers)
-    for n in sorted((t.stop - t.start for t in tasks), reverse=True):
-        loads[loads.index(min(loads))] += n * per_token
+    for w in sorted(work, reverse=True):
+        loads[loads.index(min(loads))] += w
     return max(loads)
 
 
@@ -216,7 +256,8 @@ def check_space(plans: list[ModelPlan], store: str, *, free: int | None) -> None
         f"{_gb(big.hidden_bytes)} of states, {_gb(big.attention_bytes)} of attention). Nothing was written. "
         "Shrink it: extract.dtype: float16 halves the states; fewer or shorter corpus sentences "
         "(corpus.max_sentences); extract.attention.sentences lower, or extract.attention: null; fewer models; "
-        "extract.layers: fewer layers (e.g. [0, 4, 8, -1]); or point extract.store at a disk with room"
+        "extract.layers: fewer layers (e.g. [0, 4, 8, -1]); extract.rows: needed (only the rows the analyses "
+        "read); or point extract.store at a disk with room"
     )
 
 
@@ -245,6 +286,12 @@ def log_plan(plans: list[ModelPlan], *, store: str, free: int | None, gemm: floa
             f"plan: {p.name:<14} {p.tokens:>10,} {_shape(p):>11} {_gb(p.bytes):>10} "
             f"{_gb(p.worker_peak_bytes):>12} {p.tokens_per_second:>14,.0f} {p.seconds:>8.0f}"
         )
+    for p in plans:
+        if p.stored_tokens is not None:
+            lines.append(
+                f"plan: {p.name} stores {p.stored_tokens:,} of its {p.tokens:,} token rows, those the analyses "
+                f"read (extract.rows: needed; {p.stored_tokens / max(p.tokens, 1):.1%})"
+            )
     total = sum(p.bytes for p in plans)
     where = f"{_gb(free)} free there" if free is not None else "free space unknown (object storage)"
     lines.append(

@@ -382,6 +382,7 @@ EXTRACT_VARIANTS = {
     "extract.torch_threads": 2,
     "extract.device": "cpu",
     "extract.layers": [0, -1],  # keyed when set; left out while null (the keys of every earlier run)
+    "extract.rows": "needed",  # keyed when set, with the metrics settings and seed (tests/test_extract_rows.py)
 }
 EXTRACT_EXEMPT = {
     "extract.store": (

@@ -12,7 +12,7 @@ import numpy as np
 from evolution.analyses.base import Inputs, ModelInputs
 from evolution.config import MetricsConfig
 
-__all__ = ["ModelSource", "load_inputs"]
+__all__ = ["ModelSource", "load_inputs", "plan_model", "needed_rows"]
 
 #: Token coordinates read into memory for the analyses.
 COORDS = ("sentence", "position", "token_id", "token_str", "word_id", "freq_rank")
@@ -49,45 +49,32 @@ def load_inputs(
     (:func:`~evolution.metrics.plan.plan_occurrences`). ``targets``
     (:class:`~evolution.corpus.layout.Targets`, parallel corpora): the target side, for
     the decoder heads of translation models."""
-    from evolution.corpus.conllu import ANNOTATION_COLUMNS
-    from evolution.metrics.plan import plan_occurrences, text_parts
-    from evolution.store import open_representations
+    from evolution.store import open_representations, stored_rows
 
     out = {}
     for m in models:
         ds = open_representations(store, m.name)
-        coords = {c: ds[c].values for c in COORDS}
-        annotated = all(c in ds.coords for c in ANNOTATION_COLUMNS)
-        labels = {c: ds[c].values for c in ANNOTATION_COLUMNS} if annotated else None
-        if labels is not None:  # (annotated)
-            coords.update(labels)
+        columns = {str(c): ds[c].values for c in ds.coords if ds[c].dims == ("token",)}
         objective = m.objective or ds.attrs.get("objective")
-        trained_ranks = "train_rank" in ds.coords
-        rank = ds["train_rank"].values if trained_ranks else coords["freq_rank"]
-        parts = text_parts(
-            sentence=coords["sentence"],
-            token_id=coords["token_id"],
-            freq_rank=rank,
-            labels=labels,
+        planned = plan_model(
+            columns=columns,
             annotated_from=int(ds.attrs.get("annotated_from", -1)),
-            ranks_given=trained_ranks,
-        )
-        if trained_ranks:
-            frequency, ranked_types = "training split", int(ds.attrs["train_types"])
-        else:
-            frequency, ranked_types = "analysed text", int(len(np.unique(coords["token_id"][parts["primary"]])))
-        plan = plan_occurrences(
-            token_id=coords["token_id"],
-            token_str=coords["token_str"],
-            sentence=coords["sentence"],
-            position=coords["position"],
+            train_types=ds.attrs.get("train_types"),
             objective=objective,
-            cfg=config,
+            config=config,
             seed=seed,
-            primary=parts["primary"],
-            annotation=parts["annotation"],
-            label_strings=labels,
         )
+        coords, parts, plan = planned["coords"], planned["parts"], planned["plan"]
+        kept = stored_rows(store, m.name)
+        if kept is not None:  # extract.rows: needed: what the plan reads must have been kept
+            wanted = needed_rows(plan, config=config)
+            missing = np.setdiff1d(wanted, kept)
+            if len(missing):
+                raise ValueError(
+                    f"{m.name}: the metrics read {len(missing)} token rows that extract.rows: needed did not "
+                    f"store in {store} (the metrics settings or seed changed since the extraction); rerun "
+                    "the extract stage (--force extract), or set extract.rows: null"
+                )
         out[m.name] = ModelInputs(
             name=m.name,
             kind=m.kind,
@@ -102,8 +89,8 @@ def load_inputs(
             annotation=parts["annotation"],
             freq_rank=np.asarray(parts["freq_rank"]),
             plan=plan,
-            frequency=frequency,
-            ranked_types=ranked_types,
+            frequency=planned["frequency"],
+            ranked_types=planned["ranked_types"],
         )
     notes = [n for mi in out.values() for n in mi.plan.notes]
     by_note: dict[str, list[str]] = {}
@@ -123,6 +110,77 @@ def load_inputs(
         targets=targets,
         attrs={**(attrs or {}), "notes": notes, "objectives": {n: str(v.objective) for n, v in out.items()}},
     )
+
+
+def plan_model(
+    *,
+    columns: dict[str, np.ndarray],
+    annotated_from: int,
+    train_types: int | None,
+    objective: str | None,
+    config: MetricsConfig,
+    seed: int,
+) -> dict[str, Any]:
+    """One model's occurrence plan from its token coordinates (``columns``, each (n,), as the store
+    holds them on ``token``; ``annotated_from`` and ``train_types`` its group attributes): the main
+    and annotated text (:func:`~evolution.metrics.plan.text_parts`) and the rows of every metric
+    (:func:`~evolution.metrics.plan.plan_occurrences`). The metrics stage reads it from the store;
+    ``extract.rows: needed`` makes it before the extraction, from the same columns. Returns
+    ``coords``, ``parts``, ``plan``, ``frequency`` and ``ranked_types``."""
+    from evolution.corpus.conllu import ANNOTATION_COLUMNS
+    from evolution.metrics.plan import plan_occurrences, text_parts
+
+    coords = {c: np.asarray(columns[c]) for c in COORDS}
+    annotated = all(c in columns for c in ANNOTATION_COLUMNS)
+    labels = {c: np.asarray(columns[c]) for c in ANNOTATION_COLUMNS} if annotated else None
+    if labels is not None:
+        coords.update(labels)
+    trained_ranks = "train_rank" in columns
+    rank = np.asarray(columns["train_rank"]) if trained_ranks else coords["freq_rank"]
+    parts = text_parts(
+        sentence=coords["sentence"],
+        token_id=coords["token_id"],
+        freq_rank=rank,
+        labels=labels,
+        annotated_from=annotated_from,
+        ranks_given=trained_ranks,
+    )
+    if trained_ranks:
+        frequency, ranked_types = "training split", int(train_types)  # type: ignore[arg-type]
+    else:
+        frequency, ranked_types = "analysed text", int(len(np.unique(coords["token_id"][parts["primary"]])))
+    plan = plan_occurrences(
+        token_id=coords["token_id"],
+        token_str=coords["token_str"],
+        sentence=coords["sentence"],
+        position=coords["position"],
+        objective=objective,
+        cfg=config,
+        seed=seed,
+        primary=parts["primary"],
+        annotation=parts["annotation"],
+        label_strings=labels,
+    )
+    return {"coords": coords, "parts": parts, "plan": plan, "frequency": frequency, "ranked_types": ranked_types}
+
+
+def needed_rows(plan: Any, *, config: MetricsConfig) -> np.ndarray:
+    """The token-axis rows (sorted, int64) whose states the analyses of ``config`` read, from
+    one model's :class:`~evolution.metrics.plan.OccurrencePlan`: MI's rows per target, the
+    neighbour and syntax rows (queries and candidates alike), t-SNE's, the similarity
+    sentences' (PWCCA / CKA, the change by frequency, the distance to the final model) and, with
+    metrics.similarity, the annotated rows (the change by part of speech). The head analyses read
+    the attention group and the models, not ``hidden``."""
+    parts = [rows for rows, _ in plan.mi.values()]
+    parts += [p["rows"] for p in (plan.neighbors, plan.syntax) if "rows" in p]
+    parts += [t["rows"] for t in plan.tsne.values()]
+    if plan.similarity_rows is not None:
+        parts.append(plan.similarity_rows)
+    if config.similarity is not None and plan.annotated_rows is not None:
+        parts.append(plan.annotated_rows)
+    if not parts:
+        return np.empty(0, dtype=np.int64)
+    return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
 
 
 def _stored(store: str, model: str, n_layers: int) -> tuple[int, ...] | None:

@@ -71,6 +71,12 @@ def compare(
     na = _one(a, models[0] if models else None, "a")
     nb = _one(b, models[1] if models else None, "b")
     da, db = a[na], b[nb]
+    for name, d in ((na, da), (nb, db)):
+        if "stored_token" in d.dims:
+            raise ValueError(
+                f"{name}: its store keeps some token rows only (extract.rows: needed), and compare reads every "
+                "token's states; extract it with extract.rows: null"
+            )
     for coord in ("sentence", "position", "token_id"):
         va, vb = da[coord].values, db[coord].values
         if len(va) != len(vb) or not np.array_equal(va, vb):

@@ -35,7 +35,7 @@ class ExtractConfig(_Section):
     sort: ``python benchmarks/extract.py --padding``).
     """
 
-    added_later = ("layers",)
+    added_later = ("layers", "rows")
 
     store: str | None = Field(
         None,
@@ -63,6 +63,15 @@ class ExtractConfig(_Section):
         "MI, neighbours and t-SNE run on the stored layers; what compares every layer "
         "(metrics.similarity with the change by frequency and by part of speech, "
         "metrics.trajectory, checkpoint series) is refused with it",
+    )
+    rows: Literal["needed"] | None = Field(
+        None,
+        description="needed: store only the token rows the enabled analyses read (MI's types, the "
+        "neighbour queries and candidates, t-SNE's rows, the similarity sentences, the annotated rows "
+        "of the change by part of speech, the attention sentences), planned from the metrics "
+        "settings and seed before the extraction; every token's coordinates are kept, and hidden "
+        "becomes (layer, stored_token, feature). Changing the metrics settings then redoes the "
+        "extraction. null: every token's states",
     )
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads in each task")
     device: str = Field(

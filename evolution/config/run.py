@@ -144,6 +144,12 @@ class EvolutionConfig(_Section):
                 "every layer (PWCCA / CKA between layers, change by frequency and by part of speech, "
                 f"distance to the final model): set {every[0]}: null, or extract.layers: null"
             )
+        moving = [w for w in every if not w.startswith("metrics.similarity")]
+        if self.extract.rows == "needed" and moving:
+            raise ValueError(
+                f"extract.rows: needed keeps the rows the analyses of the final models read, and {moving[0]} "
+                "extracts other checkpoints as well: set extract.rows: null, or leave that analysis out"
+            )
         self._stores_apart()
         return self
 

@@ -58,17 +58,41 @@ class ExtractStage(Stage):
             # nor where the model's files are: their content is in ``inputs``, so that a clone of the
             # project elsewhere (or another machine) finds the same keys (and reuses committed units)
             keyed = {k: (None if k in inputs else v) for k, v in model.keyed().items()}
-            return config_hash(
-                {
-                    "corpus": CorpusStage().key(ctx),
-                    "extract": extract,
-                    "model": keyed,
-                    "inputs": inputs,
-                    "store_version": STORE_VERSION,
-                }
-            )
+            parts = {
+                "corpus": CorpusStage().key(ctx),
+                "extract": extract,
+                "model": keyed,
+                "inputs": inputs,
+                "store_version": STORE_VERSION,
+            }
+            if ctx.config.extract.rows == "needed":  # the rows kept follow the analyses' settings and seed
+                parts["needed"] = {"metrics": ctx.config.metrics.keyed(), "seed": ctx.config.seed}
+            return config_hash(parts)
 
         return ctx.memo(f"extract.key.{model.name}", compute)
+
+    def select_rows(self, ctx: Context, model: ModelConfig):
+        """For ``extract.rows: needed``: ``(columns, attrs) -> rows``, the token rows the metrics
+        stage will read (:func:`evolution.analyses.inputs.needed_rows` of the occurrence plan it
+        will make from the same coordinates, settings and seed); None otherwise."""
+        if ctx.config.extract.rows != "needed":
+            return None
+        from evolution.analyses.inputs import needed_rows, plan_model
+
+        metrics, seed = ctx.config.metrics, ctx.config.seed
+
+        def select(columns, attrs):
+            plan = plan_model(
+                columns=columns,
+                annotated_from=int(attrs.get("annotated_from", -1)),
+                train_types=attrs.get("train_types"),
+                objective=model.objective or attrs.get("objective"),
+                config=metrics,
+                seed=seed,
+            )["plan"]
+            return needed_rows(plan, config=metrics)
+
+        return select
 
     def training_text(self, ctx: Context, model: ModelConfig) -> Path | None:
         """The training split's source text when ``model`` was trained on it: every ``kind: trained``
@@ -131,6 +155,8 @@ class ExtractStage(Stage):
                 name=m.name,
                 workers=workers,
                 training_text=self.training_text(ctx, m),
+                annotation=CorpusStage().annotation(ctx),
+                select_rows=self.select_rows(ctx, m),
             )
             for m in models
         ]
@@ -196,6 +222,7 @@ class ExtractStage(Stage):
                 client=ctx.client,
                 progress=ctx.progress,
                 training_text=training_text,
+                select_rows=self.select_rows(ctx, model),
             )
             ctx.timings[f"extract.{model.name}"] = stats
             logger.info(
