@@ -30,8 +30,8 @@ def family_of(analysis: str, unit: str) -> str:
     compares with a plan of its parts."""
     if analysis == "neighbors":
         return "neighbors"
-    if analysis == "mi" and not unit.endswith("-mlm-output"):
-        return "mi"
+    if analysis == "mi":
+        return "mlm_output" if unit.endswith("-mlm-output") else "mi"
     if analysis == "similarity":
         return "change" if "change-" in unit else "similarity"
     return f"{analysis} (not modelled)"

@@ -24,6 +24,7 @@ from evolution.analyses.cost import (
     unit_work,
 )
 from evolution.analyses.mi import layer_task as mi_task
+from evolution.analyses.mi import mlm_output_task
 from evolution.analyses.neighbors import layer_task as neighbors_task
 from evolution.analyses.similarity_tasks import change_task, similarity_task
 from evolution.config import MIConfig, SimilarityConfig
@@ -85,6 +86,25 @@ def test_two_level_mi_costs_far_less_than_flat_at_large_k():
     flat, two = work("flat"), work("two_level")
     assert flat == (200_000 * 10 + 200_000) * 2000 * 8
     assert 25 < flat / two < 35
+
+
+def test_the_mlm_output_unit_counts_its_forward_passes_and_two_k_means_a_layer():
+    """An MLM of 2 blocks (layers 0..2), d = 4, two sentences of 30 and 10 content tokens, 20 and 6
+    of them of the MI types, 4 corruptions: 4 x 40 tokens fed, each 2 blocks x 12 d^2 = 384 →
+    61,440; BERT changes 0.135 of the positions, so 0.135 x 4 x 26 = 14.04 → 14 occurrences of
+    the types, k = 50 capped at 2 (n / 10 below 2), flat: 3 restarts x (14 x 5 + 14) x 2 x 4 =
+    2,016 a k-means, two a layer (output label, input fed) x 3 layers."""
+    types = [1, 2]
+    content = {0: [1] * 20 + [7] * 10, 1: [2] * 6 + [8] * 4}
+    model = SimpleNamespace(d_model=4, n_layers=3)
+    cfg = MIConfig(k=50, restarts=3, niter=5, algorithm="flat", mlm_corruptions=4)
+    unit = Unit("m-mlm-output", mlm_output_task, {"content_ids": content, "types": types, "mi": cfg}, {})
+    family, work = unit_work("mi", unit, _inputs(m=model))
+    assert family == "mlm_output"
+    assert work == 4 * 40 * 2 * 12 * 16 + 2 * 3 * 3 * (14 * 5 + 14) * 2 * 4
+    # its memory: every layer's states at the 14 positions, the k-means rows and their labels
+    held = unit_memory("mlm_output", unit, _inputs(m=model)) - UNIT_FIXED
+    assert held == 4.0 * 3 * 14 * 4 + 4.0 * (14 + 14) * 4 + 96.0 * 14
 
 
 def test_mi_is_planned_at_the_efficiency_of_its_k_means():

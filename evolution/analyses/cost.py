@@ -91,13 +91,17 @@ UNIT_FIXED = int(0.1 * 2**30)
 #: ``mi_flat``, MI whose k-means is flat (k below ``TWO_LEVEL_FROM_K``; the paper-size run's is
 #: two-level), was fitted on the default config's run (results/scale/plan/plan_check.json, k = 300,
 #: width 128) and checked on the real shapes (results/shapes/metrics/, k = 100, widths 768 and
-#: 1,024: measured / planned 0.80; docs/decisions.md #32).
+#: 1,024: measured / planned 0.80; docs/decisions.md #32). ``mlm_output``, the MLM-output MI unit
+#: (the corrupted text's forward passes and two k-means per layer), was fitted on the same run
+#: (results/scale/plan/, 172.2 s) and checked on the default config's 1- and 2-worker runs
+#: (results/scale/workers/).
 EFFICIENCY: dict[str, float] = {
     "neighbors": 0.316,
     "mi": 0.081,
     "mi_flat": 0.211,
     "similarity": 0.416,
     "change": 0.636,
+    "mlm_output": 0.336,
 }
 
 
@@ -129,23 +133,52 @@ def _neighbors(unit: Unit, inputs: Inputs) -> float:
 
 
 def _mi(unit: Unit, inputs: Inputs) -> float:
+    m = inputs.models[unit.kwargs["model"]]
+    return sum(_kmeans(len(rows), unit.kwargs["mi"], m.d_model) for rows, _ in m.plan.mi.values())
+
+
+#: the share of positions BERT's corruption changes (:func:`evolution.metrics.masked.corrupt`): 15%
+#: chosen, of which 80% masked and 10% replaced by another token
+CHANGED = 0.15 * 0.9
+
+
+def _kmeans(n: int, cfg: Any, d: int) -> float:
+    """Multiply-adds of one MI k-means over ``n`` rows (all restarts), k capped as ``layer_mi`` caps it."""
     from evolution.metrics.kmeans import resolve_algorithm
 
-    m = inputs.models[unit.kwargs["model"]]
-    cfg = unit.kwargs["mi"]
-    d, work = m.d_model, 0.0
-    for rows, _ in m.plan.mi.values():
-        n = len(rows)
-        k = min(cfg.k, max(2, n // 10))  # layer_mi's cap
-        if resolve_algorithm(cfg.algorithm, k=k) == "two_level":
-            coarse = 4 * math.sqrt(k)
-            fine = k / coarse  # fine centroids per coarse cell
-            lloyd = min(n, 256 * coarse) * coarse + n * fine  # the coarse level's training rows; the cells'
-            per_restart = (lloyd * cfg.niter + n * (coarse + 4 * fine)) * d  # + assigning every row
-        else:
-            per_restart = (min(n, 256 * k) * cfg.niter + n) * k * d
-        work += cfg.restarts * per_restart
-    return work
+    k = min(cfg.k, max(2, n // 10))
+    if resolve_algorithm(cfg.algorithm, k=k) == "two_level":
+        coarse = 4 * math.sqrt(k)
+        fine = k / coarse  # fine centroids per coarse cell
+        lloyd = min(n, 256 * coarse) * coarse + n * fine  # the coarse level's training rows; the cells'
+        return cfg.restarts * (lloyd * cfg.niter + n * (coarse + 4 * fine)) * d  # + assigning every row
+    return cfg.restarts * (min(n, 256 * k) * cfg.niter + n) * k * d
+
+
+def _mlm_size(unit: Unit, inputs: Inputs) -> tuple[Any, int, int]:
+    """(model inputs, content tokens fed per corruption, expected corrupted positions of the MI
+    types) of an MLM-output unit (``<model>-mlm-output``: :func:`evolution.analyses.mi.mlm_output_task`)."""
+    m = inputs.models[unit.name.removesuffix("-mlm-output")]
+    kw = unit.kwargs
+    ids = [np.asarray(v) for v in kw["content_ids"].values()]
+    tokens = sum(len(v) for v in ids)
+    of_types = sum(int(np.isin(v, kw["types"]).sum()) for v in ids)
+    return m, tokens, int(CHANGED * kw["mi"].mlm_corruptions * of_types)
+
+
+def _mlm_output(unit: Unit, inputs: Inputs) -> float:
+    """The corrupted text's forward passes (about 12 d^2 a token and block: the attention's four
+    projections and an FFN of 4 d) and two MI k-means (output label, input fed) per layer."""
+    m, tokens, n = _mlm_size(unit, inputs)
+    cfg, d = unit.kwargs["mi"], m.d_model
+    forward = float(cfg.mlm_corruptions) * tokens * (m.n_layers - 1) * 12 * d * d
+    return forward + 2 * m.n_layers * _kmeans(n, cfg, d)
+
+
+def _mlm_output_memory(unit: Unit, inputs: Inputs) -> float:
+    m, _, n = _mlm_size(unit, inputs)
+    k = min(unit.kwargs["mi"].k, max(2, n // 10))
+    return 4.0 * m.n_layers * n * m.d_model + 4.0 * (n + min(n, 256 * k)) * m.d_model + 96.0 * n
 
 
 def _similarity(unit: Unit, inputs: Inputs) -> float:
@@ -226,6 +259,7 @@ _MEMORY = {
     "mi_flat": _mi_memory,
     "similarity": _similarity_memory,
     "change": _change_memory,
+    "mlm_output": _mlm_output_memory,
 }
 
 
@@ -240,6 +274,7 @@ _MODELS = {
     ("mi", "layer_task"): ("mi", _mi),
     ("similarity", "similarity_task"): ("similarity", _similarity),
     ("similarity", "change_task"): ("change", _change),
+    ("mi", "mlm_output_task"): ("mlm_output", _mlm_output),
 }
 
 
@@ -282,6 +317,7 @@ SHRINK = {
     "mi_flat": "metrics.tokens.top (its types' occurrences)",
     "similarity": "metrics.similarity.sentences (its rows; every layer's basis is held at once)",
     "change": "metrics.similarity.sentences (its largest frequency bin's rows)",
+    "mlm_output": "metrics.mi.mlm_corruptions or metrics.tokens.top (its corrupted positions)",
 }
 
 
