@@ -68,12 +68,41 @@ def scaling(units: list[dict]) -> dict:
     }
 
 
+def against(seconds: list[float], path: Path) -> dict:
+    """Another run of the same units (``path``, its profile) against this simulation: its measured
+    wall (first unit's start to last unit's end) on its workers, and this profile's list
+    scheduling on as many workers."""
+    other = scaling(read_profile(path))
+    w = other["measured"]["workers"]
+    simulated = list_schedule(seconds, workers=w)
+    measured = other["measured"]["wall_s"]
+    return {
+        "profile": str(path),
+        "workers": w,
+        "units": other["units"],
+        "measured_s": measured,
+        "simulated_s": round(simulated, 1),
+        "ratio": round(measured / simulated, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("profile", type=Path, help="a run's metrics/profile.jsonl")
     parser.add_argument("--out", type=Path, help="write the table as JSON")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="profiles of the same units run on other numbers of workers: each one's measured wall "
+        "against this profile's simulation on its workers (list scheduling)",
+    )
     args = parser.parse_args()
-    out = {"date": time.strftime("%Y-%m-%d"), "profile": str(args.profile), **scaling(read_profile(args.profile))}
+    units = read_profile(args.profile)
+    out = {"date": time.strftime("%Y-%m-%d"), "profile": str(args.profile), **scaling(units)}
+    if args.against:
+        out["checks"] = [against([float(u["wall"]) for u in units], path) for path in args.against]
     m = out["measured"]
     print(
         f"{out['units']} units, {out['summed_unit_s']} s summed; largest {out['largest_unit']} "
@@ -85,6 +114,11 @@ def main() -> None:
     print("workers  list (s)  longest-first (s)  bound (s)")
     for r in out["simulated"]:
         print(f"{r['workers']:>7}  {r['list_s']:>8}  {r['longest_first_s']:>17}  {r['bound_s']:>9}")
+    for c in out.get("checks", []):
+        print(
+            f"{c['profile']}: measured {c['measured_s']} s on {c['workers']} worker(s), simulated "
+            f"{c['simulated_s']} s: measured / simulated {c['ratio']}"
+        )
     if args.out:
         args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 

@@ -909,3 +909,55 @@ def test_the_real_shapes_metrics_section_quotes_its_artefacts():
         assert u["equal"] and 1 / 1.25 < u["held_over_planned"] < 1.25, u
         label = "MI" if u["family"].startswith("mi") else "neighbours"
         assert f"{label} {u['held_over_planned']:.2f}" in flat, u
+
+
+def test_the_one_and_two_worker_runs_quote_their_artefacts():
+    """benchmarks/README.md's section on the 1- and 2-worker runs: each run's measured wall against
+    the other run's units list-scheduled on its workers (recomputed here from the profiles by
+    evolution.schedule, in the order each run started its units), within 20%; and each family's
+    measured / planned from the runs' plan_check.json, recomputed from replan.json and the
+    profiles by benchmarks/metrics_plan.py."""
+    import json
+
+    from evolution.schedule import list_schedule
+
+    root = REPO / "results" / "scale" / "workers"
+    text = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### The metrics stage on 1 and 2 workers") :]
+    section = section[: section.index("\nOn 2 CPU cores")]
+    runs = {}
+    for w in (1, 2):
+        units = [json.loads(line) for line in (root / str(w) / "profile.jsonl").read_text().splitlines() if line]
+        units.sort(key=lambda u: u["start"])
+        runs[w] = {
+            "walls": [u["wall"] for u in units],
+            "measured": max(u["end"] for u in units) - min(u["start"] for u in units),
+            "workers": len({u["worker"] for u in units}),
+        }
+        assert runs[w]["workers"] == w and len(units) == 140
+    for w, other in ((1, 2), (2, 1)):
+        simulated = list_schedule(runs[other]["walls"], workers=w)
+        ratio = runs[w]["measured"] / simulated
+        assert 0.8 <= ratio <= 1.2, (w, ratio)
+        row = f"| {runs[w]['measured']:,.1f} | {simulated:,.1f} (the {other}-worker run's) | {ratio:.3f} |"
+        assert row in section, row
+    bench = _metrics_plan()
+    names = {
+        "mi_flat": "MI (flat k-means)",
+        "mlm_output": "MLM output MI",
+        "neighbors": "neighbours",
+        "change": "change by frequency",
+        "similarity": "similarity estimate (one unit)",
+    }
+    checks = {}
+    for w in (1, 2):
+        plan = json.loads((root / str(w) / "replan.json").read_text())
+        profile = [json.loads(line) for line in (root / str(w) / "profile.jsonl").read_text().splitlines() if line]
+        checks[w] = bench.compare(plan, profile)
+        stored = json.loads((root / str(w) / "plan_check.json").read_text())
+        assert abs(stored["stage"]["ratio"] - checks[w]["stage"]["ratio"]) < 1e-9
+    for family, name in names.items():
+        cells = [f"{checks[w]['families'][family]['ratio']:.2f}" for w in (1, 2)]
+        assert f"| {name} | {cells[0]} | {cells[1]} |" in section, family
+    cells = [f"{checks[w]['stage']['ratio']:.2f}" for w in (1, 2)]
+    assert f"| **the stage** | **{cells[0]}** | **{cells[1]}** |" in section
