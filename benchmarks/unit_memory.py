@@ -78,7 +78,9 @@ def _measure(fn, kwargs: dict, out) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("config", type=Path)
-    p.add_argument("--units", nargs="+", required=True, help='"<analysis> <unit>", as the profile names them')
+    p.add_argument(
+        "--units", nargs="+", default=[], help='"<analysis> <unit>", as the profile names them (none: --plan-out only)'
+    )
     p.add_argument("--workdir", type=Path, help="the run's workdir, where the config names another")
     p.add_argument("--out", type=Path)
     p.add_argument(
@@ -88,6 +90,8 @@ def main() -> None:
         "rate of the run's metrics/plan.json) for benchmarks/metrics_plan.py --project",
     )
     args = p.parse_args()
+    if not args.units and not args.plan_out:
+        p.error("give --units to measure, or --plan-out for the plan alone")
 
     from evolution.analyses import enabled
     from evolution.analyses.cost import WORKER_BASE, plan_record, plan_units, unit_memory, unit_work
