@@ -249,12 +249,13 @@ def kept_rows(
     attrs: dict[str, Any],
     *,
     config: ExtractConfig,
-    select_rows: Callable[[dict[str, np.ndarray], dict[str, Any]], np.ndarray] | None,
+    select_rows: Callable[[dict[str, np.ndarray], dict[str, Any]], dict[str, np.ndarray]] | None,
     group: str,
-) -> np.ndarray | None:
-    """The token-axis rows ``extract.rows: needed`` stores (sorted, int64): those
-    ``select_rows(columns, attrs)`` gives and the attention sentences' (the first
-    ``extract.attention.sentences``, whose forward passes write the maps); None without it."""
+) -> tuple[np.ndarray, dict[str, int]] | None:
+    """The token-axis rows ``extract.rows: needed`` stores (sorted, int64): the union of those
+    ``select_rows(columns, attrs)`` gives by analysis and the attention sentences' (the first
+    ``extract.attention.sentences``, whose forward passes write the maps), with how many rows each
+    source reads; None without it."""
     if config.rows != "needed":
         return None
     if select_rows is None:
@@ -263,8 +264,12 @@ def kept_rows(
             "given to choose them; run it through the pipeline (python -m pipelines.run), or leave it null"
         )
     n_att = min(config.attention.sentences, table.n_sentences) if config.attention is not None else 0
-    heads = np.arange(int(table.offsets[n_att]), dtype=np.int64)
-    return np.union1d(np.asarray(select_rows(columns, attrs), dtype=np.int64), heads)
+    sources = dict(select_rows(columns, attrs))
+    if n_att:
+        sources["attention sentences"] = np.arange(int(table.offsets[n_att]), dtype=np.int64)
+    parts = [np.asarray(r, dtype=np.int64) for r in sources.values()]
+    rows = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+    return rows, {name: len(r) for name, r in sources.items()}
 
 
 def extract_to_store(
@@ -280,7 +285,7 @@ def extract_to_store(
     client=None,
     progress: bool = True,
     training_text=None,
-    select_rows: Callable[[dict[str, np.ndarray], dict[str, Any]], np.ndarray] | None = None,
+    select_rows: Callable[[dict[str, np.ndarray], dict[str, Any]], dict[str, np.ndarray]] | None = None,
 ) -> dict[str, float]:
     """Extract one model into ``store``/``group`` (hidden states, token coordinates,
     attention for the first ``config.attention.sentences``), then mark the group complete.
@@ -298,7 +303,7 @@ def extract_to_store(
     frequency bin can reach). ``attrs`` (provenance) join
     the adapter's own description. With ``config.rows == "needed"``, ``select_rows(columns,
     attrs)`` (the token coordinates and group attributes about to be stored) gives the token-axis
-    rows the analyses read; they and the attention sentences' rows are the ones stored
+    rows the analyses read, by analysis; they and the attention sentences' rows are the ones stored
     (:func:`evolution.store.create_hidden_group`). Returns the timings of :func:`extract_model`
     plus ``stage_seconds``.
     """
@@ -344,13 +349,16 @@ def extract_to_store(
         layers = resolve_layers(config.layers, adapter.num_layers + 1, model=group)
         logger.info("%s: storing layers %s of 0..%d (extract.layers)", group, layers, adapter.num_layers)
     n_att = min(config.attention.sentences, table.n_sentences) if config.attention is not None else 0
-    rows = kept_rows(table, columns, attrs, config=config, select_rows=select_rows, group=group)
-    if rows is not None:
+    kept = kept_rows(table, columns, attrs, config=config, select_rows=select_rows, group=group)
+    rows = None
+    if kept is not None:
+        rows, sources = kept
         logger.info(
-            "%s: storing %d of %d token rows, those the analyses read (extract.rows: needed)",
+            "%s: storing %d of %d token rows, those the analyses read (extract.rows: needed; %s)",
             group,
             len(rows),
             table.n_tokens,
+            ", ".join(f"{name} {n:,}" for name, n in sources.items()),
         )
     create_hidden_group(
         store,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +67,7 @@ class ModelPlan:
     tokens_per_second: float
     seconds: float
     stored_tokens: int | None = None  # the rows extract.rows: needed keeps (None: every token's)
+    row_sources: dict[str, int] = field(default_factory=dict)  # of them, the rows each analysis reads
 
     @property
     def bytes(self) -> int:
@@ -156,7 +157,7 @@ def plan_extract(
         stored = len(resolve_layers(config.layers, layers, model=name))
     except ValueError as exc:
         raise PlanError(f"{exc}. Nothing was written.") from None
-    kept = None
+    kept, sources = None, dict[str, int]()
     if config.rows == "needed":
         from evolution.extract import kept_rows, token_columns
 
@@ -164,7 +165,9 @@ def plan_extract(
         more, more_attrs = token_columns(columns, adapter, annotation=annotation, training_text=training_text)
         columns.update(more)
         attrs = {"annotated_from": -1, **more_attrs, **adapter.describe()}
-        kept = kept_rows(table, columns, attrs, config=config, select_rows=select_rows, group=name)
+        found = kept_rows(table, columns, attrs, config=config, select_rows=select_rows, group=name)
+        if found is not None:
+            kept, sources = found
     n_rows = table.n_tokens if kept is None else len(kept)
     # uncompressed, the last chunk of the token axis is stored whole: rows round up to chunks
     chunk = max(1, min(config.chunk_tokens, n_rows))
@@ -194,6 +197,7 @@ def plan_extract(
         sentences=table.n_sentences,
         tokens=table.n_tokens,
         stored_tokens=None if kept is None else n_rows,
+        row_sources=sources,
         layers=layers,
         d_model=d,
         stored_layers=stored,
@@ -290,7 +294,8 @@ def log_plan(plans: list[ModelPlan], *, store: str, free: int | None, gemm: floa
         if p.stored_tokens is not None:
             lines.append(
                 f"plan: {p.name} stores {p.stored_tokens:,} of its {p.tokens:,} token rows, those the analyses "
-                f"read (extract.rows: needed; {p.stored_tokens / max(p.tokens, 1):.1%})"
+                f"read (extract.rows: needed; {p.stored_tokens / max(p.tokens, 1):.1%}): "
+                + ", ".join(f"{name} {n:,}" for name, n in p.row_sources.items())
             )
     total = sum(p.bytes for p in plans)
     where = f"{_gb(free)} free there" if free is not None else "free space unknown (object storage)"

@@ -148,6 +148,10 @@ def test_the_plan_counts_the_kept_rows_and_the_run_writes_what_it_plans(runs, mo
             assert abs(written - plan.hidden_bytes) <= 0.05 * plan.hidden_bytes, (which, m.name, written, plan)
             if which == "needed":
                 assert plan.stored_tokens == len(stored_rows(str(runs[which] / "reps.zarr"), m.name))
+                sources = plan.row_sources  # what reads the kept rows: the first 5 sentences' maps among them
+                assert {"MI", "neighbours", "t-SNE", "similarity sentences", "annotated text"} <= set(sources)
+                assert sources["attention sentences"] == sum(len(s.split()) for s in MAIN[:5])
+                assert max(sources.values()) <= plan.stored_tokens < sum(sources.values())
     for name in MODELS:  # bytes fall by the share of rows left out (whole chunks of 16 rows)
         kept = len(stored_rows(str(runs["needed"] / "reps.zarr"), name))
         n = zarr.open_array(str(runs["full"] / "reps.zarr"), path=f"{name}/hidden", mode="r").shape[1]

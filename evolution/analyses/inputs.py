@@ -12,7 +12,7 @@ import numpy as np
 from evolution.analyses.base import Inputs, ModelInputs
 from evolution.config import MetricsConfig
 
-__all__ = ["ModelSource", "load_inputs", "plan_model", "needed_rows"]
+__all__ = ["ModelSource", "load_inputs", "plan_model", "needed_rows", "row_sources"]
 
 #: Token coordinates read into memory for the analyses.
 COORDS = ("sentence", "position", "token_id", "token_str", "word_id", "freq_rank")
@@ -164,23 +164,35 @@ def plan_model(
     return {"coords": coords, "parts": parts, "plan": plan, "frequency": frequency, "ranked_types": ranked_types}
 
 
-def needed_rows(plan: Any, *, config: MetricsConfig) -> np.ndarray:
-    """The token-axis rows (sorted, int64) whose states the analyses of ``config`` read, from
-    one model's :class:`~evolution.metrics.plan.OccurrencePlan`: MI's rows per target, the
-    neighbour and syntax rows (queries and candidates alike), t-SNE's, the similarity
-    sentences' (PWCCA / CKA, the change by frequency, the distance to the final model) and, with
-    metrics.similarity, the annotated rows (the change by part of speech). The head analyses read
-    the attention group and the models, not ``hidden``."""
-    parts = [rows for rows, _ in plan.mi.values()]
-    parts += [p["rows"] for p in (plan.neighbors, plan.syntax) if "rows" in p]
-    parts += [t["rows"] for t in plan.tsne.values()]
-    if plan.similarity_rows is not None:
-        parts.append(plan.similarity_rows)
+def row_sources(plan: Any, *, config: MetricsConfig) -> dict[str, np.ndarray]:
+    """The token-axis rows each analysis of ``config`` reads, from one model's
+    :class:`~evolution.metrics.plan.OccurrencePlan`, by what reads them: ``MI`` (every target's
+    rows), ``neighbours`` (queries and candidates alike), ``syntax neighbours``, ``t-SNE``,
+    ``similarity sentences`` (PWCCA / CKA, the change by frequency, the distance to the final
+    model) and, with metrics.similarity, ``annotated text`` (the change by part of speech). The
+    head analyses read the attention group and the models, not ``hidden``."""
+    out: dict[str, list[np.ndarray]] = {}
+    out["MI"] = [rows for rows, _ in plan.mi.values()]
+    out["neighbours"] = [plan.neighbors["rows"]] if "rows" in plan.neighbors else []
+    out["syntax neighbours"] = [plan.syntax["rows"]] if "rows" in plan.syntax else []
+    out["t-SNE"] = [t["rows"] for t in plan.tsne.values()]
+    out["similarity sentences"] = [plan.similarity_rows] if plan.similarity_rows is not None else []
     if config.similarity is not None and plan.annotated_rows is not None:
-        parts.append(plan.annotated_rows)
+        out["annotated text"] = [plan.annotated_rows]
+    return {
+        name: np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
+        for name, parts in out.items()
+        if parts
+    }
+
+
+def needed_rows(plan: Any, *, config: MetricsConfig) -> np.ndarray:
+    """The token-axis rows (sorted, int64) whose states the analyses of ``config`` read: the union
+    of :func:`row_sources`."""
+    parts = list(row_sources(plan, config=config).values())
     if not parts:
         return np.empty(0, dtype=np.int64)
-    return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
+    return np.unique(np.concatenate(parts))
 
 
 def _stored(store: str, model: str, n_layers: int) -> tuple[int, ...] | None:

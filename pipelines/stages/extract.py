@@ -72,12 +72,12 @@ class ExtractStage(Stage):
         return ctx.memo(f"extract.key.{model.name}", compute)
 
     def select_rows(self, ctx: Context, model: ModelConfig):
-        """For ``extract.rows: needed``: ``(columns, attrs) -> rows``, the token rows the metrics
-        stage will read (:func:`evolution.analyses.inputs.needed_rows` of the occurrence plan it
-        will make from the same coordinates, settings and seed); None otherwise."""
+        """For ``extract.rows: needed``: ``(columns, attrs) -> {analysis: rows}``, the token rows the
+        metrics stage will read (:func:`evolution.analyses.inputs.row_sources` of the occurrence
+        plan it will make from the same coordinates, settings and seed); None otherwise."""
         if ctx.config.extract.rows != "needed":
             return None
-        from evolution.analyses.inputs import needed_rows, plan_model
+        from evolution.analyses.inputs import plan_model, row_sources
 
         metrics, seed = ctx.config.metrics, ctx.config.seed
 
@@ -90,7 +90,7 @@ class ExtractStage(Stage):
                 config=metrics,
                 seed=seed,
             )["plan"]
-            return needed_rows(plan, config=metrics)
+            return row_sources(plan, config=metrics)
 
         return select
 
