@@ -698,3 +698,20 @@ def test_a_series_named_where_a_model_is_expected_points_to_its_last_member(tmp_
         r"name its last member, g@50",
     ):
         load_config(path)
+
+
+def test_rows_needed_is_refused_with_a_series_and_its_trajectory(tmp_path):
+    """extract.rows: needed keeps the rows the final models' analyses read; a checkpoint series
+    (and metrics.trajectory over it) extracts other checkpoints too, so the config is refused, by
+    name, when it is read; similarity alone is accepted with it."""
+    _series_dirs(tmp_path, "ckpt", [0, 50])
+    path = _config(tmp_path, '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-*"}')
+    path.write_text(path.read_text() + "extract: {rows: needed}\n", encoding="utf-8")
+    with pytest.raises(Exception, match=r"extract\.rows: needed .* metrics\.trajectory .*extract\.rows: null"):
+        load_config(path)
+    plain = _config(
+        tmp_path, f"  - {{name: g, kind: huggingface, path: {tmp_path / 'ckpt' / 'checkpoint-0'}}}", trajectory=False
+    )
+    plain.write_text(plain.read_text() + "extract: {rows: needed}\n", encoding="utf-8")
+    cfg = load_config(plain)
+    assert cfg.extract.rows == "needed" and cfg.metrics.similarity is not None
