@@ -961,3 +961,43 @@ def test_the_one_and_two_worker_runs_quote_their_artefacts():
         assert f"| {name} | {cells[0]} | {cells[1]} |" in section, family
     cells = [f"{checks[w]['stage']['ratio']:.2f}" for w in (1, 2)]
     assert f"| **the stage** | **{cells[0]}** | **{cells[1]}** |" in section
+
+
+def test_the_rows_needed_page_quotes_its_comparison():
+    """results/rows/README.md: every group equal, the count of groups and variables, and each
+    model's rows and bytes, from results/rows/compare.json; the written bytes equal the plan's."""
+    import json
+
+    root = REPO / "results" / "rows"
+    text = (root / "README.md").read_text(encoding="utf-8")
+    flat = " ".join(text.split())
+    data = json.loads((root / "compare.json").read_text())
+    assert all(not g["differ"] for g in data["groups"].values())
+    n = sum(g["variables"] for g in data["groups"].values())
+    assert f"{n} variables in the {len(data['groups'])} groups" in flat
+    for g in data["groups"]:
+        assert f"`{g}`" in flat, g
+    for name, m in data["models"].items():
+        assert m["written_bytes"] == m["planned_bytes"]
+        row = (
+            f"| {name} | {m['tokens']:,} | {m['kept_rows']:,} | {100 * m['kept_share']:.1f}% | "
+            f"{m['planned_bytes']:,} | {m['written_bytes']:,} | {m['written_over_full']:.4f} |"
+        )
+        assert row in text, row
+        assert f"full store's {m['full_bytes']:,} bytes" in flat
+
+
+def test_the_larger_shape_point_quotes_its_artefact():
+    """benchmarks/README.md's larger point of the extraction's plan: tokens, bytes and seconds
+    planned and written from results/shapes/larger.json, the seconds within 25% of the plan."""
+    import json
+
+    run = json.loads((REPO / "results" / "shapes" / "larger.json").read_text())["configs/shapes-large.yaml"]
+    (m,) = run["models"]
+    flat = " ".join((REPO / "benchmarks" / "README.md").read_text(encoding="utf-8").split())
+    assert 0.75 <= m["seconds_ratio"] <= 1.25 and abs(m["bytes_ratio"] - 1) < 0.05
+    assert f"{m['tokens']:,} tokens" in flat
+    assert f"planned {m['planned_bytes'] / 1e9:.3f} GB and {m['planned_seconds']:.0f} s" in flat
+    assert f"wrote {m['written_bytes'] / 1e9:.3f} GB ({m['bytes_ratio']:.3f}) in {m['measured_seconds']:.0f} s" in flat
+    assert f"({m['seconds_ratio']:.2f} of the plan" in flat
+    assert f"{m['million_tokens_seconds'] / 3600:.2f} hours" in flat
