@@ -35,7 +35,7 @@ from evolution.config import ExtractConfig
 
 # every name the module had before the split stays importable from here
 from evolution.dask_compute import compute
-from evolution.extract_plan import BATCH_OVERHEAD_TOKENS, ChunkTask, batches, plan_tasks  # noqa: F401  # re-exported: importable from here as before
+from evolution.extract_plan import BATCH_OVERHEAD_TOKENS, ChunkTask, batches, plan_tasks, row_chunk  # noqa: F401  # re-exported: importable from here as before
 from evolution.extract_task import release_buffers, run_chunk, task_buffer  # noqa: F401  # re-exported: importable from here as before
 from evolution.models import Adapter, cached_adapter
 from evolution.tokens import TokenTable
@@ -135,12 +135,13 @@ def extract_model(
     first: dict[int, float] = {}  # worker process id -> when its first task began
     for r in results:
         first[r["worker"]] = min(first.get(r["worker"], np.inf), r["began"])
-    logger.info(
-        "%s: first task began %.1f s after submission (%s)",
-        group,
-        min(first.values()) - wall0,
-        ", ".join(f"{v - wall0:.1f}" for v in first.values()),
-    )
+    if first:  # (extract.rows: needed with no row to store has no task)
+        logger.info(
+            "%s: first task began %.1f s after submission (%s)",
+            group,
+            min(first.values()) - wall0,
+            ", ".join(f"{v - wall0:.1f}" for v in first.values()),
+        )
     n = sum(r["tokens"] for r in results)
     times = {k: sum(r[k] for r in results) for k in ("load_s", "forward_s", "write_s", "total_s")}
     logger.info(
@@ -272,6 +273,22 @@ def kept_rows(
     return rows, {name: len(r) for name, r in sources.items()}
 
 
+def stored_rows_of(table: TokenTable, rows: np.ndarray, *, config: ExtractConfig, adapter: Adapter) -> np.ndarray:
+    """The token-axis rows ``extract.rows: needed`` stores for the ``rows`` the analyses read: those
+    and the few that fill each task's last chunk (:func:`evolution.extract_plan.plan_tasks`)."""
+    tasks = plan_tasks(
+        table,
+        chunk_tokens=config.chunk_tokens,
+        task_chunks=config.task_chunks,
+        attention_sentences=min(config.attention.sentences, table.n_sentences) if config.attention else 0,
+        rows=rows,
+        input_lengths=[len(adapter.build_input(ids)) for ids in table.ids],
+        max_batch_tokens=config.max_batch_tokens,
+    )
+    parts = [t.rows for t in tasks if t.rows is not None]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
 def extract_to_store(
     spec: dict,
     corpus,
@@ -350,16 +367,20 @@ def extract_to_store(
         logger.info("%s: storing layers %s of 0..%d (extract.layers)", group, layers, adapter.num_layers)
     n_att = min(config.attention.sentences, table.n_sentences) if config.attention is not None else 0
     kept = kept_rows(table, columns, attrs, config=config, select_rows=select_rows, group=group)
-    rows = None
+    rows, chunk_tokens = None, config.chunk_tokens
     if kept is not None:
         rows, sources = kept
+        stored = stored_rows_of(table, rows, config=config, adapter=adapter)
         logger.info(
-            "%s: storing %d of %d token rows, those the analyses read (extract.rows: needed; %s)",
+            "%s: storing %d of %d token rows, %d of them read by the analyses (extract.rows: needed; %s) and "
+            "the others filling whole chunks",
             group,
-            len(rows),
+            len(stored),
             table.n_tokens,
+            len(rows),
             ", ".join(f"{name} {n:,}" for name, n in sources.items()),
         )
+        rows, chunk_tokens = stored, row_chunk(config.chunk_tokens)
     create_hidden_group(
         store,
         group,
@@ -368,7 +389,7 @@ def extract_to_store(
         layers=layers,
         n_layers=adapter.num_layers + 1,
         d_model=adapter.d_model,
-        chunk_tokens=config.chunk_tokens,
+        chunk_tokens=chunk_tokens,
         dtype=config.dtype,
         attrs=attrs,
         fingerprint=fingerprint,

@@ -13,7 +13,7 @@ import numpy as np
 
 from evolution.tokens import TokenTable
 
-__all__ = ["ChunkTask", "plan_tasks", "BATCH_OVERHEAD_TOKENS", "batches"]
+__all__ = ["ChunkTask", "plan_tasks", "row_chunk", "BATCH_OVERHEAD_TOKENS", "batches"]
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,13 @@ def plan_tasks(
 ) -> list[ChunkTask]:
     """Split the token axis into tasks of ``task_chunks`` whole chunks each.
 
-    With ``rows`` (sorted token-axis rows, ``extract.rows: needed``) split those rows instead.
-    Each row comes from the very forward pass that makes it in a full extraction: the batch, of
-    the full extraction's task holding the row, that holds its sentence (batches of the
-    ``input_lengths``, each sentence's model input length, at ``max_batch_tokens``). So a kept
-    row's states, and the attention maps, are bit for bit those of a full extraction; a batch
-    runs whole even where only some of its sentences have rows kept."""
+    With ``rows`` (token-axis rows, ``extract.rows: needed``) each task is a full task's share
+    of them (:func:`_row_tasks`): it runs the very batches of that full task that make its rows
+    in a full extraction (batches of the ``input_lengths``, each sentence's model input length,
+    at ``max_batch_tokens``), so a kept row's states, and the attention maps, are bit for bit
+    those of a full extraction, and no batch runs twice. Each task keeps a few more rows than
+    asked, of the sentences it runs, to fill whole chunks of :func:`row_chunk` rows: the rows
+    stored are the tasks' ``rows``, in order."""
     offsets = table.offsets
     width = chunk_tokens * task_chunks
     n = table.n_tokens
@@ -74,13 +75,19 @@ def plan_tasks(
         raise ValueError("plan_tasks: rows need the sentences' input_lengths (the full extraction's batches)")
     return _row_tasks(
         table,
-        np.asarray(rows, dtype=np.int64),
+        np.unique(np.asarray(rows, dtype=np.int64)),
         full=tasks,
-        width=width,
-        attention_sentences=attention_sentences,
+        chunk=row_chunk(chunk_tokens),
         input_lengths=input_lengths,
         max_batch_tokens=max_batch_tokens,
     )
+
+
+def row_chunk(chunk_tokens: int) -> int:
+    """The ``hidden`` chunk length along ``stored_token`` with ``extract.rows: needed``: an eighth
+    of ``extract.chunk_tokens`` (at least 16), so that padding each task's kept rows to whole
+    chunks adds few rows (:func:`plan_tasks`)."""
+    return chunk_tokens // 8 if chunk_tokens % 8 == 0 and chunk_tokens >= 128 else chunk_tokens
 
 
 def _row_tasks(
@@ -88,71 +95,78 @@ def _row_tasks(
     rows: np.ndarray,
     *,
     full: list[ChunkTask],
-    width: int,
-    attention_sentences: int,
+    chunk: int,
     input_lengths: Sequence[int],
     max_batch_tokens: int,
 ) -> list[ChunkTask]:
+    """One task per full task holding a row of ``rows``: it runs the full task's batches that hold
+    a sentence with such a row (or an attention sentence it writes), and keeps, besides the rows
+    asked for, as many more rows of the sentences those batches run as fill its last chunk of
+    ``chunk`` rows (adding batches, in order, where they run too few), so that no two tasks write
+    one chunk. Its stored range follows the previous task's."""
     offsets = np.asarray(table.offsets)
-    sentence_of = np.searchsorted(offsets, rows, side="right") - 1  # each row's sentence
-    full_of = rows // width  # the full extraction's task of each row
-    attention: dict[int, list[int]] = {}  # written by the task holding the sentence's first row
-    if len(rows):
-        for s in range(min(attention_sentences, table.n_sentences)):
-            at = min(int(np.searchsorted(rows, offsets[s])), len(rows) - 1)
-            attention.setdefault(at // width, []).append(s)
-    made: dict[int, list[tuple[list[int], bool]]] = {}
+    tasks: list[ChunkTask] = []
+    at = 0
+    cuts = np.searchsorted(rows, [t.start for t in full] + [table.n_tokens])
+    busy = [k for k, t in enumerate(full) if cuts[k + 1] > cuts[k] or t.attention_rows]
+    for k in busy:
+        t = full[k]
+        wanted = rows[cuts[k] : cuts[k + 1]]
+        lengths = [input_lengths[s] for s in t.sentences]
+        made = [
+            ([t.sentences[i] for i in b], any(t.sentences[i] in t.attention_rows for i in b))
+            for b in batches(lengths, max_batch_tokens=max_batch_tokens)
+        ]
+        sentence_of = np.searchsorted(offsets, wanted, side="right") - 1
+        need = set(sentence_of.tolist()) | set(t.attention_rows)
+        run = [i for i, (sentences, _) in enumerate(made) if not need.isdisjoint(sentences)]
+        last = k == busy[-1]  # the array's last task: no neighbour shares its last chunk
 
-    def full_batches(k: int) -> list[tuple[list[int], bool]]:
-        """Full task ``k``'s batches as sentences, with whether each returns attention."""
-        if k not in made:
-            t = full[k]
-            lengths = [input_lengths[s] for s in t.sentences]
-            made[k] = [
-                ([t.sentences[i] for i in b], any(t.sentences[i] in t.attention_rows for i in b))
-                for b in batches(lengths, max_batch_tokens=max_batch_tokens)
+        def rows_of(batch_ids: list[int], made=made, lo: int = t.start, hi: int = t.stop) -> np.ndarray:
+            """The token-axis rows, inside this full task, of the sentences of these batches."""
+            spans = [
+                np.arange(max(int(offsets[s]), lo), min(int(offsets[s + 1]), hi)) for i in batch_ids for s in made[i][0]
             ]
-        return made[k]
+            return np.unique(np.concatenate(spans)) if spans else np.empty(0, dtype=np.int64)
 
-    tasks = []
-    for j, start in enumerate(range(0, len(rows), width)):
-        stop = min(start + width, len(rows))
-        heads = attention.get(j, [])
-        want: dict[int, set[int]] = {}
-        for k, s in zip(full_of[start:stop].tolist(), sentence_of[start:stop].tolist(), strict=True):
-            want.setdefault(k, set()).add(s)
-        head_task = {s: min(int(offsets[s]) // width, len(full) - 1) for s in heads}
-        for s, k in head_task.items():
-            want.setdefault(k, set()).add(s)
+        kept = wanted
+        if not last:
+            more = (-len(wanted)) % chunk
+            free = np.setdiff1d(rows_of(run), wanted)
+            extra = [i for i in range(len(made)) if i not in run]
+            while len(free) < more and extra:  # too few rows in the batches run: run more
+                run.append(extra.pop(0))
+                free = np.setdiff1d(rows_of(run), wanted)
+            if len(free) < more:  # (a full task other than the last holds whole chunks: not reached)
+                raise RuntimeError(f"extract task {k}: {len(free)} rows to fill its last chunk, {more} needed")
+            kept = np.union1d(wanted, free[:more])
+        run.sort()
         slots: list[int] = []
-        windows: list[tuple[int, int]] = []
         plan: list[tuple[tuple[int, ...], bool]] = []
         head_slot: dict[int, int] = {}
-        for k in sorted(want):
-            for sentences, returns_attention in full_batches(k):
-                if want[k].isdisjoint(sentences):
-                    continue
-                idx = []
-                for s in sentences:
-                    if head_task.get(s) == k:
-                        head_slot[s] = len(slots)
-                    idx.append(len(slots))
-                    slots.append(s)
-                    windows.append((full[k].start, full[k].stop))
-                plan.append((tuple(idx), returns_attention))
+        for i in run:
+            sentences, returns_attention = made[i]
+            idx = []
+            for s in sentences:
+                if s in t.attention_rows:
+                    head_slot[s] = len(slots)
+                idx.append(len(slots))
+                slots.append(s)
+            plan.append((tuple(idx), returns_attention))
         tasks.append(
             ChunkTask(
-                j,
-                start,
-                stop,
+                len(tasks),
+                at,
+                at + len(kept),
                 tuple(slots),
-                tuple(heads),
-                rows[start:stop],
-                windows=tuple(windows),
+                t.attention_rows,
+                np.asarray(kept, dtype=np.int64),
+                windows=tuple((t.start, t.stop) for _ in slots),
                 batch_plan=tuple(plan),
-                attention_slots=tuple(head_slot[s] for s in heads),
+                attention_slots=tuple(head_slot[s] for s in t.attention_rows),
             )
         )
+        at += len(kept)
     return tasks
 
 

@@ -159,7 +159,7 @@ def plan_extract(
         raise PlanError(f"{exc}. Nothing was written.") from None
     kept, sources = None, dict[str, int]()
     if config.rows == "needed":
-        from evolution.extract import kept_rows, token_columns
+        from evolution.extract import kept_rows, stored_rows_of, token_columns
 
         columns = dict(table.columns)
         more, more_attrs = token_columns(columns, adapter, annotation=annotation, training_text=training_text)
@@ -168,9 +168,12 @@ def plan_extract(
         found = kept_rows(table, columns, attrs, config=config, select_rows=select_rows, group=name)
         if found is not None:
             kept, sources = found
+            kept = stored_rows_of(table, kept, config=config, adapter=adapter)
     n_rows = table.n_tokens if kept is None else len(kept)
     # uncompressed, the last chunk of the token axis is stored whole: rows round up to chunks
-    chunk = max(1, min(config.chunk_tokens, n_rows))
+    from evolution.extract_plan import row_chunk
+
+    chunk = max(1, min(config.chunk_tokens if kept is None else row_chunk(config.chunk_tokens), n_rows))
     rows = -(-n_rows // chunk) * chunk
     hidden = stored * rows * d * np.dtype(config.dtype).itemsize  # a layer left out has no chunks
     attention = 0
@@ -190,7 +193,13 @@ def plan_extract(
     )
     rate = _forward_rate(adapter, table, config.max_batch_tokens, config.torch_threads)
     seconds = tokenize_s + _graph_seconds(
-        table, config, rate=rate, workers=workers, bytes_per_row=hidden / max(n_rows, 1), rows=kept
+        table,
+        config,
+        rate=rate,
+        workers=workers,
+        bytes_per_row=hidden / max(n_rows, 1),
+        rows=kept,
+        input_lengths=None if kept is None else [len(adapter.build_input(ids)) for ids in table.ids],
     )
     return ModelPlan(
         name=name,
@@ -209,7 +218,9 @@ def plan_extract(
     )
 
 
-def _graph_seconds(table, config, *, rate: float, workers: int, bytes_per_row: float, rows=None) -> float:
+def _graph_seconds(
+    table, config, *, rate: float, workers: int, bytes_per_row: float, rows=None, input_lengths=None
+) -> float:
     """The task graph's wall time: the tasks' times (see :func:`plan_extract`) scheduled longest
     first on the least loaded of ``workers`` workers. With ``rows`` (``extract.rows: needed``) a
     task runs the whole sentences its rows fall in and writes its rows."""
@@ -220,7 +231,7 @@ def _graph_seconds(table, config, *, rate: float, workers: int, bytes_per_row: f
         chunk_tokens=config.chunk_tokens,
         task_chunks=config.task_chunks,
         rows=rows,
-        input_lengths=None if rows is None else [len(x) for x in table.ids],
+        input_lengths=input_lengths,
         max_batch_tokens=config.max_batch_tokens,
     )
     slow = CONCURRENT_SLOWDOWN if workers > 1 and len(tasks) > 1 else 1.0

@@ -17,14 +17,16 @@ from conftest import SENTENCES, write_config
 from test_conllu import _treebank
 
 #: a main text 3x the shared sentences (reversed and rotated copies: the same words), so that
-#: the analyses' rows are a subset of it; tasks of 2 x 16 tokens cut through sentences
+#: the analyses' rows are a subset of it; tasks of 128 tokens cut through sentences, and a task of
+#: kept rows stores chunks of 16 (row_chunk(128))
 MAIN = (
     SENTENCES
     + [" ".join(s.split()[::-1]) for s in SENTENCES]
     + [" ".join(s.split()[1:] + s.split()[:1]) for s in SENTENCES]
 )
 
-METRICS = """  chunk_tokens: 16
+METRICS = """  chunk_tokens: 128
+  task_chunks: 1
 metrics:
   tokens: {top: 2, min_count: 3}
   mi: {k: 4, restarts: 1, bootstrap: 10}
@@ -95,7 +97,15 @@ def test_the_kept_rows_are_those_the_analyses_read_and_equal_a_full_extraction(r
         )["plan"]
         wanted = needed_rows(plan, config=config.metrics)
         heads = np.flatnonzero(full.sentence.values < 5)
-        np.testing.assert_array_equal(kept, np.union1d(wanted, heads))
+        asked = np.union1d(wanted, heads)
+        assert np.isin(asked, kept).all()
+        # besides them, rows that fill each task's last chunk: a task is a full extraction's (128
+        # tokens), and every task but the array's last stores whole chunks of 16 rows
+        per_task = np.bincount(kept // 128, minlength=-(-n // 128))
+        busy = np.flatnonzero(per_task)
+        assert (per_task[busy[:-1]] % 16 == 0).all(), per_task
+        extra = np.bincount(np.setdiff1d(kept, asked) // 128, minlength=len(per_task))
+        assert (extra < 16).all() and extra.sum() > 0
         a, b = (
             open_attention(str(runs["full"] / "reps.zarr"), name),
             open_attention(str(runs["needed"] / "reps.zarr"), name),
@@ -152,11 +162,11 @@ def test_the_plan_counts_the_kept_rows_and_the_run_writes_what_it_plans(runs, mo
                 assert {"MI", "neighbours", "t-SNE", "similarity sentences", "annotated text"} <= set(sources)
                 assert sources["attention sentences"] == sum(len(s.split()) for s in MAIN[:5])
                 assert max(sources.values()) <= plan.stored_tokens < sum(sources.values())
-    for name in MODELS:  # bytes fall by the share of rows left out (whole chunks of 16 rows)
+    for name in MODELS:  # bytes fall to the kept rows' chunks of 16 (the full store's: chunks of 128)
         kept = len(stored_rows(str(runs["needed"] / "reps.zarr"), name))
         n = zarr.open_array(str(runs["full"] / "reps.zarr"), path=f"{name}/hidden", mode="r").shape[1]
         ratio = _chunk_bytes(runs["needed"] / "reps.zarr", name) / _chunk_bytes(runs["full"] / "reps.zarr", name)
-        assert ratio == pytest.approx(-(-kept // 16) / -(-n // 16)), name
+        assert ratio == pytest.approx(-(-kept // 16) * 16 / (-(-n // 128) * 128)), name
 
 
 def test_a_row_that_was_not_kept_is_refused_by_name(runs):
@@ -186,3 +196,57 @@ def test_the_key_follows_the_metrics_settings_only_with_rows_needed(runs):
     assert key("full") == key("full", tsne=None)
     assert key("needed") != key("needed", tsne=None)
     assert key("needed") != key("full")
+    # what the occurrence plan does not read leaves the rows, and the key, as they are
+    assert key("needed") == key("needed", heads=None, influence=None, device="cpu")
+
+
+@pytest.mark.parametrize("share", [0.05, 0.5])
+def test_a_task_of_kept_rows_runs_the_full_extractions_batches_whole_and_once(share):
+    """On a table of 300 sentences of 1-40 tokens (chunks of 128, tasks of 2 chunks, 16 rows to a
+    stored chunk) and a random share of its rows: every batch a task runs is one of the full
+    extraction's batches of the same task, whole and with its attention flag, and none runs twice;
+    each kept row's sentence is in a batch its task runs; the rows asked for are kept, with fewer
+    than 16 more per task; every task but the last stores whole chunks; the attention sentences are
+    written once each, by the task holding their first row."""
+    from evolution.extract_plan import batches, plan_tasks, row_chunk
+    from evolution.tokens import TokenTable
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 41, size=300)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    ids = [list(range(int(n))) for n in lengths]
+    table = TokenTable(np.arange(300, dtype=np.int32), offsets, ids, {}, 0, 0)
+    asked = np.sort(rng.choice(int(offsets[-1]), size=int(share * offsets[-1]), replace=False))
+    inputs = [n + 2 for n in lengths]  # [CLS] ... [SEP]
+    kw = dict(chunk_tokens=128, task_chunks=2, attention_sentences=12, max_batch_tokens=96)
+    full = plan_tasks(table, **kw)
+    tasks = plan_tasks(table, **kw, rows=asked, input_lengths=inputs)
+    assert row_chunk(128) == 16
+    ran = set()
+    for t in tasks:
+        k = int(t.rows[0] // 256)
+        f = full[k]
+        assert (
+            (t.rows >= f.start).all()
+            and (t.rows < f.stop).all()
+            and t.windows == ((f.start, f.stop),) * len(t.sentences)
+        )
+        made = {
+            tuple(f.sentences[i] for i in b): any(f.sentences[i] in f.attention_rows for i in b)
+            for b in batches([inputs[s] for s in f.sentences], max_batch_tokens=96)
+        }
+        for idx, flag in t.batch_plan:
+            run = tuple(t.sentences[i] for i in idx)
+            assert made.get(run) == flag, (k, run)
+            assert (k, run) not in ran
+            ran.add((k, run))
+        sentence_of = np.searchsorted(offsets, t.rows, side="right") - 1
+        assert set(sentence_of.tolist()) <= set(t.sentences)
+        assert t.attention_rows == f.attention_rows
+        assert [t.sentences[i] for i in t.attention_slots] == list(t.attention_rows)
+        mine = asked[(asked >= f.start) & (asked < f.stop)]
+        assert np.isin(mine, t.rows).all() and len(t.rows) - len(mine) < 16
+    assert [t.start for t in tasks] == list(np.cumsum([0] + [len(t.rows) for t in tasks[:-1]]))
+    assert all(len(t.rows) % 16 == 0 for t in tasks[:-1])
+    written = [s for t in tasks for s in t.attention_rows]
+    assert written == list(range(12))

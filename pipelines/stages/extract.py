@@ -19,6 +19,12 @@ logger = logging.getLogger(__name__)
 __all__ = ["ExtractStage", "STORE_VERSION"]
 
 
+#: the metrics sections the occurrence plan reads (:func:`evolution.analyses.inputs.row_sources`):
+#: with ``extract.rows: needed`` they are part of the extraction key, the others (where the metrics
+#: go and run, the head analyses, influence) are not
+NEEDED_BY = ("tokens", "mi", "neighbors", "tsne", "similarity")
+
+
 class ExtractStage(Stage):
     name = "extract"
     after = ("corpus", "train")
@@ -65,8 +71,9 @@ class ExtractStage(Stage):
                 "inputs": inputs,
                 "store_version": STORE_VERSION,
             }
-            if ctx.config.extract.rows == "needed":  # the rows kept follow the analyses' settings and seed
-                parts["needed"] = {"metrics": ctx.config.metrics.keyed(), "seed": ctx.config.seed}
+            if ctx.config.extract.rows == "needed":  # the rows kept follow the occurrence plan's settings and seed
+                metrics = ctx.config.metrics.keyed()
+                parts["needed"] = {"metrics": {k: metrics[k] for k in NEEDED_BY}, "seed": ctx.config.seed}
             return config_hash(parts)
 
         return ctx.memo(f"extract.key.{model.name}", compute)
