@@ -1,6 +1,7 @@
 """``extract.rows: needed`` against a full extraction of the same config: every metrics group's
-variables compared (``==``, NaN where NaN), and per model the rows kept, the bytes the hidden
-array's chunks take against the full store's, and the plan's bytes (:func:`pipelines.plan.plan_extract`).
+variables compared (``==``, NaN where NaN), and per model the kept rows' states against the full
+store's (bit for bit), the rows kept, the bytes the hidden array's chunks take against the full
+store's, and the plan's bytes (:func:`pipelines.plan.plan_extract`).
 
     python -m pipelines.run evolution.yaml --workdir runs/rows-full --set metrics.similarity.sentences=1000
     python -m pipelines.run evolution.yaml --workdir runs/rows-needed --set metrics.similarity.sentences=1000 \\
@@ -25,6 +26,15 @@ def chunk_bytes(store: Path, model: str) -> int:
     """Bytes of ``model``'s hidden chunk files (zarr v3: ``<model>/hidden/c/...``)."""
     root = store / model / "hidden" / "c"
     return sum(os.path.getsize(Path(d) / f) for d, _, fs in os.walk(root) for f in fs)
+
+
+def same_states(full: Path, needed: Path, model: str) -> bool:
+    """Whether every kept row's states, at every layer, equal the full store's bit for bit."""
+    from evolution.store import open_hidden, stored_rows
+
+    kept = stored_rows(str(needed), model)
+    a, b = open_hidden(str(full), model), open_hidden(str(needed), model)
+    return all(np.array_equal(np.asarray(a[layer])[kept], np.asarray(b[layer])) for layer in range(a.shape[0]))
 
 
 def compare_groups(full: Path, needed: Path) -> dict:
@@ -80,6 +90,7 @@ def main() -> None:
             annotation=annotation,
             select_rows=stage.select_rows(ctx, m),
         )
+        states = same_states(args.full / "reps.zarr", args.needed / "reps.zarr", m.name)
         written = chunk_bytes(args.needed / "reps.zarr", m.name)
         full = chunk_bytes(args.full / "reps.zarr", m.name)
         models[m.name] = {
@@ -91,6 +102,7 @@ def main() -> None:
             "written_bytes": written,
             "written_over_planned": round(written / plan.hidden_bytes, 4),
             "full_bytes": full,
+            "states_equal": states,
             "written_over_full": round(written / full, 4),
         }
     out = {"date": time.strftime("%Y-%m-%d"), "overrides": overrides, "models": models, "groups": groups}
@@ -100,7 +112,8 @@ def main() -> None:
     for name, r in models.items():
         print(
             f"{name}: {r['kept_rows']:,} of {r['tokens']:,} rows ({r['kept_share']:.1%}); wrote {r['written_bytes']:,} "
-            f"bytes, {r['written_over_planned']:.4f} of the plan, {r['written_over_full']:.4f} of the full store"
+            f"bytes, {r['written_over_planned']:.4f} of the plan, {r['written_over_full']:.4f} of the full store; "
+            f"states equal to the full store's: {r['states_equal']}"
         )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

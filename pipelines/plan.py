@@ -305,7 +305,8 @@ def log_plan(plans: list[ModelPlan], *, store: str, free: int | None, gemm: floa
         if p.stored_tokens is not None:
             lines.append(
                 f"plan: {p.name} stores {p.stored_tokens:,} of its {p.tokens:,} token rows, those the analyses "
-                f"read (extract.rows: needed; {p.stored_tokens / max(p.tokens, 1):.1%}): "
+                f"read and the few that fill whole chunks (extract.rows: needed; "
+                f"{p.stored_tokens / max(p.tokens, 1):.1%}); the analyses read: "
                 + ", ".join(f"{name} {n:,}" for name, n in p.row_sources.items())
             )
     total = sum(p.bytes for p in plans)

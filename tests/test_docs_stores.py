@@ -984,7 +984,8 @@ def test_the_rows_needed_page_quotes_its_comparison():
             f"{m['planned_bytes']:,} | {m['written_bytes']:,} | {m['written_over_full']:.4f} |"
         )
         assert row in text, row
-        assert f"full store's {m['full_bytes']:,} bytes" in flat
+        assert f"The full store holds {m['full_bytes']:,} bytes per model" in flat
+        assert m["states_equal"] is True
 
 
 def test_the_larger_shape_point_quotes_its_artefact():
