@@ -142,11 +142,16 @@ def _mi(unit: Unit, inputs: Inputs) -> float:
 CHANGED = 0.15 * 0.9
 
 
+def _capped_k(cfg: Any, n: int) -> int:
+    """MI's k on ``n`` rows, capped as :func:`evolution.metrics.mi.layer_mi` caps it (10 rows a cluster)."""
+    return min(cfg.k, max(2, n // 10))
+
+
 def _kmeans(n: int, cfg: Any, d: int) -> float:
     """Multiply-adds of one MI k-means over ``n`` rows (all restarts), k capped as ``layer_mi`` caps it."""
     from evolution.metrics.kmeans import resolve_algorithm
 
-    k = min(cfg.k, max(2, n // 10))
+    k = _capped_k(cfg, n)
     if resolve_algorithm(cfg.algorithm, k=k) == "two_level":
         coarse = 4 * math.sqrt(k)
         fine = k / coarse  # fine centroids per coarse cell
@@ -177,7 +182,7 @@ def _mlm_output(unit: Unit, inputs: Inputs) -> float:
 
 def _mlm_output_memory(unit: Unit, inputs: Inputs) -> float:
     m, _, n = _mlm_size(unit, inputs)
-    k = min(unit.kwargs["mi"].k, max(2, n // 10))
+    k = _capped_k(unit.kwargs["mi"], n)
     return 4.0 * m.n_layers * n * m.d_model + 4.0 * (n + min(n, 256 * k)) * m.d_model + 96.0 * n
 
 
@@ -226,7 +231,7 @@ def _mi_memory(unit: Unit, inputs: Inputs) -> float:
     cfg = unit.kwargs["mi"]
     sizes = [len(rows) for rows, _ in m.plan.mi.values()] or [0]
     n = max(sizes)  # targets run one after another
-    k = min(cfg.k, max(2, n // 10))
+    k = _capped_k(cfg, n)
     if resolve_algorithm(cfg.algorithm, k=k) == "two_level":
         k = max(2, int(round(4 * math.sqrt(k))))  # faiss trains the coarse level's centroids; cells are small
     return 4.0 * (n + min(n, 256 * k)) * m.d_model + 96.0 * n  # + labels, probed cells and their order
@@ -296,7 +301,7 @@ def _mi_flat(unit: Unit, inputs: Inputs) -> bool:
 
     cfg = unit.kwargs["mi"]
     n = max((len(rows) for rows, _ in inputs.models[unit.kwargs["model"]].plan.mi.values()), default=0)
-    return resolve_algorithm(cfg.algorithm, k=min(cfg.k, max(2, n // 10))) == "flat"
+    return resolve_algorithm(cfg.algorithm, k=_capped_k(cfg, n)) == "flat"
 
 
 def plan_units(units: list[tuple[Analysis, Unit]], inputs: Inputs, *, rate: float) -> list[UnitCost]:
