@@ -154,6 +154,8 @@ class ExtractStage(Stage):
             return []
         corpus = corpus if corpus is not None else CorpusStage().load(ctx)
         workers = planned_workers(ctx)
+        # the occurrence plan of extract.rows: needed reads the annotation; read it once, and only then
+        annotation = CorpusStage().annotation(ctx) if ctx.config.extract.rows == "needed" else None
         plans = [
             plan_extract(
                 self.spec(ctx, m),
@@ -162,7 +164,7 @@ class ExtractStage(Stage):
                 name=m.name,
                 workers=workers,
                 training_text=self.training_text(ctx, m),
-                annotation=CorpusStage().annotation(ctx),
+                annotation=annotation,
                 select_rows=self.select_rows(ctx, m),
             )
             for m in models
