@@ -56,8 +56,8 @@ def test_logged_collects_this_threads_lines_and_replay_skips_this_process(caplog
 
 @pytest.mark.slow
 def test_worker_log_lines_reach_the_run_log(tmp_path, corpus_file, model_specs):
-    """On worker processes (a LocalCluster), the library's lines (k capped, the k-means
-    chosen, openTSNE's own) end up in the run's log file, tagged with their unit."""
+    """On worker processes (a LocalCluster), the library's lines (the k-means chosen, openTSNE's
+    own) end up in the run's log file, tagged with their unit; MI's capped k is said once."""
     cfg = write_config(
         tmp_path / "c.yaml",
         corpus=corpus_file,
@@ -70,7 +70,8 @@ def test_worker_log_lines_reach_the_run_log(tmp_path, corpus_file, model_specs):
     cfg.write_text(text.replace("mi: {k: 4, restarts: 2}", "mi: {k: 400, restarts: 2}"))
     run(cfg, progress=False)
     log = next((tmp_path / "w" / "logs").glob("run-*.log")).read_text()
-    assert "[mi translation-1] MI: k = 400 capped to" in log
+    assert log.count("MI's k = 400 is capped to a tenth of the occurrences") == 1  # from the planning process
+    assert "MI: k = 400 capped to" not in log  # not once per (model, layer) from the workers
     assert "[mi translation-1] MI: flat k-means" in log
     assert "[tsne translation-0] Automatically determined negative gradient method" in log  # openTSNE's
     mi = open_metrics(tmp_path / "w" / "metrics.zarr", "mi")

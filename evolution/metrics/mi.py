@@ -269,7 +269,8 @@ def layer_mi(
     """I(label; k-means cluster) for ``vectors`` (n, d) and ``labels`` (n,).
 
     ``k`` is capped at n // 10 (at least 10 points per cluster on average;
-    the cap is logged). Restart ``r`` uses seed ``seed + r``. The shuffled
+    the result's ``k`` is the one used; the cap is logged at DEBUG, as the MI analysis
+    warns of it once per call). Restart ``r`` uses seed ``seed + r``. The shuffled
     control pairs the first restart's clusters with labels permuted by
     ``default_rng(seed)``. ``algorithm`` is one of :data:`ALGORITHMS`; the one that
     ran is in the result. With ``sentence`` (n,) and ``bootstrap`` replicates, the
@@ -283,7 +284,8 @@ def layer_mi(
     n = len(labels)
     cap = max(2, n // 10)
     if k > cap:
-        logger.info("MI: k = %d capped to %d for %d occurrences (>= 10 per cluster)", k, cap, n)
+        # DEBUG: this runs once per (model, layer, target); the MI analysis warns once per call, naming every cap
+        logger.debug("MI: k = %d capped to %d for %d occurrences (>= 10 per cluster)", k, cap, n)
         k = cap
     chosen = resolve_algorithm(algorithm, k=k)
     logger.info("MI: %s k-means, k = %d, %d occurrences, %d restart(s)", chosen.replace("_", "-"), k, n, restarts)
