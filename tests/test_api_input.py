@@ -258,6 +258,71 @@ def test_a_closed_representations_says_what_to_do(bert):
             call()
 
 
+def test_open_store_says_what_it_was_given_when_that_is_no_representation_store(bert, tmp_path):
+    """ev.open_store on a run's metrics.zarr (it returned Representations([]): no model, no error), on
+    the run's folder (zarr's GroupNotFoundError), on a missing path (a 12-frame traceback), on one
+    model's group, a file or another folder: a StoreError saying what the path is and what to pass;
+    on the store itself, its models."""
+    import re
+    import traceback
+
+    from evolution.api.represent import StoreNotFoundError
+    from evolution.metrics.results import write_metrics
+    from evolution.store import StoreError
+
+    run = tmp_path / "run"
+    reps = run / "reps.zarr"
+    ev.represent(bert, SENTENCES[:5], attention=False, store=reps).close()
+    write_metrics(run / "metrics.zarr", {"mi": xr.Dataset({"mi": ("layer", [0.1, 0.2])})}, fingerprint="f")
+    (run / "config.resolved.yaml").write_text("workdir: .\nextract: {store: null}\n", encoding="utf-8")
+    assert list(ev.open_store(reps)) == ["bert"]
+    q = re.escape
+
+    def refused(path, message, error=StoreError):
+        with pytest.raises(error, match=message) as caught:
+            ev.open_store(path)
+        assert "\n" not in str(caught.value)
+        return caught
+
+    refused(
+        run / "metrics.zarr",
+        rf"^{q(str(run / 'metrics.zarr'))}: a metrics store \(the analyses' results: groups mi\), not a "
+        r"representation store; read its groups with evolution\.metrics\.results\.open_metrics\(path, group\), "
+        rf"and to ev\.open_store pass the run's representation store, {q(str(reps))}$",
+    )
+    refused(
+        run,
+        rf"^{q(str(run))}: a run folder \(a pipeline workdir\), not a store: its states are in {q(str(reps))}; "
+        rf"pass ev\.open_store\({q(repr(str(reps)))}\)$",
+    )
+    refused(
+        reps / "bert",
+        rf"one model's group of a representation store; pass the store and the model: "
+        rf"ev\.open_store\({q(repr(str(reps)))}, models=\['bert'\]\)$",
+    )
+    # a run whose config put its states elsewhere (extract.store, recorded relative to the workdir)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.resolved.yaml").write_text("extract: {store: ../run/reps.zarr}\n", encoding="utf-8")
+    refused(other, rf"a run folder \(a pipeline workdir\), not a store: its states are in {q(str(reps))};")
+    # a committed result: its metrics and config, not its states
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "config.resolved.yaml").write_text("extract: {store: null}\n", encoding="utf-8")
+    refused(kept, rf"its states would be in {q(str(kept / 'reps.zarr'))}, which does not exist")
+    caught = refused(
+        tmp_path / "nowhere",
+        rf"^{q(str(tmp_path / 'nowhere'))}: no such file or directory; ev\.open_store takes a representation "
+        r"store: a pipeline run's reps\.zarr, or ev\.represent\(\.\.\., store=PATH\)'s$",
+        StoreNotFoundError,
+    )
+    assert isinstance(caught.value, FileNotFoundError) and len(traceback.extract_tb(caught.tb)) <= 3
+    (tmp_path / "notes.txt").write_text("x", encoding="utf-8")
+    refused(tmp_path / "notes.txt", r"notes\.txt: a file, not a Zarr store; ev\.open_store takes")
+    (tmp_path / "empty").mkdir()
+    refused(tmp_path / "empty", r"empty: not a Zarr store \(\w+\); ev\.open_store takes a representation store")
+
+
 def test_the_device_message_tells_a_cuda_build_without_a_gpu_from_a_cpu_build(monkeypatch):
     import torch
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,8 +22,9 @@ from typing import Any
 import xarray as xr
 
 from evolution.api.model import Model
+from evolution.store import StoreError
 
-__all__ = ["Representations", "represent", "open_store", "checked_sentences"]
+__all__ = ["Representations", "represent", "open_store", "checked_sentences", "StoreNotFoundError"]
 
 logger = logging.getLogger(__name__)
 
@@ -277,15 +279,19 @@ def checked_sentences(sentences) -> list[str]:
 def open_store(path: str | Path, models: Sequence[str] | None = None) -> Representations:
     """The models of an existing representation store (a pipeline run's ``reps.zarr``), as
     :func:`represent` returns them; analysis results are cached beside it
-    (``<store's directory>/api-cache``)."""
-    import zarr
+    (``<store's directory>/api-cache``). Anything else is refused with a
+    :class:`~evolution.store.StoreError` saying what it is (a metrics store, a run's folder and
+    where its states are, one model's group, a file) and what to pass; a missing path with a
+    :class:`StoreNotFoundError` (also a ``FileNotFoundError``)."""
 
     from evolution import location
     from evolution.store import _FINGERPRINT
 
     path = str(path)
-    root = zarr.open_group(path, mode="r", zarr_format=3)
+    root = _store_root(path)
     names = sorted(n for n, g in root.groups() if "model_config" in g.attrs)
+    if not names:
+        _refuse_without_models(path, root)
     if models is not None:
         missing = [m for m in models if m not in names]
         if missing:
@@ -302,6 +308,98 @@ def open_store(path: str | Path, models: Sequence[str] | None = None) -> Represe
     return Representations(
         store=path, specs=specs, extract_keys=keys, cache=cache, owned=(False, location.is_url(path))
     )
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """:func:`open_store`'s path does not exist (a :class:`StoreError` and a ``FileNotFoundError``)."""
+
+
+_PASS = "ev.open_store takes a representation store: a pipeline run's reps.zarr, or ev.represent(..., store=PATH)'s"
+
+
+def _store_root(path: str):
+    """The root group of the Zarr store at ``path``; a :class:`StoreError` saying what ``path``
+    is instead (missing, a file, a run's folder, not a Zarr store) and what to pass."""
+    import zarr
+
+    from evolution import location
+
+    try:
+        found, folder = location.exists(path), location.is_dir(path)
+    except Exception as exc:  # noqa: BLE001 - fsspec / botocore / OS errors alike
+        raise StoreError(
+            f"{path}: cannot read it ({type(exc).__name__}: {exc}); check the path, and for object storage "
+            "the credentials and endpoint in the environment"
+        ) from None
+    if not found:
+        raise StoreNotFoundError(f"{path}: no such file or directory; {_PASS}")
+    if not folder:
+        raise StoreError(f"{path}: a file, not a Zarr store; {_PASS}")
+    try:
+        return zarr.open_group(path, mode="r", zarr_format=3)
+    except Exception as exc:  # noqa: BLE001 - zarr raises many types for what is not a store
+        run = _run_folder_states(path)
+        if run is not None:
+            raise StoreError(f"{path}: a run folder (a pipeline workdir), not a store: {run}") from None
+        raise StoreError(f"{path}: not a Zarr store ({type(exc).__name__}); {_PASS}") from None
+
+
+def _run_folder_states(path: str) -> str | None:
+    """For a pipeline workdir (it holds ``config.resolved.yaml``, ``reps.zarr`` or
+    ``metrics.zarr``), where its states are and what to pass; None for any other folder."""
+    import yaml
+
+    from evolution import location
+
+    entries = set(location.listdir(path))
+    if not entries & {"config.resolved.yaml", "reps.zarr", "metrics.zarr"}:
+        return None
+    store = location.join(path, "reps.zarr")
+    if "config.resolved.yaml" in entries:
+        try:
+            config = yaml.safe_load(location.read_bytes(location.join(path, "config.resolved.yaml")))
+            named = str(((config or {}).get("extract") or {}).get("store") or "")
+        except Exception:  # noqa: BLE001 - an unreadable config: the default place
+            named = ""
+        if named.startswith("…"):  # recorded far from the workdir, by its last component only
+            return f"its config.resolved.yaml sets extract.store: {named}; pass that store's full path to ev.open_store"
+        if named:
+            store = named if location.is_url(named) else os.path.normpath(location.join(path, named))
+    if location.exists(store):
+        return f"its states are in {store}; pass ev.open_store({store!r})"
+    return (
+        f"its states would be in {store}, which does not exist (the run has not extracted, or its store was "
+        "not kept); run the pipeline's extract stage, then pass that path to ev.open_store"
+    )
+
+
+def _refuse_without_models(path: str, root) -> None:
+    """A Zarr group with no model group: say what it is (a metrics store, one model's group, a
+    run folder's store of something else) and what to pass."""
+    from evolution import location
+
+    attrs = dict(root.attrs)
+    if "evolution_metrics" in attrs or "groups" in attrs:  # evolution.metrics.results' root
+        states = location.join(location.parent(path), "reps.zarr") if not location.is_url(path) else None
+        where = (
+            f"pass the run's representation store, {states}"
+            if states is not None and location.exists(states)
+            else "pass the run's representation store (<workdir>/reps.zarr)"
+        )
+        groups = [str(g) for g in attrs.get("groups") or []]
+        named = ", ".join(groups[:6]) + (f" and {len(groups) - 6} more" if len(groups) > 6 else "") or "none yet"
+        raise StoreError(
+            f"{path}: a metrics store (the analyses' results: groups {named}), "
+            f"not a representation store; read its groups with evolution.metrics.results.open_metrics(path, group), "
+            f"and to ev.open_store {where}"
+        )
+    if "model_config" in attrs:  # one model's group inside a store
+        store, model = path.rstrip("/").rpartition("/")[::2]
+        raise StoreError(
+            f"{path}: one model's group of a representation store; pass the store and the model: "
+            f"ev.open_store({store!r}, models=[{model!r}])"
+        )
+    raise StoreError(f"{path}: a Zarr store with no model group (one whose attributes hold model_config); {_PASS}")
 
 
 def _absolute(spec: dict, base: Path | None) -> dict:
