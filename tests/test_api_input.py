@@ -102,6 +102,28 @@ def test_plots_refuse_an_unknown_model_and_draw_each_models_own_heads():
         ev.plot.heads(ds, model="c")
 
 
+def test_a_misspelt_plot_gets_the_closest_names():
+    """``ev.plot.compare`` (the plot is ``compared``) was a plain AttributeError: now an
+    AttributeError subclass naming the close matches and the plots there are; dunder probes
+    (copy, pickle, inspect) get the plain AttributeError, and ``hasattr`` still answers False."""
+    from evolution.api.plot import PlotNameError
+
+    with pytest.raises(
+        PlotNameError, match=r"^ev\.plot has no 'compare'; did you mean ev\.plot\.compared\? its plots are mi, "
+    ):
+        ev.plot.compare  # noqa: B018
+    with pytest.raises(AttributeError, match=r"did you mean ev\.plot\.neighbors\?"):
+        ev.plot.neighbours  # noqa: B018
+    with pytest.raises(AttributeError, match=r"did you mean ev\.plot\.distances\?"):
+        ev.plot.similarity  # noqa: B018
+    with pytest.raises(PlotNameError, match=r"^ev\.plot has no 'zzz'; its plots are mi, neighbors, distances, "):
+        ev.plot.zzz  # noqa: B018
+    assert not hasattr(ev.plot, "compare") and not hasattr(ev.plot, "__wrapped__")
+    with pytest.raises(AttributeError) as caught:
+        ev.plot.__wrapped__  # noqa: B018
+    assert type(caught.value) is AttributeError
+
+
 def _rss() -> int:
     import psutil
 

@@ -10,6 +10,7 @@ figure. The report's multi-panel figures are the analyses' own figure functions
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,6 +19,23 @@ import xarray as xr
 from evolution.analyses.plotting import STYLES, plt
 
 __all__ = ["mi", "neighbors", "distances", "change", "influence", "heads", "trajectory", "compared", "report_figure"]
+
+#: the plot of an analysis whose name is not a plot's: ``ev.similarity``'s group is drawn by ``distances``
+_PLOT_OF = {"similarity": "distances", "to_final": "trajectory"}
+
+
+class PlotNameError(AttributeError):
+    """A name this module does not have; the message names the closest plots."""
+
+
+def __getattr__(name: str):
+    """``ev.plot.compare`` and the like: an :class:`PlotNameError` with the close matches
+    (``did you mean ev.plot.compared?``) and the plots there are."""
+    if name.startswith("__"):  # copy, pickle, inspect and doctest probe dunders: the plain error
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    close = ([_PLOT_OF[name]] if name in _PLOT_OF else []) + difflib.get_close_matches(name, __all__, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(f'ev.plot.{c}' for c in dict.fromkeys(close))}? " if close else ""
+    raise PlotNameError(f"ev.plot has no {name!r}; {hint}its plots are {', '.join(__all__)}")
 
 
 def _axes(ax):
