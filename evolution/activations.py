@@ -23,13 +23,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Activations", "ActivationsError", "check_activations", "write_activations", "KIND"]
+__all__ = ["Activations", "ActivationsError", "as_token_ids", "check_activations", "write_activations", "KIND"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +124,56 @@ def word_ids(pieces: Sequence[str]) -> list[int]:
     return word_ids_from_pieces([str(p) for p in pieces])
 
 
+#: a piece that reads as a special token: ``<s>``, ``</s>``, ``<|endoftext|>``, ``[CLS]``, ``<pad>``
+_SPECIAL_PIECE = re.compile(r"^(<\|[^|\s]+\|>|</?[A-Za-z_]+>|\[[A-Z_]+\])$")
+
+
+def as_token_ids(x, what: str) -> list[int]:
+    """One sentence's token ids as ints; strings are refused by name (they belong in ``token_strs``)."""
+    a = _array(x, what).ravel()
+    if a.dtype.kind in "USO" and any(isinstance(v, str) for v in a.tolist()):
+        raise ActivationsError(
+            f"{what} holds strings ({a.tolist()[:3]!r}...): pass the token ids the model ran on "
+            "(tokenizer(text)['input_ids']); the strings go to token_strs=, or come from tokenizer="
+        )
+    if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.array_equal(a, np.round(a))):
+        raise ActivationsError(f"{what} has dtype {a.dtype}; token ids are integers")
+    return [int(i) for i in a]
+
+
+def _warn_unannounced_specials(
+    inputs: list[list[int]], pieces: list[list[str]], special_ids: Collection[int] | None
+) -> None:
+    """A WARNING where every sentence opens (or closes) with the same special token and ``added``
+    does not count it: it would be analysed as text, the most frequent "type" of MI and the
+    neighbours. Special: among ``special_ids`` (a tokenizer's ``all_special_ids``), or a piece
+    that reads as one (``<s>``, ``[CLS]``, ``<|endoftext|>``)."""
+    if len(inputs) < 2:
+        return
+
+    def special(i: int, piece: str) -> bool:
+        return (i in special_ids) if special_ids is not None else bool(_SPECIAL_PIECE.match(piece))
+
+    first = {ids[0] for ids in inputs}
+    last = {ids[-1] for ids in inputs}
+    before = len(first) == 1 and special(inputs[0][0], pieces[0][0])
+    after = len(last) == 1 and special(inputs[0][-1], pieces[0][-1])
+    if before or after:
+        where = " and ".join(
+            f"{side} with {pieces[0][k]!r} (id {inputs[0][k]})"
+            for side, k, flag in (("opens", 0, before), ("closes", -1, after))
+            if flag
+        )
+        logger.warning(
+            "every sentence %s and added=(0, 0): the model's input adds it, so it would be analysed as text "
+            "(the most frequent type of MI, the neighbours and PWCCA); pass added=(%d, %d) to keep it out of "
+            "the states (it stays in the attention maps)",
+            where,
+            int(before),
+            int(after),
+        )
+
+
 def check_activations(
     states: Sequence,
     *,
@@ -130,9 +181,14 @@ def check_activations(
     token_strs: Sequence,
     attention: Sequence | None = None,
     added: tuple[int, int] = (0, 0),
+    special_ids: Collection[int] | None = None,
 ) -> Activations:
     """The activations as :class:`Activations`, or an :class:`ActivationsError` naming the first
-    problem (sentence, layer) and what to do: see the module docstring for the shapes."""
+    problem (sentence, layer) and what to do: see the module docstring for the shapes.
+
+    ``special_ids``: the tokenizer's special ids, if at hand; with ``added=(0, 0)`` a special
+    token that opens or closes every sentence is a WARNING naming the ``added`` to pass (without
+    them, a piece such as ``<s>`` or ``[CLS]`` counts as special)."""
     n = len(states)
     if n == 0:
         raise ActivationsError("states is empty: pass one (layers, tokens, d) array per sentence")
@@ -178,7 +234,7 @@ def check_activations(
                 f"states[{s}] layer {layer}: {int(bad[layer].sum())} NaN or inf values (of {bad[layer].size}); "
                 "the run that produced them overflowed or a hook wrote NaN: fix the run, or leave the sentence out"
             )
-        ids = [int(i) for i in _array(token_ids[s], f"token_ids[{s}]").ravel()]
+        ids = as_token_ids(token_ids[s], f"token_ids[{s}]")
         strs = [str(p) for p in token_strs[s]]
         t = x.shape[1]
         if len(ids) != t or len(strs) != t:
@@ -212,15 +268,24 @@ def check_activations(
             if not np.isfinite(a).all():
                 layer = int(np.flatnonzero(~np.isfinite(a).all(axis=(1, 2, 3)))[0])
                 raise ActivationsError(f"attention[{s}] layer {layer + 1}: NaN or inf weights; fix the run")
-            dev = np.abs(a.sum(-1) - 1.0)
+            sums = a.sum(-1)
+            dev = np.abs(sums - 1.0)
             if (a < -1e-6).any() or dev.max() > ROW_SUM_TOLERANCE:
                 layer = int(
                     np.flatnonzero((dev > ROW_SUM_TOLERANCE).any(axis=(1, 2)) | (a < -1e-6).any(axis=(1, 2, 3)))[0]
                 )
+                worst = float(sums.reshape(-1)[int(dev.argmax())])
+                short = not (a < -1e-6).any() and bool((sums[dev > ROW_SUM_TOLERANCE] < 1.0).all())
+                fix = (
+                    "its weights sum to less than 1 over the sentence's keys: the rest went to keys outside it, "
+                    "the padding of a batch or tokens cut off; give lengths= or mask= as the model ran (the "
+                    "attention mask), with the padding masked in the run itself"
+                    if short
+                    else "pass the attention pattern (after the softmax: TransformerLens hook_pattern), not the scores"
+                )
                 raise ActivationsError(
                     f"attention[{s}] layer {layer + 1}: rows are not distributions over the keys (a row sums to "
-                    f"{float(a.sum(-1).reshape(-1)[int(dev.argmax())]):.4g}); pass the attention pattern (after "
-                    "the softmax: TransformerLens hook_pattern), not the scores"
+                    f"{worst:.4g}); {fix}"
                 )
             maps.append(a)
         if x.dtype != np.float32:
@@ -229,6 +294,8 @@ def check_activations(
         inputs.append(ids)
         pieces.append(strs)
     assert prefix is not None and suffix is not None
+    if before == 0 and after == 0:
+        _warn_unannounced_specials(inputs, pieces, special_ids)
     return Activations(
         states=out_states,
         inputs=inputs,

@@ -206,3 +206,48 @@ def test_a_filtered_cache_with_the_embeddings_as_two_hooks(gpt2, routes):
         ev.from_transformer_lens(
             bare, batch, lengths=lengths, tokenizer=bridge.tokenizer, final_norm=False, attention=False
         )
+
+
+def test_the_reported_door_cases_on_the_real_routes(gpt2, routes):
+    """The cases that once went through: a right-padded batch without ``lengths`` (GPT-2's pad id is
+    its BOS/EOS, which became the most frequent "type"), through TransformerLens and nnsight, with
+    and without attention; the blocks' outputs alone given to nnsight with the model at hand (every
+    label one off); a cache of blocks 0-1 plus the final norm of a 3-block model; a bfloat16 cache."""
+    import torch
+
+    path, sentences, batch, lengths = gpt2
+    *_, bridge = routes
+    tok = bridge.tokenizer
+    few, few_lengths = batch[:12], lengths[:12]
+    _, cache = bridge.run_with_cache(few)
+    for attention in (True, False):
+        with pytest.raises(ValueError, match="right-padded batch would be analysed as text.*lengths="):
+            ev.from_transformer_lens(cache, few, tokenizer=tok, attention=attention)
+    lm = nnsight.LanguageModel(_hf(path)[0], tokenizer=tok)
+    with lm.trace(few, output_attentions=True):
+        emb = lm.transformer.drop.output.save()
+        b0 = lm.transformer.h[0].output.save()
+        b1 = lm.transformer.h[1].output.save()
+        b2 = lm.transformer.h[2].output.save()
+        out = lm.output.save()
+    blocks = [b0, b1, b2]
+    with pytest.raises(ValueError, match="right-padded"):
+        ev.from_nnsight([emb, *blocks], few, attentions=out.attentions, tokenizer=tok)
+    with pytest.raises(ValueError, match="holds 3 layers and the model has 3 blocks: the embeddings are missing"):
+        ev.from_nnsight(blocks, few, lengths=few_lengths, tokenizer=tok, config=lm)
+    assert (
+        ev.from_nnsight([emb, *blocks], few, lengths=few_lengths, tokenizer=tok, config=lm)["nnsight"].sizes["layer"]
+        == 4
+    )
+    _, short = bridge.run_with_cache(few, names_filter=lambda n: n in SHORT_HOOKS)
+    with pytest.raises(KeyError, match=r"blocks 0\.\.1 but the model has 3 blocks"):
+        ev.from_transformer_lens(short, few, lengths=few_lengths, tokenizer=tok, attention=False)
+    half = {k: v.to(torch.bfloat16) for k, v in cache.items() if k in SHORT_HOOKS or "hook_resid" in k}
+    got = ev.from_transformer_lens(half, few, lengths=few_lengths, tokenizer=tok, attention=False, name="bf16")
+    ref = ev.from_transformer_lens(cache, few, lengths=few_lengths, tokenizer=tok, attention=False, name="f32")
+    diff = np.abs(got["bf16"]["hidden"].values - ref["f32"]["hidden"].values)
+    scale = np.abs(ref["f32"]["hidden"].values).max()
+    assert 0 < diff.max() <= scale * 2**-8  # bfloat16's 8 bits of mantissa, read exactly as float32
+
+
+SHORT_HOOKS = ("blocks.0.hook_resid_pre", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post", "ln_final.hook_out")
