@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, get_args
+from typing import Any, ClassVar, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
@@ -61,8 +61,43 @@ def error_lines(err: ValidationError, model: type[BaseModel]) -> list[str]:
             msg = unknown_key(str(e["loc"][-1]), keys_at(model, e["loc"][:-1]))
         elif e["type"] == "missing":
             msg = "required key is missing"
+        elif e["type"] == "literal_error":
+            msg = _not_a_choice(e, model) or msg
         lines.append(f"{loc}: {msg}")
     return lines
+
+
+def _not_a_choice(error: Any, model: type[BaseModel]) -> str | None:
+    """``'all' is not a choice; the choices are needed or null`` for a value outside a field's
+    ``Literal`` (pydantic's ``Input should be 'needed'`` leaves out the null that ``X | None``
+    allows), or None where ``error['loc']`` does not lead to a field of the models."""
+    loc = list(error["loc"])
+    element = bool(loc) and isinstance(loc[-1], int)  # an item of a list: null is no choice there
+    while loc and isinstance(loc[-1], int):
+        loc.pop()
+    if not loc or keys_at(model, loc[:-1]) is None:
+        return None
+    cls: type[BaseModel] = model
+    for part in loc[:-1]:
+        if not isinstance(part, int):
+            cls = _model_in(cls.model_fields[str(part)].annotation)  # type: ignore[assignment]  # keys_at checked it
+    field = cls.model_fields.get(str(loc[-1]))
+    if field is None:
+        return None
+    choices = [str(v) if isinstance(v, str) else repr(v) for v in _literals(field.annotation)]
+    if not choices:
+        return None
+    if not element and type(None) in get_args(field.annotation):
+        choices.append("null")
+    listed = choices[0] if len(choices) == 1 else f"{', '.join(choices[:-1])} or {choices[-1]}"
+    return f"{error['input']!r} is not a choice; the choices are {listed}"
+
+
+def _literals(annotation: Any) -> list[Any]:
+    """The values of the ``Literal`` types in ``annotation`` (through ``X | None``, ``list[X]``)."""
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    return [v for arg in get_args(annotation) for v in _literals(arg)]
 
 
 class _Section(BaseModel):
