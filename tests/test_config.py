@@ -184,7 +184,27 @@ def test_set_overrides_replace_one_nested_key_and_leave_the_rest(tmp_path, good)
     assert cfg.seed == 5 and cfg.extract.attention.sentences == 4  # a section the file left out
     with pytest.raises(ConfigError, match=r"metrics\.mi\.kk: unknown key"):
         load_config(path, overrides={"metrics.mi.kk": 1})
-    with pytest.raises(ConfigError, match=r"seed in .* is not a section"):
+    with pytest.raises(ConfigError, match=r"seed in .* is not a section \(it is 3\); override it as a whole instead: "):
         load_config(path, overrides={"seed.x": 1})
+
+
+def test_a_key_of_a_shorthand_section_gets_the_exact_set_of_the_whole(tmp_path, good):
+    """``--set cluster.memory_limit=3GiB`` on ``cluster: local`` said to override the section whole
+    but not how: now it names the exact ``--set``, which runs."""
+    import shlex
+
+    from evolution.config import parse_overrides
+
+    path = _write(tmp_path, good + "cluster: local\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, overrides=parse_overrides(["cluster.memory_limit=3GiB"]))
+    message = str(caught.value)
+    assert message.endswith(
+        "cluster in " + str(path) + " is the shorthand 'local', not a section; override the section whole, "
+        "with the shorthand's keys: --set 'cluster={kind: local, memory_limit: 3GiB}'"
+    ), message
+    suggested = shlex.split(message.rpartition(" --set ")[2])
+    cfg = load_config(path, overrides=parse_overrides(suggested))
+    assert (cfg.cluster.kind, cfg.cluster.memory_limit) == ("local", "3GiB")
     with pytest.raises(ConfigError, match=r"KEY=VALUE"):
         parse_overrides(["metrics.pruning"])

@@ -262,12 +262,32 @@ def _override(data: dict, key: str, value: Any, *, path: Path) -> None:
         if child is None:
             child = node[part] = {}
         if not isinstance(child, dict):
-            raise ConfigError(
-                f"override {key!r}: {'.'.join(parents[: i + 1])} in {path} is not a section "
-                f"(it is {child!r}); override it as a whole instead"
-            )
+            raise ConfigError(_not_a_section(key, parents[: i + 1], child, value, path=path))
         node = child
     node[last] = value
+
+
+def _not_a_section(key: str, section: list[str], found: Any, value: Any, *, path: Path) -> str:
+    """What to pass instead of ``--set KEY=VALUE`` where a section on ``KEY``'s way is a plain value
+    in the file: for a shorthand (``cluster: local``), the exact ``--set`` of the whole section."""
+    import shlex
+
+    name = ".".join(section)
+    expanded = _coerce_cluster(found) if name == "cluster" else None
+    if not isinstance(expanded, dict):
+        return (
+            f"override {key!r}: {name} in {path} is not a section (it is {found!r}); override it as a "
+            f"whole instead: --set {shlex.quote(name + '=VALUE')}"
+        )
+    node = whole = dict(expanded)
+    for part in key.split(".")[len(section) : -1]:
+        node = node.setdefault(part, {})
+    node[key.split(".")[-1]] = value
+    flow = yaml.safe_dump(whole, default_flow_style=True, sort_keys=False, width=1_000_000).strip()
+    return (
+        f"override {key!r}: {name} in {path} is the shorthand {found!r}, not a section; override the "
+        f"section whole, with the shorthand's keys: --set {shlex.quote(name + '=' + flow)}"
+    )
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
