@@ -314,6 +314,11 @@ def test_docs_series_quotes_the_committed_tiny_series():
     d = curves["to_final"].sel(metric="pwcca", checkpoint=0)
     g, b = d.sel(series="gpt2").values, d.sel(series="bert").values
     assert f"from {g.min():.2f}-{g.max():.2f} (GPT-2) and {b.min():.2f}-{b.max():.2f} (BERT) at step 0" in text
+    # what to_final_task computes (tests/test_trajectory.py checks it against the reference PWCCA)
+    assert (
+        "so it is not symmetric: the distance is 1 minus the mean of both directions, "
+        "(PWCCA(member, last) + PWCCA(last, member)) / 2"
+    ) in text
     assert np.all(np.diff(curves["to_final"].sel(metric="pwcca").values, axis=1) < 0)  # "falls at every step"
     between = curves["between"].sel(metric="pwcca", pair="gpt2 | bert").values
     assert f"at layer 0 falls from {between[0, 0]:.2f} to {between[-1, 0]:.2f}" in text
