@@ -100,6 +100,8 @@ def test_the_arms_are_read_against_their_own_references(tmp_path):
     scratch = [[19.2, 19.25], [19.2, 19.2], [19.15, 19.2]]
     f = _v3(_store(tmp_path, pruned=pruned, scratch=scratch))
     assert f.verdict == FAILS, f.why
+    # one outcome per lambda: the count is of lambdas (it said "2 of 2 models")
+    assert f.why == "does not hold for 2 of 2 lambdas: the mean d is not above 0 (lambda 0.04, lambda 0.06)"
 
 
 def test_a_positive_mean_whose_interval_reaches_zero_is_undecided(tmp_path):
@@ -108,6 +110,7 @@ def test_a_positive_mean_whose_interval_reaches_zero_is_undecided(tmp_path):
     scratch = [[18.0, 18.0]] * 3
     f = _v3(_store(tmp_path, pruned=pruned, scratch=scratch))
     assert f.verdict == NA and "interval of d reaches 0" in f.why
+    assert f.why.startswith("undecided for 1 of 2 lambdas: the 95% interval of d reaches 0 (lambda "), f.why
 
 
 def test_fewer_than_three_seeds_or_no_scratch_layout_is_not_measurable(tmp_path):

@@ -135,11 +135,13 @@ def verdict(
     paper: str = "",
     figure: str = "",
     details: tuple[str, ...] = (),
+    unit: str = "models",
 ) -> Finding:
     """The claim's :class:`Finding` from the per-model ``outcomes`` (see the module's rule):
     ``measured`` the short numbers of each model, ``details`` each model's full text, then
     ``details``; ``left_out``: model -> why the claim does not concern it; ``missing``: why
-    the whole claim cannot be measured (a group or variable not in the store)."""
+    the whole claim cannot be measured (a group or variable not in the store). ``unit``: what
+    the outcomes are, in the counts of ``why`` (``does not hold for 2 of 2 lambdas``)."""
     lines = tuple(f"{o.model}: {o.text}" for o in outcomes) + tuple(details)
 
     def out(measured: str, v: str, why: str) -> Finding:
@@ -155,14 +157,14 @@ def verdict(
     holds = [o.model for o in outcomes if o.verdict == HOLDS]
     if fails:
         why = (
-            f"does not hold for {len(fails)} of {n} models"
+            f"does not hold for {len(fails)} of {n} {unit}"
             + (f" (holds for {', '.join(holds)})" if holds else "")
             + ": "
             + _reasons(fails)
         )
         return out(measured, FAILS, "; ".join([why, *([gone] if gone else [])]))
     if undecided:
-        why = f"undecided for {len(undecided)} of {n} models: " + _reasons(undecided)
+        why = f"undecided for {len(undecided)} of {n} {unit}: " + _reasons(undecided)
         return out(measured, NA, "; ".join([why, *([gone] if gone else [])]))
     return out(measured, HOLDS, gone)
 

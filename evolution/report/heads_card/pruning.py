@@ -106,4 +106,5 @@ def claim_pruned_beats_scratch(run: HeadRun) -> Finding:
                 f"lambda {lam:g}: the continuous test-time gate (released code) against the hard 0/1 "
                 f"layout: {c.mean():+.2f} BLEU over {len(seeds)} seeds"
             )
-    return verdict("V3", CLAIM, rule, outcomes, gone, details=tuple(details), **args)
+    # one outcome per lambda (each over every seed), so the counts of the verdict are of lambdas
+    return verdict("V3", CLAIM, rule, outcomes, gone, details=tuple(details), unit="lambdas", **args)
