@@ -700,6 +700,51 @@ def test_a_series_named_where_a_model_is_expected_points_to_its_last_member(tmp_
         load_config(path)
 
 
+def test_extract_layers_with_a_series_says_what_to_change(tmp_path):
+    """extract.layers with a checkpoint series (which compares every layer with its final member):
+    refused naming each thing to turn off, the series as what to write in its model entry (it said
+    "set a checkpoint series (models[].revisions / checkpoints): null", which no key takes); the
+    fix it names for the series loads."""
+    root = _series_dirs(tmp_path, "ckpt", [0, 50])
+    path = _config(tmp_path, '  - {name: g, kind: huggingface, checkpoints: "ckpt/checkpoint-*"}')
+    path.write_text(path.read_text() + "extract: {layers: [0, -1]}\n", encoding="utf-8")
+    last = (root / "checkpoint-50").resolve()
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = " ".join(str(caught.value).split())
+    assert (
+        "extract.layers stores layers [0, -1] only, and metrics.similarity and metrics.trajectory and checkpoint "
+        "series g (models[].revisions / checkpoints) compare every layer (PWCCA / CKA between layers, change by "
+        "frequency and by part of speech, distance to the final model): set extract.layers: null to store every "
+        "layer, or else set metrics.similarity: null and set metrics.trajectory: null and analyse series g's last "
+        f"member alone (replace its checkpoints: by path: {last})"
+    ) in message, message
+    assert "null, or extract.layers" not in message and "series (models[].revisions / checkpoints): null" not in message
+    fixed = _config(tmp_path, f"  - {{name: g, kind: huggingface, path: {last}}}", trajectory=False)
+    fixed.write_text(fixed.read_text() + "extract: {layers: [0, -1]}\nmetrics: {similarity: null}\n", encoding="utf-8")
+    assert load_config(fixed).extract.layers == [0, -1]
+
+
+def test_extract_layers_with_a_series_of_hub_revisions_says_what_to_change(tmp_path, monkeypatch):
+    from evolution.fixtures.tiny_series import to_hub_cache
+
+    root = _series_dirs(tmp_path, "ckpt", [0, 500])
+    to_hub_cache(
+        tmp_path / "hub", repo_id="lab/tiny", revisions={f"step{s}": root / f"checkpoint-{s}" for s in (0, 500)}
+    )
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    models = "  - {name: tiny, kind: huggingface, path: lab/tiny, revisions: [step0, step500]}"
+    path = _config(tmp_path, models, trajectory=False)
+    path.write_text(path.read_text() + "extract: {layers: [0]}\nmetrics: {similarity: null}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert " ".join(str(caught.value).split()).endswith(
+        "set extract.layers: null to store every layer, or else remove series tiny's revisions: list (model tiny "
+        "is then its hub id's default revision alone)"
+    ), caught.value
+
+
 def test_rows_needed_is_refused_with_a_series_and_its_trajectory(tmp_path):
     """extract.rows: needed keeps the rows the final models' analyses read; a checkpoint series
     (and metrics.trajectory over it) extracts other checkpoints too, so the config is refused, by

@@ -133,7 +133,7 @@ class EvolutionConfig(_Section):
             for what, on in (
                 ("metrics.similarity", self.metrics.similarity is not None),
                 ("metrics.trajectory", self.metrics.trajectory is not None),
-                ("a checkpoint series (models[].revisions / checkpoints)", bool(self._series)),
+                (f"checkpoint series {', '.join(self._series)} (models[].revisions / checkpoints)", bool(self._series)),
             )
             if on
         ]
@@ -142,7 +142,8 @@ class EvolutionConfig(_Section):
             raise ValueError(
                 f"extract.layers stores layers {self.extract.layers} only, and {' and '.join(every)} {verb} "
                 "every layer (PWCCA / CKA between layers, change by frequency and by part of speech, "
-                f"distance to the final model): set {every[0]}: null, or extract.layers: null"
+                "distance to the final model): set extract.layers: null to store every layer, or else "
+                + " and ".join(self._every_layer_fixes())
             )
         moving = [w for w in every if not w.startswith("metrics.similarity")]
         if self.extract.rows == "needed" and moving:
@@ -152,6 +153,20 @@ class EvolutionConfig(_Section):
             )
         self._stores_apart()
         return self
+
+    def _every_layer_fixes(self) -> list[str]:
+        """What turns off each part of the config that compares every layer (for extract.layers):
+        an analysis set to null, a checkpoint series replaced by its last member."""
+        on = {"metrics.similarity": self.metrics.similarity, "metrics.trajectory": self.metrics.trajectory}
+        fixes = [f"set {key}: null" for key, section in on.items() if section is not None]
+        for name, members in self._series.items():
+            last = members[-1]
+            fixes.append(
+                f"remove series {name}'s revisions: list (model {name} is then its hub id's default revision alone)"
+                if last.revision is not None
+                else f"analyse series {name}'s last member alone (replace its checkpoints: by path: {last.path})"
+            )
+        return fixes
 
     def _stores_apart(self) -> None:
         """The metrics store is replaced whole on every write: it must not be, hold or sit inside
