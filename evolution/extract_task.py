@@ -20,20 +20,22 @@ from evolution.store import open_attention_array, open_hidden
 __all__ = ["run_chunk", "task_buffer", "release_buffers"]
 
 
-_buffers: dict[int, np.ndarray] = {}  # thread id -> flat float32 buffer
+_buffers: dict[int, np.ndarray] = {}  # thread id -> flat buffer of the stored dtype
 
 
-def task_buffer(shape: tuple[int, ...]) -> np.ndarray:
-    """An uninitialised float32 array of ``shape``, reused by the tasks one worker
-    thread runs (a task's states, ``(L + 1, tokens, d)``, about 117 MB for 16,384
-    tokens of a 6-layer d = 256 model). Allocated afresh, it is page-faulted in
-    again by every task whenever the allocator hands back new pages (system time,
-    the larger the slower a machine's page faults). :func:`release_buffers` frees it."""
+def task_buffer(shape: tuple[int, ...], dtype: str = "float32") -> np.ndarray:
+    """An uninitialised array of ``shape`` and ``dtype`` (the stored one, ``extract.dtype``: the
+    states are rounded to it as they are copied in, as ``astype`` would round them, and written
+    without a copy), reused by the tasks one worker thread runs (a task's states,
+    ``(L + 1, tokens, d)``, about 117 MB in float32 for 16,384 tokens of a 6-layer d = 256 model).
+    Allocated afresh, it is page-faulted in again by every task whenever the allocator hands back
+    new pages (system time, the larger the slower a machine's page faults).
+    :func:`release_buffers` frees it."""
     size, thread = int(np.prod(shape)), threading.get_ident()
     flat = _buffers.get(thread)
-    if flat is None or flat.size < size:
+    if flat is None or flat.size < size or flat.dtype != np.dtype(dtype):
         _buffers.pop(thread, None)  # drop the old one before allocating the new
-        _buffers[thread] = flat = np.empty(size, dtype=np.float32)
+        _buffers[thread] = flat = np.empty(size, dtype=dtype)
     return flat[:size].reshape(shape)
 
 
@@ -79,7 +81,7 @@ def run_chunk(
     hidden_arr = open_hidden(store, group, mode="r+")
     keep = list(range(hidden_arr.shape[0])) if layers is None else list(layers)
     every = keep == list(range(hidden_arr.shape[0]))
-    buf = task_buffer((len(keep), task.stop - task.start, hidden_arr.shape[2]))
+    buf = task_buffer((len(keep), task.stop - task.start, hidden_arr.shape[2]), dtype)
     filled = 0  # rows of buf written: all of them, or the plan is wrong (the buffer holds an older task's rows)
     # local index (into inputs) -> row of the attention group (= row of the token table)
     if task.attention_slots is None:

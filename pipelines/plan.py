@@ -3,19 +3,25 @@ of a worker and the seconds it takes on this machine, and the free space where t
 (``python -m pipelines.run CONFIG --plan``; the same lines open every run's log).
 
 Bytes are exact: the token table (the corpus tokenised by each model, as the extraction does)
-fixes the ``hidden`` array, (L + 1) x tokens (rounded up to whole chunks: the last one is stored
-whole) x d x the dtype's size, and the attention group,
+fixes the ``hidden`` array, stored layers x rows x d x the dtype's size, the rows the tokens
+rounded up to whole chunks of ``extract.chunk_tokens`` (uncompressed, the last chunk is stored
+whole), and the attention group,
 the sum over sentences of L x H x T_s^2 x 4 (x (2 + 1/H) with the Kobayashi norms; the padding
 past each sentence compresses to nearly nothing). Seconds come from rates
 measured here in a few seconds: each model's forward pass on one batch of
 ``extract.max_batch_tokens`` tokens (tokens per second, on one worker), and the machine's float64
 GEMM rate on one core, printed beside them so that a reader can scale them to another machine.
-A worker's peak is the model's parameters, its task buffer ((L + 1) x ``chunk_tokens`` x
-``task_chunks`` x d float32) and one batch's activations (about 12 d-wide float32 arrays per
-token and layer: the states, the attention's and the FFN's intermediates at 4 d).
+A worker's peak is the model's parameters (float32), its task buffer (stored layers x
+``chunk_tokens`` x ``task_chunks`` x d in ``extract.dtype``), one batch's activations (about 12
+d-wide float32 arrays per token and layer: the states, the attention's and the FFN's
+intermediates at 4 d) and the worker's own memory (its imports,
+:data:`evolution.analyses.cost.WORKER_BASE`).
 
 A run whose planned bytes exceed the free space of a local store's disk stops before the
-store is written, naming the settings that shrink it (:class:`PlanError`).
+store is written, naming the settings that shrink it (:class:`PlanError`); so does a run whose
+worker peak is above the point where a worker's nanny stops it (its memory limit x
+``distributed.worker.memory.terminate``), naming the settings that lower the peak, unless
+``extract.memory_check: warn`` (``--plan`` warns of it either way: :func:`memory_problem`).
 """
 
 from __future__ import annotations
@@ -28,7 +34,17 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ModelPlan", "PlanError", "plan_extract", "gemm_rate", "free_bytes", "check_space", "log_plan"]
+__all__ = [
+    "ModelPlan",
+    "PlanError",
+    "plan_extract",
+    "gemm_rate",
+    "free_bytes",
+    "check_space",
+    "log_plan",
+    "memory_problem",
+    "memory_line",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +64,8 @@ CONCURRENT_SLOWDOWN = 1.3
 
 
 class PlanError(RuntimeError):
-    """The planned run does not fit (disk); the message names the sizes and the settings that shrink it."""
+    """The planned run does not fit (disk, or a worker's memory); the message names the sizes and
+    the settings that shrink them."""
 
 
 @dataclass
@@ -68,6 +85,18 @@ class ModelPlan:
     seconds: float
     stored_tokens: int | None = None  # the rows extract.rows: needed keeps (None: every token's)
     row_sources: dict[str, int] = field(default_factory=dict)  # of them, the rows each analysis reads
+    # hidden_bytes = stored_layers x rows x d_model x itemsize: rows the kept ones rounded up to whole chunks
+    rows: int = 0
+    chunk: int = 0  # rows per chunk along the token (or stored_token) axis
+    dtype: str = "float32"  # extract.dtype
+    itemsize: int = 4
+    # worker_peak_bytes is their sum
+    parameters_bytes: int = 0  # the model's parameters, float32
+    buffer_bytes: int = 0  # the task buffer: stored_layers x task_tokens x d_model x itemsize
+    task_tokens: int = 0
+    activation_bytes: int = 0  # one batch: ACTIVATION_WIDTHS x layers x max_batch_tokens x d_model x 4
+    max_batch_tokens: int = 0
+    base_bytes: int = 0  # the worker's own (its imports)
 
     @property
     def bytes(self) -> int:
@@ -175,7 +204,7 @@ def plan_extract(
 
     chunk = max(1, min(config.chunk_tokens if kept is None else row_chunk(config.chunk_tokens), n_rows))
     rows = -(-n_rows // chunk) * chunk
-    hidden = stored * rows * d * np.dtype(config.dtype).itemsize  # a layer left out has no chunks
+    hidden = rows * stored * d * np.dtype(config.dtype).itemsize  # a layer left out has no chunks
     attention = 0
     if config.attention is not None:  # the maps' cells; the padding past each sentence compresses to ~0
         n = min(config.attention.sentences, table.n_sentences)
@@ -185,12 +214,14 @@ def plan_extract(
         attention = int(
             cells * per * (2 + 1 / adapter.num_heads if config.attention.norms and adapter.supports_norms else 1)
         )
+    from evolution.analyses.cost import WORKER_BASE
+
     task_tokens = min(config.chunk_tokens * config.task_chunks, table.n_tokens)
-    peak = (
-        4 * _parameters(adapter)
-        + 4 * stored * task_tokens * d
-        + 4 * ACTIVATION_WIDTHS * layers * config.max_batch_tokens * d
-    )
+    itemsize = np.dtype(config.dtype).itemsize
+    parameters = 4 * _parameters(adapter)
+    buffer = stored * task_tokens * d * itemsize  # the task buffer holds the stored dtype (extract_task.task_buffer)
+    activations = 4 * ACTIVATION_WIDTHS * layers * config.max_batch_tokens * d
+    peak = parameters + buffer + activations + WORKER_BASE
     rate = _forward_rate(adapter, table, config.max_batch_tokens, config.torch_threads)
     seconds = tokenize_s + _graph_seconds(
         table,
@@ -215,6 +246,16 @@ def plan_extract(
         worker_peak_bytes=int(peak),
         tokens_per_second=rate,
         seconds=seconds,
+        rows=rows,
+        chunk=chunk,
+        dtype=config.dtype,
+        itemsize=itemsize,
+        parameters_bytes=parameters,
+        buffer_bytes=buffer,
+        task_tokens=task_tokens,
+        activation_bytes=activations,
+        max_batch_tokens=config.max_batch_tokens,
+        base_bytes=WORKER_BASE,
     )
 
 
@@ -259,20 +300,156 @@ def free_bytes(store: str) -> int | None:
     return shutil.disk_usage(path).free
 
 
+def states_sum(p: ModelPlan) -> str:
+    """The sum of ``p``'s states as the plan makes it: rows (the tokens, or the rows
+    ``extract.rows: needed`` keeps, rounded up to whole chunks) x layers x features x bytes."""
+    n = p.tokens if p.stored_tokens is None else p.stored_tokens
+    what = f"{n:,} tokens" if p.stored_tokens is None else f"{n:,} kept rows"
+    key = "extract.chunk_tokens" if p.stored_tokens is None else "extract.chunk_tokens / 8"
+    padded = f" padded to {p.rows:,} rows (whole chunks of {p.chunk:,}: {key})" if p.rows != n else ""
+    return (
+        f"{what}{padded} x {p.stored_layers} layers x {p.d_model:,} features x {p.itemsize} bytes ({p.dtype}) "
+        f"= {p.hidden_bytes:,} bytes ({_gb(p.hidden_bytes)})"
+    )
+
+
 def check_space(plans: list[ModelPlan], store: str, *, free: int | None) -> None:
     """Raise :class:`PlanError` when the planned bytes exceed ``free`` (None: not known, no check)."""
     total = sum(p.bytes for p in plans)
     if free is None or total <= free:
         return
     big = max(plans, key=lambda p: p.bytes)
+    n = big.tokens if big.stored_tokens is None else big.stored_tokens
+    padding = (
+        f"; a smaller extract.chunk_tokens pads less (the last chunk is stored whole: {big.rows - n:,} of "
+        f"{big.name}'s {big.rows:,} rows are padding)"
+        if big.rows - n > 0.1 * big.rows
+        else ""
+    )
     raise PlanError(
         f"extract: the representation store {store} needs {_gb(total)} and its disk has {_gb(free)} free "
-        f"(largest: {big.name}, {big.tokens:,} tokens x {big.stored_layers} layers x {big.d_model} features = "
-        f"{_gb(big.hidden_bytes)} of states, {_gb(big.attention_bytes)} of attention). Nothing was written. "
+        f"(largest: {big.name}, states {states_sum(big)}, and {_gb(big.attention_bytes)} of attention). "
+        "Nothing was written. "
         "Shrink it: extract.dtype: float16 halves the states; fewer or shorter corpus sentences "
         "(corpus.max_sentences); extract.attention.sentences lower, or extract.attention: null; fewer models; "
         "extract.layers: fewer layers (e.g. [0, 4, 8, -1]); extract.rows: needed (only the rows the analyses "
-        "read); or point extract.store at a disk with room"
+        f"read){padding}; or point extract.store at a disk with room"
+    )
+
+
+def _limit_key(cluster) -> str:
+    """The setting a worker's memory limit comes from, as the config spells it."""
+    if cluster.kind == "slurm":
+        return f"cluster.memory: {cluster.memory} per job over its cluster.cores / cluster.threads_per_worker workers"
+    if cluster.kind == "local":
+        return f"cluster.memory_limit: {cluster.memory_limit}"
+    return "the workers' --memory-limit"
+
+
+def _more_memory(cluster, need: int, workers: int) -> str:
+    """The cluster settings that give each worker ``need`` bytes (``workers`` of them now), as the
+    config spells them."""
+    gib = -(-need // 2**30)  # whole GiB, rounded up
+    if cluster.kind == "slurm":
+        per_job = cluster.cores // cluster.threads_per_worker
+        return (
+            f"more memory for each worker: cluster.memory: {gib * per_job}GiB per job for its {per_job} "
+            f"worker(s), or fewer workers a job (cluster.threads_per_worker: {cluster.cores} gives one worker "
+            f"all of cluster.memory: {cluster.memory})"
+        )
+    if cluster.kind == "local":
+        from distributed.system import MEMORY_LIMIT
+
+        fit = min(workers, int(MEMORY_LIMIT // (gib * 2**30)))
+        if fit < 1:
+            return (
+                f"more memory for each worker: a worker needs {gib} GiB and this machine has "
+                f"{MEMORY_LIMIT / 2**30:.1f} GiB; run on a larger machine or a Slurm cluster (cluster.kind: slurm "
+                f"with cluster.memory of at least {gib}GiB per worker)"
+            )
+        fewer = "fewer workers with " if fit < workers else ""
+        return (
+            f"{fewer}more memory for each worker: cluster: {{kind: local, n_workers: {fit}, memory_limit: {gib}GiB}} "
+            f"({fit} x {gib} GiB of this machine's {MEMORY_LIMIT / 2**30:.1f} GiB, {workers} worker(s) now; on the "
+            f"command line --set 'cluster={{kind: local, n_workers: {fit}, memory_limit: {gib}GiB}}', which "
+            "replaces the cluster section whole)"
+        )
+    return f"more memory for each worker (start them with --memory-limit {gib}GiB, fewer of them a machine)"
+
+
+def memory_problem(plans: list[ModelPlan], *, limit: int | None, cluster, config, workers: int = 1) -> str | None:
+    """What is wrong when a worker's planned peak (:func:`plan_extract`) of some of ``plans`` is
+    above the bytes at which a worker is stopped (``limit``, a worker's memory limit, x
+    :func:`evolution.analyses.cost.terminate_fraction`), naming the parts of the peak and the
+    settings of ``config`` (``extract``) and ``cluster`` (``workers`` workers) that lower it; None
+    when every peak fits or the limit is not known."""
+    from evolution.analyses.cost import terminate_fraction
+
+    if not limit or not plans:
+        return None
+    stop = limit * terminate_fraction()
+    big = max(plans, key=lambda p: p.worker_peak_bytes)
+    if big.worker_peak_bytes <= stop:
+        return None
+    over = [p.name for p in plans if p.worker_peak_bytes > stop]
+    need = int(big.worker_peak_bytes / terminate_fraction()) + 1
+    more = _more_memory(cluster, need, workers)
+    fixed = big.parameters_bytes + big.base_bytes
+    if fixed > stop:
+        fixes = f"The parameters and the worker's own memory alone ({_gb(fixed)}) are above it: only {more} helps."
+    else:
+        # the largest power-of-two batch under which the peak fits, the other terms as they are
+        per_token = big.activation_bytes / max(big.max_batch_tokens, 1)
+        room = stop - (big.worker_peak_bytes - big.activation_bytes)
+        batch = 2 ** int(np.log2(room / per_token)) if room >= 16 * per_token else 0
+        fits = f": {batch} (it fits from there; " if batch else " lower ("
+        lower = [
+            f"extract.max_batch_tokens{fits}"
+            + f"the activations scale with it: {ACTIVATION_WIDTHS} x {big.layers} layers x {big.max_batch_tokens:,} "
+            f"tokens x {big.d_model:,} features x 4 bytes = {_gb(big.activation_bytes)})"
+        ]
+        if config.dtype != "float16":
+            lower.append(f"extract.dtype: float16 (halves the task buffer, {_gb(big.buffer_bytes)})")
+        lower += [
+            f"extract.task_chunks: 1 or a smaller extract.chunk_tokens (the task buffer holds extract.chunk_tokens x "
+            f"extract.task_chunks tokens: {big.stored_layers} layers x {big.task_tokens:,} tokens x "
+            f"{big.d_model:,} features x {big.itemsize} bytes = {_gb(big.buffer_bytes)})",
+            "extract.layers: fewer layers, e.g. [0, 4, 8, -1] (the task buffer holds the stored ones)",
+        ]
+        fixes = f"Lower the peak: {'; '.join(lower)}; or {more}."
+    return (
+        f"extract: a worker's planned peak for {big.name} is {_gb(big.worker_peak_bytes)} (the parameters "
+        f"{_gb(big.parameters_bytes)} in float32, the task buffer {_gb(big.buffer_bytes)}, one batch's "
+        f"activations {_gb(big.activation_bytes)}, the worker's own {_gb(big.base_bytes)}), above the "
+        f"{_gb(stop)} at which a worker is stopped ({terminate_fraction():.0%} of its memory limit "
+        f"{_gb(limit)}: {_limit_key(cluster)})"
+        + (f"; so are {', '.join(n for n in over if n != big.name)}'s" if len(over) > 1 else "")
+        + f": its tasks would be stopped and retried until the run fails. {fixes}"
+    )
+
+
+def memory_line(plans: list[ModelPlan], *, limit: int | None, cluster, mode: str) -> str:
+    """The plan's line on memory when no peak is over the limit (or it is not known): the largest
+    peak against the limit, and what ``extract.memory_check`` (``mode``) does."""
+    from evolution.analyses.cost import terminate_fraction
+
+    check = (
+        f"extract.memory_check: {mode} ({'the default: ' if mode == 'stop' else ''}a peak over it "
+        + ("stops a run before it extracts" if mode == "stop" else "is a WARNING and the run goes on")
+        + ")"
+    )
+    big = max(plans, key=lambda p: p.worker_peak_bytes)
+    if not limit:
+        why = (
+            "cluster.kind: synchronous runs in this process, without one"
+            if cluster.kind == "synchronous"
+            else "not known until the workers start; checked when they do"
+        )
+        return f"plan: memory: a worker's peak at most {_gb(big.worker_peak_bytes)}; the workers' memory limit: {why}"
+    stop = limit * terminate_fraction()
+    return (
+        f"plan: memory: a worker's peak at most {_gb(big.worker_peak_bytes)} ({big.name}), within the {_gb(stop)} "
+        f"at which a worker is stopped ({terminate_fraction():.0%} of {_limit_key(cluster)}); {check}"
     )
 
 
@@ -300,6 +477,12 @@ def log_plan(plans: list[ModelPlan], *, store: str, free: int | None, gemm: floa
         lines.append(
             f"plan: {p.name:<14} {p.tokens:>10,} {_shape(p):>11} {_gb(p.bytes):>10} "
             f"{_gb(p.worker_peak_bytes):>12} {p.tokens_per_second:>14,.0f} {p.seconds:>8.0f}"
+        )
+    for p in plans:
+        lines.append(
+            f"plan: {p.name} states: {states_sum(p)}; worker peak {_gb(p.worker_peak_bytes)}: parameters "
+            f"{_gb(p.parameters_bytes)} + task buffer {_gb(p.buffer_bytes)} + one batch's activations "
+            f"{_gb(p.activation_bytes)} + the worker's own {_gb(p.base_bytes)}"
         )
     for p in plans:
         if p.stored_tokens is not None:

@@ -109,7 +109,7 @@ def run(
             if untrained:
                 logger.info("plan: models of kind trained are left out until the train stage has run")
             todo = [m for m in config.models if not (untrained and m.kind == "trained")]
-            ExtractStage().plan(ctx, ExtractStage()._todo(ctx, todo) if "extract" in order else [])
+            ExtractStage().plan(ctx, ExtractStage()._todo(ctx, todo) if "extract" in order else [], only=True)
             if "metrics" in order:
                 if ExtractStage().pending(ctx):
                     logger.info(

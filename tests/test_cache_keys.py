@@ -389,6 +389,10 @@ EXTRACT_EXEMPT = {
         "memory://elsewhere/reps.zarr",
         "where the store lies is not what it holds (ExtractStage.model_key sets it to None)",
     ),
+    "extract.memory_check": (
+        "warn",
+        "whether a plan over the memory limit stops the run changes nothing stored (ExtractConfig.keyed drops it)",
+    ),
 }
 
 

@@ -174,3 +174,26 @@ def test_local_cluster_equals_single_process(tmp_path, corpus_file, model_specs)
             open_attention(str(tmp_path / "a" / "reps.zarr"), m).attention.values,
             open_attention(str(tmp_path / "b" / "reps.zarr"), m).attention.values,
         )
+
+
+def test_float16_states_are_the_float32_states_rounded(tmp_path, corpus_file, model_specs):
+    """The task buffer holds the stored dtype (half a worker's buffer with float16, which the plan
+    counts): the states are rounded as they are copied in, bit for bit as the float32 states
+    rounded afterwards."""
+    from evolution.extract_task import release_buffers, task_buffer
+
+    stores = {}
+    for dtype in ("float32", "float16"):
+        cfg = write_config(
+            tmp_path / f"{dtype}.yaml",
+            corpus=corpus_file,
+            models=[model_specs["gpt2"]],
+            workdir=tmp_path / dtype,
+            extra=f"  dtype: {dtype}",
+        )
+        run(cfg, stage="extract", progress=False)
+        stores[dtype] = open_representations(str(tmp_path / dtype / "reps.zarr"), "gpt2").hidden.values
+    assert stores["float16"].dtype == np.float16
+    np.testing.assert_array_equal(stores["float16"], stores["float32"].astype(np.float16))
+    assert task_buffer((3, 4, 5), "float16").dtype == np.float16 and task_buffer((3, 4, 5)).dtype == np.float32
+    release_buffers()

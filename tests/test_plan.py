@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,7 +113,9 @@ def test_the_plans_rate_is_measured_before_the_workers_start(model_specs, corpus
     import pipelines.run as R
 
     events: list[str] = []
-    monkeypatch.setattr(R, "gemm_rate", lambda seconds=1.0: events.append("rate") or 3.0e9)
+    rate = lambda seconds=1.0: events.append("rate") or 3.0e9  # noqa: E731
+    monkeypatch.setattr(R, "gemm_rate", rate)  # the run's, and the extraction plan's (made before the cluster)
+    monkeypatch.setattr("pipelines.plan.gemm_rate", rate)
     real = R.dask_client
 
     @contextlib.contextmanager
@@ -126,3 +129,135 @@ def test_the_plans_rate_is_measured_before_the_workers_start(model_specs, corpus
     ctx = run(cfg, stage="extract", progress=False)
     assert events == ["rate", "cluster"]
     assert ctx.timings["plan.extract"]["gemm64_one_core"] == 3.0e9
+
+
+#: the tiny models' metrics with nothing that compares every layer (extract.layers refuses those)
+_NO_ALL_LAYERS = (
+    "metrics:\n  tokens: {top: 100, min_count: 5}\n  mi: {k: 6, restarts: 2}\n  neighbors: {k: 5}\n"
+    "  similarity: null\n  tsne: null\n  influence: null\n  heads: null\nreport: {views: null}"
+)
+
+
+def _gpt2_parameters(path) -> int:
+    """GPT-2's parameters from its config.json by the architecture's formula (tied LM head)."""
+    import json
+
+    c = json.loads((Path(path) / "config.json").read_text())
+    d, inner = c["n_embd"], c.get("n_inner") or 4 * c["n_embd"]
+    block = 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + 2 * d + (d * inner + inner) + (inner * d + d)
+    return c["vocab_size"] * d + c["n_positions"] * d + c["n_layer"] * block + 2 * d
+
+
+def test_a_worker_peak_over_the_memory_limit_warns_in_plan_and_stops_a_run(
+    model_specs, corpus_file, tmp_path, monkeypatch, capsys
+):
+    """The peak by hand: float32 parameters + the task buffer (2 stored layers x 32 x 2 tokens x
+    16 features x 2 bytes, float16) + one batch (12 x 3 layers x 65,536 tokens x 16 x 4 bytes) +
+    the worker's own; over 95% of cluster.memory_limit: 600MiB it is a WARNING in --plan (exit 0)
+    naming the batch that fits, and a run stops before its workers start (exit 2, nothing of the
+    store), unless extract.memory_check: warn, when it extracts."""
+    import contextlib
+
+    import pipelines.run as R
+    from evolution.analyses.cost import WORKER_BASE
+
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        models=[model_specs["gpt2"]],
+        workdir=tmp_path / "w",
+        cluster="{kind: local, memory_limit: 600MiB}",
+        extra="  layers: [0, -1]\n  dtype: float16\n" + _NO_ALL_LAYERS,
+    )
+    cfg.write_text(cfg.read_text().replace("max_batch_tokens: 64", "max_batch_tokens: 65536"))
+    fixed = 4 * _gpt2_parameters(model_specs["gpt2"]["path"]) + 2 * 64 * 16 * 2 + WORKER_BASE
+    activations = 4 * 12 * 3 * 65536 * 16
+    peak, stop = fixed + activations, 0.95 * 600 * 2**20
+    assert fixed + activations / 2 <= stop < fixed + activations  # 32,768 tokens a batch fit, 65,536 do not
+    ctx = run(cfg, plan_only=True, progress=False)
+    planned = ctx.timings["plan.extract"]
+    assert planned["gpt2"]["worker_peak_bytes"] == peak, (planned, peak)
+    assert planned["memory_limit"] == 600 * 2**20
+    capsys.readouterr()
+    assert main([str(cfg), "--plan", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    warning = next(line for line in err.splitlines() if "WARNING" in line)
+    assert f"a worker's planned peak for gpt2 is {peak / 1e9:.2f} GB" in warning, warning
+    assert f"above the {stop / 1e9:.2f} GB at which a worker is stopped (95% of its memory limit 0.63 GB: " in warning
+    assert "cluster.memory_limit: 600MiB" in warning
+    for fix in (
+        "extract.max_batch_tokens: 32768 (it fits from there",
+        "extract.task_chunks: 1",
+        "extract.layers",
+        "memory_limit: 1GiB}",
+    ):
+        assert fix in warning, (fix, warning)
+    assert "extract.dtype" not in warning  # float16 already
+    assert "A run stops here before it extracts unless extract.memory_check: warn" in warning
+
+    started: list[object] = []
+
+    @contextlib.contextmanager
+    def no_cluster(*args, **kwargs):  # a run that gets here starts its workers: run its tasks in this process
+        started.append(args)
+        yield None
+
+    monkeypatch.setattr(R, "dask_client", no_cluster)
+    assert main([str(cfg), "--stage", "extract", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "ERROR" in err and "Nothing was written; extract.memory_check: warn" in err and "Traceback" not in err
+    assert started == [] and not (tmp_path / "w" / "reps.zarr").exists()
+
+    warn = ["--set", "extract.memory_check=warn"]
+    assert main([str(cfg), "--stage", "extract", "--no-progress", *warn]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "Going on anyway: extract.memory_check: warn" in err
+    assert len(started) == 1 and zarr.open_group(str(tmp_path / "w" / "reps.zarr" / "gpt2"), mode="r").attrs
+
+
+def test_a_worker_whose_parameters_alone_are_over_the_limit_needs_more_memory(model_specs, corpus_file, tmp_path):
+    """Below the worker's own memory no extract setting helps: the message says so and names the
+    cluster settings only."""
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        models=[model_specs["gpt2"]],
+        workdir=tmp_path / "w",
+        cluster="{kind: local, n_workers: 1, memory_limit: 200MiB}",
+    )
+    with pytest.raises(PlanError) as err:
+        run(cfg, stage="extract", progress=False)
+    message = str(err.value)
+    assert "The parameters and the worker's own memory alone (0.48 GB) are above it: only more memory" in message
+    assert "cluster: {kind: local, n_workers: 1, memory_limit: 1GiB}" in message
+    assert "extract.max_batch_tokens" not in message
+
+
+def test_the_disk_message_multiplies_to_its_total(model_specs, corpus_file, tmp_path, monkeypatch):
+    """The states' sum as the message prints it: tokens padded to whole chunks x layers x
+    features x the dtype's bytes equals its total, which is what the run writes in chunk files."""
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        corpus=corpus_file,
+        models=[model_specs["gpt2"]],
+        workdir=tmp_path / "w",
+        extra="  dtype: float16",
+    )
+    monkeypatch.setattr("pipelines.plan.free_bytes", lambda store: 1000)
+    with pytest.raises(PlanError) as err:
+        run(cfg, stage="extract", progress=False)
+    found = re.search(
+        r"([\d,]+) tokens padded to ([\d,]+) rows \(whole chunks of ([\d,]+): extract.chunk_tokens\) x (\d+) layers "
+        r"x ([\d,]+) features x (\d+) bytes \((\w+)\) = ([\d,]+) bytes",
+        str(err.value),
+    )
+    assert found, str(err.value)
+    tokens, rows, chunk, layers, features, size, dtype, total = (
+        g if g.startswith("float") else int(g.replace(",", "")) for g in found.groups()
+    )
+    assert (chunk, layers, features, size, dtype) == (32, 3, 16, 2, "float16")
+    assert rows == -(-tokens // chunk) * chunk and rows > tokens  # the padding is said
+    assert rows * layers * features * size == total
+    monkeypatch.undo()
+    run(cfg, stage="extract", progress=False)
+    assert _files(tmp_path / "w" / "reps.zarr" / "gpt2" / "hidden" / "c") == total

@@ -27,8 +27,8 @@ class ExtractConfig(_Section):
     """How representations are extracted.
 
     ``chunk_tokens`` is the Zarr chunk length along ``token``; one task
-    computes ``task_chunks`` whole chunks, so a worker's memory is bounded by
-    ``(layers + 1) * task_chunks * chunk_tokens * d_model`` floats whatever
+    computes ``task_chunks`` whole chunks, so a worker's task buffer is bounded by
+    ``(layers + 1) * task_chunks * chunk_tokens * d_model`` values of ``dtype`` whatever
     the corpus size. Larger tasks batch sentences of more similar length
     (on random 8-60 word lines, batching costs 9.5% over the unpadded tokens
     with 8,192-token tasks, 6.7% with 16,384, 3.4% with one global length
@@ -73,6 +73,13 @@ class ExtractConfig(_Section):
         "becomes (layer, stored_token, feature). Changing the metrics settings then redoes the "
         "extraction. null: every token's states",
     )
+    memory_check: Literal["stop", "warn"] = Field(
+        "stop",
+        description="a worker's planned peak over the point where its nanny stops it (the workers' memory "
+        "limit x distributed.worker.memory.terminate): stop (the run stops before it extracts, exit 2, naming "
+        "what lowers the peak) or warn (a WARNING, and the run goes on); --plan warns either way. Not part of "
+        "any cache key",
+    )
     torch_threads: int = Field(1, ge=1, description="torch intra-op threads in each task")
     device: str = Field(
         "auto",
@@ -81,6 +88,13 @@ class ExtractConfig(_Section):
         "(a CUDA GPU where one is visible, else the CPU), cpu, cuda, cuda:N; LRP "
         "relevance and pruning run on the CPU",
     )
+
+    def keyed(self) -> dict[str, Any]:
+        """As :meth:`_Section.keyed`, without ``memory_check`` (what a run does when the plan is over
+        the memory limit changes nothing it stores)."""
+        out = super().keyed()
+        out.pop("memory_check", None)
+        return out
 
     @field_validator("layers")
     @classmethod

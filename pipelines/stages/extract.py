@@ -134,24 +134,43 @@ class ExtractStage(Stage):
     def prepare(self, ctx: Context) -> None:
         """Load every model still to extract once, so that a bad checkpoint or model directory
         fails before a cluster starts (through ``cached_adapter``: the last few loaded stay
-        cached for the extraction)."""
+        cached for the extraction); on a local cluster (or none), whose workers and memory limit
+        the config fixes, plan them too, so that a run that does not fit (disk, a worker's memory)
+        stops before its workers start (a Slurm or address cluster's plan waits for its workers)."""
         from evolution.models import cached_adapter
 
-        for model in self._todo(ctx):
+        todo = self._todo(ctx)
+        for model in todo:
             cached_adapter(self.spec(ctx, model))
+        if ctx.config.cluster.kind in ("local", "synchronous"):
+            self.plan(ctx, todo)
 
     def run(self, ctx: Context) -> None:
         self.extract_models(ctx, ctx.config.models)
 
-    def plan(self, ctx: Context, models: list[ModelConfig], *, corpus=None) -> list[str]:
+    def plan(self, ctx: Context, models: list[ModelConfig], *, corpus=None, only: bool = False) -> list[str]:
         """Log the extraction's plan of ``models`` (:mod:`pipelines.plan`: bytes, a worker's peak,
         seconds from rates measured now, the store disk's free space) and raise
-        :class:`~pipelines.plan.PlanError` before anything is written when the bytes do not fit."""
-        from pipelines.cluster import planned_workers
-        from pipelines.plan import check_space, free_bytes, gemm_rate, log_plan, plan_extract
+        :class:`~pipelines.plan.PlanError` before anything is written when the bytes do not fit, or
+        when a worker's peak is over its memory limit and ``extract.memory_check`` is ``stop``
+        (``only``, for ``--plan``: a WARNING instead)."""
+        from pipelines.cluster import planned_memory_limit, planned_workers
+        from pipelines.plan import (
+            PlanError,
+            check_space,
+            free_bytes,
+            gemm_rate,
+            log_plan,
+            memory_line,
+            memory_problem,
+            plan_extract,
+        )
 
+        planned = ctx.memo("extract.planned", set)  # the models planned in this run (before its workers start)
+        models = [m for m in models if m.name not in planned]
         if not models:
             return []
+        planned.update(m.name for m in models)
         corpus = corpus if corpus is not None else CorpusStage().load(ctx)
         workers = planned_workers(ctx)
         # the occurrence plan of extract.rows: needed reads the annotation; read it once, and only then
@@ -173,13 +192,26 @@ class ExtractStage(Stage):
         free = free_bytes(store)
         gemm = ctx.memo("plan.gemm", lambda: gemm_rate(0.25))
         lines = log_plan(plans, store=store, free=free, gemm=gemm, workers=workers)
+        cfg = ctx.config
+        limit = planned_memory_limit(ctx)
+        problem = memory_problem(plans, limit=limit, cluster=cfg.cluster, config=cfg.extract, workers=workers)
+        if problem is None:
+            lines.append(memory_line(plans, limit=limit, cluster=cfg.cluster, mode=cfg.extract.memory_check))
+            logger.info("%s", lines[-1])
         ctx.timings["plan.extract"] = {
             "gemm64_one_core": gemm,
             "workers": workers,
+            "memory_limit": limit,
             **{
                 p.name: {
                     "bytes": p.bytes,
                     "worker_peak_bytes": p.worker_peak_bytes,
+                    "worker_peak_parts": {
+                        "parameters": p.parameters_bytes,
+                        "task_buffer": p.buffer_bytes,
+                        "activations": p.activation_bytes,
+                        "worker_base": p.base_bytes,
+                    },
                     "seconds": p.seconds,
                     "tokens": p.tokens,
                     "layers": p.layers,
@@ -190,6 +222,19 @@ class ExtractStage(Stage):
                 for p in plans
             },
         }
+        if problem is not None:
+            go_on = "extract.memory_check: warn (e.g. --set extract.memory_check=warn) runs it anyway"
+            if only or cfg.extract.memory_check == "warn":
+                if not only:
+                    then = "Going on anyway: extract.memory_check: warn."
+                elif cfg.extract.memory_check == "stop":
+                    then = f"A run stops here before it extracts unless {go_on}."
+                else:
+                    then = "A run goes on anyway: extract.memory_check: warn."
+                lines.append(f"{problem} {then}")
+                logger.warning("%s", lines[-1])
+            else:
+                raise PlanError(f"{problem} Nothing was written; {go_on}.")
         check_space(plans, store, free=free)
         return lines
 
