@@ -342,3 +342,101 @@ def test_the_analysis_splits_a_layer_and_joins_its_parts(monkeypatch, tmp_path):
         Neighbors().datasets(inputs, {k: v for k, v in results.items() if k != "m-1[1]"})
     with pytest.raises(ValueError, match="no result for m layer 1"):
         Neighbors().datasets(inputs, {k: v for k, v in results.items() if not k.startswith("m-1")})
+
+
+def _plain_knn(x: np.ndarray, k: int) -> np.ndarray:
+    """The stated rule as a plain loop: each row's k other rows by ascending sum of squared
+    differences (float64, summed left to right: the same bits as NumPy's for d < 8 features),
+    ties by the smaller index; each row's k in ascending index order."""
+    x = x.astype(np.float64)
+    out = []
+    for i in range(len(x)):
+        keyed = sorted((sum((x[i, f] - x[j, f]) ** 2 for f in range(x.shape[1])), j) for j in range(len(x)) if j != i)
+        out.append(sorted(j for _, j in keyed[:k]))
+    return np.array(out)
+
+
+def _tied_rows(seed: int = 0) -> np.ndarray:
+    """(420, 6) float32 rows full of ties: small integers (exact distances, many equal), a block
+    of 40 copies of one row (more copies than k), pairs and triples of copies (fewer), and rows
+    of one 'token' plus a sinusoid of 'position' whose distances are equal in exact arithmetic
+    (they depend on the position gap only) and differ in their last bits after rounding."""
+    rng = np.random.default_rng(seed)
+    ints = rng.integers(0, 3, size=(200, 6)).astype(np.float32)
+    many = np.repeat(rng.normal(size=(1, 6)), 40, axis=0)
+    few = np.repeat(rng.normal(size=(30, 6)), [2, 3] * 15, axis=0)
+    pos = np.arange(105)[:, None] * np.array([0.1, 0.03, 0.01])
+    sinus = 0.2 * np.concatenate([np.sin(pos), np.cos(pos)], axis=1) + rng.normal(size=6)
+    x = np.concatenate([ints, many, few, sinus]).astype(np.float32)
+    return x[rng.permutation(len(x))]
+
+
+@pytest.mark.parametrize("k", [5, 45])
+def test_exact_neighbours_follow_the_stated_rule_whatever_the_route(monkeypatch, k):
+    """Issue 61: one rule, whatever runs it: every way of cutting the queries into parts, faiss
+    with one thread or two, NumPy without faiss, equal the plain loop row for row, on rows with
+    duplicates (more and fewer than k), exact ties and rounding-level near-ties."""
+    import evolution.metrics.search as search
+    from evolution.metrics.neighbors import knn
+
+    faiss = pytest.importorskip("faiss")
+    x = _tied_rows()
+    want = _plain_knn(x, k)
+    got = {}
+    for threads in (1, 2):
+        faiss.omp_set_num_threads(threads)
+        got[f"faiss, {threads} thread(s)"] = knn(x, k=k)
+        got[f"faiss, parts, {threads} thread(s)"] = np.concatenate(
+            [knn(x, k=k, queries=q) for q in [(0, 7), (7, 200), (200, 201), (201, len(x))]]
+        )
+    monkeypatch.setattr(search, "faiss_or_none", lambda: None)
+    got["numpy"] = knn(x, k=k)
+    got["numpy, parts"] = np.concatenate([knn(x, k=k, queries=(a, min(a + 64, len(x)))) for a in range(0, len(x), 64)])
+    for route, ids in got.items():
+        np.testing.assert_array_equal(ids, want, err_msg=route)
+
+
+def test_near_ties_are_broken_by_the_rule_not_by_the_candidates_order(monkeypatch):
+    """A fast search that hands its candidates back in another order, or with float32 distances
+    that differ in the last bits, changes nothing: the exact distances and the index decide."""
+    import evolution.metrics.search as search
+    from evolution.metrics.neighbors import knn
+
+    x = _tied_rows(1)
+    want = knn(x, k=5)
+    real = search.nearest
+
+    def shuffled(base, queries, c):
+        d, i = real(base, queries, c)
+        rng = np.random.default_rng(0)
+        flip = rng.permutation(c)
+        noise = (1 + 1e-7 * rng.standard_normal(d.shape)).astype(np.float32)
+        return (d * noise)[:, flip], i[:, flip]
+
+    monkeypatch.setattr(search, "nearest", shuffled)
+    np.testing.assert_array_equal(knn(x, k=5), want)
+    np.testing.assert_array_equal(want, _plain_knn(x, 5))
+
+
+def test_the_rounding_bound_holds_where_norms_dwarf_distances():
+    """The float32 route's distances against the float64 definition on GPT-2-like rows (a common
+    offset of squared norm ~1e6 in a few features, d = 768): the largest error observed is well
+    inside the bound the certification uses, and the neighbours still equal a float64 brute force
+    (ties by index)."""
+    from evolution.metrics.neighbors import _rounding, knn, squared_distances
+    from evolution.metrics.search import nearest
+
+    rng = np.random.default_rng(2)
+    n, d = 600, 768
+    x = rng.normal(size=(n, d)) + rng.integers(0, 40, n)[:, None] * rng.normal(size=(1, d)) * 0.5
+    x[:, :4] += 500.0  # massive activations: the same few features in every row
+    x = x.astype(np.float32)
+    d32, idx = nearest(x, x, 30)
+    exact = squared_distances(x[:, None, :], x[idx])
+    norms = (x.astype(np.float64) ** 2).sum(1)
+    bound = _rounding(norms, norms.max(), d)
+    assert np.abs(d32 - exact).max() < 0.25 * bound.min()
+    full = np.stack([squared_distances(row, x) for row in x])
+    np.fill_diagonal(full, np.inf)
+    want = np.sort(np.lexsort((np.broadcast_to(np.arange(n), full.shape), full), axis=1)[:, :10], axis=1)
+    np.testing.assert_array_equal(knn(x, k=10), want)

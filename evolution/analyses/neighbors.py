@@ -269,9 +269,10 @@ def _is_part(name: str, model: str, layer: int) -> bool:
 
 class Neighbors(Analysis):
     name = "neighbors"
-    version = 4  # 2: bootstrap intervals over sentences; 3: queries without a left / right token left out,
+    version = 5  # 2: bootstrap intervals over sentences; 3: queries without a left / right token left out,
     # chance / ceiling / normalized for every within-type rate, per-replicate sentence draws;
-    # 4: the pooled search split by queries (combine_layer: the parts equal the whole)
+    # 4: the pooled search split by queries (combine_layer: the parts equal the whole); 5: ties broken by
+    # the stated rule (exact_knn: float64 distances, then the smaller index), whatever runs the search
     section = "neighbors"
 
     def units(self, inputs: Inputs) -> list[Unit]:

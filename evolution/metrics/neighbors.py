@@ -17,12 +17,15 @@ Intervals: :func:`bootstrap_interval`, a cluster bootstrap over sentences.
 
 from __future__ import annotations
 
+import logging
 from typing import Literal, overload
 
 import numpy as np
 
 __all__ = [
     "knn",
+    "exact_knn",
+    "squared_distances",
     "same_label_rate",
     "same_label_per_query",
     "within_type_measures",
@@ -36,6 +39,8 @@ __all__ = [
     "SPLIT_ALIGN",
     "MIN_SPLIT_WIDTH",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: the representation-free bounds stored beside each within-type annotation rate
 BOUNDS = ("chance", "ceiling")
@@ -92,7 +97,7 @@ def knn(
     not offered. Cosine distance is
     Euclidean distance between unit-normalised rows (same order).
     """
-    from evolution.metrics.search import faiss_or_none, nearest
+    from evolution.metrics.search import faiss_or_none
 
     x = _prepare(vectors, metric)
     n, d = x.shape
@@ -101,8 +106,7 @@ def knn(
     k = min(k, n - 1)
     if index == "exact":
         lo, hi = (0, n) if queries is None else queries
-        _, found = nearest(x, x[lo:hi], k + 1)
-        return _drop_self(found, k, first=lo)
+        return exact_knn(x, lo=lo, hi=hi, k=k)
     if queries is not None:
         raise ValueError("knn: queries= (a part of the search) needs index='exact'")
     faiss = faiss_or_none()
@@ -118,6 +122,101 @@ def knn(
     idx.add(x)
     _, found = idx.search(x, k + 1)
     return _drop_self(found, k)
+
+
+#: candidates the fast float32 search returns beyond k + 1, for the exact distances to choose
+#: among; enough that the k-th neighbour is certified for all but a few queries
+CANDIDATE_MARGIN = 16
+
+
+def squared_distances(queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The definition the neighbours follow: sum over features of (q - b)^2 in float64, of
+    ``queries`` (..., d) and ``rows`` broadcast against them (..., d) -> (...). NumPy sums the last,
+    contiguous axis pairwise in a fixed order: the same pair gives the same bits in any call."""
+    diff = np.asarray(queries, dtype=np.float64) - np.asarray(rows, dtype=np.float64)
+    return np.ascontiguousarray(np.square(diff)).sum(axis=-1)
+
+
+def _duplicate_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of ``x`` (n, d) with the same values: each row's group (n,), the rows sorted by group
+    then index (n,), and each group's first place in that order and size ((g,), (g,))."""
+    rows = np.ascontiguousarray(x + np.float32(0.0))  # -0.0 as 0.0: equal values, equal bytes
+    _, group, size = np.unique(
+        rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(),
+        return_inverse=True,
+        return_counts=True,
+    )
+    group = group.ravel()
+    order = np.argsort(group, kind="stable")
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
+    return group, order, np.stack([start, size])
+
+
+def exact_knn(x: np.ndarray, *, lo: int, hi: int, k: int) -> np.ndarray:
+    """Indices (hi - lo, k) of the k nearest other rows of ``x`` (n, d) float32 for rows lo..hi-1,
+    each row's k in ascending index order, by the stated rule: the k other rows of smallest
+    :func:`squared_distances` (float64, from the stored float32 values), ties by the smaller row
+    index. The set is a function of ``x`` alone: not of the chunking of the queries, the batch, the
+    process, the BLAS or its thread count, faiss or not (``docs/metrics.md``, "Ties").
+
+    How: a row whose identical copies number k or more takes the k of smallest index (every other
+    row is farther, at a distance > 0). The others take k + 1 + :data:`CANDIDATE_MARGIN`
+    candidates from the fast float32 search (:func:`evolution.metrics.search.nearest`). With t the
+    k-th smallest float32 distance and e the float32 route's rounding bound (:func:`_rounding`),
+    a candidate below t - 2e is in, one above t + 2e out, and those between (the near-ties) are
+    ranked by the rule; a query is settled when its candidates reach beyond t + 2e, otherwise its
+    search is widened (4x the candidates, up to every row). ``tests/test_neighbors.py`` holds the
+    result equal to a plain loop on rows with duplicates, exact and near ties, across query parts,
+    thread counts and backends."""
+    from evolution.metrics.search import nearest
+
+    n, d = x.shape
+    m = hi - lo
+    out = np.empty((m, k), dtype=np.int64)
+    if m == 0 or k == 0:
+        return out
+    group, order, (start, size) = _duplicate_groups(x)
+    mine = group[lo:hi]
+    copies = size[mine] - 1 >= k
+    for i in np.flatnonzero(copies):
+        members = order[start[mine[i]] : start[mine[i]] + k + 1]
+        out[i] = members[members != lo + i][:k]
+    norms = np.einsum("ij,ij->i", x, x).astype(np.float64)
+    todo = np.flatnonzero(~copies)
+    c = min(n, k + 1 + CANDIDATE_MARGIN)
+    while len(todo):
+        rows = lo + todo
+        d32, cand = nearest(x, x[rows], c)
+        is_self = cand == rows[:, None]
+        other = np.where(is_self, np.inf, d32.astype(np.float64))
+        t = np.partition(other, k - 1, axis=1)[:, k - 1]  # the k-th other row's float32 distance
+        e = _rounding(norms[rows], norms.max(), d)
+        settled = (c == n) | (np.where(is_self, -np.inf, other).max(axis=1) > t + 2 * e)
+        sure = other < (t - 2 * e)[:, None]
+        band = (np.abs(other - t[:, None]) <= (2 * e)[:, None]) & settled[:, None]
+        exact = np.zeros(d32.shape)
+        qi, ci = np.nonzero(band)
+        step = max(1, 2**21 // d)  # pairs at a time: 16 MiB of float64 differences
+        for a in range(0, len(qi), step):
+            q, r = qi[a : a + step], ci[a : a + step]
+            exact[q, r] = squared_distances(x[rows[q]], x[cand[q, r]])
+        tier = np.where(sure, 0, np.where(band, 1, 2))  # in; ranked by the rule; out (and the query itself)
+        pick = np.lexsort((cand, exact, tier), axis=1)[:, :k]
+        done = todo[settled]
+        out[done] = np.sort(np.take_along_axis(cand, pick, 1)[settled], axis=1)
+        todo = todo[~settled]
+        if len(todo):
+            logger.debug("exact_knn: %d queries with near-ties beyond %d candidates: searched wider", len(todo), c)
+            c = min(n, 4 * c)
+    return out
+
+
+def _rounding(q_norms: np.ndarray, b_norm: float, d: int) -> np.ndarray:
+    """A bound on |float32 squared distance - :func:`squared_distances`| for queries of squared
+    norms ``q_norms`` against rows of squared norm at most ``b_norm``, d features: the float32 route
+    sums q.q - 2 q.b + b.b in blocks of any order, a random walk of about sqrt(d) roundings of
+    2^-24 (|q|^2 + |b|^2) each; 16 times that."""
+    return 16 * np.sqrt(d + 8) * 2.0**-24 * (q_norms + b_norm)
 
 
 def query_parts(n: int, *, per_part: int) -> list[tuple[int, int]]:
