@@ -137,7 +137,7 @@ def test_analyses_that_read_every_layer_refuse_a_store_of_some(runs):
     inputs = inputs_of(some, {"mi": {"k": 6}}, tokens={"top": 100, "min_count": 5})
     m = inputs.models["bert"]
     assert m.layers == [0, 2] and m.n_layers == 3
-    with pytest.raises(ValueError, match=r"reads every layer of bert.*\[0, 2\] only.*set metrics\.similarity: null"):
+    with pytest.raises(ValueError, match=r"reads every layer of bert.*\[0, 2\] only.*extract\.layers: null"):
         ev.similarity(some, sentences=len(SENTENCES), bootstrap=0, min_ratio=0.1)
     mi = ev.mi(some, k=6, restarts=2, bootstrap=10, tokens={"top": 100, "min_count": 5})
     x = mi.mi.sel(target="input")  # (the output label is an LM's only)

@@ -8,6 +8,12 @@ layers to return; default all) beside its options, the keys of the config's ``me
 section (``docs/config.md``): ``mi(reps, k=100)`` is ``metrics: {mi: {k: 100}}``. ``tokens``
 selects the types of MI and the neighbours; for a few sentences the default here is the 100 most
 frequent types with at least 5 occurrences (the pipeline's default, 1,000 types with 1,000 occurrences, suits corpora).
+
+On a store of some layers (``ev.represent(..., layers=[...])``, a run's ``extract.layers``), as in
+the pipeline: MI, the neighbours and t-SNE compute the stored layers only, their groups keeping
+every layer with NaN at the others; ``layers=`` naming a layer that is not stored is refused with
+the stored ones named; the similarity and the change (PWCCA / CKA between every pair of layers)
+refuse the model (:func:`check_stored_layers`, :func:`check_every_layer_stored`).
 """
 
 from __future__ import annotations
@@ -35,12 +41,24 @@ __all__ = [
     "importance",
     "probes",
     "API_TOKENS",
+    "PER_LAYER",
+    "partial_layers",
+    "check_stored_layers",
+    "check_every_layer_stored",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: the token selection of the API's MI and neighbours unless ``tokens=`` says otherwise
 API_TOKENS = {"top": 100, "min_count": 5}
+
+#: the ``metrics`` sections whose analyses read the stored states one layer at a time (on a store of
+#: some layers, the stored ones); ``similarity`` reads every layer, the others read no states
+PER_LAYER = ("mi", "neighbors", "tsne")
+
+#: how a store of some layers came to be, and how to store every layer, for the messages
+_HOW = "extract.layers, or ev.represent(..., layers=[...])"
+_EVERY = "ev.represent(..., layers=None) stores every layer; in a run, extract.layers: null"
 
 
 def metrics_config(sections: dict[str, dict | None], *, tokens: dict | None = None):
@@ -143,6 +161,7 @@ def analyse(
     inputs = inputs_of(reps, sections, tokens=tokens, seed=seed, models=models)
     config = inputs.config
     if config.similarity is not None:
+        check_every_layer_stored(inputs)
         check_similarity(inputs, config.similarity)
     wanted = [a for a in ANALYSES if a.enabled(config)]
     return run_analyses(wanted, inputs, cache=reps.cache, client=client, progress=progress)
@@ -161,6 +180,59 @@ def check_similarity(inputs, scfg) -> None:
                 "sentences, leave the model out (models=[...]), or lower min_ratio= knowingly "
                 "(CCA overfits below about 10 per dimension)"
             )
+
+
+def partial_layers(reps: Representations, models: Sequence[str] | None = None) -> dict[str, list[int]]:
+    """``model -> the layers its store holds`` for the models of ``reps`` (or ``models``) whose store
+    holds some of their layers only (``extract.layers``; ``ev.represent(..., layers=[...])``);
+    models holding every layer are left out (an empty dict: no model is partial)."""
+    from evolution.store import n_layers, stored_layers
+
+    out = {}
+    for n in list(models) if models is not None else list(reps.specs):
+        kept, total = stored_layers(reps.store, n), n_layers(reps.store, n)
+        if kept is not None and total is not None and kept != list(range(total)):
+            out[n] = kept
+    return out
+
+
+def check_stored_layers(
+    reps: Representations, layers: Sequence[int], *, models: Sequence[str] | None = None, what: str
+) -> None:
+    """Refuse ``layers`` (layer numbers, resolved) naming a layer whose states a model analysed
+    did not store: a ``ValueError`` naming ``what`` (the analysis), each such model with the layers
+    it holds, and the fixes (``layers=`` among them, or a re-extraction of every layer)."""
+    partial = partial_layers(reps, models)
+    missing = {n: [x for x in layers if x not in kept] for n, kept in partial.items()}
+    missing = {n: xs for n, xs in missing.items() if xs}
+    if not missing:
+        return
+    held = "; ".join(
+        f"{n}'s store holds layers {partial[n]} only, not {', '.join(map(str, xs))}" for n, xs in missing.items()
+    )
+    kept = sorted(set.intersection(*(set(x) for x in partial.values())))
+    among = f"pass layers= among {kept}" if kept else "analyse one model at a time (models=[...])"
+    raise ValueError(
+        f"{what}: layers={list(layers)}: {held} ({_HOW}); {among} (or leave layers= out: the stored layers), "
+        f"or re-extract the missing layers ({_EVERY})"
+    )
+
+
+def check_every_layer_stored(inputs) -> None:
+    """Refuse the similarity and the change (PWCCA / CKA between every pair of layers; the change
+    by frequency and part of speech between adjacent ones) on a model whose store holds some
+    layers only: a ``ValueError`` naming the model, its stored layers and the fixes."""
+    partial = {m.name: list(m.stored) for m in inputs.models.values() if m.stored is not None}
+    if not partial:
+        return
+    held = "; ".join(f"{n}'s store holds layers {kept} only" for n, kept in partial.items())
+    others = [n for n in inputs.models if n not in partial]
+    leave = f", or analyse the others only (models={others})" if others else ""
+    raise ValueError(
+        f"similarity (ev.similarity, ev.change) reads every layer of {', '.join(partial)}: it compares the "
+        f"layers with each other (PWCCA, CKA; the change between adjacent layers), and {held} ({_HOW}); "
+        f"re-extract every layer ({_EVERY}){leave}"
+    )
 
 
 def _runs(reps: Representations, names: list[str]) -> dict[str, dict]:
@@ -215,6 +287,8 @@ def _one(
     layer 0, 1 where its layers are the attention blocks 1..L)."""
     reps.check_open()
     layers = resolve_layers(reps, layers, models=kw.get("models"), first=first_layer)
+    if layers is not None and section in PER_LAYER:
+        check_stored_layers(reps, layers, models=kw.get("models"), what=section)
     out = analyse(reps, {section: options}, **kw)
     if group not in out:
         raise ValueError(

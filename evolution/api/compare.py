@@ -29,6 +29,42 @@ def _one(reps: Representations, name: str | None, which: str) -> str:
     return name
 
 
+def _stored_in_both(
+    a: Representations, na: str, b: Representations, nb: str, wanted: list[int], *, given: bool, depth: int
+) -> list[int]:
+    """``wanted`` (layer numbers) kept to the layers whose states both runs stored: a store made with
+    ``extract.layers`` (``ev.represent(..., layers=[...])``) never writes the others (NaN). Layers given
+    (``given``) that a run did not store are refused, naming each run's stored layers and the fixes;
+    by default the layers stored in both are compared (none: refused)."""
+    from evolution.store import n_layers, stored_layers
+
+    kept = {}
+    for which, reps, name in (("a", a, na), ("b", b, nb)):
+        stored = stored_layers(reps.store, name)
+        if stored is not None and stored != list(range(n_layers(reps.store, name) or 0)):
+            kept[f"{which}[{name!r}]"] = stored
+    if not kept:
+        return wanted
+    both = [x for x in range(depth) if all(x in held for held in kept.values())]
+    held = "; ".join(f"{w}'s store holds layers {h} only" for w, h in kept.items())
+    how = "extract.layers, or ev.represent(..., layers=[...])"
+    every = "ev.represent(..., layers=None) stores every layer; in a run, extract.layers: null"
+    if not both:
+        raise ValueError(
+            f"compare: no layer is stored in both runs: {held} ({how}); re-extract one run with the other's "
+            f"layers ({every})"
+        )
+    missing = [x for x in wanted if x not in both]
+    if given and missing:
+        raise ValueError(
+            f"compare: layers {missing} are not stored in both runs: {held} ({how}); pass layers= among {both}, "
+            f"the layers stored in both (or leave layers= out: those), or re-extract the missing layers ({every})"
+        )
+    if missing:
+        logger.info("compare: %s; comparing the layers stored in both, %s", held, both)
+    return [x for x in wanted if x in both]
+
+
 def compare(
     a: Representations,
     b: Representations,
@@ -61,6 +97,11 @@ def compare(
     ``models``: ``(name in a, name in b)`` when either holds more than one model. The two must
     hold the same tokens (ids, sentences and positions), else a ``ValueError`` says where they
     part.
+
+    ``layers``: layer numbers (0: the embeddings; negative: from the top); default every layer of
+    both. A run whose store holds some layers only (``extract.layers``; ``ev.represent(...,
+    layers=[...])``) is compared on the layers stored in both runs; ``layers=`` naming another is
+    refused with each run's stored layers named.
     """
     from tqdm.auto import tqdm
 
@@ -96,6 +137,7 @@ def compare(
     bad = [x for x in wanted if not 0 <= x < depth]
     if bad:
         raise KeyError(f"layers {bad} are not layers of both runs: valid are 0..{depth - 1}, or -{depth}..-1")
+    wanted = _stored_in_both(a, na, b, nb, wanted, given=layers is not None, depth=depth)
     sel = {**API_TOKENS, **(tokens or {})}
     token_id, sentence = da["token_id"].values, da["sentence"].values
     mi_rows = select_frequent(token_id, n_types=int(sel["top"]), min_count=int(sel["min_count"]))
