@@ -5,10 +5,13 @@ of a worker and the seconds it takes on this machine, and the free space where t
 Bytes are exact: the token table (the corpus tokenised by each model, as the extraction does)
 fixes the ``hidden`` array, stored layers x rows x d x the dtype's size, the rows the tokens
 rounded up to whole chunks of ``extract.chunk_tokens`` (uncompressed, the last chunk is stored
-whole), and the attention group,
-the sum over sentences of L x H x T_s^2 x 4 (x (2 + 1/H) with the Kobayashi norms; the padding
-past each sentence compresses to nearly nothing). Seconds come from rates
-measured here in a few seconds: each model's forward pass on one batch of
+whole). The attention group is compressed (zstd, one chunk a sentence): the plan computes the maps
+of the first attention sentences (:data:`ATTENTION_SAMPLE_TOKENS`) and compresses them as the
+store does, and scales their bytes per stored cell to every sentence's cells, T_s^2 a map, or
+T_s (T_s + 1) / 2 for a causal model, whose maps' upper triangle is zeros (within 1.0-1.6% of the
+chunk files on the GPT-2-small, Pythia-410M and BERT-base shapes and the default config's trained
+MT and LM, where counting every cell gave 1.07-2.15x: :func:`_attention_bytes`). Seconds come from
+rates measured here: each model's forward pass on one batch of
 ``extract.max_batch_tokens`` tokens (tokens per second, on one worker), and the machine's float64
 GEMM rate on one core, printed beside them so that a reader can scale them to another machine.
 A worker's peak is the model's parameters (float32), its task buffer (stored layers x
@@ -97,6 +100,9 @@ class ModelPlan:
     activation_bytes: int = 0  # one batch: ACTIVATION_WIDTHS x layers x max_batch_tokens x d_model x 4
     max_batch_tokens: int = 0
     base_bytes: int = 0  # the worker's own (its imports)
+    causal: bool | None = None  # the maps' upper triangles are empty (seen in the sample); None: no attention
+    #: what planning took, seconds: loading the model, tokenising, the forward batch, the attention sample
+    measured: dict[str, float] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -132,6 +138,77 @@ def _forward_rate(adapter, table, max_batch_tokens: int, threads: int) -> float:
     t0 = time.perf_counter()
     adapter.forward(inputs)
     return sum(len(table.ids[i]) for i in first) / max(time.perf_counter() - t0, 1e-6)
+
+
+#: input tokens of the first attention sentences whose maps the plan computes and compresses as the
+#: store does (at least one sentence): 0.5-5 s of forward pass on the real shapes on two cores
+ATTENTION_SAMPLE_TOKENS = 256
+
+
+def _attention_bytes(adapter, table, config) -> tuple[int, bool, float]:
+    """The attention group's bytes as stored: ``(bytes, causal, seconds taken)``.
+
+    Each sentence is one chunk per array (``attention``, and with the Kobayashi norms
+    ``weighted_norm``, ``summed_norm``, ``value_norm``) of the longest sentence's size,
+    NaN past its length, compressed (zstd). The maps of the first sentences, up to
+    :data:`ATTENTION_SAMPLE_TOKENS` input tokens, are computed and compressed as the store
+    compresses them; each array's bytes are its sample's bytes per stored cell times the cells of
+    every sentence: T_s^2 per map, or T_s (T_s + 1) / 2 where the model is causal (seen in the
+    sample: every map's upper triangle is 0, and the zeros compress to nearly nothing)."""
+    import zarr
+
+    from evolution.extract_plan import batches
+
+    t0 = time.perf_counter()
+    att = config.attention
+    n = min(att.sentences, table.n_sentences)
+    if n == 0:
+        return 0, False, 0.0
+    inputs = [adapter.build_input(ids) for ids in table.ids[:n]]
+    lengths = np.array([len(x) for x in inputs], dtype=np.int64)
+    width = int(lengths.max())
+    k = max(1, int(np.searchsorted(np.cumsum(lengths), ATTENTION_SAMPLE_TOKENS, side="right")))
+    norms = att.norms and adapter.supports_norms
+    arrays: dict[str, zarr.Array] = {}  # in memory, chunked and encoded as the store's (zarr's defaults)
+    empty: dict[str, int] = {}
+    causal = True
+    for batch in batches([int(t) for t in lengths[:k]], max_batch_tokens=config.max_batch_tokens):
+        if norms:
+            _, maps, more = adapter.forward_norms([inputs[i] for i in batch])
+        else:
+            _, maps = adapter.forward([inputs[i] for i in batch], attention=True)
+            more = {}
+        for b, i in enumerate(batch):
+            t = int(lengths[i])
+            for name, arr in {"attention": maps, **more}.items():
+                one = arr[:, b]
+                key_only = name == "value_norm"  # (layer, head, key); the others end in (query, key)
+                if not key_only:
+                    causal = causal and not np.triu(one[..., :t, :t], 1).any()
+                cut = (Ellipsis,) + (slice(0, t),) * (1 if key_only else 2)
+                shape = one.shape[:-1] + (width,) if key_only else one.shape[:-2] + (width, width)
+                row = np.full(shape, np.nan, dtype=att.dtype)
+                row[cut] = one[cut]
+                if name not in arrays:
+                    arrays[name] = zarr.create_array(
+                        store=zarr.storage.MemoryStore(),
+                        shape=(k, *row.shape),
+                        chunks=(1, *row.shape),
+                        dtype=att.dtype,
+                        fill_value=np.nan,
+                        zarr_format=3,
+                    )
+                    empty[name] = arrays[name].nbytes_stored()  # its metadata: the chunks' bytes come on top
+                arrays[name][i] = row
+    sample = {name: a.nbytes_stored() - empty[name] for name, a in arrays.items()}
+
+    def cells(name: str, ts: np.ndarray) -> int:
+        if name == "value_norm":
+            return int(ts.sum())
+        return int((ts * (ts + 1) // 2).sum() if causal else (ts**2).sum())
+
+    total = sum(round(b / max(cells(name, lengths[:k]), 1) * cells(name, lengths)) for name, b in sample.items())
+    return int(total), causal, time.perf_counter() - t0
 
 
 def _parameters(adapter) -> int:
@@ -170,12 +247,14 @@ def plan_extract(
     from evolution.models import cached_adapter
     from evolution.tokens import build_token_table
 
+    t_load = time.perf_counter()
     adapter = cached_adapter(spec)
     t0 = time.perf_counter()
+    load_s = t0 - t_load
     table = build_token_table(
         corpus.sentences, adapter, too_long=config.too_long, lines=corpus.lines, source=corpus.source
     )
-    tokenize_s = time.perf_counter() - t0
+    tokenize_s = time_tokenise = time.perf_counter() - t0
     if training_text is not None and os.path.isfile(training_text):
         chars = max(1, sum(len(s) for s in corpus.sentences))
         tokenize_s *= 1 + os.path.getsize(training_text) / chars
@@ -205,15 +284,6 @@ def plan_extract(
     chunk = max(1, min(config.chunk_tokens if kept is None else row_chunk(config.chunk_tokens), n_rows))
     rows = -(-n_rows // chunk) * chunk
     hidden = rows * stored * d * np.dtype(config.dtype).itemsize  # a layer left out has no chunks
-    attention = 0
-    if config.attention is not None:  # the maps' cells; the padding past each sentence compresses to ~0
-        n = min(config.attention.sentences, table.n_sentences)
-        cells = sum(len(adapter.build_input(ids)) ** 2 for ids in table.ids[:n])
-        per = adapter.num_layers * adapter.num_heads * np.dtype(config.attention.dtype).itemsize
-        # with the norms: weighted_norm as the maps, summed_norm one map per layer (not per head)
-        attention = int(
-            cells * per * (2 + 1 / adapter.num_heads if config.attention.norms and adapter.supports_norms else 1)
-        )
     from evolution.analyses.cost import WORKER_BASE
 
     task_tokens = min(config.chunk_tokens * config.task_chunks, table.n_tokens)
@@ -222,7 +292,12 @@ def plan_extract(
     buffer = stored * task_tokens * d * itemsize  # the task buffer holds the stored dtype (extract_task.task_buffer)
     activations = 4 * ACTIVATION_WIDTHS * layers * config.max_batch_tokens * d
     peak = parameters + buffer + activations + WORKER_BASE
+    t_rate = time.perf_counter()
     rate = _forward_rate(adapter, table, config.max_batch_tokens, config.torch_threads)
+    rate_s = time.perf_counter() - t_rate
+    attention, attention_seconds, causal = 0, 0.0, None
+    if config.attention is not None:  # after the forward rate's warm-up pass: the first pass is slow
+        attention, causal, attention_seconds = _attention_bytes(adapter, table, config)
     seconds = tokenize_s + _graph_seconds(
         table,
         config,
@@ -256,6 +331,8 @@ def plan_extract(
         activation_bytes=activations,
         max_batch_tokens=config.max_batch_tokens,
         base_bytes=WORKER_BASE,
+        causal=causal,
+        measured={"load": load_s, "tokenise": time_tokenise, "forward": rate_s, "attention": attention_seconds},
     )
 
 
