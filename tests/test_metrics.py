@@ -63,7 +63,9 @@ def test_knn_equals_sklearn_brute(metric):
         .fit(x)
         .kneighbors(x, return_distance=False)[:, 1:]
     )
-    assert (ours == ref).mean() > 0.999  # float32 vs float64 may swap near-ties
+    # each row's neighbours in ascending index order (exact_knn); sklearn's by distance. Cosine: ours is
+    # the Euclidean distance of the float32 unit rows, sklearn's float64, which may swap near-ties
+    assert (np.sort(ours, axis=1) == np.sort(ref, axis=1)).mean() > (0.999 if metric == "cosine" else 1 - 1e-9)
     labels = rng.integers(0, 5, 600)
     assert same_label_rate(ours, labels) == pytest.approx(same_label_rate(ref, labels), abs=1e-3)
 

@@ -250,10 +250,10 @@ def test_the_page_unpacks_wide_keys_in_chromium(tmp_path):
     assert ("4776", "8") in lines  # head 1: the last query with edges, to key 0
 
 
-def test_a_piece_the_model_saw_as_unk_shows_unk_with_its_text_as_a_tooltip(tmp_path):
+def test_a_piece_the_model_saw_as_unk_shows_unk_with_its_text_beside_it(tmp_path):
     """The views show what the model saw: the emoji, outside the shipped vocabulary, is ``<unk>``
-    in the page's tokens, and its text rides along (``texts``, drawn as the token's tooltip in
-    Chromium); every other position's text is its piece."""
+    in the page's tokens, and its text rides along (``texts``, drawn beside the token, ``<unk>
+    [text]``, and as its tooltip in Chromium); every other position's text is its piece."""
     import evolution.api as ev
     from evolution.report.views import unpack_payload
 
@@ -271,4 +271,5 @@ def test_a_piece_the_model_saw_as_unk_shows_unk_with_its_text_as_a_tooltip(tmp_p
         return
     out = _dom(page.save(tmp_path / "unk.html").as_uri(), tmp_path)
     assert 'data-ready="1"' in out.stdout, out.stderr[-2000:]
-    assert "<title>the text: \U0001f642</title>" in out.stdout
+    # the text beside what the model saw, on the page itself (a screenshot or a print keeps it), and as the tooltip
+    assert "&lt;unk&gt; [\U0001f642]<title>the text: \U0001f642</title>" in out.stdout

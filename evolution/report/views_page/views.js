@@ -55,8 +55,10 @@ async function unpack(x) {  // the payload with every packed leaf replaced by it
   for (const [k, v] of Object.entries(x)) out[k] = await unpack(v);
   return out;
 }
-function seen(node, piece, text) {  // a piece the model saw as <unk>: its text as the tooltip
-  if (text && text !== piece) el("title", {}, node, true).textContent = "the text: " + text;
+function seen(node, piece, text) {  // a piece the model saw as <unk>: its text beside it (a print keeps it) and as the tooltip
+  if (!text || text === piece) return;
+  node.textContent = piece + " [" + text + "]";
+  el("title", {}, node, true).textContent = "the text: " + text;
 }
 function el(tag, attrs, parent, ns) {
   const e = ns ? document.createElementNS(SVG, tag) : document.createElement(tag);
