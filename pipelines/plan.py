@@ -8,9 +8,9 @@ rounded up to whole chunks of ``extract.chunk_tokens`` (uncompressed, the last c
 whole). The attention group is compressed (zstd, one chunk a sentence): the plan computes the maps
 of the first attention sentences (:data:`ATTENTION_SAMPLE_TOKENS`) and compresses them as the
 store does, and scales their bytes per stored cell to every sentence's cells, T_s^2 a map, or
-T_s (T_s + 1) / 2 for a causal model, whose maps' upper triangle is zeros (within 1.0-1.6% of the
-chunk files on the GPT-2-small, Pythia-410M and BERT-base shapes and the default config's trained
-MT and LM, where counting every cell gave 1.07-2.15x: :func:`_attention_bytes`). Seconds come from
+T_s (T_s + 1) / 2 for a causal model, whose maps' upper triangle is zeros (0.3-3.4% above the
+chunk files on the GPT-2-small, BERT-base, Pythia-410M and Pythia-1B shapes and the default config's
+trained MT and LM, where counting every cell gave 1.07-2.15x: :func:`_attention_bytes`). Seconds come from
 rates measured here: each model's forward pass on one batch of
 ``extract.max_batch_tokens`` tokens (tokens per second, on one worker), and the machine's float64
 GEMM rate on one core, printed beside them so that a reader can scale them to another machine.
@@ -141,17 +141,21 @@ def _forward_rate(adapter, table, max_batch_tokens: int, threads: int) -> float:
 
 
 #: input tokens of the first attention sentences whose maps the plan computes and compresses as the
-#: store does (at least one sentence): 0.5-5 s of forward pass on the real shapes on two cores
+#: store does: at most this many, and no more than the measured forward rate makes in
+#: :data:`ATTENTION_SAMPLE_SECONDS` (at least one sentence). From 40 to 256 tokens the planned bytes
+#: were 1.0-3.4% above the chunk files on the GPT-2-small, BERT-base and Pythia-410M shapes
 ATTENTION_SAMPLE_TOKENS = 256
+ATTENTION_SAMPLE_SECONDS = 2.0
 
 
-def _attention_bytes(adapter, table, config) -> tuple[int, bool, float]:
+def _attention_bytes(adapter, table, config, *, rate: float) -> tuple[int, bool, float]:
     """The attention group's bytes as stored: ``(bytes, causal, seconds taken)``.
 
     Each sentence is one chunk per array (``attention``, and with the Kobayashi norms
     ``weighted_norm``, ``summed_norm``, ``value_norm``) of the longest sentence's size,
     NaN past its length, compressed (zstd). The maps of the first sentences, up to
-    :data:`ATTENTION_SAMPLE_TOKENS` input tokens, are computed and compressed as the store
+    :data:`ATTENTION_SAMPLE_TOKENS` input tokens or what the forward ``rate`` (tokens a second)
+    makes in :data:`ATTENTION_SAMPLE_SECONDS`, are computed and compressed as the store
     compresses them; each array's bytes are its sample's bytes per stored cell times the cells of
     every sentence: T_s^2 per map, or T_s (T_s + 1) / 2 where the model is causal (seen in the
     sample: every map's upper triangle is 0, and the zeros compress to nearly nothing)."""
@@ -167,7 +171,8 @@ def _attention_bytes(adapter, table, config) -> tuple[int, bool, float]:
     inputs = [adapter.build_input(ids) for ids in table.ids[:n]]
     lengths = np.array([len(x) for x in inputs], dtype=np.int64)
     width = int(lengths.max())
-    k = max(1, int(np.searchsorted(np.cumsum(lengths), ATTENTION_SAMPLE_TOKENS, side="right")))
+    budget = min(ATTENTION_SAMPLE_TOKENS, rate * ATTENTION_SAMPLE_SECONDS)
+    k = max(1, int(np.searchsorted(np.cumsum(lengths), budget, side="right")))
     norms = att.norms and adapter.supports_norms
     arrays: dict[str, zarr.Array] = {}  # in memory, chunked and encoded as the store's (zarr's defaults)
     empty: dict[str, int] = {}
@@ -297,7 +302,7 @@ def plan_extract(
     rate_s = time.perf_counter() - t_rate
     attention, attention_seconds, causal = 0, 0.0, None
     if config.attention is not None:  # after the forward rate's warm-up pass: the first pass is slow
-        attention, causal, attention_seconds = _attention_bytes(adapter, table, config)
+        attention, causal, attention_seconds = _attention_bytes(adapter, table, config, rate=rate)
     seconds = tokenize_s + _graph_seconds(
         table,
         config,
@@ -542,8 +547,11 @@ def _gb(n: float) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
-def log_plan(plans: list[ModelPlan], *, store: str, free: int | None, gemm: float, workers: int) -> list[str]:
-    """The plan's lines (logged at INFO, returned for ``--plan``)."""
+def log_plan(
+    plans: list[ModelPlan], *, store: str, free: int | None, gemm: float, workers: int, gemm_seconds: float = 0.0
+) -> list[str]:
+    """The plan's lines (logged at INFO, returned for ``--plan``); ``gemm_seconds``: how long the
+    GEMM rate took to measure (0 when an earlier plan of the run measured it)."""
     lines = [
         f"plan: extract into {store} with {workers} worker(s); this machine: {gemm / 1e9:.1f} G float64 "
         "multiply-adds/s on one core (NumPy GEMM)",
@@ -569,6 +577,13 @@ def log_plan(plans: list[ModelPlan], *, store: str, free: int | None, gemm: floa
                 f"{p.stored_tokens / max(p.tokens, 1):.1%}); the analyses read: "
                 + ", ".join(f"{name} {n:,}" for name, n in p.row_sources.items())
             )
+    took = {k: sum(p.measured.get(k, 0.0) for p in plans) for k in ("load", "tokenise", "forward", "attention")}
+    lines.append(
+        f"plan: measured in {sum(took.values()) + gemm_seconds:.1f} s: loading the model(s) {took['load']:.1f} s, "
+        f"tokenising {took['tokenise']:.1f} s, two forward passes of one batch each {took['forward']:.1f} s"
+        + (f", the attention sample {took['attention']:.1f} s" if took["attention"] else "")
+        + (f", the GEMM rate {gemm_seconds:.1f} s" if gemm_seconds >= 0.05 else "")
+    )
     total = sum(p.bytes for p in plans)
     where = f"{_gb(free)} free there" if free is not None else "free space unknown (object storage)"
     lines.append(

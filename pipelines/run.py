@@ -97,18 +97,40 @@ def run(
             logger.info("         - %s", line)
     if dry_run:
         return ctx
-    if plan_only:  # the corpus is built (cheap, cached) to tokenise it; nothing of the store is written
-        from pipelines.stages.extract import ExtractStage
+    if plan_only:
+        _plan(ctx, order, plan)
+        return ctx
+    config.workdir.mkdir(parents=True, exist_ok=True)
+    with workdir_lock(config.workdir):  # one run per workdir (WorkdirBusy names the other one)
+        _run_locked(ctx, order, plan)
+    return ctx
 
-        config.workdir.mkdir(parents=True, exist_ok=True)
-        with workdir_lock(config.workdir):
+
+def _plan(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None:
+    """``--plan``: the extraction's plan and, once the extraction is stored, the metrics stage's.
+    Nothing is written under the workdir (no lock, no log file): a corpus not yet built is read
+    into a temporary directory, removed afterwards; the metrics plan writes its units' index arrays
+    (content-addressed, the run's own) beside the store, in ``metrics-inputs/``."""
+    import tempfile
+
+    from pipelines.stages.corpus import CorpusStage
+    from pipelines.stages.extract import ExtractStage
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="evolution-plan-") as tmp:
+        try:
             if plan.get("corpus"):
-                logger.info("plan: the corpus is built first (stage corpus), to count each model's tokens")
-                _run_locked(ctx, ["corpus"], plan)
+                ctx.corpus_directory = Path(tmp) / "corpus"
+                CorpusStage().run(ctx)
+                logger.info(
+                    "plan: the corpus stage is not built: read in %.1f s into a temporary directory, removed after "
+                    "the plan (nothing is written under the workdir), to count each model's tokens",
+                    time.perf_counter() - t0,
+                )
             untrained = bool(plan.get("train"))  # a run still to train has no checkpoint to measure yet
             if untrained:
                 logger.info("plan: models of kind trained are left out until the train stage has run")
-            todo = [m for m in config.models if not (untrained and m.kind == "trained")]
+            todo = [m for m in ctx.config.models if not (untrained and m.kind == "trained")]
             ExtractStage().plan(ctx, ExtractStage()._todo(ctx, todo) if "extract" in order else [], only=True)
             if "metrics" in order:
                 if ExtractStage().pending(ctx):
@@ -117,14 +139,18 @@ def run(
                         "counted from the stored tokens); it plans itself when it starts (metrics/plan.json)"
                     )
                 else:
+                    from evolution import location
                     from pipelines.stages.metrics import MetricsStage
 
+                    logger.info(
+                        "plan: the metrics units' index arrays go to %s (content-addressed: the run reads the "
+                        "same files); nothing else is written",
+                        location.inputs_dir(ExtractStage().store(ctx)),
+                    )
                     MetricsStage().plan(ctx)
-        return ctx
-    config.workdir.mkdir(parents=True, exist_ok=True)
-    with workdir_lock(config.workdir):  # one run per workdir (WorkdirBusy names the other one)
-        _run_locked(ctx, order, plan)
-    return ctx
+        finally:
+            ctx.corpus_directory = None  # removed with the temporary directory
+    logger.info("plan: --plan took %.1f s", time.perf_counter() - t0)
 
 
 def _run_locked(ctx: Context, order: list[str], plan: dict[str, list[str]]) -> None:
@@ -195,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plan",
         action="store_true",
-        help="print the extraction's plan (bytes, a worker's peak memory, seconds on this machine) and, once "
-        "the extraction is stored, the metrics stage's (units, multiply-adds, seconds), and stop",
+        help="print the extraction's plan (bytes, a worker's peak memory against the workers' memory limit, seconds "
+        "on this machine, how long its measurements took) and, once the extraction is stored, the metrics stage's "
+        "(units, multiply-adds, seconds), and stop; writes nothing under the workdir",
     )
     parser.add_argument("--workdir", help="override the config's workdir")
     parser.add_argument(

@@ -50,6 +50,7 @@ def test_plan_after_the_extraction_plans_the_metrics_units(model_specs, corpus_f
     assert re.search(r"metrics plan: mi +\d+ unit\(s\)", err)
     assert re.search(r"metrics plan: .* s of modelled units, about .* s on \d+ worker\(s\)", err)
     assert re.search(r"metrics plan: memory: largest unit \w+ \S+ holds [\d.]+ GiB, a worker about", err), err
+    assert f"the metrics units' index arrays go to {tmp_path / 'w' / 'metrics-inputs'}" in err
     assert not (tmp_path / "w" / "metrics").exists() and not (tmp_path / "w" / "metrics.zarr").exists()
 
 
@@ -66,11 +67,25 @@ def test_a_run_that_does_not_fit_stops_before_writing(model_specs, corpus_file, 
 
 
 def test_plan_prints_and_writes_nothing(model_specs, corpus_file, tmp_path, capsys):
+    """--plan on a fresh workdir reads the corpus into a temporary directory and writes nothing
+    under the workdir (not even the workdir, its lock or a log); it prints how long its
+    measurements took, the parts adding up to the total it prints."""
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=[model_specs["gpt2"]], workdir=tmp_path / "w")
     assert main([str(cfg), "--plan", "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert "plan: gpt2" in err and "float64 multiply-adds/s on one core" in err
-    assert not (tmp_path / "w" / "reps.zarr").exists()
+    assert "the corpus stage is not built: read in" in err and "nothing is written under the workdir" in err
+    assert not (tmp_path / "w").exists()
+    took = re.search(
+        r"plan: measured in ([\d.]+) s: loading the model\(s\) ([\d.]+) s, tokenising ([\d.]+) s, two forward "
+        r"passes of one batch each ([\d.]+) s, the attention sample ([\d.]+) s(?:, the GEMM rate ([\d.]+) s)?",
+        err,
+    )
+    assert took, err
+    total, *parts = (float(x) for x in took.groups() if x is not None)
+    assert abs(total - sum(parts)) <= 0.05 * len(parts) + 1e-9  # each part rounded to 0.1 s
+    overall = float(re.search(r"plan: --plan took ([\d.]+) s", err).group(1))
+    assert total <= overall + 0.1
 
 
 def test_the_gemm_rate_counts_multiply_adds():
@@ -85,12 +100,14 @@ def _files(path):
 def test_planned_states_and_attention_are_the_stored_bytes(model_specs, corpus_file, tmp_path, monkeypatch):
     """The states: uncompressed chunk files, exactly. The attention maps (and BERT's norms): the
     plan compresses the first sentences' chunks as the store does, here all 5 attention sentences
-    (fewer than ATTENTION_SAMPLE_TOKENS input tokens), so its bytes are the chunk files' exactly;
+    (fewer than ATTENTION_SAMPLE_TOKENS input tokens, with no limit on the sample's seconds), so its
+    bytes are the chunk files' exactly;
     GPT-2's maps are causal (empty upper triangles), BERT's not."""
     import pipelines.plan as plan_mod
 
     plans, real = [], plan_mod.plan_extract
     monkeypatch.setattr(plan_mod, "plan_extract", lambda *a, **kw: plans.append(real(*a, **kw)) or plans[-1])
+    monkeypatch.setattr(plan_mod, "ATTENTION_SAMPLE_SECONDS", 1e9)
     models = [model_specs["gpt2"], model_specs["bert"]]
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=models, workdir=tmp_path / "w")
     run(cfg, stage="extract", progress=False)
@@ -117,6 +134,7 @@ def test_planned_attention_from_a_sample_of_its_sentences(model_specs, corpus_fi
     plans, real = [], plan_mod.plan_extract
     monkeypatch.setattr(plan_mod, "plan_extract", lambda *a, **kw: plans.append(real(*a, **kw)) or plans[-1])
     monkeypatch.setattr(plan_mod, "ATTENTION_SAMPLE_TOKENS", 24)
+    monkeypatch.setattr(plan_mod, "ATTENTION_SAMPLE_SECONDS", 1e9)
     models = [model_specs["gpt2"], model_specs["bert"]]
     cfg = write_config(tmp_path / "c.yaml", corpus=corpus_file, models=models, workdir=tmp_path / "w")
     cfg.write_text(cfg.read_text().replace("sentences: 5", "sentences: 20"))

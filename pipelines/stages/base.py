@@ -21,6 +21,9 @@ class Context:
     progress: bool = True
     #: per-stage measurements of this run (e.g. extraction timings per model), for logs and benchmarks
     timings: dict[str, Any] = field(default_factory=dict)
+    #: the corpus stage's directory when it is not the workdir's (``--plan`` reads a corpus not yet built
+    #: into a temporary directory, writing nothing under the workdir)
+    corpus_directory: Path | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -76,7 +76,7 @@ class CorpusStage(Stage):
         return ctx.memo("corpus.training_key", compute)
 
     def directory(self, ctx: Context) -> Path:
-        return ctx.workdir / "corpus" / self.key(ctx)
+        return ctx.corpus_directory or ctx.workdir / "corpus" / self.key(ctx)
 
     def pending(self, ctx: Context) -> list[str]:
         if corpus_layout.is_done(self.directory(ctx)) and self.name not in ctx.force:

@@ -5,6 +5,7 @@ key; models are cached independently, so adding a model extracts only that model
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from evolution.config import ModelConfig, resolved_dict
@@ -190,8 +191,10 @@ class ExtractStage(Stage):
         ]
         store = self.store(ctx)
         free = free_bytes(store)
+        t_gemm = time.perf_counter()
         gemm = ctx.memo("plan.gemm", lambda: gemm_rate(0.25))
-        lines = log_plan(plans, store=store, free=free, gemm=gemm, workers=workers)
+        gemm_s = time.perf_counter() - t_gemm
+        lines = log_plan(plans, store=store, free=free, gemm=gemm, workers=workers, gemm_seconds=gemm_s)
         cfg = ctx.config
         limit = planned_memory_limit(ctx)
         problem = memory_problem(plans, limit=limit, cluster=cfg.cluster, config=cfg.extract, workers=workers)
