@@ -108,9 +108,21 @@ def logged(fn: Callable[..., dict], device: str | None = None, **kwargs) -> dict
         # a distributed worker secedes it and queues its pieces behind every other unit, and the
         # worker runs another unit beside it on the same core (seen: the head map, 8 s alone,
         # took 695 s of wall time in the default run at commit 90eba53)
+        # and its BLAS on one thread, as on a worker process (Dask's nanny starts it with
+        # OMP_NUM_THREADS=1): a threaded BLAS splits sums (dot products, reductions) by its thread
+        # count, which changes the last bits, so a synchronous run would differ from a cluster's in
+        # values that are rounding noise (seen: PWCCA intervals of 4e-14 differing by 1.5e-4 of
+        # themselves); the same bits in every mode (tests/test_execution_modes.py)
+        from threadpoolctl import threadpool_limits
+
         from evolution.metrics import backend
 
-        with dask.config.set(scheduler="synchronous"), backend.use(device), _PeakRSS() as rss:
+        with (
+            dask.config.set(scheduler="synchronous"),
+            threadpool_limits(limits=1, user_api="blas"),
+            backend.use(device),
+            _PeakRSS() as rss,
+        ):
             result = fn(**kwargs)
     finally:
         for lg, level in zip(loggers, levels, strict=True):
