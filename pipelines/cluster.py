@@ -38,7 +38,11 @@ def planned_workers(ctx) -> int:
     if ctx.client is not None:
         return len(ctx.client.scheduler_info()["workers"]) or 1
     if cluster.kind == "local":
-        return cluster.n_workers or default_workers(cluster.threads_per_worker)
+        from evolution.models.device import cuda_count
+
+        # as dask_client starts them: one worker per GPU where models run on GPUs
+        gpus = gpu_workers(ctx.config.extract.device, gpus=cuda_count(), n_workers=cluster.n_workers)
+        return len(gpus) if gpus is not None else cluster.n_workers or default_workers(cluster.threads_per_worker)
     return 1
 
 

@@ -17,8 +17,8 @@ GEMM rate on one core, printed beside them so that a reader can scale them to an
 A worker's peak is the model's parameters (float32), its task buffer (stored layers x
 ``chunk_tokens`` x ``task_chunks`` x d in ``extract.dtype``), one batch's activations (about 12
 d-wide float32 arrays per token and layer: the states, the attention's and the FFN's
-intermediates at 4 d) and the worker's own memory (its imports,
-:data:`evolution.analyses.cost.WORKER_BASE`).
+intermediates at 4 d; none where the forward pass runs on a GPU, whose memory holds them) and
+the worker's own memory (its imports, :data:`evolution.analyses.cost.WORKER_BASE`).
 
 A run whose planned bytes exceed the free space of a local store's disk stops before the
 store is written, naming the settings that shrink it (:class:`PlanError`); so does a run whose
@@ -97,7 +97,8 @@ class ModelPlan:
     parameters_bytes: int = 0  # the model's parameters, float32
     buffer_bytes: int = 0  # the task buffer: stored_layers x task_tokens x d_model x itemsize
     task_tokens: int = 0
-    activation_bytes: int = 0  # one batch: ACTIVATION_WIDTHS x layers x max_batch_tokens x d_model x 4
+    activation_bytes: int = 0  # one batch: ACTIVATION_WIDTHS x layers x max_batch_tokens x d_model x 4 (0 on a GPU)
+    device: str = "cpu"  # where the forward pass runs: on a GPU the activations are not in the host's memory
     max_batch_tokens: int = 0
     base_bytes: int = 0  # the worker's own (its imports)
     causal: bool | None = None  # the maps' upper triangles are empty (seen in the sample); None: no attention
@@ -295,7 +296,10 @@ def plan_extract(
     itemsize = np.dtype(config.dtype).itemsize
     parameters = 4 * _parameters(adapter)
     buffer = stored * task_tokens * d * itemsize  # the task buffer holds the stored dtype (extract_task.task_buffer)
-    activations = 4 * ACTIVATION_WIDTHS * layers * config.max_batch_tokens * d
+    device = str(getattr(adapter, "device", "cpu"))
+    # on a GPU a batch's activations are in its memory, not the host's that the workers' limit is about
+    on_gpu = device.startswith("cuda")
+    activations = 0 if on_gpu else 4 * ACTIVATION_WIDTHS * layers * config.max_batch_tokens * d
     peak = parameters + buffer + activations + WORKER_BASE
     t_rate = time.perf_counter()
     rate = _forward_rate(adapter, table, config.max_batch_tokens, config.torch_threads)
@@ -336,6 +340,7 @@ def plan_extract(
         activation_bytes=activations,
         max_batch_tokens=config.max_batch_tokens,
         base_bytes=WORKER_BASE,
+        device=device,
         causal=causal,
         measured={"load": load_s, "tokenise": time_tokenise, "forward": rate_s, "attention": attention_seconds},
     )
@@ -483,13 +488,17 @@ def memory_problem(plans: list[ModelPlan], *, limit: int | None, cluster, config
         # the largest power-of-two batch under which the peak fits, the other terms as they are
         per_token = big.activation_bytes / max(big.max_batch_tokens, 1)
         room = stop - (big.worker_peak_bytes - big.activation_bytes)
-        batch = 2 ** int(np.log2(room / per_token)) if room >= 16 * per_token else 0
+        batch = 2 ** int(np.log2(room / per_token)) if per_token and room >= 16 * per_token else 0
         fits = f": {batch} (it fits from there; " if batch else " lower ("
-        lower = [
-            f"extract.max_batch_tokens{fits}"
-            + f"the activations scale with it: {ACTIVATION_WIDTHS} x {big.layers} layers x {big.max_batch_tokens:,} "
-            f"tokens x {big.d_model:,} features x 4 bytes = {_gb(big.activation_bytes)})"
-        ]
+        lower = (
+            [
+                f"extract.max_batch_tokens{fits}"
+                + f"the activations scale with it: {ACTIVATION_WIDTHS} x {big.layers} layers x "
+                f"{big.max_batch_tokens:,} tokens x {big.d_model:,} features x 4 bytes = {_gb(big.activation_bytes)})"
+            ]
+            if big.activation_bytes
+            else []
+        )
         if config.dtype != "float16":
             lower.append(f"extract.dtype: float16 (halves the task buffer, {_gb(big.buffer_bytes)})")
         lower += [
@@ -567,7 +576,8 @@ def log_plan(
         lines.append(
             f"plan: {p.name} states: {states_sum(p)}; worker peak {_gb(p.worker_peak_bytes)}: parameters "
             f"{_gb(p.parameters_bytes)} + task buffer {_gb(p.buffer_bytes)} + one batch's activations "
-            f"{_gb(p.activation_bytes)} + the worker's own {_gb(p.base_bytes)}"
+            + (f"{_gb(p.activation_bytes)}" if p.activation_bytes else f"(on {p.device}, not in the host's memory)")
+            + f" + the worker's own {_gb(p.base_bytes)}"
         )
     for p in plans:
         if p.stored_tokens is not None:

@@ -305,3 +305,43 @@ def test_the_disk_message_multiplies_to_its_total(model_specs, corpus_file, tmp_
     monkeypatch.undo()
     run(cfg, stage="extract", progress=False)
     assert _files(tmp_path / "w" / "reps.zarr" / "gpt2" / "hidden" / "c") == total
+
+
+def test_on_gpus_the_plan_counts_one_worker_per_gpu_and_no_host_activations(monkeypatch):
+    """A local cluster on a machine with GPUs runs one worker per GPU (pipelines.cluster.dask_client):
+    the plan made before it starts counts them; a forward pass on a GPU keeps its activations in
+    the GPU's memory, so the memory message names no batch size there."""
+    from types import SimpleNamespace
+
+    from evolution.config import ClusterConfig, ExtractConfig
+    from pipelines.cluster import default_workers, planned_workers
+    from pipelines.plan import ModelPlan, memory_problem
+
+    monkeypatch.setattr("evolution.models.device.cuda_count", lambda: 3)
+    ctx = SimpleNamespace(client=None, config=SimpleNamespace(cluster=ClusterConfig(), extract=ExtractConfig()))
+    assert planned_workers(ctx) == 3
+    ctx.config.extract = ExtractConfig(device="cpu")
+    assert planned_workers(ctx) == default_workers(1)  # models on the CPU: one worker a core
+    gib = 2**30
+    plan = ModelPlan(
+        name="big",
+        sentences=1,
+        tokens=100,
+        layers=17,
+        d_model=2048,
+        stored_layers=17,
+        hidden_bytes=0,
+        attention_bytes=0,
+        worker_peak_bytes=5 * gib,
+        tokens_per_second=1.0,
+        seconds=1.0,
+        parameters_bytes=1 * gib,
+        buffer_bytes=int(3.5 * gib),
+        task_tokens=16384,
+        itemsize=4,
+        base_bytes=gib // 2,
+        device="cuda:0",
+    )
+    message = memory_problem([plan], limit=4 * gib, cluster=ClusterConfig(), config=ExtractConfig(), workers=1)
+    assert message is not None and "extract.max_batch_tokens" not in message
+    assert "extract.dtype: float16 (halves the task buffer, 3.76 GB)" in message
