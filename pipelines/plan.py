@@ -225,6 +225,23 @@ def _parameters(adapter) -> int:
         return 0
 
 
+def check_layers_before_loading(spec: dict, config, *, name: str) -> None:
+    """Refuse an ``extract.layers`` entry the model does not have from what its files say without
+    its weights (a Hugging Face directory's config.json), before it loads (which takes minutes for
+    a large model): a :class:`PlanError` naming the setting. Other kinds are checked once loaded."""
+    from evolution.models.huggingface import blocks_in_config
+    from evolution.store import resolve_layers
+
+    if config.layers is None or spec.get("kind") != "huggingface":
+        return
+    blocks = blocks_in_config(spec["path"])
+    if blocks is not None:
+        try:
+            resolve_layers(config.layers, blocks + 1, model=name)
+        except ValueError as exc:
+            raise PlanError(f"{exc}. Nothing was written.") from None
+
+
 def plan_extract(
     spec: dict,
     corpus,
@@ -251,8 +268,10 @@ def plan_extract(
     import os
 
     from evolution.models import cached_adapter
+    from evolution.store import resolve_layers
     from evolution.tokens import build_token_table
 
+    check_layers_before_loading(spec, config, name=name)
     t_load = time.perf_counter()
     adapter = cached_adapter(spec)
     t0 = time.perf_counter()
@@ -264,8 +283,6 @@ def plan_extract(
     if training_text is not None and os.path.isfile(training_text):
         chars = max(1, sum(len(s) for s in corpus.sentences))
         tokenize_s *= 1 + os.path.getsize(training_text) / chars
-    from evolution.store import resolve_layers
-
     layers, d = adapter.num_layers + 1, adapter.d_model
     try:
         stored = len(resolve_layers(config.layers, layers, model=name))

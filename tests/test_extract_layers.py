@@ -172,3 +172,29 @@ def test_a_config_that_compares_every_layer_is_refused_before_any_work(tmp_path,
         load_config(cfg)
     cfg.write_text(cfg.read_text().replace("models:", "metrics: {similarity: null}\nmodels:"), encoding="utf-8")
     assert load_config(cfg).extract.layers == [0, -1]
+
+
+@pytest.mark.parametrize("plan", [True, False], ids=["--plan", "a run"])
+def test_a_layer_the_model_lacks_is_refused_before_its_weights_load(tmp_path, model_specs, monkeypatch, capsys, plan):
+    """``extract.layers: [0, 99]`` on a Hugging Face model of 2 blocks: refused from its
+    config.json, before the model is loaded (it was refused after, 35 s on a large model), exit 2,
+    nothing extracted."""
+    import evolution.models
+    from pipelines.run import main
+
+    def no_loading(spec, *a, **k):
+        raise AssertionError(f"{spec['name']} was loaded")
+
+    monkeypatch.setattr(evolution.models, "cached_adapter", no_loading)
+    (tmp_path / "c.txt").write_text("a b c\n", encoding="utf-8")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "workdir: w\ncluster: synchronous\ncorpus: {source: text, path: c.txt}\nextract: {layers: [0, 99]}\n"
+        "metrics: {similarity: null}\n"
+        f"models:\n  - {{name: m, kind: huggingface, path: {model_specs['bert']['path']}}}\n",
+        encoding="utf-8",
+    )
+    assert main([str(cfg), "--no-progress", *(["--plan"] if plan else [])]) == 2
+    out = capsys.readouterr()
+    assert "extract.layers: m has layers 0..2 (0: the embeddings; -1: the last), not 99" in out.out + out.err
+    assert not (tmp_path / "w" / "reps.zarr").exists()

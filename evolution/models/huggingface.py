@@ -35,7 +35,7 @@ from evolution.models.base import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HuggingFaceAdapter"]
+__all__ = ["HuggingFaceAdapter", "blocks_in_config"]
 
 _CAUSAL_TYPES = {"gpt2", "gpt_neo", "gptj", "gpt_neox", "llama", "mistral", "opt", "bloom", "qwen2"}
 
@@ -47,6 +47,26 @@ def ordinary_range(special_ids, vocab_size: int) -> tuple[int, int]:
     cuts = sorted({-1, vocab_size, *(int(i) for i in special_ids if 0 <= int(i) < vocab_size)})
     low, high = max(((a + 1, b) for a, b in zip(cuts, cuts[1:], strict=False)), key=lambda r: r[1] - r[0])
     return low, high
+
+
+def blocks_in_config(path: str | Path) -> int | None:
+    """The blocks of the model in the local directory ``path`` read from its ``config.json`` alone
+    (no weights, no transformers), as :class:`HuggingFaceAdapter` counts them (an encoder-decoder:
+    its encoder's); None where there is no such file or it names none."""
+    import json
+
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        cfg = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    names = ["num_hidden_layers", "n_layer", "num_layers", "encoder_layers"]
+    if cfg.get("is_encoder_decoder"):
+        names = ["encoder_layers", "num_layers", "num_hidden_layers"]
+    value = next((cfg[n] for n in names if isinstance(cfg.get(n), int)), None)
+    return int(value) if value is not None else None
 
 
 def _first_attr(config, names: Sequence[str]):

@@ -139,8 +139,11 @@ class ExtractStage(Stage):
         the config fixes, plan them too, so that a run that does not fit (disk, a worker's memory)
         stops before its workers start (a Slurm or address cluster's plan waits for its workers)."""
         from evolution.models import cached_adapter
+        from pipelines.plan import check_layers_before_loading
 
         todo = self._todo(ctx)
+        for model in todo:
+            check_layers_before_loading(self.spec(ctx, model), ctx.config.extract, name=model.name)
         for model in todo:
             cached_adapter(self.spec(ctx, model))
         if ctx.config.cluster.kind in ("local", "synchronous"):
