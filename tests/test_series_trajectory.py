@@ -287,3 +287,96 @@ def test_the_pipeline_route_with_each_analysis_left_out(series):
         distances[left_out] = d.values
     for left_out in every:
         np.testing.assert_allclose(distances[left_out], distances[None], rtol=0, atol=1e-12, err_msg=left_out)
+
+
+ONE_WORKDIR = """workdir: one-workdir
+cluster: synchronous
+corpus: {{source: text, path: genesis.txt, max_sentences: 120}}
+extract: {{attention: {{sentences: 40}}}}
+models:
+  - {{name: g, kind: huggingface, checkpoints: "ckpt/gpt2/step[08]*"}}
+metrics:
+  tokens: {{top: 30, min_count: 5}}
+  mi: {{k: 10, restarts: 1, bootstrap: 0}}
+  neighbors: null
+  similarity: {{sentences: {sentences}, epsilon: {epsilon}, min_ratio: {min_ratio}, bootstrap: 0, equal_bins: 0}}
+  tsne: null
+  influence: null
+  trajectory: {{analyses: {analyses}, methods: {methods}}}
+report: {{views: null}}
+"""
+
+
+def _plain_pwcca_distance(x: np.ndarray, y: np.ndarray, epsilon: float) -> float:
+    """1 - the mean of both PWCCA directions (the distance of docs/trajectory.md), each view the
+    centred float64 rows cut to the directions whose singular value is above ``epsilon`` x the
+    largest (a plain LAPACK SVD), then the covariance-route reference of tests/test_metrics.py."""
+    from test_metrics import reference_pwcca
+
+    def cut(a):
+        a = np.asarray(a, dtype=np.float64)
+        a = a - a.mean(0)
+        u, s, vt = np.linalg.svd(a, full_matrices=False)
+        keep = s > epsilon * s[0]
+        return (u[:, keep] * s[keep]) @ vt[keep]
+
+    a, b = cut(x), cut(y)
+    return 1 - (reference_pwcca(a, b)[0] + reference_pwcca(b, a)[0]) / 2
+
+
+def test_each_setting_the_distance_to_the_final_member_reads_changes_it_in_one_workdir(series):
+    """One workdir, one run after another, each changing one setting that the distance to the final
+    member reads (metrics.similarity.sentences, so the rows; epsilon; min_ratio;
+    metrics.trajectory.methods), with and without the similarity analysis in the snapshot: every
+    run's distance is the plain definition on the rows of the first ``sentences`` sentences of the
+    store, never the cached distance of an earlier setting, and a min_ratio the rows cannot meet
+    refuses. Before the distance's key held the sentences and its rows, and the snapshot's key the
+    settings it reads, the second run gave the first run's distances."""
+    from test_metrics import reference_cka
+
+    from evolution.analyses.plotting import open_group
+    from evolution.config import load_config
+    from evolution.store import open_representations
+    from pipelines.run import main
+    from pipelines.stages import Context, ExtractStage, TrajectoryStage
+
+    base = {"sentences": 100, "epsilon": 1e-6, "min_ratio": 10, "analyses": "[mi]", "methods": "[pwcca, cka]"}
+    steps = [
+        {},
+        {"sentences": 60},
+        {"sentences": 60, "epsilon": 0.3},
+        {"sentences": 60, "analyses": "[similarity]"},
+        {"sentences": 100, "analyses": "[similarity]"},
+        {"sentences": 100, "methods": "[cka]"},
+    ]
+    path = series / "one-workdir.yaml"
+    seen = []
+    for change in steps:
+        settings = {**base, **change}
+        path.write_text(ONE_WORKDIR.format(**settings), encoding="utf-8")
+        assert main([str(path), "--no-progress"]) == 0, change
+        ctx = Context(config=load_config(path))
+        got = open_group(TrajectoryStage().snapshot(ctx, 0), "to_final")["distance"].sel(model="g@0")
+        store = ExtractStage().store(ctx)
+        member, final = open_representations(store, "g@0"), open_representations(store, "g@80")
+        sentence = member["sentence"].values
+        np.testing.assert_array_equal(sentence, final["sentence"].values)
+        rows = np.flatnonzero(np.isin(sentence, np.unique(sentence)[: settings["sentences"]]))
+        methods = settings["methods"].strip("[]").split(", ")
+        assert list(got["metric"].values) == methods, change
+        for layer in range(int(got.sizes["layer"])):
+            x = member["hidden"].isel(layer=layer).values[rows]
+            y = final["hidden"].isel(layer=layer).values[rows]
+            if "pwcca" in methods:
+                expected = _plain_pwcca_distance(x, y, settings["epsilon"])
+                assert float(got.sel(metric="pwcca", layer=layer)) == pytest.approx(expected, abs=1e-5), (change, layer)
+            if "cka" in methods and settings["epsilon"] < 1e-3:  # CKA's cut directions: below rounding
+                expected = 1 - reference_cka(x.astype(np.float64), y.astype(np.float64))
+                assert float(got.sel(metric="cka", layer=layer)) == pytest.approx(expected, abs=1e-5), (change, layer)
+        seen.append(got.values)
+    assert not np.allclose(seen[0], seen[1]) and not np.allclose(seen[1], seen[2])  # each change moved it
+    # a min_ratio that the rows of 60 sentences cannot meet (d = 32): the run refuses, naming it
+    path.write_text(ONE_WORKDIR.format(**{**base, "sentences": 60, "min_ratio": 1000}), encoding="utf-8")
+    n = int(np.isin(sentence, np.unique(sentence)[:60]).sum())
+    with pytest.raises(ValueError, match=rf"{n} occurrences for 32 dimensions.*1000 x d = 32000.*min_ratio"):
+        main([str(path), "--no-progress"])

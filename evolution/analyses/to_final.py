@@ -24,10 +24,19 @@ import numpy as np
 import xarray as xr
 
 from evolution.analyses.base import Analysis, Inputs, Unit, load_arrays, save_arrays, strings
+from evolution.config import SimilarityConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ToFinal", "to_final_task"]
+__all__ = ["ToFinal", "to_final_task", "settings_read"]
+
+
+def settings_read(similarity: SimilarityConfig | None) -> dict[str, Any]:
+    """The settings of a ``metrics.similarity`` section that the distance reads: its ``sentences``
+    (which occurrences), ``epsilon`` and ``min_ratio`` (each :class:`~evolution.metrics.similarity.View`);
+    ``None``: the defaults. Both the units' keys and the trajectory stage's snapshot key hold them."""
+    scfg = similarity if similarity is not None else SimilarityConfig()
+    return {"sentences": scfg.sentences, "epsilon": scfg.epsilon, "min_ratio": scfg.min_ratio}
 
 
 def to_final_task(
@@ -75,7 +84,9 @@ class ToFinal(Analysis):
     own: the trajectory (:mod:`evolution.trajectory`) runs it with ``metrics.trajectory.methods``."""
 
     name = "to_final"
-    version = 1
+    # 2: the key holds every setting the distance reads (metrics.similarity.sentences) and the rows'
+    # content hash; version 1 reused a distance computed on other sentences in the same workdir
+    version = 2
 
     def __init__(self, methods: list[str]):
         self.methods = list(methods)
@@ -84,8 +95,8 @@ class ToFinal(Analysis):
         return True
 
     def units(self, inputs: Inputs) -> list[Unit]:
-        scfg = inputs.config.similarity
-        epsilon, min_ratio = (scfg.epsilon, scfg.min_ratio) if scfg is not None else (1e-6, 10.0)
+        read = settings_read(inputs.config.similarity)
+        epsilon, min_ratio = read["epsilon"], read["min_ratio"]
         units = []
         for model, final in inputs.attrs.get("finals", {}).items():
             m, f = inputs.models[model], inputs.models[final]
@@ -118,7 +129,12 @@ class ToFinal(Analysis):
                         epsilon=epsilon,
                         min_ratio=min_ratio,
                     ),
-                    key={"models": [m.key, f.key], "methods": self.methods, "epsilon": epsilon, "min_ratio": min_ratio},
+                    key={
+                        "models": [m.key, f.key],
+                        "methods": self.methods,
+                        **read,
+                        "rows": arrays.rsplit("-", 1)[-1],  # the rows' content hash (save_arrays names it)
+                    },
                 )
             )
         return units

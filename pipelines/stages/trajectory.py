@@ -48,7 +48,8 @@ class TrajectoryStage(Stage):
 
     def _snapshot_key(self, ctx: Context, update: int) -> str:
         from evolution.analyses import enabled
-        from evolution.snapshots import snapshot_config
+        from evolution.analyses.to_final import ToFinal, settings_read
+        from evolution.snapshots import snapshot_config, to_final_config
         from evolution.trajectory import final_of
 
         cfg = ctx.config
@@ -67,6 +68,13 @@ class TrajectoryStage(Stage):
                 "trajectory": trajectory.model_dump(mode="json"),
                 "analyses": {a.name: [a.version, a.layout] for a in enabled(metrics)},
                 "models": {m.name: extract.model_key(ctx, m) for m in models},
+                # the distance to the final model reads the run's similarity settings even where the
+                # snapshot does not run the similarity analysis (evolution.snapshots.to_final_config)
+                "to_final": [
+                    ToFinal.version,
+                    ToFinal.layout,
+                    settings_read(to_final_config(metrics, cfg.metrics.similarity).similarity),
+                ],
             }
         )
 
