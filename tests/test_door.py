@@ -218,6 +218,29 @@ def test_asymmetric_added_tokens_and_the_offsets_they_give():
     assert np.allclose(ds["hidden"].values[:, 3:], states[1][:, 2:4])
 
 
+def test_the_heads_of_a_store_with_asymmetric_added_tokens_split_its_prefix_and_suffix():
+    """Two added tokens before the text and one after (added=(2, 1)): the stored model reads its
+    offset from the prefix (2), not the suffix (1). Every query gives 0.3 and 0.2 to the two prefix
+    keys, 0.1 to the suffix key and 0.4 evenly to the text, so by hand the share to the prefix
+    (to_bos) is 0.5 and to the suffix (to_eos) 0.1 in every head; an offset of 1 would give 0.3."""
+    rng = np.random.default_rng(4)
+    ids = [[1, 2, 10, 11, 12, 13, 3], [1, 2, 14, 15, 16, 3]]
+    strs = [["<s>", "<x>", "a", "b", "c", "d", "</s>"], ["<s>", "<x>", "e", "f", "g", "</s>"]]
+    states = [rng.normal(size=(3, len(x), 4)).astype(np.float32) for x in ids]
+    maps = []
+    for x in ids:
+        t = len(x)
+        row = np.concatenate([[0.3, 0.2], np.full(t - 3, 0.4 / (t - 3)), [0.1]])
+        maps.append(np.broadcast_to(row, (2, 2, t, t)).astype(np.float32).copy())
+    reps = ev.from_activations(states, token_ids=ids, token_strs=strs, attention=maps, added=(2, 1))
+    stored = reps["activations"]
+    assert stored["hidden"].values.shape[1] == 4 + 3
+    np.testing.assert_array_equal(stored["hidden"].values[:, 4:], states[1][:, 2:5])
+    heads = ev.heads(reps)["value"]
+    np.testing.assert_allclose(heads.sel(measure="to_bos").values, 0.5, atol=1e-6)
+    np.testing.assert_allclose(heads.sel(measure="to_eos").values, 0.1, atol=1e-6)
+
+
 def test_a_sentence_of_added_tokens_only_is_refused():
     ids = [[1, 5, 6, 3], [1, 3]]
     strs = [["<s>", "a", "b", "</s>"], ["<s>", "</s>"]]

@@ -164,6 +164,39 @@ GIB = 2**30
 F = UNIT_FIXED  # what every modelled unit holds besides its arrays
 
 
+def test_the_similarity_estimate_counts_every_pair_of_views_with_itself_included():
+    """Models a (3 layers) and b (4) on 500 occurrences of width 6: 7 views, each factorised once
+    (2 n d^2), and a cross-product n d^2 for every pair (i, j) with i <= j that similarity_task
+    computes, a view with itself included: 28 pairs (counted by a loop), 500 x 36 x (14 + 28) =
+    756,000. One model of 3 layers: 6 pairs, 500 x 36 x (6 + 6)."""
+    inputs = _inputs(
+        a=SimpleNamespace(d_model=6, plan=SimpleNamespace(similarity_rows=np.arange(500))),
+        b=SimpleNamespace(d_model=6, plan=SimpleNamespace(similarity_rows=np.arange(500))),
+    )
+    for n_layers, total in [({"a": 3, "b": 4}, 756_000), ({"a": 3}, 216_000)]:
+        views = sum(n_layers.values())
+        pairs = sum(1 for i in range(views) for j in range(views) if i <= j)
+        assert total == 500 * 36 * (2 * views + pairs)
+        kw = {"models": list(n_layers), "n_layers": n_layers, "similarity": SimilarityConfig(bootstrap=0)}
+        assert unit_work("similarity", Unit("ab", similarity_task, kw, {}), inputs) == ("similarity", total)
+
+
+def test_mi_memory_of_targets_that_run_in_turn_is_the_largest_one():
+    """An MI unit runs its targets one after another (input label, then output label), so it holds
+    one target's arrays at a time: with 1,000 input and 600 output rows of width 4, k = 50 (all
+    rows train: 256 k > n), the peak is the input's, 4 x (1,000 + 1,000) x 4 + 96 x 1,000 =
+    128,000 bytes, not the sum of both targets' (128,000 + 4 x 1,200 x 4 + 57,600)."""
+    rows_in, rows_out = np.arange(1000), np.arange(600)
+    plan = SimpleNamespace(mi={"input": (rows_in, rows_in % 7), "output": (rows_out, rows_out % 3)})
+    cfg = MIConfig(k=50, restarts=3, niter=5, algorithm="flat")
+    unit = Unit("m-0", mi_task, {"model": "m", "mi": cfg}, {})
+    held = unit_memory("mi", unit, _inputs(m=SimpleNamespace(d_model=4, plan=plan)))
+    assert held == F + 4 * (1000 + 1000) * 4 + 96 * 1000 == F + 128_000
+    # the output target alone: its own 600 rows
+    alone = SimpleNamespace(mi={"output": (rows_out, rows_out % 3)})
+    assert unit_memory("mi", unit, _inputs(m=SimpleNamespace(d_model=4, plan=alone))) == F + 4 * 1200 * 4 + 96 * 600
+
+
 def test_memory_of_a_neighbour_part_and_of_mi():
     """Neighbours: the rows and faiss's copy of them, 8 x 10 rows x 3 = 240 bytes, whatever the
     part; the NumPy route (no faiss) adds its float64 distances of 4,096 queries x 10 rows.

@@ -369,6 +369,59 @@ def test_directions_beside_the_rank_cut_off_equal_the_resampled_views():
         np.testing.assert_allclose(reps[r], want, rtol=0, atol=TOLERANCE, err_msg=f"replicate {r}")
 
 
+def test_change_replicates_where_a_resample_keeps_a_direction_the_full_data_drops():
+    """The change by frequency on rank-deficient views: layer 1 has four directions of order 1, a
+    fifth at about 1e-5 of the largest (kept) and a sixth at about 0.94e-6 (below epsilon = 1e-6
+    x the largest: dropped) carried unevenly by the sentences, so that a resample of them keeps it
+    (its own cut-off: its kept directions differ from the full data's); layers 0 and 2 have a unit
+    that follows it. Every replicate of every subset equals the definition (the resampled rows'
+    SVDs, bootstrap_replicates) within 1e-8: the views must carry the sixth direction as a spare
+    one (margin MARGIN), which a replicate keeps or drops by its own cut-off."""
+    rng = np.random.default_rng(0)
+    n_sentences, replicates, seed = 40, 16, 4
+    group = np.repeat(np.arange(n_sentences), rng.integers(6, 16, n_sentences))
+    n = len(group)
+    z = rng.normal(size=(n, 4))
+    small = 3e-5 * rng.normal(size=(n, 1))
+    near = np.exp(rng.normal(size=n_sentences))[group][:, None] * rng.normal(size=(n, 1))
+    large = np.hstack([z @ rng.normal(size=(4, 4)), small])
+    near *= 0.95e-6 * np.linalg.svd(large - large.mean(0), compute_uv=False)[0] / np.linalg.norm(near - near.mean(0))
+    x = np.hstack([large, near])
+
+    def follower():
+        unit = near / np.linalg.norm(near - near.mean(0)) * np.sqrt(n)
+        return np.hstack(
+            [z[:, :3] @ rng.normal(size=(3, 4)) + 0.5 * rng.normal(size=(n, 4)), small / 3e-5, unit]
+        ) + 0.1 * rng.normal(size=(n, 6))
+
+    states = [follower(), x, follower()]
+    masks = {"all": np.ones(n, bool), "most": rng.random(n) < 0.7}
+    draws = sentence_draws(n_sentences, replicates=replicates, seed=seed)
+    sums = SentenceSums(group, n_groups=n_sentences)
+    assert View(x, min_ratio=3.0).rank == 5
+    kept = [View(x[sums.resample_rows(draws[r])], min_ratio=3.0).rank for r in range(replicates)]
+    assert 6 in kept and 5 in kept, kept  # some replicates keep the sixth direction, others drop it
+    fast = change_with_replicates(
+        states, masks, group=group, draws=draws, methods=METHODS, epsilon=1e-6, min_ratio=3.0, name="m"
+    )
+    ref = bootstrap_replicates(
+        read=lambda g, layer: states[layer],
+        models=["m"],
+        n_layers={"m": 3},
+        sentence=group,
+        masks=masks,
+        methods=METHODS,
+        replicates=range(replicates),
+        seed=seed,
+        epsilon=1e-6,
+        min_ratio=3.0,
+    )
+    for m in METHODS:
+        want, got = np.asarray(ref["change"][m]["m"]), fast["replicates"][m]
+        assert np.isfinite(want).all() and got.shape == want.shape == (replicates, 2, 2)
+        np.testing.assert_allclose(got, want, rtol=0, atol=TOLERANCE, err_msg=m)
+
+
 def test_float32_states_give_the_numbers_of_their_float64_copies():
     """change_task hands change_with_replicates float32 states as stored (half the memory):
     every use widens them to float64 itself (View, and the definition for the replicates that

@@ -81,6 +81,41 @@ def test_slurm_needs_the_extra(monkeypatch):
         slurm_cluster(c)
 
 
+@pytest.mark.parametrize(
+    "cores, threads, workers, limit",
+    [
+        (8, 2, 4, "1.86GiB"),  # 8 GB over 4 workers: 2e9 bytes = 1.86 GiB each
+        (4, 1, 4, "1.86GiB"),
+        (6, 3, 2, "3.73GiB"),  # 4e9 bytes
+        (4, 2, 2, "3.73GiB"),
+    ],
+)
+def test_a_slurm_jobs_worker_processes_and_threads(cores, threads, workers, limit):
+    """The job script of a job of ``cores`` cores and threads_per_worker ``threads``, made without
+    submitting it: cores / threads worker processes (--nworkers) of ``threads`` threads each
+    (--nthreads, and the BLAS pools' environment), the job's 8 GB over its processes each, all
+    its cores asked of Slurm; the plan's memory limit of a worker is that share."""
+    pytest.importorskip("dask_jobqueue", reason="the slurm extra (pip install -e '.[slurm]') is not installed")
+    import json
+    import re
+    from types import SimpleNamespace
+
+    from pipelines.cluster import planned_memory_limit, slurm_cluster
+
+    cfg = load_config_cluster(
+        f"{{kind: slurm, jobs: 1, cores: {cores}, threads_per_worker: {threads}, memory: 8GB, walltime: '00:10:00'}}"
+    )
+    with slurm_cluster(cfg) as cluster:
+        script = cluster.job_script()
+    assert f"#SBATCH --cpus-per-task={cores}\n" in script
+    assert re.search(rf"--nworkers {workers}( |$)", script, re.M), script
+    assert re.search(rf"--nthreads {threads}( |$)", script, re.M), script
+    assert f"--memory-limit {limit} " in script, script
+    environ = json.loads(re.search(r"PRE_SPAWN_ENVIRON='(.*?)'", script).group(1))
+    assert [environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")] == [str(threads)] * 3
+    assert planned_memory_limit(SimpleNamespace(client=None, config=SimpleNamespace(cluster=cfg))) == 8e9 // workers
+
+
 def load_config_cluster(text: str):
     import yaml
 

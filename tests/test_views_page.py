@@ -250,6 +250,29 @@ def test_the_page_unpacks_wide_keys_in_chromium(tmp_path):
     assert ("4776", "8") in lines  # head 1: the last query with edges, to key 0
 
 
+@pytest.mark.parametrize("model, prefix", [("lm", ["</s>"]), ("mlm", ["<s>"])])
+def test_an_unknown_piece_after_an_added_token_has_its_text_at_its_own_position(model, prefix):
+    """Models that put a token before the text (the shipped LM's ``</s>``, the MLM's ``<s>``): the
+    emoji's text stands at the position of the ``<unk>`` the model saw, in the input's positions
+    (prefix included), not one before it; every other position's text is its piece."""
+    import evolution.api as ev
+    from evolution.report.views import unpack_payload
+
+    m = ev.load(SHIPPED / model, device="cpu")
+    assert m.adapter.prefix and m.adapter.pieces(m.adapter.prefix) == prefix
+    page = ev.views(m, "God saw the light \U0001f642 and it was good.", neuron=False)
+    levels = unpack_payload(_payload(page.html))["models"][0]["sentences"][0]["levels"]
+    sub = levels["subword"]
+    assert sub["tokens"][: len(prefix)] == prefix and sub["tokens"].count("<unk>") == 1
+    at = sub["tokens"].index("<unk>")
+    expected = [("\U0001f642" if i == at else t) for i, t in enumerate(sub["tokens"])]
+    assert sub["texts"] == expected
+    words = levels["word"]
+    at = words["tokens"].index("<unk>")
+    assert [t for i, t in enumerate(words["texts"]) if i != at] == [t for i, t in enumerate(words["tokens"]) if i != at]
+    assert words["texts"][at] == "\U0001f642"
+
+
 def test_a_piece_the_model_saw_as_unk_shows_unk_with_its_text_beside_it(tmp_path):
     """The views show what the model saw: the emoji, outside the shipped vocabulary, is ``<unk>``
     in the page's tokens, and its text rides along (``texts``, drawn beside the token, ``<unk>
