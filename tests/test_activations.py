@@ -438,14 +438,38 @@ def _plain_pwcca_distance(x, y):
     return 1 - float((alpha * rho).sum() / alpha.sum())
 
 
-def test_pwcca_weights_from_a_and_the_same_token_interval_from_b_minus_a():
+def _plain_half_sample_interval(xa, xb, tid, sent, *, k, replicates, seed, level):
+    """The same-token change's interval by its definition (docs/interop.md): half-sample r keeps
+    the first S // 2 of ``default_rng([seed, r]).permutation(S)`` of the S sentences; on its rows
+    each run's rate with the k nearest kept others (sklearn, brute force), b minus a; the changes'
+    deviations from their mean scaled by sqrt(m / (S - m)) (m kept), their central ``level``
+    percentile interval moved onto the whole data's change."""
+    from sklearn.neighbors import NearestNeighbors
+
+    def rate(x, t):
+        found = NearestNeighbors(n_neighbors=k + 1, algorithm="brute").fit(x).kneighbors(x, return_distance=False)
+        return np.mean([(t[f[1:]] == t[f[0]]).mean() for f in found])
+
+    sentences = np.unique(sent)
+    s = len(sentences)
+    m = s // 2
+    diff = []
+    for r in range(replicates):
+        kept = np.isin(sent, sentences[np.random.default_rng([seed, r]).permutation(s)[:m]])
+        diff.append(rate(xb[kept], tid[kept]) - rate(xa[kept], tid[kept]))
+    diff = np.array(diff)
+    change = rate(xb, tid) - rate(xa, tid)
+    spread = np.sqrt(m / (s - m)) * (diff - diff.mean())
+    return change, np.percentile(spread, [50 * (1 - level), 50 * (1 + level)]) + change
+
+
+def test_pwcca_weights_from_a_and_the_same_token_interval_from_half_samples():
     from evolution.metrics.compare import compare_layer
-    from evolution.metrics.mi import centred_interval
-    from evolution.metrics.neighbors import bootstrap_replicates, knn, same_label_per_query
 
     rng = np.random.default_rng(4)
     tid = rng.integers(0, 20, 600)
-    sent = np.repeat(np.arange(50), 12)
+    sent = np.sort(rng.integers(0, 51, 600)) * 3 + 7  # 51 sentences of unequal length, ids not 0..50
+    assert len(np.unique(sent)) == 51  # odd: the scale sqrt(25 / 26) is not 1
     centres = rng.normal(size=(20, 8)) * 3
     xa = centres[tid] + rng.normal(size=(600, 8)) * np.linspace(0.2, 3, 8)
     xb = xa @ rng.normal(size=(8, 8)) + rng.normal(size=(600, 8)) * 2
@@ -459,17 +483,18 @@ def test_pwcca_weights_from_a_and_the_same_token_interval_from_b_minus_a():
         neighbors=5,
         restarts=2,
         bootstrap=30,
+        level=0.9,
         seed=7,
     )
     want, other = _plain_pwcca_distance(xa, xb), _plain_pwcca_distance(xb, xa)
     assert abs(want - other) > 1e-3  # the data tell the weighting view apart
     assert out["pwcca_distance"] == pytest.approx(want, abs=1e-9)
-    qa = same_label_per_query(knn(xa, k=5), tid)
-    qb = same_label_per_query(knn(xb, k=5), tid)
-    reps = bootstrap_replicates(qb - qa, sentence=sent, n_boot=30, seed=7)
-    assert out["same_token_change_interval"] == pytest.approx(
-        centred_interval(reps, qb.mean() - qa.mean(), 0.95), abs=1e-12
-    )
+    change, interval = _plain_half_sample_interval(xa, xb, tid, sent, k=5, replicates=30, seed=7, level=0.9)
+    assert out["same_token_change"] == pytest.approx(change, abs=1e-12)
+    assert out["same_token_change_interval"] == pytest.approx(list(interval), abs=1e-12)
+    assert out["same_token_change"] < 0  # b hides the tokens: an asymmetric change, where a sign error shows
+    for name, x in (("same_token_a", xa), ("same_token_b", xb)):
+        assert out[name] == pytest.approx(_plain_same_token(x, tid, 5), abs=1e-12)
 
 
 def test_compare_keys_negative_layers_and_sentence_boundaries():
