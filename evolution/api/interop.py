@@ -90,10 +90,9 @@ def from_activations(
             [str(p) for p in tokenizer.convert_ids_to_tokens(as_token_ids(_np(ids), f"token_ids[{s}]"))]
             for s, ids in enumerate(token_ids)
         ]
-    if config is not None and len(states):
-        first = states[0]
+    if config is not None and len(states):  # a list of layers or an (L + 1, T, d) array: its length is L + 1
         _check_layer_count(
-            len(first) if isinstance(first, (list, tuple)) else _np(first).shape[0],
+            len(states[0]),
             _blocks_of(config),
             what="states[0]",
         )
